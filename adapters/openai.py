@@ -1,0 +1,238 @@
+"""OpenAI-compatible upstreams over aiohttp: the OpenAI API itself (``openai``) and ``vllm serve``
+replicas (``vllm``). The wire format is ``gateway.dialects.openai.egress``; this module is only IO:
+one pooled ``ClientSession`` per target, created at start-up, per-hop timeouts from the request's
+deadline, and upstream failures translated into the gateway's error hierarchy at this boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pydantic_core
+
+from gateway.config import Target
+from gateway.core.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidRequest,
+    UpstreamFailed,
+    UpstreamRejected,
+    UpstreamTimeout,
+)
+from gateway.core.request import Feature, InternalRequest
+from gateway.core.response import Completion, StreamEvent
+from gateway.core.upstream import Call
+from gateway.dialects.openai import egress
+from gateway.dialects.sse import SSEParser
+
+JSON = Any
+F = Feature
+
+OPENAI_FEATURES = frozenset(
+    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.BEST_OF, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SUFFIX, F.SEED}
+    | {F.JSON_OBJECT, F.JSON_SCHEMA, F.TOOLS, F.AUDIO, F.PREDICTION, F.REASONING, F.EXTRA_BODY}
+)
+VLLM_FEATURES = frozenset(
+    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
+    | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
+    | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR}
+)
+# Served by this project's logits processors (backends/vllm_plugins) when the replica loads them.
+VLLM_PLUGIN_FEATURES = frozenset({F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS})
+
+
+def upstream_message(body: bytes) -> tuple[str, str | None]:
+    """A tolerant reader of every vendor's error envelope (dialects.md §6.16)."""
+    try:
+        data = pydantic_core.from_json(body)
+    except ValueError:
+        return body[:300].decode("utf-8", "replace") or "no body", None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err), err.get("param")
+        if isinstance(data.get("message"), str):
+            return data["message"], None
+        detail = data.get("detail")
+        if detail is not None:
+            return str(detail), None
+    return str(data)[:300], None
+
+
+class OpenAIUpstream:
+    """One OpenAI-compatible target. ``token_ids``: the upstream understands vLLM's
+    ``return_token_ids`` (Friendli clients need output token ids)."""
+
+    def __init__(self, target: Target, public_model: str, features: frozenset[Feature], *, token_ids: bool) -> None:
+        self.target = target
+        self.model = target.model or public_model
+        self._name = target.name or f"{target.provider}:{self.model}"
+        self._features = features | frozenset(Feature(f) for f in target.extra_features)
+        self._token_ids = token_ids
+        self._session: aiohttp.ClientSession | None = None
+        key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        self._headers = {"Content-Type": "application/json"}
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def provider(self) -> str:
+        return self.target.provider
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        return self._features
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Created lazily inside the running loop, once; every request shares its pool.
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
+                auto_decompress=True,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _model_for(self, req: InternalRequest) -> str:
+        if req.adapter is None:
+            return self.model
+        try:
+            return self.target.adapters[req.adapter]
+        except KeyError:
+            raise InvalidRequest(
+                f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model"
+            ) from None
+
+    def _timeout(self, call: Call, hop: float) -> float:
+        remaining = call.remaining()
+        if remaining is None:
+            return hop
+        if remaining <= 0:
+            raise DeadlineExceeded("the request's deadline expired")
+        return min(hop, remaining)
+
+    async def _post(self, req: InternalRequest, call: Call) -> aiohttp.ClientResponse:
+        path = "/chat/completions" if req.operation == "chat" else "/completions"
+        body = egress.encode(req, call.model or self._model_for(req), token_ids=self._token_ids)
+        headers = dict(self._headers)
+        if req.extra_headers:
+            headers.update(req.extra_headers)
+        headers["X-Request-Id"] = call.request_id
+        first_byte = self._timeout(call, self.target.timeouts.first_byte)
+        try:
+            resp = await asyncio.wait_for(
+                self.session.post(self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers),
+                first_byte,
+            )
+        except TimeoutError:
+            raise self._expired(call, "no response headers in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
+        if resp.status >= 400:
+            raw = await resp.read()
+            resp.release()
+            message, param = upstream_message(raw)
+            if resp.status < 500 and resp.status != 408:
+                err = UpstreamRejected(f"upstream rejected the request: {message}", status=resp.status, param=param)
+                retry_after = resp.headers.get("Retry-After")
+                if retry_after is not None and retry_after.replace(".", "", 1).isdigit():
+                    err.retry_after = float(retry_after)  # type: ignore[attr-defined]
+                raise err
+            raise UpstreamFailed(f"target '{self.name}' failed with HTTP {resp.status}: {message}")
+        return resp
+
+    def _expired(self, call: Call, what: str) -> GatewayError:
+        remaining = call.remaining()
+        if remaining is not None and remaining <= 0.001:
+            return DeadlineExceeded("the request's deadline expired")
+        return UpstreamTimeout(f"target '{self.name}': {what}")
+
+    async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        resp = await self._post(request, call)
+        try:
+            raw = await asyncio.wait_for(resp.read(), self._timeout(call, self.target.timeouts.total))
+        except TimeoutError:
+            raise self._expired(call, "answer not complete in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailed(f"target '{self.name}' broke off: {type(exc).__name__}") from None
+        finally:
+            resp.release()
+        try:
+            data = pydantic_core.from_json(raw)
+        except ValueError:
+            raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
+        return egress.decode(data, request.operation)
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
+        resp = await self._post(request, call)
+        parser = SSEParser()
+        decoder = egress.ChunkDecoder(request.operation)
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(
+                        resp.content.readany(), self._timeout(call, self.target.timeouts.idle)
+                    )
+                except TimeoutError:
+                    raise self._expired(call, "stream idle for too long") from None
+                except aiohttp.ClientError as exc:
+                    raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
+                events = parser.close() if not chunk else parser.feed(chunk)
+                for event in events:
+                    if event.data == "[DONE]":
+                        for ev in decoder.finish():
+                            yield ev
+                        return
+                    if event.event == "error":
+                        raise UpstreamFailed(f"target '{self.name}' stream error: {event.data[:300]}")
+                    try:
+                        data = pydantic_core.from_json(event.data)
+                    except ValueError:
+                        raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
+                    for ev in decoder.decode(data):
+                        yield ev
+                if not chunk:
+                    if not decoder.finished or resp.content.exception() is not None:
+                        raise UpstreamFailed(f"target '{self.name}' ended the stream early")
+                    # Streams that end without [DONE] are complete when the body ends cleanly (SGP).
+                    for ev in decoder.finish():
+                        yield ev
+                    return
+        finally:
+            # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
+            resp.close()
+
+    async def list_models(self) -> list[str]:
+        try:
+            async with self.session.get(
+                self.target.base_url + "/models", headers=self._headers, timeout=aiohttp.ClientTimeout(total=3)
+            ) as resp:
+                if resp.status != 200:
+                    raise UpstreamFailed(f"target '{self.name}': /models answered {resp.status}")
+                data = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
+        return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
+
+
+def openai_target(target: Target, public_model: str) -> OpenAIUpstream:
+    return OpenAIUpstream(target, public_model, OPENAI_FEATURES, token_ids=False)
+
+
+def vllm_target(target: Target, public_model: str) -> OpenAIUpstream:
+    return OpenAIUpstream(target, public_model, VLLM_FEATURES, token_ids=True)

@@ -1,0 +1,97 @@
+"""The composition root: the only module that knows every part. It turns a config into an aiohttp
+application — key ring, compiled model table, upstream sessions, route table, background prober —
+all built once at start-up and torn down in ``cleanup_ctx``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from adapters import PROVIDERS
+from gateway import ops
+from gateway.auth import KeyRing
+from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
+from gateway.core.upstream import Upstream
+from gateway.handlers import make_handler
+from gateway.routes import MODEL_LIST_PATHS, ROUTES
+from gateway.routing import ModelTable, Route
+from gateway.state import GATEWAY, Gateway
+
+log = logging.getLogger("gateway")
+
+
+def build_upstream(target: Target, public: str) -> Upstream:
+    try:
+        factory = PROVIDERS[target.provider]
+    except KeyError:
+        known = ", ".join(sorted(PROVIDERS))
+        raise ConfigError(f"provider {target.provider!r} is unknown (known: {known})") from None
+    return factory(target, public)
+
+
+def vendor_target(name: str, vendor: Vendor) -> Target:
+    return Target(
+        provider=vendor.provider, base_url=vendor.base_url, api_key_env=vendor.api_key_env, name=f"vendor:{name}"
+    )
+
+
+def build_table(config: GatewayConfig, catch_all: Target | None = None) -> ModelTable:
+    routes: dict[str, Route] = {}
+    for entry in config.models:
+        upstreams = [build_upstream(t, entry.name) for t in entry.targets]
+        route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
+        for name in (entry.name, *entry.aliases):
+            routes[name] = route
+    vendors = {name: build_upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
+    return ModelTable(
+        routes=routes,
+        vendors=vendors,
+        catch_all=build_upstream(catch_all, "") if catch_all is not None else None,
+        default_model=config.models[0].name if config.models else None,
+    )
+
+
+def build_keys(config: GatewayConfig) -> KeyRing:
+    entries = [(team.id, key_id, digest) for team in config.teams for key_id, digest in key_hashes(team)]
+    return KeyRing.from_hashes(entries, open_access=config.auth == "none")
+
+
+def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gateway:
+    return Gateway(
+        config=config,
+        keys=build_keys(config),
+        models=build_table(config, catch_all),
+        team_models={t.id: frozenset(t.models) if t.models is not None else None for t in config.teams},
+        access=logging.getLogger("gateway.access"),
+    )
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    gw = app[GATEWAY]
+    await ops.probe(gw)
+    for name, ok in sorted(gw.ready.items()):
+        log.info("target %s: %s", name, "reachable" if ok else "unreachable")
+    task = asyncio.create_task(ops.prober(gw), name="prober")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
+
+
+def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
+    app = web.Application(client_max_size=config.server.max_body_bytes)
+    app[GATEWAY] = build_state(config, catch_all)
+    for spec in ROUTES:
+        app.router.add_route(spec.method, spec.path, make_handler(spec))
+    for path in MODEL_LIST_PATHS:
+        app.router.add_get(path, ops.list_models)
+    app.router.add_get("/health", ops.health)
+    app.router.add_get("/ready", ops.ready)
+    app.cleanup_ctx.append(_lifecycle)
+    return app

@@ -1,0 +1,66 @@
+"""API-key authentication and team selection.
+
+Keys are known only by their SHA-256 digest; a presented key is hashed and looked up, then compared
+with ``hmac.compare_digest``. A key may belong to several teams; the dialect's team header
+(``X-Friendli-Team``, ``x-selected-account-id``, ``OpenAI-Organization``) selects one, else the key's
+first team. A key used for a team it does not belong to is refused with 403.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from gateway.core.errors import AuthenticationFailed, PermissionDenied
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key_id: str
+    team: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    key_id: str
+    digest: bytes
+    teams: tuple[str, ...]
+
+
+ANONYMOUS = Principal(key_id="anonymous", team="default")
+
+
+class KeyRing:
+    def __init__(self, records: list[KeyRecord], *, open_access: bool = False) -> None:
+        self._by_digest = {r.digest: r for r in records}
+        self.open_access = open_access
+
+    @classmethod
+    def from_hashes(cls, entries: list[tuple[str, str, str]], *, open_access: bool = False) -> KeyRing:
+        """``entries``: (team, key id, sha256 hex). The same digest under several teams is one key."""
+        merged: dict[bytes, KeyRecord] = {}
+        for team, key_id, hexdigest in entries:
+            digest = bytes.fromhex(hexdigest)
+            prev = merged.get(digest)
+            teams = (*prev.teams, team) if prev else (team,)
+            merged[digest] = KeyRecord(prev.key_id if prev else key_id, digest, teams)
+        return cls(list(merged.values()), open_access=open_access)
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def authenticate(self, token: str | None, team: str | None) -> Principal:
+        if self.open_access:
+            return Principal(ANONYMOUS.key_id, team or ANONYMOUS.team)
+        if not token:
+            raise AuthenticationFailed("missing API key")
+        digest = hashlib.sha256(token.encode()).digest()
+        record = self._by_digest.get(digest)
+        if record is None or not hmac.compare_digest(record.digest, digest):
+            raise AuthenticationFailed("invalid API key")
+        if team is None:
+            return Principal(record.key_id, record.teams[0])
+        if team not in record.teams:
+            raise PermissionDenied(f"this API key is not a member of team {team!r}")
+        return Principal(record.key_id, team)

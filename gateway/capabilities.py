@@ -1,0 +1,82 @@
+"""Matching a request's features against a target's: refuse by name, or drop where config allows.
+
+A dropped feature is stripped from the request the target sees (its fields reset to "not asked"), and
+the drop is reported to the caller so it can be counted and logged. Nothing is ever ignored silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import Any
+
+from gateway.core.errors import UnsupportedFeature
+from gateway.core.request import Feature, InternalRequest
+
+F = Feature
+# Sampling fields reset when a feature is dropped.
+SAMPLING_RESETS: dict[Feature, dict[str, Any]] = {
+    F.N: {"n": 1},
+    F.BEST_OF: {"best_of": None},
+    F.TOP_K: {"top_k": None},
+    F.MIN_P: {"min_p": None},
+    F.XTC: {"xtc_threshold": None, "xtc_probability": None},
+    F.REPETITION_PENALTY: {"repetition_penalty": None},
+    F.NO_REPEAT_NGRAM: {"no_repeat_ngram": None},
+    F.ENCODER_PENALTIES: {"encoder_repetition_penalty": None, "encoder_no_repeat_ngram": None},
+    F.MIN_TOKENS: {"min_tokens": None},
+    F.MAX_TOTAL_TOKENS: {"max_total_tokens": None},
+    F.MIN_TOTAL_TOKENS: {"min_total_tokens": None},
+    F.STOP: {"stop": ()},
+    F.STOP_TOKEN_IDS: {"eos_token_ids": ()},
+    F.STOP_TOKEN_SEQUENCES: {"stop_token_sequences": ()},
+    F.INCLUDE_STOP_STR: {"include_stop_str_in_output": False},
+    F.IGNORE_EOS: {"ignore_eos": False},
+    F.BAD_WORDS: {"bad_words": ()},
+    F.BAD_WORD_TOKENS: {"bad_word_tokens": ()},
+    F.LOGIT_BIAS: {"logit_bias": None},
+    F.LOGPROBS: {"logprobs": None},
+    F.PROMPT_LOGPROBS: {"prompt_logprobs": None},
+    F.ECHO: {"echo": False},
+    F.SUFFIX: {"suffix": None},
+    F.SEED: {"seeds": None},
+    F.FORCED_OUTPUT: {"forced_output_tokens": ()},
+    F.JSON_OBJECT: {"structured": None},
+    F.JSON_SCHEMA: {"structured": None},
+    F.REGEX: {"structured": None},
+    F.CHOICE: {"structured": None},
+    F.GRAMMAR: {"structured": None},
+    F.BEAM_SEARCH: {"beam": None},
+    F.OUTPUT_LOGITS: {"output_logits": False},
+}
+REQUEST_RESETS: dict[Feature, dict[str, Any]] = {
+    F.ADAPTER: {"adapter": None},
+    F.EMBEDDING_REPLACEMENT: {"embedding_replacement": None},
+    F.EXTRA_BODY: {"extra_body": None},
+    F.EXTRA_HEADERS: {"extra_headers": None},
+}
+# Features that change what the answer means: never dropped, whatever the config says.
+NEVER_DROPPED = frozenset({F.BATCH_PROMPT, F.TOKEN_PROMPT, F.SEED_PER_CHOICE, F.TOOLS, F.AUDIO, F.PREDICTION})
+
+
+def fit(
+    request: InternalRequest, target: str, supported: frozenset[Feature], droppable: Collection[str]
+) -> tuple[InternalRequest, list[Feature]]:
+    """The request as ``target`` will see it, and the features dropped on the way."""
+    missing = request.features - supported
+    if not missing:
+        return request, []
+    dropped: list[Feature] = []
+    sampling_changes: dict[str, Any] = {}
+    request_changes: dict[str, Any] = {}
+    for feature in sorted(missing):
+        name = request.field_name(feature)
+        if feature in NEVER_DROPPED or (feature.value not in droppable and name not in droppable):
+            raise UnsupportedFeature(name, target)
+        if feature in SAMPLING_RESETS:
+            sampling_changes |= SAMPLING_RESETS[feature]
+        request_changes |= REQUEST_RESETS.get(feature, {})
+        dropped.append(feature)
+    sampling = dataclasses.replace(request.sampling, **sampling_changes)
+    features = request.features - frozenset(dropped)
+    return dataclasses.replace(request, sampling=sampling, features=features, **request_changes), dropped

@@ -1,0 +1,169 @@
+"""``llm-gateway``: serve, check a config, hash a key.
+
+    llm-gateway serve [--config FILE] [--host H] [--port P] [--workers N]
+    llm-gateway check-config FILE
+    llm-gateway hash-key            (reads a key on stdin, prints the sha256 the config wants)
+
+``--workers N`` runs N processes on one port (SO_REUSEPORT); the kernel spreads connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from gateway import logs
+from gateway.config import ConfigError, GatewayConfig, Target, hash_key, key_hashes, load_config
+
+log = logging.getLogger("gateway")
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int) -> None:
+    from gateway.app import create_app
+
+    listener = logs.configure()
+    _use_uvloop()
+    try:
+        app = create_app(config, catch_all)
+        web.run_app(
+            app,
+            host=host,
+            port=port,
+            reuse_port=True,
+            handler_cancellation=True,
+            access_log=None,
+            print=None,
+            shutdown_timeout=5.0,
+        )
+    finally:
+        listener.stop()
+
+
+def serve(args: argparse.Namespace) -> int:
+    from gateway.defaults import embedded
+
+    catch_all: Target | None = None
+    try:
+        if args.config:
+            config = load_config(args.config)
+        else:
+            config, catch_all = embedded()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    workers = args.workers or config.server.workers
+    listener = logs.configure()
+    if not args.config:
+        vendors = ", ".join(sorted(config.vendors)) or "none (no vendor API key in the environment)"
+        log.info(
+            "no config given: embedded default; vendors: %s; local vLLM at %s",
+            vendors,
+            catch_all and catch_all.base_url,
+        )
+        if config.auth == "none":
+            log.warning("open access: set LLM_GATEWAY_API_KEY or use a config file with teams and keys")
+    log.info("serving on http://%s:%d with %d worker(s)", host, port, workers)
+    listener.stop()
+    if workers == 1:
+        _worker(config, catch_all, host, port)
+        return 0
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_worker, args=(config, catch_all, host, port), daemon=False) for _ in range(workers)]
+    for p in procs:
+        p.start()
+
+    def stop(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for p in procs:
+        p.join()
+    return max((p.exitcode or 0) for p in procs)
+
+
+def check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+        for team in config.teams:
+            key_hashes(team)
+        from adapters import PROVIDERS
+
+        for entry in config.models:
+            for i, target in enumerate(entry.targets):
+                if target.provider not in PROVIDERS:
+                    known = ", ".join(sorted(PROVIDERS))
+                    raise ConfigError(
+                        f"{args.file}: models[{entry.name!r}].targets[{i}].provider: unknown provider "
+                        f"{target.provider!r} (known: {known})"
+                    )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.file}: OK")
+    print("routes:")
+    for entry in config.models:
+        names = ", ".join((entry.name, *entry.aliases))
+        for t in entry.targets:
+            print(f"  {names} -> {t.provider} {t.base_url} model={t.model or entry.name} weight={t.weight:g}")
+    for prefix, vendor in sorted(config.vendors.items()):
+        print(f"  {prefix}/* -> {vendor.provider} {vendor.base_url}")
+    print("keys:")
+    for team in config.teams:
+        for key in team.keys:
+            source = f"env {key.env}" if key.env else f"sha256 {key.sha256[:12] if key.sha256 else ''}…"
+            print(f"  team {team.id}: key {key.id} ({source})")
+    if config.auth == "none":
+        print("  auth: none (open access)")
+    return 0
+
+
+def hash_key_cmd(args: argparse.Namespace) -> int:
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        print("error: no key on stdin", file=sys.stderr)
+        return 2
+    print(hash_key(secret))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llm-gateway", description="Multi-provider LLM gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the gateway")
+    s.add_argument("--config", help="config file (YAML); omitted: the embedded default")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.add_argument("--workers", type=int, help="processes sharing the port (default: config, else 1)")
+    s.set_defaults(func=serve)
+    c = sub.add_parser("check-config", help="validate a config file and print what it would serve")
+    c.add_argument("file")
+    c.set_defaults(func=check_config)
+    h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
+    h.set_defaults(func=hash_key_cmd)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,127 @@
+"""The gateway's one error hierarchy.
+
+Every failure the data path can raise is a ``GatewayError``. Each carries a ``status`` (the HTTP status
+a neutral client would get), a stable ``code`` (what each dialect's error table is keyed on), a
+``retryable`` flag (used by routing: retry or fall back only when the upstream *failed*, never when it
+*rejected* the request) and, for request errors, the client's ``param`` name.
+
+    GatewayError
+    ├── RequestError                   the client's mistake; never 5xx
+    │   ├── InvalidRequest      400    malformed body, bad value, cross-field rule (names the field)
+    │   ├── UnsupportedFeature  400    the chosen target cannot honour a requested field
+    │   ├── AuthenticationFailed 401
+    │   ├── PermissionDenied    403    key valid, but not for this team or model
+    │   ├── NotFound            404    unknown model or path
+    │   └── PayloadTooLarge     413
+    ├── RateLimited             429    a limit refused admission (carries retry_after)
+    ├── DeadlineExceeded        504    the client's own deadline expired (dialects may answer 429)
+    └── UpstreamError                  the upstream's answer, split in two:
+        ├── UpstreamRejected    4xx    it refused the request: the client's status is kept
+        ├── UpstreamFailed      502    5xx, reset, malformed answer: retryable before the first byte
+        ├── UpstreamTimeout     504    connect / first-byte / idle / total timeout
+        └── NoHealthyTarget     503    every target of the model is cooling down
+
+Nothing here imports the web framework: dialects render these into their own envelopes.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    status: int = 500
+    code: str = "internal_error"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, param={self.param!r})"
+
+
+class RequestError(GatewayError):
+    status = 400
+    code = "invalid_request"
+
+
+class InvalidRequest(RequestError):
+    pass
+
+
+class UnsupportedFeature(RequestError):
+    code = "unsupported_parameter"
+
+    def __init__(self, field: str, target: str, reason: str = "") -> None:
+        why = f": {reason}" if reason else ""
+        super().__init__(f"'{field}' is not supported by target '{target}'{why}", param=field)
+        self.field = field
+        self.target = target
+
+
+class AuthenticationFailed(RequestError):
+    status = 401
+    code = "invalid_api_key"
+
+
+class PermissionDenied(RequestError):
+    status = 403
+    code = "permission_denied"
+
+
+class NotFound(RequestError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+    code = "payload_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(GatewayError):
+    status = 504
+    code = "deadline_exceeded"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    code = "upstream_error"
+
+
+class UpstreamRejected(UpstreamError):
+    """The upstream answered 4xx: the request itself was refused, so the status is the client's."""
+
+    code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status = status
+        if status == 429:
+            self.retryable = True
+
+
+class UpstreamFailed(UpstreamError):
+    code = "upstream_failed"
+    retryable = True
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+    retryable = True
+
+
+class NoHealthyTarget(UpstreamError):
+    status = 503
+    code = "no_healthy_target"

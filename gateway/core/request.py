@@ -1,0 +1,186 @@
+"""The one internal request that every ingress dialect is parsed into.
+
+Frozen, slotted and typed. Vendor-only features travel as explicit fields (``top_k``, ``xtc``,
+``bad_words``...); each is named by a ``Feature`` so that a target which cannot honour it rejects the
+request by name instead of silently ignoring it. ``fields`` remembers, for each feature the client
+used, the name of the field the client wrote, so errors speak the client's own vocabulary.
+
+What does not belong here: any wire format, any web framework, any vendor name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+JSON = Any
+PromptItem = str | tuple[int, ...]
+
+
+class Operation(StrEnum):
+    COMPLETION = "completion"
+    CHAT = "chat"
+
+
+class Feature(StrEnum):
+    """Everything a request can ask of a target beyond plain text generation."""
+
+    BATCH_PROMPT = "batch_prompt"
+    TOKEN_PROMPT = "token_prompt"
+    N = "n"
+    BEST_OF = "best_of"
+    TOP_K = "top_k"
+    MIN_P = "min_p"
+    XTC = "xtc"
+    REPETITION_PENALTY = "repetition_penalty"
+    NO_REPEAT_NGRAM = "no_repeat_ngram"
+    ENCODER_PENALTIES = "encoder_penalties"
+    MIN_TOKENS = "min_tokens"
+    MAX_TOTAL_TOKENS = "max_total_tokens"
+    MIN_TOTAL_TOKENS = "min_total_tokens"
+    STOP = "stop"
+    STOP_TOKEN_IDS = "stop_token_ids"
+    STOP_TOKEN_SEQUENCES = "stop_token_sequences"
+    INCLUDE_STOP_STR = "include_stop_str_in_output"
+    IGNORE_EOS = "ignore_eos"
+    BAD_WORDS = "bad_words"
+    BAD_WORD_TOKENS = "bad_word_tokens"
+    LOGIT_BIAS = "logit_bias"
+    LOGPROBS = "logprobs"
+    PROMPT_LOGPROBS = "prompt_logprobs"
+    ECHO = "echo"
+    SUFFIX = "suffix"
+    SEED = "seed"
+    SEED_PER_CHOICE = "seed_per_choice"
+    FORCED_OUTPUT = "forced_output_tokens"
+    EMBEDDING_REPLACEMENT = "embedding_replacement"
+    JSON_OBJECT = "json_object"
+    JSON_SCHEMA = "json_schema"
+    REGEX = "regex"
+    CHOICE = "choice"
+    GRAMMAR = "grammar"
+    BEAM_SEARCH = "beam_search"
+    OUTPUT_LOGITS = "output_logits"
+    ADAPTER = "adapter"
+    TOOLS = "tools"
+    AUDIO = "audio"
+    PREDICTION = "prediction"
+    REASONING = "reasoning"
+    EXTRA_BODY = "extra_body"
+    EXTRA_HEADERS = "extra_headers"
+
+
+StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """One output constraint. ``value`` is a JSON schema (object), a pattern, a grammar or choices."""
+
+    kind: StructuredKind
+    value: JSON = None
+
+
+@dataclass(frozen=True, slots=True)
+class BeamSearch:
+    num_beams: int
+    length_penalty: float | None = None
+    early_stopping: bool | None = None
+    search_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Generation controls. ``None`` always means "not asked for": the target's own default."""
+
+    max_tokens: int | None = None
+    max_total_tokens: int | None = None
+    min_tokens: int | None = None
+    min_total_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # None = off; Friendli's 0 and vLLM's -1 both map here
+    min_p: float | None = None
+    xtc_threshold: float | None = None
+    xtc_probability: float | None = None
+    n: int = 1
+    best_of: int | None = None
+    seeds: tuple[int, ...] | None = None  # one seed, or one per choice
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram: int | None = None
+    encoder_repetition_penalty: float | None = None
+    encoder_no_repeat_ngram: int | None = None
+    logit_bias: Mapping[int, float] | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_sequences: tuple[tuple[int, ...], ...] = ()
+    eos_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    bad_words: tuple[str, ...] = ()
+    bad_word_tokens: tuple[tuple[int, ...], ...] = ()
+    logprobs: int | None = None  # top-k alternatives per token; 0 = the sampled token only
+    prompt_logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    forced_output_tokens: tuple[int, ...] = ()
+    structured: StructuredOutput | None = None
+    beam: BeamSearch | None = None
+    output_logits: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str | tuple[JSON, ...] | None
+    name: str | None = None
+    tool_calls: tuple[JSON, ...] | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """Chat-only controls, forwarded as given to targets that declare the feature."""
+
+    tools: tuple[JSON, ...] | None = None
+    tool_choice: JSON = None
+    parallel_tool_calls: bool | None = None
+    reasoning: Mapping[str, JSON] | None = None  # reasoning_effort, chat_template_kwargs, ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingReplacement:
+    positions: tuple[int, ...]
+    values: tuple[float, ...]  # flattened rows, len = len(positions) * hidden size
+
+
+@dataclass(frozen=True, slots=True)
+class InternalRequest:
+    operation: Operation
+    model: str
+    prompts: tuple[PromptItem, ...] = ()  # completions; a single prompt is a batch of one
+    messages: tuple[ChatMessage, ...] = ()  # chat
+    sampling: Sampling = field(default_factory=Sampling)
+    chat: ChatOptions | None = None
+    stream: bool = False
+    stream_usage: bool = False
+    adapter: str | None = None  # LoRA / PEFT / deployment selected by the client
+    embedding_replacement: EmbeddingReplacement | None = None
+    timeout: float | None = None  # seconds, from the client's own timeout field
+    user: str | None = None
+    extra_body: Mapping[str, JSON] | None = None
+    extra_headers: Mapping[str, str] | None = None
+    want_token_ids: bool = False  # the client's dialect returns output token ids
+    want_seed: bool = False  # the client's dialect returns the seed used per choice
+    features: frozenset[Feature] = frozenset()
+    fields: Mapping[Feature, str] = field(default_factory=dict)
+
+    def field_name(self, feature: Feature) -> str:
+        return self.fields.get(feature, feature.value)
+
+    @property
+    def choice_count(self) -> int:
+        return max(1, len(self.prompts)) * self.sampling.n

@@ -1,0 +1,175 @@
+"""The internal answer: a whole completion, or a stream of events that add up to one.
+
+Upstream adapters decode into these; ingress dialects render from them. Streaming and non-streaming
+answers share the same pieces so that ``accumulate(events)`` equals the non-streaming ``Completion``.
+
+The finish-reason vocabulary is ours: ``stop``, ``length``, ``content_filter``, ``tool_calls`` and
+``abort``; each dialect maps it onto its own (dialects.md §6.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "abort"]
+FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "content_filter", "tool_calls", "abort"))
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+    bytes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class Choice:
+    index: int
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[TokenLogprob] | None = None
+    seed: int | None = None
+    role: str | None = None  # chat
+    tool_calls: list[Any] | None = None  # chat; OpenAI's shape, kept as JSON
+    reasoning: str | None = None  # chat
+
+
+@dataclass(slots=True)
+class Completion:
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+# --- stream events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """First event of every stream: the identity every chunk repeats."""
+
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    index: int
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    role: str | None = None
+    tool_calls: tuple[Any, ...] = ()
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    index: int
+    reason: FinishReason
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    usage: Usage
+
+
+StreamEvent = StreamStart | Delta | Finish | UsageReport
+
+
+@dataclass(slots=True)
+class Accumulator:
+    """Folds stream events into a ``Completion``: used to answer dialects whose final event repeats
+    the whole answer (Friendli 2024's ``complete``), to settle usage, and in tests."""
+
+    start: StreamStart | None = None
+    choices: dict[int, Choice] = field(default_factory=dict)
+    usage: Usage | None = None
+
+    def add(self, event: StreamEvent) -> None:
+        if isinstance(event, Delta):
+            choice = self.choices.get(event.index)
+            if choice is None:
+                choice = self.choices[event.index] = Choice(index=event.index)
+            choice.text += event.text
+            if event.token_ids:
+                choice.token_ids = (choice.token_ids or []) + list(event.token_ids)
+            if event.logprobs:
+                choice.logprobs = (choice.logprobs or []) + list(event.logprobs)
+            if event.role:
+                choice.role = event.role
+            if event.tool_calls:
+                choice.tool_calls = (choice.tool_calls or []) + list(event.tool_calls)
+            if event.reasoning:
+                choice.reasoning = (choice.reasoning or "") + event.reasoning
+        elif isinstance(event, Finish):
+            choice = self.choices.setdefault(event.index, Choice(index=event.index))
+            choice.finish_reason = event.reason
+            if event.seed is not None:
+                choice.seed = event.seed
+        elif isinstance(event, UsageReport):
+            self.usage = event.usage
+        else:
+            self.start = event
+
+    def extend(self, events: Iterable[StreamEvent]) -> Accumulator:
+        for event in events:
+            self.add(event)
+        return self
+
+    def completion(self) -> Completion:
+        start = self.start or StreamStart(id="", created=0, model="")
+        choices = [self.choices[i] for i in sorted(self.choices)]
+        return Completion(
+            id=start.id,
+            created=start.created,
+            model=start.model,
+            choices=choices,
+            usage=self.usage,
+            system_fingerprint=start.system_fingerprint,
+        )
+
+
+def completion_events(completion: Completion) -> list[StreamEvent]:
+    """A whole completion as the stream that would have produced it (fan-out merging, fallbacks)."""
+    events: list[StreamEvent] = [
+        StreamStart(completion.id, completion.created, completion.model, completion.system_fingerprint)
+    ]
+    for c in completion.choices:
+        events.append(
+            Delta(
+                index=c.index,
+                text=c.text,
+                token_ids=tuple(c.token_ids or ()),
+                logprobs=tuple(c.logprobs or ()),
+                role=c.role,
+                tool_calls=tuple(c.tool_calls or ()),
+                reasoning=c.reasoning,
+            )
+        )
+        events.append(Finish(c.index, c.finish_reason or "stop", c.seed))
+    if completion.usage is not None:
+        events.append(UsageReport(completion.usage))
+    return events

@@ -1,0 +1,59 @@
+"""The contract between the gateway's core and whatever produces completions.
+
+An ``Upstream`` is one configured target: an upstream vendor adapter (``adapters/``) or a local vLLM
+backend (``backends/``). It is built once at start-up, owns its connection pool, and declares which
+``Feature``s it can honour. The core checks features before calling, so adapters never see a request
+they cannot serve faithfully.
+
+``Call`` carries what one attempt needs besides the request: its deadline and request id. Adapters
+turn the deadline into per-hop timeouts; they raise only ``GatewayError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.core.request import Feature, InternalRequest
+from gateway.core.response import Completion, StreamEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    request_id: str
+    deadline: float | None = None  # time.monotonic() value; None = no client deadline
+    model: str | None = None  # upstream model name, when routing chose it (``vendor/model`` names)
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+
+class Upstream(Protocol):
+    @property
+    def name(self) -> str:
+        """Target id: unique per config, used in logs, metrics and error messages."""
+        ...
+
+    @property
+    def provider(self) -> str:
+        """Registry key of the adapter kind (``openai``, ``vllm``, ``friendli``...)."""
+        ...
+
+    @property
+    def features(self) -> frozenset[Feature]: ...
+
+    async def complete(self, request: InternalRequest, call: Call) -> Completion: ...
+
+    def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
+        """Events of one answer. Errors before the first event may be retried elsewhere."""
+        ...
+
+    async def list_models(self) -> list[str]:
+        """What the upstream says it serves; raises ``UpstreamError`` when unreachable."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,19 @@
+"""Wire codecs, one per vendor, sans-IO: each parses its clients' bodies into the internal request,
+renders internal answers in its own shape, and (for upstream vendors) serves the egress side too.
+
+``DIALECTS`` is the registry the route table draws from; the names are bounded metric labels.
+"""
+
+from __future__ import annotations
+
+from gateway.dialects.base import Dialect
+from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
+from gateway.dialects.octoai import OCTOAI
+from gateway.dialects.openai import OpenAIDialect
+from gateway.dialects.sgp import SGP_V4, SGP_V5
+
+OPENAI = OpenAIDialect(friendli=FRIENDLI, octoai=OCTOAI)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, FRIENDLI, FRIENDLI_2024, SGP_V4, SGP_V5, OCTOAI)}
+
+__all__ = ["DIALECTS", "FRIENDLI", "FRIENDLI_2024", "OCTOAI", "OPENAI", "SGP_V4", "SGP_V5", "Dialect"]

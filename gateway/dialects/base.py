@@ -1,0 +1,77 @@
+"""What an ingress dialect is: a sans-IO codec between one vendor's client-facing wire format and the
+internal request/answer, plus that vendor's error envelope and stream framing.
+
+The web layer only ever talks to this protocol; it never branches on a vendor name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.core.errors import GatewayError
+from gateway.core.request import InternalRequest, Operation
+from gateway.core.response import Completion, StreamEvent
+
+JSON = Any
+
+
+class StreamEncoder(Protocol):
+    """Turns internal stream events into the bytes of one client's stream, in order."""
+
+    def event(self, event: StreamEvent) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+    def error(self, err: GatewayError) -> bytes:
+        """The in-band form of an error raised after the first byte was sent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    status: int
+    body: JSON
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Dialect(Protocol):
+    @property
+    def name(self) -> str:
+        """Bounded identifier: metric label and log field."""
+        ...
+
+    @property
+    def auth_header(self) -> str: ...
+
+    @property
+    def team_header(self) -> str | None: ...
+
+    def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> Dialect:
+        """The dialect that actually answers: paths shared by several SDKs are told apart here."""
+        ...
+
+    def parse(self, operation: Operation, body: dict[str, JSON], flavour: str) -> InternalRequest: ...
+
+    def render(self, request: InternalRequest, completion: Completion) -> JSON: ...
+
+    def encoder(self, request: InternalRequest) -> StreamEncoder: ...
+
+    def error(self, err: GatewayError) -> ErrorReply: ...
+
+
+def bearer_token(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def retry_headers(err: GatewayError) -> dict[str, str]:
+    retry_after = getattr(err, "retry_after", None)
+    if retry_after is None:
+        return {}
+    return {"Retry-After": str(max(1, round(retry_after)))}

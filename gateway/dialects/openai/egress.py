@@ -1,0 +1,256 @@
+"""The internal request → an OpenAI/vLLM upstream body, and that upstream's answers → internal ones.
+
+vLLM's extensions (vllm.md §1) are written only when the request uses them; the core has already
+refused features the target does not declare, so a plain OpenAI target never receives them. The
+removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.errors import UpstreamFailed
+from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.response import (
+    FINISH_REASONS,
+    Choice,
+    Completion,
+    Delta,
+    Finish,
+    FinishReason,
+    StreamEvent,
+    StreamStart,
+    Usage,
+    UsageReport,
+)
+from gateway.dialects.common import logprobs_from, usage_from
+
+JSON = Any
+
+STRUCTURED_KEYS = {
+    "json_schema": "json",
+    "json_object": "json_object",
+    "regex": "regex",
+    "choice": "choice",
+    "grammar": "grammar",
+}
+
+
+def _prompt(req: InternalRequest) -> JSON:
+    if len(req.prompts) == 1:
+        p = req.prompts[0]
+        return p if isinstance(p, str) else list(p)
+    return [p if isinstance(p, str) else list(p) for p in req.prompts]
+
+
+def _messages(req: InternalRequest) -> list[dict[str, JSON]]:
+    out = []
+    for m in req.messages:
+        msg: dict[str, JSON] = {"role": m.role}
+        if m.content is not None:
+            msg["content"] = m.content if isinstance(m.content, str) else list(m.content)
+        for key in ("name", "tool_call_id"):
+            if getattr(m, key) is not None:
+                msg[key] = getattr(m, key)
+        if m.tool_calls:
+            msg["tool_calls"] = list(m.tool_calls)
+        out.append(msg)
+    return out
+
+
+def _xargs(s: Sampling) -> dict[str, JSON]:
+    """Friendli samplers served by this project's vLLM logits processors (backends/vllm_plugins)."""
+    xargs: dict[str, JSON] = {}
+    if s.no_repeat_ngram is not None and s.no_repeat_ngram > 1:
+        xargs["no_repeat_ngram_size"] = s.no_repeat_ngram
+    if s.xtc_probability:
+        xargs["xtc_threshold"] = s.xtc_threshold or 0.0
+        xargs["xtc_probability"] = s.xtc_probability
+    if s.forced_output_tokens:
+        xargs["forced_output_tokens"] = list(s.forced_output_tokens)
+    if s.min_total_tokens is not None:
+        xargs["min_total_tokens"] = s.min_total_tokens
+    if s.max_total_tokens is not None:
+        xargs["max_total_tokens"] = s.max_total_tokens
+    return xargs
+
+
+def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
+    s = req.sampling
+    chat = req.operation is Operation.CHAT
+    plain = {
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "top_k": s.top_k,
+        "min_p": s.min_p,
+        "repetition_penalty": s.repetition_penalty,
+        "min_tokens": s.min_tokens,
+        "suffix": s.suffix,
+        "prompt_logprobs": s.prompt_logprobs,
+    }
+    body.update((k, v) for k, v in plain.items() if v is not None)
+    if s.n > 1:
+        body["n"] = s.n
+    if s.best_of is not None and s.best_of > s.n:
+        body["best_of"] = s.best_of
+    if s.seeds:
+        body["seed"] = s.seeds[0]
+    if s.stop:
+        body["stop"] = list(s.stop)
+    stop_ids = list(s.eos_token_ids) + [seq[0] for seq in s.stop_token_sequences if len(seq) == 1]
+    if stop_ids:
+        body["stop_token_ids"] = stop_ids
+    if s.bad_words:
+        body["bad_words"] = list(s.bad_words)
+    if s.ignore_eos:
+        body["ignore_eos"] = True
+    if s.include_stop_str_in_output:
+        body["include_stop_str_in_output"] = True
+    if s.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in s.logit_bias.items()}
+    if s.logprobs is not None:
+        if chat:
+            body["logprobs"] = True
+            body["top_logprobs"] = s.logprobs
+        else:
+            body["logprobs"] = s.logprobs
+    if s.echo:
+        body["echo"] = True
+    if s.structured is not None:
+        value = True if s.structured.kind == "json_object" else s.structured.value
+        body["structured_outputs"] = {STRUCTURED_KEYS[s.structured.kind]: value}
+    xargs = _xargs(s)
+    if xargs:
+        body["vllm_xargs"] = xargs
+
+
+def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
+    body: dict[str, JSON] = {"model": model}
+    if req.operation is Operation.CHAT:
+        body["messages"] = _messages(req)
+        chat = req.chat
+        if chat is not None:
+            if chat.tools:
+                body["tools"] = list(chat.tools)
+            if chat.tool_choice is not None:
+                body["tool_choice"] = chat.tool_choice
+            if chat.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = chat.parallel_tool_calls
+            if chat.reasoning:
+                body.update(chat.reasoning)
+    else:
+        body["prompt"] = _prompt(req)
+    _sampling(req, body)
+    if req.user is not None:
+        body["user"] = req.user
+    if token_ids or req.want_token_ids:
+        body["return_token_ids"] = True
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if req.extra_body:
+        body.update(req.extra_body)
+    return body
+
+
+# --- answers -------------------------------------------------------------------------------------
+
+
+def finish_from(value: JSON) -> FinishReason | None:
+    if value is None or value == "null":
+        return None
+    if value == "error":
+        raise UpstreamFailed("upstream reported an internal error for this generation")
+    if value in FINISH_REASONS:
+        return value  # type: ignore[no-any-return]
+    if value == "cancelled":
+        return "abort"
+    return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
+
+
+def decode(data: JSON, operation: Operation) -> Completion:
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        raise UpstreamFailed("upstream answer is not a completion object")
+    choices = []
+    for i, c in enumerate(data["choices"]):
+        msg = c.get("message") or {}
+        text = msg.get("content") if operation is Operation.CHAT else c.get("text")
+        choices.append(
+            Choice(
+                index=int(c.get("index", i)),
+                text=text or "",
+                finish_reason=finish_from(c.get("finish_reason")) or "stop",
+                token_ids=c.get("token_ids") or c.get("tokens"),
+                logprobs=logprobs_from(c.get("logprobs")),
+                seed=c.get("seed"),
+                role=msg.get("role"),
+                tool_calls=msg.get("tool_calls") or None,
+                reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+            )
+        )
+    return Completion(
+        id=str(data.get("id") or ""),
+        created=int(data.get("created") or 0),
+        model=str(data.get("model") or ""),
+        choices=choices,
+        usage=usage_from(data.get("usage")),
+        system_fingerprint=data.get("system_fingerprint"),
+    )
+
+
+class ChunkDecoder:
+    """OpenAI-shaped stream chunks → events. Usage may come on an empty-choices chunk (OpenAI), on
+    the last content chunk (OctoAI) or on every chunk (vLLM continuous stats): the last one wins and
+    is reported once, at the end."""
+
+    __slots__ = ("chat", "finished", "started", "usage")
+
+    def __init__(self, operation: Operation) -> None:
+        self.chat = operation is Operation.CHAT
+        self.started = False
+        self.finished = False
+        self.usage: Usage | None = None
+
+    def decode(self, data: JSON) -> list[StreamEvent]:
+        if not isinstance(data, dict):
+            raise UpstreamFailed("upstream stream chunk is not a JSON object")
+        if data.get("error"):
+            err = data["error"]
+            message = err.get("message") if isinstance(err, dict) else str(err)
+            raise UpstreamFailed(f"upstream stream failed: {message}")
+        events: list[StreamEvent] = []
+        if not self.started:
+            self.started = True
+            events.append(
+                StreamStart(
+                    str(data.get("id") or ""),
+                    int(data.get("created") or 0),
+                    str(data.get("model") or ""),
+                    data.get("system_fingerprint"),
+                )
+            )
+        for c in data.get("choices") or ():
+            index = int(c.get("index", 0))
+            delta = c.get("delta") or {} if self.chat else c
+            text = (delta.get("content") if self.chat else c.get("text")) or ""
+            ids = c.get("token_ids") or ((c["token"],) if c.get("token") is not None else ())
+            lps = logprobs_from(c.get("logprobs"))
+            tools = delta.get("tool_calls") or () if self.chat else ()
+            reasoning = (delta.get("reasoning_content") or delta.get("reasoning")) if self.chat else None
+            role = delta.get("role") if self.chat else None
+            if text or ids or lps or tools or reasoning or role:
+                events.append(Delta(index, text, tuple(ids), tuple(lps or ()), role, tuple(tools), reasoning))
+            reason = finish_from(c.get("finish_reason"))
+            if reason is not None:
+                self.finished = True
+                events.append(Finish(index, reason, c.get("seed")))
+        usage = usage_from(data.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        return events
+
+    def finish(self) -> list[StreamEvent]:
+        return [UsageReport(self.usage)] if self.usage is not None else []

@@ -1,0 +1,266 @@
+"""OpenAI request bodies → the internal request. The helpers here are the OpenAI baseline that the
+other dialects (all OpenAI-shaped at heart, dialects.md §5) build on; each adds only its own fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.core.errors import InvalidRequest
+from gateway.core.request import (
+    ChatMessage,
+    ChatOptions,
+    Feature,
+    InternalRequest,
+    Operation,
+    PromptItem,
+    Sampling,
+    StructuredOutput,
+)
+from gateway.dialects.common import FeatureSet, exclusive, logit_bias, stop_list, validate
+from gateway.dialects.openai.schema import (
+    PLATFORM_FIELDS,
+    ChatBody,
+    CompletionBody,
+    OpenAIChatBody,
+    ResponseFormat,
+    StreamOptions,
+    StructuredOutputs,
+    VLLMExtras,
+)
+
+JSON = Any
+
+
+def prompts(
+    prompt: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], fs: FeatureSet
+) -> tuple[PromptItem, ...]:
+    if isinstance(prompt, str):
+        return (prompt,)
+    if not prompt:
+        raise InvalidRequest("'prompt' must not be empty", param="prompt")
+    first = prompt[0]
+    items: tuple[PromptItem, ...]
+    if isinstance(first, str):
+        items = tuple(str(p) for p in prompt)
+    elif isinstance(first, int):
+        fs.use(Feature.TOKEN_PROMPT, "prompt")
+        items = (tuple(int(t) for t in prompt),)  # type: ignore[arg-type]
+    else:
+        fs.use(Feature.TOKEN_PROMPT, "prompt")
+        items = tuple(tuple(p) for p in prompt)  # type: ignore[arg-type]
+        if any(not p for p in items):
+            raise InvalidRequest("'prompt' must not contain empty token lists", param="prompt")
+    fs.use(Feature.BATCH_PROMPT, "prompt", len(items) > 1)
+    return items
+
+
+def choices(n: int | None, best_of: int | None, stream: bool, fs: FeatureSet, *, strict_gt: bool = False) -> int:
+    count = n or 1
+    fs.use(Feature.N, "n", count > 1)
+    if best_of is not None:
+        if best_of < count or (strict_gt and best_of == count and count > 1):
+            raise InvalidRequest("'best_of' must be greater than or equal to 'n'", param="best_of")
+        if best_of > count:
+            if stream:
+                raise InvalidRequest("'best_of' cannot be used with 'stream'", param="best_of")
+            fs.use(Feature.BEST_OF, "best_of")
+    return count
+
+
+def stream_usage(stream: bool, options: StreamOptions | None) -> bool:
+    if options is not None and not stream:
+        raise InvalidRequest("'stream_options' is only allowed when 'stream' is true", param="stream_options")
+    return bool(options and options.include_usage)
+
+
+def structured_from_vllm(so: StructuredOutputs | None, fs: FeatureSet) -> StructuredOutput | None:
+    if so is None:
+        return None
+    given = [
+        (k, v)
+        for k, v in (
+            ("json", so.json_),
+            ("regex", so.regex),
+            ("choice", so.choice),
+            ("grammar", so.grammar),
+            ("json_object", so.json_object or None),
+        )
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise InvalidRequest("'structured_outputs' needs exactly one constraint", param="structured_outputs")
+    key, value = given[0]
+    kind = {"json": "json_schema", "json_object": "json_object"}.get(key, key)
+    out = StructuredOutput(kind, None if kind == "json_object" else value)  # type: ignore[arg-type]
+    fs.use(Feature(kind), "structured_outputs")
+    return out
+
+
+def structured_from_format(rf: ResponseFormat | None, fs: FeatureSet) -> StructuredOutput | None:
+    """OpenAI's ``response_format``; Friendli's and OctoAI's variants are handled by their codecs."""
+    if rf is None or rf.type == "text":
+        return None
+    if rf.type == "json_object":
+        fs.use(Feature.JSON_OBJECT, "response_format")
+        return StructuredOutput("json_object")
+    if rf.type == "json_schema":
+        if rf.json_schema is None or rf.json_schema.schema_ is None:
+            raise InvalidRequest("'response_format.json_schema.schema' is required", param="response_format")
+        fs.use(Feature.JSON_SCHEMA, "response_format")
+        return StructuredOutput("json_schema", rf.json_schema.schema_)
+    raise InvalidRequest(f"'response_format.type' {rf.type!r} is not supported", param="response_format.type")
+
+
+def vllm_extras(b: VLLMExtras, fs: FeatureSet) -> dict[str, Any]:
+    fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))
+    fs.use(Feature.MIN_P, "min_p", b.min_p not in (None, 0))
+    fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
+    fs.use(Feature.MIN_TOKENS, "min_tokens", b.min_tokens not in (None, 0))
+    fs.use(Feature.STOP_TOKEN_IDS, "stop_token_ids", b.stop_token_ids)
+    fs.use(Feature.BAD_WORDS, "bad_words", b.bad_words)
+    fs.use(Feature.IGNORE_EOS, "ignore_eos", b.ignore_eos)
+    fs.use(Feature.INCLUDE_STOP_STR, "include_stop_str_in_output", b.include_stop_str_in_output)
+    return {
+        "top_k": b.top_k if b.top_k not in (None, 0, -1) else None,
+        "min_p": b.min_p or None,
+        "repetition_penalty": b.repetition_penalty,
+        "min_tokens": b.min_tokens or None,
+        "stop_token_sequences": tuple((t,) for t in b.stop_token_ids or ()),
+        "bad_words": tuple(b.bad_words or ()),
+        "ignore_eos": bool(b.ignore_eos),
+        "include_stop_str_in_output": bool(b.include_stop_str_in_output),
+    }
+
+
+def penalties(b: CompletionBody | ChatBody, fs: FeatureSet) -> dict[str, Any]:
+    bias = logit_bias(b.logit_bias)
+    fs.use(Feature.LOGIT_BIAS, "logit_bias", bias)
+    fs.use(Feature.SEED, "seed", b.seed is not None)
+    fs.use(Feature.STOP, "stop", b.stop)
+    return {
+        "temperature": b.temperature,
+        "top_p": b.top_p,
+        "presence_penalty": b.presence_penalty,
+        "frequency_penalty": b.frequency_penalty,
+        "logit_bias": bias,
+        "seeds": (b.seed,) if b.seed is not None else None,
+        "stop": stop_list(b.stop),
+    }
+
+
+def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
+    stream = bool(b.stream)
+    fs.use(Feature.LOGPROBS, "logprobs", b.logprobs is not None)
+    fs.use(Feature.ECHO, "echo", b.echo)
+    fs.use(Feature.SUFFIX, "suffix", b.suffix is not None)
+    return {
+        **penalties(b, fs),
+        "max_tokens": b.max_tokens,
+        "n": choices(b.n, b.best_of, stream, fs),
+        "best_of": b.best_of,
+        "logprobs": b.logprobs,
+        "echo": bool(b.echo),
+        "suffix": b.suffix,
+    }
+
+
+def parse_completion(data: dict[str, JSON]) -> InternalRequest:
+    b = validate(CompletionBody, data)
+    fs = FeatureSet()
+    items = prompts(b.prompt, fs)
+    kw = completion_sampling(b, fs) | vllm_extras(b, fs)
+    kw["structured"] = structured_from_vllm(b.structured_outputs, fs)
+    stream = bool(b.stream)
+    return InternalRequest(
+        operation=Operation.COMPLETION,
+        model=b.model,
+        prompts=items,
+        sampling=Sampling(**kw),
+        stream=stream,
+        stream_usage=stream_usage(stream, b.stream_options),
+        user=b.user,
+        want_token_ids=bool(b.return_token_ids),
+        features=fs.frozen(),
+        fields=fs.fields,
+    )
+
+
+# --- chat ----------------------------------------------------------------------------------------
+
+
+def messages(b: ChatBody) -> tuple[ChatMessage, ...]:
+    return tuple(
+        ChatMessage(
+            role=m.role,
+            content=m.content if isinstance(m.content, str) or m.content is None else tuple(m.content),
+            name=m.name,
+            tool_calls=tuple(m.tool_calls) if m.tool_calls else None,
+            tool_call_id=m.tool_call_id,
+        )
+        for m in b.messages
+    )
+
+
+def chat_sampling(b: ChatBody, fs: FeatureSet) -> dict[str, Any]:
+    exclusive(b, "max_tokens", "max_completion_tokens")
+    stream = bool(b.stream)
+    if b.top_logprobs is not None and not b.logprobs:
+        raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
+    fs.use(Feature.LOGPROBS, "logprobs", b.logprobs)
+    return {
+        **penalties(b, fs),
+        "max_tokens": b.max_tokens or b.max_completion_tokens,
+        "n": choices(b.n, None, stream, fs),
+        "logprobs": (b.top_logprobs or 0) if b.logprobs else None,
+        "structured": structured_from_format(b.response_format, fs),
+    }
+
+
+def chat_options(b: ChatBody, fs: FeatureSet, reasoning: dict[str, JSON] | None = None) -> ChatOptions:
+    fs.use(Feature.TOOLS, "tools", b.tools)
+    fs.use(Feature.TOOLS, "tool_choice", b.tool_choice not in (None, "none", "auto") and not b.tools)
+    reasoning = {k: v for k, v in (reasoning or {}).items() if v is not None}
+    if b.reasoning_effort is not None:
+        reasoning["reasoning_effort"] = b.reasoning_effort
+    fs.use(Feature.REASONING, next(iter(reasoning), "reasoning_effort"), reasoning)
+    return ChatOptions(
+        tools=tuple(b.tools) if b.tools else None,
+        tool_choice=b.tool_choice if b.tools else None,
+        parallel_tool_calls=b.parallel_tool_calls if b.tools else None,
+        reasoning=reasoning or None,
+    )
+
+
+def parse_chat(data: dict[str, JSON]) -> InternalRequest:
+    b = validate(OpenAIChatBody, data)
+    fs = FeatureSet()
+    kw = chat_sampling(b, fs) | vllm_extras(b, fs)
+    vllm_so = structured_from_vllm(b.structured_outputs, fs)
+    if vllm_so is not None:
+        if kw["structured"] is not None:
+            raise InvalidRequest("give 'response_format' or 'structured_outputs', not both", param="structured_outputs")
+        kw["structured"] = vllm_so
+    extra = {name: getattr(b, name) for name in PLATFORM_FIELDS if getattr(b, name) is not None}
+    for name in extra:
+        fs.use(Feature.EXTRA_BODY, name)
+    stream = bool(b.stream)
+    return InternalRequest(
+        operation=Operation.CHAT,
+        model=b.model,
+        messages=messages(b),
+        sampling=Sampling(**kw),
+        chat=chat_options(b, fs, {"chat_template_kwargs": b.chat_template_kwargs}),
+        stream=stream,
+        stream_usage=stream_usage(stream, b.stream_options),
+        user=b.user,
+        extra_body=extra or None,
+        want_token_ids=bool(b.return_token_ids),
+        features=fs.frozen(),
+        fields=fs.fields,
+    )
+
+
+def parse(operation: Operation, data: dict[str, JSON]) -> InternalRequest:
+    return parse_completion(data) if operation is Operation.COMPLETION else parse_chat(data)

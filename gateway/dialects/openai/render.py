@@ -1,0 +1,215 @@
+"""Internal answers → OpenAI-shaped JSON bodies, stream chunks and error envelopes.
+
+Friendli (current), Scale SGP and OctoAI answer in OpenAI's shape with small differences: whether
+``[DONE]`` ends a stream, where usage goes, which logprob shape, which extra per-choice fields, which
+finish reasons. Each difference is one field of ``Style``; each dialect declares its style next to
+its codec, so the shape is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.core.errors import GatewayError
+from gateway.core.request import InternalRequest, Operation
+from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.dialects.base import ErrorReply, retry_headers
+from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
+
+JSON = Any
+
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_object(err: GatewayError, status: int | None = None) -> dict[str, JSON]:
+    status = status or err.status
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"message": err.message, "type": kind, "param": err.param, "code": err.code}
+
+
+def openai_error(err: GatewayError) -> ErrorReply:
+    return ErrorReply(err.status, {"error": error_object(err)}, retry_headers(err))
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    done: bool = True
+    fingerprint: str | None = None  # None: field omitted when the answer has none
+    usage_on_last_chunk: bool = False
+    usage_always: bool = False
+    usage_details: bool = False
+    logprobs: Literal["legacy", "chat"] = "legacy"
+    token_ids: bool = False  # Friendli: choices[].tokens, stream choices[].token
+    seed: bool = False  # Friendli: choices[].seed
+    created: bool = True
+    finish: Mapping[str, str] = field(default_factory=dict)
+    stream_error: Callable[[GatewayError], JSON] = lambda err: {"error": error_object(err)}
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        if reason is None:
+            return None
+        return self.finish.get(reason, reason)
+
+
+OPENAI_FINISH = {"abort": "stop", "tool_calls": "tool_calls"}
+OPENAI_STYLE = Style(fingerprint="", finish=OPENAI_FINISH)
+
+
+def _logprobs(style: Style, choice: Choice, operation: Operation) -> JSON:
+    if choice.logprobs is None:
+        return None
+    if style.logprobs == "chat" or operation is Operation.CHAT:
+        return chat_logprobs(choice.logprobs)
+    return legacy_logprobs(choice.logprobs)[0]
+
+
+def _choice(style: Style, req: InternalRequest, c: Choice) -> dict[str, JSON]:
+    out: dict[str, JSON] = {"index": c.index}
+    if req.operation is Operation.CHAT:
+        msg: dict[str, JSON] = {"role": c.role or "assistant", "content": c.text}
+        if c.tool_calls:
+            msg["tool_calls"] = c.tool_calls
+        if c.reasoning is not None:
+            msg["reasoning_content"] = c.reasoning
+        out["message"] = msg
+    else:
+        out["text"] = c.text
+    out["finish_reason"] = style.finish_reason(c.finish_reason) or "stop"
+    out["logprobs"] = _logprobs(style, c, req.operation)
+    if style.seed:
+        out["seed"] = c.seed if c.seed is not None else 0
+    if style.token_ids or (req.want_token_ids and c.token_ids is not None):
+        out["tokens" if style.token_ids else "token_ids"] = c.token_ids or []
+    return out
+
+
+def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]:
+    chat = req.operation is Operation.CHAT
+    out: dict[str, JSON] = {"id": c.id, "object": "chat.completion" if chat else "text_completion"}
+    if style.created:
+        out["created"] = c.created
+    out["model"] = c.model
+    if style.fingerprint is not None:
+        out["system_fingerprint"] = c.system_fingerprint or style.fingerprint or None
+    out["choices"] = [_choice(style, req, ch) for ch in c.choices]
+    out["usage"] = usage_json(c.usage or Usage(), style.usage_details)
+    return out
+
+
+class ChunkEncoder:
+    """OpenAI-shaped stream chunks. Keeps per-choice logprob text offsets and, for dialects that put
+    usage on the last content chunk (OctoAI, seed 003), holds that chunk back until usage is known."""
+
+    def __init__(self, style: Style, req: InternalRequest) -> None:
+        self.style = style
+        self.chat = req.operation is Operation.CHAT
+        self.want_usage = req.stream_usage or style.usage_always
+        self.want_ids = style.token_ids or req.want_token_ids
+        self.head: dict[str, JSON] = {}
+        self.offsets: dict[int, int] = {}
+        self.held: dict[str, JSON] | None = None
+        self.sent_role: set[int] = set()
+
+    def _chunk(self, choices: list[dict[str, JSON]]) -> dict[str, JSON]:
+        out = dict(self.head)
+        out["choices"] = choices
+        if self.want_usage and not self.style.usage_on_last_chunk:
+            out["usage"] = None
+        return out
+
+    def _emit(self, chunk: dict[str, JSON]) -> bytes:
+        if not self.style.usage_on_last_chunk:
+            return sse(chunk)
+        held, self.held = self.held, chunk
+        return sse(held) if held is not None else b""
+
+    def _delta(self, ev: Delta) -> dict[str, JSON]:
+        choice: dict[str, JSON] = {"index": ev.index}
+        if self.chat:
+            delta: dict[str, JSON] = {}
+            if ev.index not in self.sent_role:
+                self.sent_role.add(ev.index)
+                delta["role"] = ev.role or "assistant"
+            if ev.text or not ev.tool_calls:
+                delta["content"] = ev.text
+            if ev.tool_calls:
+                delta["tool_calls"] = list(ev.tool_calls)
+            if ev.reasoning:
+                delta["reasoning_content"] = ev.reasoning
+            choice["delta"] = delta
+            choice["logprobs"] = chat_logprobs(ev.logprobs) if ev.logprobs else None
+        else:
+            choice["text"] = ev.text
+            if ev.logprobs:
+                if self.style.logprobs == "chat":
+                    choice["logprobs"] = chat_logprobs(ev.logprobs)
+                else:
+                    lp, self.offsets[ev.index] = legacy_logprobs(ev.logprobs, self.offsets.get(ev.index, 0))
+                    choice["logprobs"] = lp
+            else:
+                choice["logprobs"] = None
+        choice["finish_reason"] = None
+        if self.want_ids and ev.token_ids:
+            if self.style.token_ids:
+                choice["token"] = ev.token_ids[-1]
+            else:
+                choice["token_ids"] = list(ev.token_ids)
+        return choice
+
+    def event(self, ev: StreamEvent) -> bytes:
+        if isinstance(ev, Delta):
+            return self._emit(self._chunk([self._delta(ev)]))
+        if isinstance(ev, Finish):
+            last: dict[str, JSON] = {"index": ev.index}
+            if self.chat:
+                last["delta"] = {}
+            else:
+                last["text"] = ""
+            last["logprobs"] = None
+            last["finish_reason"] = self.style.finish_reason(ev.reason)
+            return self._emit(self._chunk([last]))
+        if isinstance(ev, UsageReport):
+            if not self.want_usage:
+                return b""
+            usage = usage_json(ev.usage, self.style.usage_details)
+            if self.style.usage_on_last_chunk:
+                if self.held is None:
+                    self.held = self._chunk([])
+                self.held["usage"] = usage
+                return b""
+            chunk = dict(self.head)
+            chunk["choices"] = []
+            chunk["usage"] = usage
+            return sse(chunk)
+        self._start(ev)
+        return b""
+
+    def _start(self, ev: StreamStart) -> None:
+        head: dict[str, JSON] = {
+            "id": ev.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": ev.created,
+            "model": ev.model,
+        }
+        if self.style.fingerprint is not None:
+            head["system_fingerprint"] = ev.system_fingerprint or self.style.fingerprint or None
+        self.head = head
+
+    def end(self) -> bytes:
+        held, self.held = self.held, None
+        out = sse(held) if held is not None else b""
+        return out + DONE if self.style.done else out
+
+    def error(self, err: GatewayError) -> bytes:
+        held, self.held = self.held, None
+        out = sse(held) if held is not None else b""
+        return out + sse(self.style.stream_error(err))

@@ -1,0 +1,145 @@
+"""Calling targets: feature fit, then retries and fallbacks *before the first byte* only.
+
+A target that cannot honour the request is skipped in favour of one that can; if none can, the first
+refusal (naming the field and target) is the answer. An upstream that *failed* (connect error, 5xx,
+429, timeout) is recorded against its health and the next target is tried; an upstream that
+*rejected* the request (4xx) ends the attempt, because another target would reject it too. Once a
+stream has produced its first event, the client owns it: errors after that go out in-band.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from gateway.capabilities import fit
+from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
+from gateway.core.request import Feature, InternalRequest
+from gateway.core.response import Completion, Finish, StreamEvent
+from gateway.core.upstream import Call, Upstream
+from gateway.routing import ModelTable, Route
+
+log = logging.getLogger("gateway.dispatch")
+BACKOFF_SECONDS = 0.05
+
+
+@dataclass(slots=True)
+class Attempt:
+    """What dispatch learned, for logs and metrics."""
+
+    target: str | None = None
+    provider: str | None = None
+    tries: int = 0
+    dropped: list[Feature] = field(default_factory=list)
+
+
+DropHook = Callable[[str, list[Feature]], None]
+
+
+def _seeded(request: InternalRequest, upstream: Upstream) -> InternalRequest:
+    """Dialects that report the seed used (Friendli) get one chosen here when the client gave none,
+    so the reported seed is the one the upstream really used."""
+    if not request.want_seed or request.sampling.seeds is not None or Feature.SEED not in upstream.features:
+        return request
+    sampling = dataclasses.replace(request.sampling, seeds=(random.getrandbits(31),))
+    return dataclasses.replace(request, sampling=sampling)
+
+
+def _candidates(
+    table: ModelTable, route: Route, request: InternalRequest, attempt: Attempt
+) -> list[tuple[Upstream, InternalRequest]]:
+    fitted: list[tuple[Upstream, InternalRequest]] = []
+    refusal: UnsupportedFeature | None = None
+    for upstream in table.order(route):
+        droppable = getattr(getattr(upstream, "target", None), "drop_unsupported", ())
+        try:
+            req, dropped = fit(request, upstream.name, upstream.features, droppable)
+        except UnsupportedFeature as exc:
+            refusal = refusal or exc
+            continue
+        if dropped:
+            attempt.dropped = dropped
+        fitted.append((upstream, _seeded(req, upstream)))
+    if not fitted:
+        assert refusal is not None
+        raise refusal
+    return fitted
+
+
+def _give_up(err: GatewayError, remaining: int, call: Call) -> bool:
+    if not err.retryable or (isinstance(err, UpstreamRejected) and err.status != 429):
+        return True
+    left = call.remaining()
+    return remaining == 0 or (left is not None and left <= BACKOFF_SECONDS)
+
+
+async def complete(
+    table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
+) -> Completion:
+    candidates = _candidates(table, route, request, attempt)
+    for i, (upstream, req) in enumerate(candidates):
+        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
+        try:
+            completion = await upstream.complete(req, call)
+        except GatewayError as err:
+            if not isinstance(err, UpstreamRejected) and err.retryable:
+                table.failed(upstream)
+            if _give_up(err, len(candidates) - i - 1, call):
+                raise
+            log.warning("target %s failed (%s); falling back", upstream.name, err.code)
+            await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
+            continue
+        table.succeeded(upstream)
+        return _with_seeds(completion, req)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _with_seeds(completion: Completion, req: InternalRequest) -> Completion:
+    seeds = req.sampling.seeds
+    if req.want_seed and seeds:
+        for choice in completion.choices:
+            if choice.seed is None:
+                choice.seed = seeds[choice.index % len(seeds)]
+    return completion
+
+
+async def _seed_finishes(events: AsyncIterator[StreamEvent], req: InternalRequest) -> AsyncIterator[StreamEvent]:
+    seeds = req.sampling.seeds
+    try:
+        async for ev in events:
+            if seeds and isinstance(ev, Finish) and ev.seed is None:
+                ev = Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
+            yield ev
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+async def open_stream(
+    table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
+) -> tuple[StreamEvent, AsyncIterator[StreamEvent]]:
+    """The first event and the rest of the stream, from the first target that produces one."""
+    candidates = _candidates(table, route, request, attempt)
+    for i, (upstream, req) in enumerate(candidates):
+        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
+        events = upstream.stream(req, call)
+        if req.want_seed:
+            events = _seed_finishes(events, req)
+        try:
+            first = await anext(events)
+        except (GatewayError, StopAsyncIteration) as exc:
+            await events.aclose()  # type: ignore[attr-defined]
+            err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
+            if not isinstance(err, UpstreamRejected) and err.retryable:
+                table.failed(upstream)
+            if _give_up(err, len(candidates) - i - 1, call):
+                raise err from None
+            log.warning("target %s failed before the first byte (%s); falling back", upstream.name, err.code)
+            await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
+            continue
+        table.succeeded(upstream)
+        return first, events
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,144 @@
+"""The data path, in the order it runs:
+
+    route → choose dialect → authenticate → parse → resolve model → call (fallbacks) → render
+
+One handler per route-table entry, built once at start-up around its ``RouteSpec``. Every error is a
+``GatewayError`` rendered in the dialect that is answering; once a stream has started, errors go out
+in-band and the stream is ended the dialect's way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway import dispatch
+from gateway.auth import Principal
+from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
+from gateway.core.request import Feature, InternalRequest, Operation
+from gateway.core.upstream import Call
+from gateway.dialects.base import Dialect, bearer_token
+from gateway.dialects.common import dumps, loads
+from gateway.logs import RequestLog
+from gateway.state import GATEWAY, Gateway
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    method: str
+    path: str
+    dialect: Dialect
+    operation: Operation
+    flavour: str = ""
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    given = headers.get("X-Request-Id", "")
+    if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
+        return given
+    return uuid.uuid4().hex
+
+
+def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    raw = headers.get(dialect.auth_header)
+    token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
+    team = headers.get(dialect.team_header) if dialect.team_header else None
+    return token, team or None
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge("request body is too large") from None
+
+
+def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:
+    reply = dialect.error(err)
+    headers = {"X-Request-Id": rid, **reply.headers}
+    return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
+
+
+def admit(gw: Gateway, principal: Principal, request: InternalRequest) -> None:
+    allowed = gw.team_models.get(principal.team)
+    if allowed is not None and request.model not in allowed:
+        raise PermissionDenied(f"team {principal.team!r} may not use model {request.model!r}", param="model")
+
+
+async def relay(
+    request: web.Request,
+    dialect: Dialect,
+    ireq: InternalRequest,
+    opened: tuple[object, object],
+    rid: str,
+    log: RequestLog,
+) -> web.StreamResponse:
+    first, events = opened
+    resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": rid})
+    await resp.prepare(request)
+    encoder = dialect.encoder(ireq)
+    log.first_byte()
+    try:
+        out = encoder.event(first)  # type: ignore[arg-type]
+        if out:
+            await resp.write(out)
+        async for ev in events:  # type: ignore[attr-defined]
+            log.observe(ev)
+            out = encoder.event(ev)
+            if out:
+                await resp.write(out)
+        await resp.write(encoder.end())
+    except GatewayError as err:
+        log.failed(err)
+        await resp.write(encoder.error(err))
+    finally:
+        # On client disconnect this runs during cancellation and closes the upstream request.
+        await events.aclose()  # type: ignore[attr-defined]
+    await resp.write_eof()
+    return resp
+
+
+def make_handler(spec: RouteSpec) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        gw = request.app[GATEWAY]
+        rid = request_id(request.headers)
+        dialect = spec.dialect
+        log = RequestLog(gw.access, rid, dialect.name)
+        try:
+            data = loads(await read_body(request))
+            dialect = dialect.select(data, request.headers)
+            log.dialect = dialect.name
+            token, team = credentials(dialect, request.headers)
+            principal = gw.keys.authenticate(token, team)
+            log.principal = principal
+            ireq = dialect.parse(spec.operation, data, spec.flavour)
+            log.model = ireq.model
+            resolved = gw.models.resolve(ireq.model)
+            admit(gw, principal, ireq)
+            if resolved.adapter is not None and ireq.adapter is None:
+                ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
+            deadline = time.monotonic() + ireq.timeout if ireq.timeout else None
+            call = Call(rid, deadline, resolved.route.upstream_model)
+            if ireq.stream:
+                opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
+                log.observe(opened[0])
+                return await relay(request, dialect, ireq, opened, rid, log)
+            completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
+            log.completed(completion)
+            body = dumps(dialect.render(ireq, completion))
+            return web.Response(body=body, content_type="application/json", headers={"X-Request-Id": rid})
+        except GatewayError as err:
+            log.failed(err)
+            return error_response(dialect, err, rid)
+        finally:
+            log.emit()
+
+    return handle

@@ -1,0 +1,29 @@
+"""The route table: every path a vendor SDK uses, mapped to the dialect that answers it.
+
+Paths come from clients.md §1 (what each SDK appends to its base URL). ``/v1/...`` is shared by the
+OpenAI SDK, friendli-client, the Friendli container SDK and both OctoAI SDKs; the OpenAI dialect's
+``select`` tells them apart per request.
+"""
+
+from __future__ import annotations
+
+from gateway.core.request import Operation
+from gateway.dialects import FRIENDLI, OPENAI, SGP_V4, SGP_V5
+from gateway.handlers import RouteSpec
+
+C, CHAT = Operation.COMPLETION, Operation.CHAT
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("POST", "/v1/completions", OPENAI, C, "container"),
+    RouteSpec("POST", "/v1/chat/completions", OPENAI, CHAT, "container"),
+    RouteSpec("POST", "/serverless/v1/completions", FRIENDLI, C, "serverless"),
+    RouteSpec("POST", "/serverless/v1/chat/completions", FRIENDLI, CHAT, "serverless"),
+    RouteSpec("POST", "/dedicated/v1/completions", FRIENDLI, C, "dedicated"),
+    RouteSpec("POST", "/dedicated/v1/chat/completions", FRIENDLI, CHAT, "dedicated"),
+    RouteSpec("POST", "/v4/beta/completions", SGP_V4, C),
+    RouteSpec("POST", "/v4/beta/chat/completions", SGP_V4, CHAT),
+    RouteSpec("POST", "/v5/completions", SGP_V5, C),
+    RouteSpec("POST", "/v5/chat/completions", SGP_V5, CHAT),
+)
+
+MODEL_LIST_PATHS = ("/v1/models", "/serverless/v1/models", "/dedicated/v1/models", "/v5/models")

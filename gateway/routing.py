@@ -1,0 +1,129 @@
+"""The model table: which targets serve a public model name, in which order to try them, and which
+targets are cooling down after repeated failures.
+
+Names resolve in this order: an exact public name or alias; for ``vendor/model[/deployment]`` (SGP
+style) the name without its deployment (which becomes the adapter), then the bare ``model``; then a
+configured upstream vendor named by the prefix (``openai/gpt-4o-mini`` → the OpenAI vendor target
+with upstream model ``gpt-4o-mini``); then the local catch-all target, if one is configured.
+
+Compiled once at start-up; resolution is a few dict look-ups.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from gateway.core.errors import NoHealthyTarget, NotFound
+from gateway.core.upstream import Upstream
+
+FAILURES_TO_COOL = 3
+COOLDOWN_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class Health:
+    """Consecutive failures and cool-down of one target (a simple circuit breaker)."""
+
+    failures: int = 0
+    cool_until: float = 0.0
+
+    def available(self, now: float) -> bool:
+        return now >= self.cool_until
+
+    def failed(self, now: float) -> bool:
+        self.failures += 1
+        if self.failures >= FAILURES_TO_COOL:
+            self.failures = 0
+            self.cool_until = now + COOLDOWN_SECONDS
+            return True
+        return False
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+
+@dataclass(slots=True)
+class Route:
+    public: str
+    upstreams: list[Upstream]
+    weights: list[float]
+    upstream_model: str | None = None  # set for vendor routes built from a ``vendor/model`` name
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    route: Route
+    adapter: str | None = None
+
+
+@dataclass(slots=True)
+class ModelTable:
+    routes: dict[str, Route]
+    vendors: dict[str, Upstream] = field(default_factory=dict)
+    catch_all: Upstream | None = None
+    default_model: str | None = None
+    health: dict[str, Health] = field(default_factory=dict)
+
+    def resolve(self, name: str) -> Resolved:
+        if not name and self.default_model is not None:
+            name = self.default_model
+        route = self.routes.get(name)
+        if route is not None:
+            return Resolved(route)
+        parts = name.split("/")
+        if len(parts) == 3:
+            for candidate in ("/".join(parts[:2]), parts[1]):
+                if candidate in self.routes:
+                    return Resolved(self.routes[candidate], adapter=parts[2])
+        if len(parts) >= 2:
+            if parts[1] in self.routes:
+                return Resolved(self.routes[parts[1]], adapter=parts[2] if len(parts) == 3 else None)
+            vendor = self.vendors.get(parts[0])
+            if vendor is not None:
+                return Resolved(Route(name, [vendor], [1.0], upstream_model="/".join(parts[1:])))
+        if self.catch_all is not None and name:
+            return Resolved(Route(name, [self.catch_all], [1.0], upstream_model=name))
+        raise NotFound(f"model {name!r} is not served by this gateway", param="model")
+
+    def order(self, route: Route) -> list[Upstream]:
+        """Targets to try: one weighted pick first, then the rest by weight; cooling ones last-resort."""
+        now = time.monotonic()
+        ready = [(u, w) for u, w in zip(route.upstreams, route.weights, strict=True) if self._health(u).available(now)]
+        if not ready:
+            raise NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
+        if len(ready) == 1:
+            return [ready[0][0]]
+        pool = list(ready)
+        ordered: list[Upstream] = []
+        while pool:
+            pick = random.choices(range(len(pool)), weights=[w for _, w in pool])[0]
+            ordered.append(pool.pop(pick)[0])
+        return ordered
+
+    def _health(self, upstream: Upstream) -> Health:
+        h = self.health.get(upstream.name)
+        if h is None:
+            h = self.health[upstream.name] = Health()
+        return h
+
+    def failed(self, upstream: Upstream) -> bool:
+        return self._health(upstream).failed(time.monotonic())
+
+    def succeeded(self, upstream: Upstream) -> None:
+        self._health(upstream).succeeded()
+
+    def public_names(self) -> list[str]:
+        return sorted(self.routes)
+
+    def upstreams(self) -> list[Upstream]:
+        seen: dict[str, Upstream] = {}
+        for route in self.routes.values():
+            for u in route.upstreams:
+                seen.setdefault(u.name, u)
+        for u in self.vendors.values():
+            seen.setdefault(u.name, u)
+        if self.catch_all is not None:
+            seen.setdefault(self.catch_all.name, self.catch_all)
+        return list(seen.values())

@@ -1,0 +1,232 @@
+"""Each dialect's fields land on the internal request, or are refused naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.core.errors import InvalidRequest
+from gateway.core.request import Feature, Operation, StructuredOutput
+from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V4, SGP_V5
+from gateway.dialects.base import Dialect
+
+C, CHAT = Operation.COMPLETION, Operation.CHAT
+
+
+def parse(d: Dialect, body: dict[str, Any], op: Operation = C, flavour: str = "serverless") -> Any:
+    return d.parse(op, body, flavour)
+
+
+def refused(d: Dialect, body: dict[str, Any], op: Operation = C, flavour: str = "serverless") -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        d.parse(op, body, flavour)
+    return info.value
+
+
+def test_openai_completion_fields() -> None:
+    r = parse(
+        OPENAI,
+        {
+            "model": "m",
+            "prompt": ["a", "b"],
+            "max_tokens": 7,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "n": 2,
+            "stop": "x",
+            "logprobs": 3,
+            "echo": True,
+            "seed": 4,
+            "logit_bias": {"50256": -100},
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "user": "u",
+            "top_k": 5,
+            "structured_outputs": {"regex": "[0-9]+"},
+        },
+    )
+    s = r.sampling
+    assert r.prompts == ("a", "b") and r.stream and r.stream_usage and r.user == "u"
+    assert (s.max_tokens, s.temperature, s.top_p, s.n, s.stop) == (7, 0.5, 0.9, 2, ("x",))
+    assert (s.logprobs, s.echo, s.seeds, s.logit_bias, s.top_k) == (3, True, (4,), {50256: -100}, 5)
+    assert s.structured == StructuredOutput("regex", "[0-9]+")
+    assert {Feature.BATCH_PROMPT, Feature.N, Feature.TOP_K, Feature.REGEX, Feature.LOGIT_BIAS} <= r.features
+
+
+def test_openai_token_prompts() -> None:
+    r = parse(OPENAI, {"model": "m", "prompt": [[1, 2], [3]]})
+    assert r.prompts == ((1, 2), (3,)) and Feature.TOKEN_PROMPT in r.features
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "prompt"),
+        ({"model": "m", "prompt": "x", "max_tokens": "many"}, "max_tokens"),
+        ({"model": "m", "prompt": "x", "temperature": 3}, "temperature"),
+        ({"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"model": "m", "prompt": "x", "wat": 1}, "wat"),
+        ({"model": "m", "prompt": "x", "n": 3, "best_of": 2}, "best_of"),
+        ({"model": "m", "prompt": "x", "best_of": 3, "stream": True}, "best_of"),
+        ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "m", "prompt": []}, "prompt"),
+    ],
+)
+def test_openai_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
+    assert refused(OPENAI, body).param == param
+
+
+def test_openai_chat() -> None:
+    r = parse(
+        OPENAI,
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_completion_tokens": 9,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+            "store": True,
+        },
+        CHAT,
+    )
+    assert r.messages[0].content == "hi" and r.sampling.max_tokens == 9 and r.sampling.logprobs == 2
+    assert r.sampling.structured == StructuredOutput("json_schema", {"type": "object"})
+    assert r.extra_body == {"store": True} and r.field_name(Feature.EXTRA_BODY) == "store"
+    assert refused(OPENAI, {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+                            "max_completion_tokens": 2}, CHAT).param == "max_completion_tokens"
+
+
+def test_friendli_current_fields() -> None:
+    r = parse(
+        FRIENDLI,
+        {
+            "model": "m",
+            "tokens": [1, 2, 3],
+            "max_total_tokens": 50,
+            "min_total_tokens": 10,
+            "top_k": 0,
+            "min_p": 0.1,
+            "xtc_threshold": 0.2,
+            "xtc_probability": 0.5,
+            "seed": [1, 2],
+            "stop_tokens": [{"tokens": [7]}],
+            "eos_token": [9],
+            "bad_words": ["foo"],
+            "no_repeat_ngram": 3,
+            "forced_output_tokens": [4, 5],
+            "response_format": {"type": "regex", "schema": "(yes|no)"},
+            "stream": False,
+        },
+    )
+    s = r.sampling
+    assert r.prompts == ((1, 2, 3),) and s.top_k is None and s.min_p == 0.1
+    assert (s.max_total_tokens, s.min_total_tokens, s.n, s.seeds) == (50, 10, 2, (1, 2))
+    assert s.stop_token_sequences == ((7,),) and s.eos_token_ids == (9,) and s.no_repeat_ngram == 3
+    assert s.structured == StructuredOutput("regex", "(yes|no)")
+    assert {Feature.XTC, Feature.SEED_PER_CHOICE, Feature.MAX_TOTAL_TOKENS, Feature.FORCED_OUTPUT} <= r.features
+    assert r.field_name(Feature.SEED_PER_CHOICE) == "seed" and r.want_seed and r.want_token_ids
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m", "prompt": "x", "max_tokens": 5, "max_total_tokens": 9}, "max_total_tokens"),
+        ({"model": "m", "prompt": "x", "min_tokens": 5, "min_total_tokens": 9}, "min_total_tokens"),
+        ({"model": "m", "prompt": "x", "min_tokens": 2, "response_format": {"type": "json_object"}}, "min_tokens"),
+        ({"model": "m", "prompt": "x", "seed": [1, 2], "n": 3}, "seed"),
+        ({"model": "m", "prompt": "x", "stop": "bare"}, "stop"),
+        ({"model": "m", "prompt": "x", "tokens": [1]}, "tokens"),
+        ({"model": "m"}, "prompt"),
+        ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
+        ({"model": "m", "prompt": "x", "token_index_to_replace": [1]}, "embedding_to_replace"),
+    ],
+)
+def test_friendli_cross_field_rules(body: dict[str, Any], param: str) -> None:
+    assert refused(FRIENDLI, body).param == param
+
+
+def test_friendli_2024_beam_rules_and_schema_string() -> None:
+    base = {"model": "m", "prompt": "x", "timeout_microseconds": None, "num_beams": None}
+    assert FRIENDLI.select(base, {}) is FRIENDLI_2024
+    r = parse(FRIENDLI_2024, {**base, "response_format": {"type": "json_object", "schema": '{"type":"object"}'},
+                              "timeout_microseconds": 2_000_000, "include_output_logprobs": True})
+    assert r.sampling.structured == StructuredOutput("json_schema", {"type": "object"})
+    assert r.timeout == 2.0 and r.sampling.logprobs == 0
+    assert refused(FRIENDLI_2024, {**base, "num_beams": 4, "stream": True}).param == "stream"
+    assert refused(FRIENDLI_2024, {**base, "num_beams": 4, "top_k": 3}).param == "top_k"
+    assert refused(FRIENDLI_2024, {**base, "length_penalty": 1.2}).param == "length_penalty"
+    assert refused(FRIENDLI_2024, {**base, "response_format": {"type": "json_object", "schema": "{"}}).param
+    beams = parse(FRIENDLI_2024, {**base, "num_beams": 4, "beam_search_type": "STOCHASTIC", "top_k": 3})
+    assert beams.sampling.beam is not None and Feature.BEAM_SEARCH in beams.features
+
+
+def test_friendli_dedicated_adapter_and_container_model() -> None:
+    r = parse(FRIENDLI, {"model": "ep1:lora", "prompt": "x"}, flavour="dedicated")
+    assert (r.model, r.adapter) == ("ep1", "lora") and Feature.ADAPTER in r.features
+    assert parse(FRIENDLI, {"model": "a:b", "prompt": "x"}).model == "a:b"
+
+
+def test_sgp_synonyms_guided_and_timeout() -> None:
+    r = parse(
+        SGP_V4,
+        {
+            "model": "openai/m/dep",
+            "prompt": "x",
+            "max_new_tokens": 5,
+            "max_tokens": 5,
+            "stop_sequences": ["a"],
+            "stop": "b",
+            "logprobs": True,
+            "top_logprobs": 3,
+            "guided_choice": ["yes", "no"],
+            "inference_timeout": "2.5",
+            "top_k": -1,
+        },
+    )
+    assert (r.sampling.max_tokens, r.sampling.stop, r.sampling.logprobs, r.timeout) == (5, ("b", "a"), 3, 2.5)
+    assert r.sampling.structured == StructuredOutput("choice", ["yes", "no"]) and r.sampling.top_k is None
+    assert refused(SGP_V4, {"model": "m", "prompt": "x", "max_tokens": 5, "max_new_tokens": 6}).param == "max_new_tokens"
+    two = {"model": "m", "prompt": "x", "guided_regex": "a", "guided_json": {}}
+    assert refused(SGP_V4, two).param == "guided_regex"
+    bad_header = {"model": "m", "prompt": "x", "inference_extra_headers": {"Authorization": "x"}}
+    assert refused(SGP_V4, bad_header).param == "inference_extra_headers"
+    assert parse(SGP_V5, {"model": "m", "prompt": ["a", "b"], "logprobs": 2}).sampling.logprobs == 2
+
+
+def test_octoai_defaults_and_peft() -> None:
+    r = parse(OCTOAI, {"model": "m", "prompt": "x", "peft": "lora1", "ignore_eos": True, "logit_bias": {"1": None}})
+    assert r.sampling.max_tokens == 512 and r.adapter == "lora1" and r.sampling.ignore_eos
+    assert r.sampling.logit_bias is None
+    assert refused(OCTOAI, {"model": "m", "prompt": "x", "log_prompt": True}).param == "log_prompt"
+    assert Feature.PROMPT_LOGPROBS in parse(OCTOAI, {"model": "m", "prompt": "x", "loglikelihood": True}).features
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "name"),
+    [
+        ({}, {"model": "m", "prompt": "x"}, "openai"),
+        ({"x-friendli-team": "t"}, {"model": "m", "prompt": "x"}, "friendli"),
+        ({"user-agent": "speakeasy-sdk/python 0.16.3 friendli-core"}, {"model": "m", "prompt": "x"}, "friendli"),
+        ({}, {"model": "m", "prompt": "x", "timeout_microseconds": None}, "friendli2024"),
+        ({"x-fern-sdk-name": "octoai"}, {"model": "m", "prompt": "x"}, "octoai"),
+        ({"user-agent": "octoai-0.10.1"}, {"model": "m", "prompt": "x"}, "octoai"),
+        ({}, {"model": "m", "prompt": "x", "peft": "p"}, "octoai"),
+    ],
+)
+def test_shared_v1_paths_select_the_dialect(headers: dict[str, str], body: dict[str, Any], name: str) -> None:
+    assert OPENAI.select(body, headers).name == name
+
+
+def test_explicit_nulls_mean_not_given() -> None:
+    body = {"model": "m", "prompt": "x", "stream": False, **dict.fromkeys(
+        ["tokens", "max_tokens", "max_total_tokens", "min_tokens", "min_total_tokens", "n", "num_beams", "length_penalty",
+         "early_stopping", "no_repeat_ngram", "encoder_no_repeat_ngram", "repetition_penalty",
+         "encoder_repetition_penalty", "frequency_penalty", "presence_penalty", "temperature", "top_k", "top_p",
+         "stop", "stop_tokens", "seed", "token_index_to_replace", "embedding_to_replace", "beam_search_type",
+         "beam_compat_pre_normalization", "beam_compat_no_post_normalization", "bad_words", "bad_word_tokens",
+         "include_output_logits", "include_output_logprobs", "forced_output_tokens", "eos_token", "soft_prompts",
+         "position_ids", "generation_offset", "timeout_microseconds"])}
+    r = parse(FRIENDLI_2024, body)
+    assert r.features == frozenset() and r.sampling.n == 1
