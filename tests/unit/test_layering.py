@@ -46,8 +46,6 @@ def test_codecs_are_sans_io(path: Path) -> None:
 
 def test_only_the_root_knows_the_adapters() -> None:
     users = {
-        str(p.relative_to(ROOT))
-        for p in modules("gateway")
-        if any(n.split(".")[0] == "adapters" for n in imports(p))
+        str(p.relative_to(ROOT)) for p in modules("gateway") if any(n.split(".")[0] == "adapters" for n in imports(p))
     }
     assert users <= {"gateway/app.py", "gateway/cli.py"}, users

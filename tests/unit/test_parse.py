@@ -94,8 +94,14 @@ def test_openai_chat() -> None:
     assert r.messages[0].content == "hi" and r.sampling.max_tokens == 9 and r.sampling.logprobs == 2
     assert r.sampling.structured == StructuredOutput("json_schema", {"type": "object"})
     assert r.extra_body == {"store": True} and r.field_name(Feature.EXTRA_BODY) == "store"
-    assert refused(OPENAI, {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
-                            "max_completion_tokens": 2}, CHAT).param == "max_completion_tokens"
+    assert (
+        refused(
+            OPENAI,
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "max_completion_tokens": 2},
+            CHAT,
+        ).param
+        == "max_completion_tokens"
+    )
 
 
 def test_friendli_current_fields() -> None:
@@ -150,8 +156,15 @@ def test_friendli_cross_field_rules(body: dict[str, Any], param: str) -> None:
 def test_friendli_2024_beam_rules_and_schema_string() -> None:
     base = {"model": "m", "prompt": "x", "timeout_microseconds": None, "num_beams": None}
     assert FRIENDLI.select(base, {}) is FRIENDLI_2024
-    r = parse(FRIENDLI_2024, {**base, "response_format": {"type": "json_object", "schema": '{"type":"object"}'},
-                              "timeout_microseconds": 2_000_000, "include_output_logprobs": True})
+    r = parse(
+        FRIENDLI_2024,
+        {
+            **base,
+            "response_format": {"type": "json_object", "schema": '{"type":"object"}'},
+            "timeout_microseconds": 2_000_000,
+            "include_output_logprobs": True,
+        },
+    )
     assert r.sampling.structured == StructuredOutput("json_schema", {"type": "object"})
     assert r.timeout == 2.0 and r.sampling.logprobs == 0
     assert refused(FRIENDLI_2024, {**base, "num_beams": 4, "stream": True}).param == "stream"
@@ -187,7 +200,9 @@ def test_sgp_synonyms_guided_and_timeout() -> None:
     )
     assert (r.sampling.max_tokens, r.sampling.stop, r.sampling.logprobs, r.timeout) == (5, ("b", "a"), 3, 2.5)
     assert r.sampling.structured == StructuredOutput("choice", ["yes", "no"]) and r.sampling.top_k is None
-    assert refused(SGP_V4, {"model": "m", "prompt": "x", "max_tokens": 5, "max_new_tokens": 6}).param == "max_new_tokens"
+    assert (
+        refused(SGP_V4, {"model": "m", "prompt": "x", "max_tokens": 5, "max_new_tokens": 6}).param == "max_new_tokens"
+    )
     two = {"model": "m", "prompt": "x", "guided_regex": "a", "guided_json": {}}
     assert refused(SGP_V4, two).param == "guided_regex"
     bad_header = {"model": "m", "prompt": "x", "inference_extra_headers": {"Authorization": "x"}}
@@ -220,13 +235,50 @@ def test_shared_v1_paths_select_the_dialect(headers: dict[str, str], body: dict[
 
 
 def test_explicit_nulls_mean_not_given() -> None:
-    body = {"model": "m", "prompt": "x", "stream": False, **dict.fromkeys(
-        ["tokens", "max_tokens", "max_total_tokens", "min_tokens", "min_total_tokens", "n", "num_beams", "length_penalty",
-         "early_stopping", "no_repeat_ngram", "encoder_no_repeat_ngram", "repetition_penalty",
-         "encoder_repetition_penalty", "frequency_penalty", "presence_penalty", "temperature", "top_k", "top_p",
-         "stop", "stop_tokens", "seed", "token_index_to_replace", "embedding_to_replace", "beam_search_type",
-         "beam_compat_pre_normalization", "beam_compat_no_post_normalization", "bad_words", "bad_word_tokens",
-         "include_output_logits", "include_output_logprobs", "forced_output_tokens", "eos_token", "soft_prompts",
-         "position_ids", "generation_offset", "timeout_microseconds"])}
+    body = {
+        "model": "m",
+        "prompt": "x",
+        "stream": False,
+        **dict.fromkeys(
+            [
+                "tokens",
+                "max_tokens",
+                "max_total_tokens",
+                "min_tokens",
+                "min_total_tokens",
+                "n",
+                "num_beams",
+                "length_penalty",
+                "early_stopping",
+                "no_repeat_ngram",
+                "encoder_no_repeat_ngram",
+                "repetition_penalty",
+                "encoder_repetition_penalty",
+                "frequency_penalty",
+                "presence_penalty",
+                "temperature",
+                "top_k",
+                "top_p",
+                "stop",
+                "stop_tokens",
+                "seed",
+                "token_index_to_replace",
+                "embedding_to_replace",
+                "beam_search_type",
+                "beam_compat_pre_normalization",
+                "beam_compat_no_post_normalization",
+                "bad_words",
+                "bad_word_tokens",
+                "include_output_logits",
+                "include_output_logprobs",
+                "forced_output_tokens",
+                "eos_token",
+                "soft_prompts",
+                "position_ids",
+                "generation_offset",
+                "timeout_microseconds",
+            ]
+        ),
+    }
     r = parse(FRIENDLI_2024, body)
     assert r.features == frozenset() and r.sampling.n == 1

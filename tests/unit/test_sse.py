@@ -9,7 +9,7 @@ from gateway.dialects.sse import Event, SSEParser
 
 
 def test_events_comments_names_crlf() -> None:
-    raw = b": ping\r\ndata: {\"a\":1}\r\n\r\nevent: error\ndata: x\ndata: y\n\ndata: [DONE]\n\n"
+    raw = b': ping\r\ndata: {"a":1}\r\n\r\nevent: error\ndata: x\ndata: y\n\ndata: [DONE]\n\n'
     assert SSEParser().feed(raw) == [Event('{"a":1}'), Event("x\ny", "error"), Event("[DONE]")]
 
 
@@ -19,7 +19,13 @@ def test_unterminated_last_event_counts_at_close() -> None:
     assert p.close() == [Event("tail")]
 
 
-@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=20), max_size=8), st.data())
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=20),
+        max_size=8,
+    ),
+    st.data(),
+)
 def test_any_split_gives_the_same_events(payloads: list[str], data: st.DataObject) -> None:
     raw = b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
