@@ -1,22 +1,33 @@
-"""Upstream vendor adapters: the IO side of egress, one module per vendor wire format.
+"""Upstream vendor adapters: the IO side of egress.
 
-``PROVIDERS`` is the explicit registry from a target's ``provider`` config value to the factory that
-builds it at start-up; the value is also the metric label and log field for that target.
+``PROVIDERS`` is the explicit registry from a target's ``provider`` config value to the vendor's wire
+format; every provider is served by the one IO shell in ``adapters/http.py``. The provider name is
+also the metric label and log field for its targets. A new vendor is a new ``Wire`` (sans-IO, in
+``gateway/dialects/<vendor>/egress.py``) and one line here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from adapters.openai import openai_target, vllm_target
+from adapters.http import HTTPUpstream
 from gateway.config import Target
-from gateway.core.upstream import Upstream
+from gateway.dialects.base import Wire
+from gateway.dialects.friendli.egress import FRIENDLI_WIRE
+from gateway.dialects.octoai.egress import OCTOAI_WIRE
+from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
+from gateway.dialects.sgp.egress import SGP4_WIRE, SGP5_WIRE
 
-Factory = Callable[[Target, str], Upstream]
-
-PROVIDERS: dict[str, Factory] = {
-    "openai": openai_target,
-    "vllm": vllm_target,
+PROVIDERS: dict[str, Wire] = {
+    "openai": OPENAI_WIRE,
+    "vllm": VLLM_WIRE,
+    "friendli": FRIENDLI_WIRE,
+    "sgp": SGP5_WIRE,
+    "sgp-v4": SGP4_WIRE,
+    "octoai": OCTOAI_WIRE,
 }
 
-__all__ = ["PROVIDERS", "Factory"]
+
+def build(target: Target, public_model: str) -> HTTPUpstream:
+    return HTTPUpstream(target, public_model, PROVIDERS[target.provider])
+
+
+__all__ = ["PROVIDERS", "HTTPUpstream", "build"]

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from adapters import PROVIDERS
+from adapters import PROVIDERS, build
 from gateway import ops
 from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
@@ -26,12 +26,10 @@ log = logging.getLogger("gateway")
 
 
 def build_upstream(target: Target, public: str) -> Upstream:
-    try:
-        factory = PROVIDERS[target.provider]
-    except KeyError:
+    if target.provider not in PROVIDERS:
         known = ", ".join(sorted(PROVIDERS))
-        raise ConfigError(f"provider {target.provider!r} is unknown (known: {known})") from None
-    return factory(target, public)
+        raise ConfigError(f"provider {target.provider!r} is unknown (known: {known})")
+    return build(target, public)
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:

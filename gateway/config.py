@@ -44,6 +44,7 @@ class Target(_Model):
     base_url: str
     model: str | None = None  # upstream model name; defaults to the public name
     api_key_env: str | None = None
+    team: str | None = None  # the vendor's team/account header (X-Friendli-Team, x-selected-account-id)
     weight: Annotated[float, Field(gt=0)] = 1.0
     timeouts: Timeouts = Timeouts()
     extra_features: tuple[str, ...] = ()  # e.g. the Friendli samplers of our vLLM plugins
@@ -91,6 +92,7 @@ class Vendor(_Model):
     provider: str
     base_url: str
     api_key_env: str | None = None
+    team: str | None = None
 
 
 class Server(_Model):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.core.errors import GatewayError
-from gateway.core.request import InternalRequest, Operation
+from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion, StreamEvent
 
 JSON = Any
@@ -34,6 +34,42 @@ class ErrorReply:
     status: int
     body: JSON
     headers: dict[str, str] = field(default_factory=dict)
+
+
+class ChunkReader(Protocol):
+    """An upstream's stream chunks (parsed JSON) → internal events, statefully."""
+
+    @property
+    def finished(self) -> bool:
+        """At least one choice reported its end: a stream that stops after this is complete."""
+        ...
+
+    def decode(self, data: JSON) -> list[StreamEvent]: ...
+
+    def finish(self) -> list[StreamEvent]: ...
+
+
+class Wire(Protocol):
+    """The egress side of one vendor's wire format: what an upstream of that vendor is sent and how
+    its answers read. Sans-IO; ``adapters/http.py`` does the IO for every vendor."""
+
+    @property
+    def features(self) -> frozenset[Feature]: ...
+
+    @property
+    def done_sentinel(self) -> bool:
+        """The vendor ends streams with ``[DONE]``; without it, a stream must end after a finish."""
+        ...
+
+    def path(self, operation: Operation) -> str: ...
+
+    def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]: ...
+
+    def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]: ...
+
+    def decode(self, data: JSON, operation: Operation) -> Completion: ...
+
+    def reader(self, operation: Operation) -> ChunkReader: ...
 
 
 class Dialect(Protocol):

@@ -7,10 +7,11 @@ removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silent
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import UpstreamFailed
-from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import (
     FINISH_REASONS,
     Choice,
@@ -26,6 +27,20 @@ from gateway.core.response import (
 from gateway.dialects.common import logprobs_from, usage_from
 
 JSON = Any
+F = Feature
+
+OPENAI_FEATURES = frozenset(
+    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.BEST_OF, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SUFFIX, F.SEED}
+    | {F.JSON_OBJECT, F.JSON_SCHEMA, F.TOOLS, F.AUDIO, F.PREDICTION, F.REASONING, F.EXTRA_BODY, F.EXTRA_HEADERS}
+)
+VLLM_FEATURES = frozenset(
+    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
+    | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
+    | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR}
+)
+# Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
+# a target opts in with ``extra_features``.
+VLLM_PLUGIN_FEATURES = frozenset({F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS})
 
 STRUCTURED_KEYS = {
     "json_schema": "json",
@@ -254,3 +269,37 @@ class ChunkDecoder:
 
     def finish(self) -> list[StreamEvent]:
         return [UsageReport(self.usage)] if self.usage is not None else []
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIWire:
+    """OpenAI's API (``openai``) or a ``vllm serve`` replica (``vllm``, which also returns output token
+    ids, needed by Friendli clients)."""
+
+    features: frozenset[Feature]
+    token_ids: bool = False
+    done_sentinel: bool = True
+
+    def path(self, operation: Operation) -> str:
+        return "/chat/completions" if operation is Operation.CHAT else "/completions"
+
+    def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
+        headers = dict(request.extra_headers or {})
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        if team:
+            headers["OpenAI-Organization"] = team
+        return headers
+
+    def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
+        return encode(request, model, token_ids=self.token_ids)
+
+    def decode(self, data: JSON, operation: Operation) -> Completion:
+        return decode(data, operation)
+
+    def reader(self, operation: Operation) -> ChunkDecoder:
+        return ChunkDecoder(operation)
+
+
+OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
+VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True)

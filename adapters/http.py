@@ -1,12 +1,15 @@
-"""OpenAI-compatible upstreams over aiohttp: the OpenAI API itself (``openai``) and ``vllm serve``
-replicas (``vllm``). The wire format is ``gateway.dialects.openai.egress``; this module is only IO:
-one pooled ``ClientSession`` per target, created at start-up, per-hop timeouts from the request's
-deadline, and upstream failures translated into the gateway's error hierarchy at this boundary.
+"""The IO shell every upstream vendor shares: one pooled aiohttp ``ClientSession`` per target,
+per-hop timeouts (connect, first byte, idle between chunks, total) bounded by the request's deadline,
+SSE reading, and upstream failures translated into the gateway's error hierarchy at this boundary.
+
+What a vendor's upstream is sent and how its answers read is its ``Wire`` (sans-IO, in
+``gateway/dialects/<vendor>/egress.py``); nothing vendor-specific lives here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,26 +26,14 @@ from gateway.core.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from gateway.core.request import Feature, InternalRequest
+from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call
-from gateway.dialects.openai import egress
+from gateway.dialects.base import Wire
 from gateway.dialects.sse import SSEParser
 
 JSON = Any
-F = Feature
-
-OPENAI_FEATURES = frozenset(
-    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.BEST_OF, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SUFFIX, F.SEED}
-    | {F.JSON_OBJECT, F.JSON_SCHEMA, F.TOOLS, F.AUDIO, F.PREDICTION, F.REASONING, F.EXTRA_BODY}
-)
-VLLM_FEATURES = frozenset(
-    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
-    | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
-    | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR}
-)
-# Served by this project's logits processors (backends/vllm_plugins) when the replica loads them.
-VLLM_PLUGIN_FEATURES = frozenset({F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS})
+PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 
 
 def upstream_message(body: bytes) -> tuple[str, str | None]:
@@ -63,21 +54,20 @@ def upstream_message(body: bytes) -> tuple[str, str | None]:
     return str(data)[:300], None
 
 
-class OpenAIUpstream:
-    """One OpenAI-compatible target. ``token_ids``: the upstream understands vLLM's
-    ``return_token_ids`` (Friendli clients need output token ids)."""
+class HTTPUpstream:
+    """One configured target, speaking its vendor's ``Wire``."""
 
-    def __init__(self, target: Target, public_model: str, features: frozenset[Feature], *, token_ids: bool) -> None:
+    def __init__(self, target: Target, public_model: str, wire: Wire) -> None:
         self.target = target
+        self.wire = wire
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
-        self._features = features | frozenset(Feature(f) for f in target.extra_features)
-        self._token_ids = token_ids
+        features = wire.features | frozenset(Feature(f) for f in target.extra_features)
+        if target.adapters:
+            features |= {Feature.ADAPTER}
+        self._features = features
         self._session: aiohttp.ClientSession | None = None
-        key = os.environ.get(target.api_key_env) if target.api_key_env else None
-        self._headers = {"Content-Type": "application/json"}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._key = os.environ.get(target.api_key_env) if target.api_key_env else None
 
     @property
     def name(self) -> str:
@@ -108,15 +98,17 @@ class OpenAIUpstream:
             await self._session.close()
             self._session = None
 
-    def _model_for(self, req: InternalRequest) -> str:
+    def _prepare(self, req: InternalRequest, call: Call) -> tuple[InternalRequest, str]:
+        """The adapter, if any, resolved: through the target's table, else natively by the vendor."""
+        model = call.model or self.model
         if req.adapter is None:
-            return self.model
-        try:
-            return self.target.adapters[req.adapter]
-        except KeyError:
-            raise InvalidRequest(
-                f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model"
-            ) from None
+            return req, model
+        mapped = self.target.adapters.get(req.adapter)
+        if mapped is not None:
+            return dataclasses.replace(req, adapter=None), mapped
+        if Feature.ADAPTER in self.wire.features:
+            return req, model
+        raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
     def _timeout(self, call: Call, hop: float) -> float:
         remaining = call.remaining()
@@ -127,11 +119,11 @@ class OpenAIUpstream:
         return min(hop, remaining)
 
     async def _post(self, req: InternalRequest, call: Call) -> aiohttp.ClientResponse:
-        path = "/chat/completions" if req.operation == "chat" else "/completions"
-        body = egress.encode(req, call.model or self._model_for(req), token_ids=self._token_ids)
-        headers = dict(self._headers)
-        if req.extra_headers:
-            headers.update(req.extra_headers)
+        req, model = self._prepare(req, call)
+        path = self.wire.path(req.operation)
+        body = self.wire.encode(req, model)
+        headers = self.wire.headers(self._key, self.target.team, req)
+        headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
         first_byte = self._timeout(call, self.target.timeouts.first_byte)
         try:
@@ -176,12 +168,12 @@ class OpenAIUpstream:
             data = pydantic_core.from_json(raw)
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
-        return egress.decode(data, request.operation)
+        return self.wire.decode(data, request.operation)
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
         resp = await self._post(request, call)
         parser = SSEParser()
-        decoder = egress.ChunkDecoder(request.operation)
+        decoder = self.wire.reader(request.operation)
         try:
             while True:
                 try:
@@ -194,7 +186,7 @@ class OpenAIUpstream:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
                 events = parser.close() if not chunk else parser.feed(chunk)
                 for event in events:
-                    if event.data == "[DONE]":
+                    if event.data == "[DONE]" and self.wire.done_sentinel:
                         for ev in decoder.finish():
                             yield ev
                         return
@@ -209,7 +201,7 @@ class OpenAIUpstream:
                 if not chunk:
                     if not decoder.finished or resp.content.exception() is not None:
                         raise UpstreamFailed(f"target '{self.name}' ended the stream early")
-                    # Streams that end without [DONE] are complete when the body ends cleanly (SGP).
+                    # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
                     for ev in decoder.finish():
                         yield ev
                     return
@@ -219,8 +211,11 @@ class OpenAIUpstream:
 
     async def list_models(self) -> list[str]:
         try:
+            headers = self.wire.headers(self._key, self.target.team, PROBE_REQUEST)
             async with self.session.get(
-                self.target.base_url + "/models", headers=self._headers, timeout=aiohttp.ClientTimeout(total=3)
+                self.target.base_url + self.wire.path(Operation.COMPLETION).replace("completions", "models"),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=3),
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamFailed(f"target '{self.name}': /models answered {resp.status}")
@@ -228,11 +223,3 @@ class OpenAIUpstream:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
         return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
-
-
-def openai_target(target: Target, public_model: str) -> OpenAIUpstream:
-    return OpenAIUpstream(target, public_model, OPENAI_FEATURES, token_ids=False)
-
-
-def vllm_target(target: Target, public_model: str) -> OpenAIUpstream:
-    return OpenAIUpstream(target, public_model, VLLM_FEATURES, token_ids=True)
