@@ -168,12 +168,12 @@ class HTTPUpstream:
             data = pydantic_core.from_json(raw)
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
-        return self.wire.decode(data, request.operation)
+        return self.wire.decode(data, request)
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
         resp = await self._post(request, call)
         parser = SSEParser()
-        decoder = self.wire.reader(request.operation)
+        decoder = self.wire.reader(request)
         try:
             while True:
                 try:

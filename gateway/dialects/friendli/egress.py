@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.core.response import Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import Completion, Delta, Finish, FinishReason, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.common import usage_from
 from gateway.dialects.openai import egress as oai
 
@@ -121,9 +121,27 @@ def encode(req: InternalRequest, model: str, target: str) -> dict[str, JSON]:
     return body
 
 
+def finish_2024(choice: JSON, max_tokens: int | None) -> FinishReason:
+    """The 2024 API reports no finish reason (dialects.md §6.12): a choice that used all of
+    ``max_tokens`` stopped on length, any other stopped on its own."""
+    given = oai.finish_from(choice.get("finish_reason"))
+    if given is not None:
+        return given
+    tokens = choice.get("tokens")
+    if max_tokens is not None and isinstance(tokens, list) and len(tokens) >= max_tokens:
+        return "length"
+    return "stop"
+
+
 class FriendliReader(oai.ChunkDecoder):
     """Friendli's current stream is OpenAI's plus a per-chunk ``token``; the 2024 stream carries its
     event name inside the JSON and ends with one ``complete`` object holding usage."""
+
+    __slots__ = ("max_tokens",)
+
+    def __init__(self, request: InternalRequest) -> None:
+        super().__init__(request.operation)
+        self.max_tokens = request.sampling.max_tokens
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         event = data.get("event") if isinstance(data, dict) else None
@@ -138,9 +156,7 @@ class FriendliReader(oai.ChunkDecoder):
             out.append(Delta(int(data.get("index", 0)), data.get("text") or "", (token,) if token is not None else ()))
         elif event == "complete":
             for c in data.get("choices") or ():
-                # The 2024 API reports no finish reason; "length" cannot be told from "stop" here.
-                reason = oai.finish_from(c.get("finish_reason")) or "stop"
-                out.append(Finish(int(c.get("index", 0)), reason, c.get("seed")))
+                out.append(Finish(int(c.get("index", 0)), finish_2024(c, self.max_tokens), c.get("seed")))
             self.finished = True
             self.usage = usage_from(data.get("usage")) or self.usage
         return out
@@ -167,14 +183,16 @@ class FriendliWire:
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         return encode(request, model, self.name)
 
-    def decode(self, data: JSON, operation: Operation) -> Completion:
-        completion = oai.decode(data, operation)
+    def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        completion = oai.decode(data, request.operation)
+        for choice, raw in zip(completion.choices, data["choices"], strict=True):
+            choice.finish_reason = finish_2024(raw, request.sampling.max_tokens)
         if completion.usage is None:
             completion.usage = Usage()
         return completion
 
-    def reader(self, operation: Operation) -> FriendliReader:
-        return FriendliReader(operation)
+    def reader(self, request: InternalRequest) -> FriendliReader:
+        return FriendliReader(request)
 
 
 FRIENDLI_WIRE = FriendliWire()

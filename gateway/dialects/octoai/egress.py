@@ -52,11 +52,11 @@ class OctoAIWire:
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         return encode(request, model)
 
-    def decode(self, data: JSON, operation: Operation) -> Completion:
-        return oai.decode(data, operation)
+    def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        return oai.decode(data, request.operation)
 
-    def reader(self, operation: Operation) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(operation)
+    def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
+        return oai.ChunkDecoder(request.operation)
 
 
 OCTOAI_WIRE = OctoAIWire()

@@ -294,11 +294,11 @@ class OpenAIWire:
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         return encode(request, model, token_ids=self.token_ids)
 
-    def decode(self, data: JSON, operation: Operation) -> Completion:
-        return decode(data, operation)
+    def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        return decode(data, request.operation)
 
-    def reader(self, operation: Operation) -> ChunkDecoder:
-        return ChunkDecoder(operation)
+    def reader(self, request: InternalRequest) -> ChunkDecoder:
+        return ChunkDecoder(request.operation)
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)

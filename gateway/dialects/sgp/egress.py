@@ -101,11 +101,11 @@ class SGPWire:
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         return encode(request, model, v4=self.v4, target="sgp-v4" if self.v4 else "sgp")
 
-    def decode(self, data: JSON, operation: Operation) -> Completion:
-        return oai.decode(data, operation)
+    def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        return oai.decode(data, request.operation)
 
-    def reader(self, operation: Operation) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(operation)
+    def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
+        return oai.ChunkDecoder(request.operation)
 
 
 SGP5_WIRE = SGPWire(v4=False)

@@ -1,0 +1,84 @@
+"""A gateway on a real socket in front of local vendor upstreams on real sockets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, hash_key, parse_config
+from tests.integration.dialect_clients import KEY, Answer, Ingress, read
+from tests.upstreams import vendors
+
+UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
+os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
+
+
+def config(models: list[dict[str, Any]], **extra: Any) -> GatewayConfig:
+    teams = [
+        {"id": "team1", "keys": [{"id": "k1", "sha256": hash_key(KEY)}]},
+        {"id": "team2", "keys": []},
+    ]
+    return parse_config({"models": models, "teams": teams, **extra})
+
+
+def target(server: vendors.Server, kind: str, **extra: Any) -> dict[str, Any]:
+    provider = "friendli" if kind == "friendli2024" else kind
+    return {"provider": provider, "base_url": server.url, "model": "up-model", "api_key_env": UPSTREAM_KEY_ENV, **extra}
+
+
+class Gateway:
+    def __init__(self, server: TestServer, session: aiohttp.ClientSession) -> None:
+        self.server = server
+        self.session = session
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url(""))
+
+    async def send(self, ingress: Ingress, model: str, prompt: str, stream: bool, **fields: Any) -> Answer:
+        path, headers, body = ingress.request(model, prompt, stream, **fields)
+        async with self.session.post(self.url + path, json=body, headers=headers) as resp:
+            raw = await resp.read()
+            if stream and resp.status == 200:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+            return read(ingress, resp.status, raw, stream)
+
+
+GatewayFactory = Callable[[GatewayConfig], Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[GatewayFactory]:
+    servers: list[TestServer] = []
+    session = aiohttp.ClientSession()
+
+    async def make(cfg: GatewayConfig) -> Gateway:
+        server = TestServer(create_app(cfg), host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return Gateway(server, session)
+
+    yield make
+    await session.close()
+    for s in servers:
+        await s.close()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Callable[..., Awaitable[vendors.Server]]]:
+    started: list[vendors.Server] = []
+
+    async def make(kind: str, **kwargs: Any) -> vendors.Server:
+        server = await vendors.start(kind, **kwargs)
+        started.append(server)
+        return server
+
+    yield make
+    for s in started:
+        await s.close()

@@ -1,0 +1,88 @@
+"""The translation matrix: every ingress dialect × every upstream kind, streaming and not, over real
+sockets. Text, finish reason, usage and framing are checked in every cell, and the upstream is checked
+to have received its own vendor's wire format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import INGRESSES, Ingress
+from tests.upstreams import vendors
+
+PROMPT = "Say something deterministic"
+KINDS = list(vendors.KINDS)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_cell(gateway: GatewayFactory, upstream: Any, ingress: Ingress, kind: str, stream: bool) -> None:
+    server = await upstream(kind)
+    gw = await gateway(config([{"name": "m", "targets": [target(server, kind)]}]))
+    answer = await gw.send(ingress, "m", PROMPT, stream)
+    assert answer.status == 200, answer.raw
+    words, _ = vendors.generate(PROMPT, 4)
+    assert answer.text == "".join(words)
+    assert answer.finish == "length"
+    assert answer.usage["completion_tokens"] == 4
+    assert answer.usage["total_tokens"] == answer.usage["prompt_tokens"] + 4
+    if stream:
+        assert answer.done == ingress.done, answer.raw[-80:]
+    sent = server.v.requests[-1]
+    assert sent["model"] == "up-model" and sent["max_tokens"] == 4
+    assert not any(k.startswith("guided_") for k in sent)
+    if kind.startswith("sgp"):
+        assert server.v.headers[-1]["x-api-key"] == "upstream-key"
+    else:
+        assert server.v.headers[-1]["Authorization"] == "Bearer upstream-key"
+    assert all(KEY_FRAGMENT not in v for v in server.v.headers[-1].values())
+    if ingress.name.startswith("friendli") and not stream:
+        choice = answer.body["choices"][0]
+        assert isinstance(choice["seed"], int)
+        if kind.startswith("friendli"):
+            assert choice["tokens"] == [vendors.token_id(w) for w in words]
+
+
+KEY_FRAGMENT = "gw-key"
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_upstream_rejection_keeps_status(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    answer = await gw.send(ingress, "m", "x [[status=400]]", False)
+    expected = 400
+    assert answer.status == expected, answer.raw
+    assert b"injected 400" in answer.raw
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_upstream_failure_is_502_in_dialect(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    answer = await gw.send(ingress, "m", "x [[status=500]]", False)
+    assert answer.status == 502, answer.raw
+    body = answer.body
+    if ingress.name == "openai":
+        assert body["error"]["code"] == "upstream_failed"
+    elif ingress.name.startswith("sgp"):
+        assert "detail" in body
+    elif ingress.name == "octoai":
+        assert body["object"] == "error" and body["message"]
+    else:
+        assert body["message"] and body["error"]["message"]
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_cut_stream_ends_with_in_band_error(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    path, headers, body = ingress.request("m", "x [[cut]] [[stall=0.05]]", True)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        raw = await resp.read()
+    assert b"[DONE]" not in raw
+    assert b"broke off" in raw or b"ended the stream early" in raw, raw[-300:]
