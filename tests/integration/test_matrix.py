@@ -1,4 +1,4 @@
-"""The translation matrix: every ingress dialect × every upstream kind, streaming and not, over real
+"""The translation matrix: every ingress dialect by every upstream kind, streaming and not, over real
 sockets. Text, finish reason, usage and framing are checked in every cell, and the upstream is checked
 to have received its own vendor's wire format."""
 
