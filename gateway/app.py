@@ -38,10 +38,27 @@ def vendor_target(name: str, vendor: Vendor) -> Target:
     )
 
 
+def unique_names(config: GatewayConfig) -> dict[tuple[str, int], str]:
+    """Target ids: ``name`` if configured, else ``provider:model``, numbered when that repeats; they key
+    health, logs and metrics, so two targets must never share one."""
+    names: dict[tuple[str, int], str] = {}
+    seen: dict[str, int] = {}
+    for entry in config.models:
+        for i, t in enumerate(entry.targets):
+            base = t.name or f"{t.provider}:{t.model or entry.name}"
+            seen[base] = seen.get(base, 0) + 1
+            names[(entry.name, i)] = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    return names
+
+
 def build_table(config: GatewayConfig, catch_all: Target | None = None) -> ModelTable:
     routes: dict[str, Route] = {}
+    names = unique_names(config)
     for entry in config.models:
-        upstreams = [build_upstream(t, entry.name) for t in entry.targets]
+        upstreams = [
+            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
+            for i, t in enumerate(entry.targets)
+        ]
         route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
         for name in (entry.name, *entry.aliases):
             routes[name] = route

@@ -35,6 +35,7 @@ class Vendor:
     kind: str
     api_key: str = "upstream-key"
     fail_status: int | None = None
+    faults: str = ""  # markers applied to every request, e.g. "[[reset]]"
     requests: list[dict[str, JSON]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     disconnects: int = 0
@@ -126,7 +127,7 @@ class Server:
         if self.v.fail_status is not None:
             return self.error(self.v.fail_status, "target is down")
         text = prompt_text(body)
-        marks = {m.group(1): m.group(2) for m in MARK.finditer(text)}
+        marks = {m.group(1): m.group(2) for m in MARK.finditer(text + self.v.faults)}
         if "hang" in marks:
             await asyncio.sleep(float(marks["hang"] or 5))
         if "reset" in marks:
@@ -194,7 +195,7 @@ class Server:
                     assert request.transport is not None
                     request.transport.close()
                     return resp
-                if stall:
+                if stall and sent:
                     await asyncio.sleep(stall)
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 sent += 1
