@@ -1,0 +1,104 @@
+"""Client mistakes get a clear 4xx in the client's own dialect, naming the field; never a 5xx."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, Ingress
+
+
+@pytest.fixture
+async def gw(gateway: GatewayFactory, upstream: Any) -> Any:
+    server = await upstream("openai")
+    cfg = config(
+        [
+            {"name": "m", "targets": [target(server, "openai")]},
+            {"name": "local", "aliases": ["meta/local"], "targets": [target(server, "vllm", adapters={"lora1": "x"})]},
+        ]
+    )
+    return await gateway(cfg)
+
+
+async def post(gw: Any, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:
+    data = body if isinstance(body, bytes) else None
+    async with gw.session.post(gw.url + path, json=None if data else body, data=data, headers=headers) as resp:
+        return resp.status, await resp.json(content_type=None), dict(resp.headers)
+
+
+def creds(ingress: Ingress, key: str) -> dict[str, str]:
+    return {k: (v.replace(KEY, key)) for k, v in ingress.headers.items()}
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_bad_key_is_401(gw: Any, ingress: Ingress) -> None:
+    path, _, body = ingress.request("m", "x", False)
+    status, reply, headers = await post(gw, path, creds(ingress, "wrong"), body)
+    assert status == 401 and "X-Request-ID" in headers
+    assert "wrong" not in str(reply)
+
+
+@pytest.mark.parametrize("ingress", [i for i in INGRESSES if i.name != "octoai"], ids=lambda i: i.name)
+async def test_wrong_team_is_403(gw: Any, ingress: Ingress) -> None:
+    path, headers, body = ingress.request("m", "x", False)
+    team_header = {"openai": "OpenAI-Organization", "sgp": "x-selected-account-id", "sgp5": "x-selected-account-id"}
+    headers[team_header.get(ingress.name, "X-Friendli-Team")] = "team2"
+    status, _, _ = await post(gw, path, headers, body)
+    assert status == 403
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_malformed_bodies_are_4xx_naming_the_field(gw: Any, ingress: Ingress) -> None:
+    path, headers, body = ingress.request("m", "x", False, max_tokens="many")
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status in (400, 422) and "max_tokens" in str(reply)
+    status, reply, _ = await post(gw, path, headers, b"{not json")
+    assert 400 <= status < 500 and "JSON" in str(reply)
+    status, reply, _ = await post(gw, path, headers, b"[1, 2]")
+    assert 400 <= status < 500
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_unknown_model_is_404(gw: Any, ingress: Ingress) -> None:
+    path, headers, body = ingress.request("nope", "x", False)
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status == 404 and "nope" in str(reply)
+
+
+async def test_unsupported_feature_names_field_and_target(gw: Any) -> None:
+    ingress = BY_NAME["friendli"]
+    path, headers, body = ingress.request("m", "x", False, top_k=5)
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status == 400
+    assert reply["error"]["param"] == "top_k" and "openai:up-model" in reply["message"]
+    path, headers, body = ingress.request("local", "x", False, top_k=5)
+    assert (await post(gw, path, headers, body))[0] == 200
+
+
+async def test_vendor_model_names_and_adapters_resolve(gw: Any) -> None:
+    sgp = BY_NAME["sgp"]
+    for model, expected in (("meta/local", 200), ("meta/local/lora1", 200), ("meta/local/other", 422), ("x/m", 200)):
+        path, headers, body = sgp.request(model, "x", False)
+        status, reply, _ = await post(gw, path, headers, body)
+        assert status == expected, (model, reply)
+
+
+async def test_request_id_is_echoed(gw: Any) -> None:
+    path, headers, body = BY_NAME["openai"].request("m", "x", False)
+    status, _, out = await post(gw, path, {**headers, "X-Request-Id": "abc-123"}, body)
+    assert status == 200 and out["X-Request-ID"] == "abc-123"
+
+
+async def test_models_health_ready(gw: Any) -> None:
+    async with gw.session.get(gw.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}) as resp:
+        data = await resp.json()
+    assert {m["id"] for m in data["data"]} >= {"m", "local", "meta/local"}
+    async with gw.session.get(gw.url + "/v1/models") as resp:
+        assert resp.status == 401
+    async with gw.session.get(gw.url + "/health") as resp:
+        assert resp.status == 200
+    async with gw.session.get(gw.url + "/ready") as resp:
+        ready = await resp.json()
+    assert resp.status == 200 and ready["ready"] and ready["models"] == {"m": True, "local": True, "meta/local": True}
