@@ -139,6 +139,9 @@ class HTTPUpstream:
             raw = await resp.read()
             resp.release()
             message, param = upstream_message(raw)
+            if resp.status in (401, 403):
+                # The upstream refused the gateway's own credentials: a deployment fault, not the client's.
+                raise UpstreamFailed(f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})")
             if resp.status < 500 and resp.status != 408:
                 err = UpstreamRejected(f"upstream rejected the request: {message}", status=resp.status, param=param)
                 retry_after = resp.headers.get("Retry-After")

@@ -133,3 +133,10 @@ async def test_streams_and_whole_answers_agree(gateway: GatewayFactory, upstream
     streamed = await gw.send(OPENAI, "m", "agree?", True, max_tokens=50)
     assert whole.text == streamed.text == "".join(vendors.generate("agree?", 50)[0])
     assert whole.finish == streamed.finish == "stop"
+
+
+async def test_upstream_refusing_our_credentials_is_502_not_401(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai", api_key="another-key")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    answer = await gw.send(OPENAI, "m", "x", False)
+    assert answer.status == 502 and "credentials" in answer.body["error"]["message"]

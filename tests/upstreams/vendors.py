@@ -109,6 +109,8 @@ class Server:
         return web.json_response(body, status=status, headers=headers)
 
     def authorized(self, request: web.Request) -> bool:
+        if not self.v.api_key:
+            return True
         if self.v.kind.startswith("sgp"):
             return request.headers.get("x-api-key") == self.v.api_key
         return request.headers.get("Authorization") == f"Bearer {self.v.api_key}"

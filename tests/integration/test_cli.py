@@ -1,0 +1,118 @@
+"""``llm-gateway serve`` as a user runs it: the embedded default (no config) in front of a local
+"vLLM", and ``--workers 2`` sharing one port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.config import hash_key
+from tests.upstreams import vendors
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(int(timeout / 0.1)):
+            if proc.poll() is not None:
+                raise AssertionError(f"gateway exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                async with session.get(url + "/health") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("gateway did not become healthy")
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(args: list[str], env: dict[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        await wait_healthy(url, proc)
+        return url, proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+async def test_embedded_default_serves_local_vllm(serve: Any) -> None:
+    local = await vendors.start("openai", api_key="")
+    try:
+        url, proc = await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})
+        headers = {"Authorization": "Bearer k-embedded"}
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "/v1/models", headers=headers) as resp:
+                names = [m["id"] for m in (await resp.json())["data"]]
+            assert names == ["up-model"]
+            body = {"model": "up-model", "prompt": "hello", "max_tokens": 3}
+            async with session.post(url + "/v1/completions", json=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                answer = await resp.json()
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 401
+        assert answer["choices"][0]["text"] == "".join(vendors.generate("hello", 3)[0])
+    finally:
+        await local.close()
+
+
+async def test_two_workers_share_a_port(serve: Any, tmp_path: Path) -> None:
+    local = await vendors.start("openai")
+    try:
+        cfg = tmp_path / "gw.yaml"
+        cfg.write_text(
+            "models:\n  - name: m\n    targets:\n"
+            f"      - {{provider: openai, base_url: '{local.url}', api_key_env: UP_KEY}}\n"
+            f"teams:\n  - id: t\n    keys: [{{id: k, sha256: {hash_key('k2')}}}]\n"
+        )
+        url, proc = await serve(["--config", str(cfg), "--workers", "2"], {"UP_KEY": "upstream-key"})
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            for _ in range(20):
+                body = {"model": "m", "prompt": "x"}
+                async with session.post(
+                    url + "/v1/completions", json=body, headers={"Authorization": "Bearer k2"}
+                ) as r:
+                    assert r.status == 200
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 2
+    finally:
+        await local.close()
