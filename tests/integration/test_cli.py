@@ -28,9 +28,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+async def wait_healthy(url: str, proc: subprocess.Popen[bytes], limit: float = 20) -> None:
     async with aiohttp.ClientSession() as session:
-        for _ in range(int(timeout / 0.1)):
+        for _ in range(int(limit / 0.1)):
             if proc.poll() is not None:
                 raise AssertionError(f"gateway exited: {proc.stderr.read().decode() if proc.stderr else ''}")
             try:
@@ -78,7 +78,7 @@ async def serve() -> AsyncIterator[Any]:
 async def test_embedded_default_serves_local_vllm(serve: Any) -> None:
     local = await vendors.start("openai", api_key="")
     try:
-        url, proc = await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})
+        url, _ = await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})
         headers = {"Authorization": "Bearer k-embedded"}
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/v1/models", headers=headers) as resp:
