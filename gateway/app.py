@@ -108,5 +108,6 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
         app.router.add_get(path, ops.list_models)
     app.router.add_get("/health", ops.health)
     app.router.add_get("/ready", ops.ready)
+    app.router.add_get("/metrics", ops.metrics)
     app.cleanup_ctx.append(_lifecycle)
     return app

@@ -52,7 +52,8 @@ class KeyRing:
 
     def authenticate(self, token: str | None, team: str | None) -> Principal:
         if self.open_access:
-            return Principal(ANONYMOUS.key_id, team or ANONYMOUS.team)
+            # No teams exist to select from; a client-chosen name must not become a label or limit key.
+            return ANONYMOUS
         if not token:
             raise AuthenticationFailed("missing API key")
         digest = hashlib.sha256(token.encode()).digest()

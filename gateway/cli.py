@@ -16,11 +16,9 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 from typing import Any
 
-from aiohttp import web
-
-from gateway import logs
 from gateway.config import ConfigError, GatewayConfig, Target, hash_key, key_hashes, load_config
 
 log = logging.getLogger("gateway")
@@ -35,6 +33,11 @@ def _use_uvloop() -> None:
 
 
 def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int) -> None:
+    # Imported here, after the CLI has chosen the metrics mode: prometheus-client reads
+    # PROMETHEUS_MULTIPROC_DIR when it is first imported.
+    from aiohttp import web
+
+    from gateway import logs
     from gateway.app import create_app
 
     listener = logs.configure()
@@ -70,6 +73,11 @@ def serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Workers write their metrics to files here; /metrics in any worker aggregates them all.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
+    from gateway import logs
+
     listener = logs.configure()
     if not args.config:
         vendors = ", ".join(sorted(config.vendors)) or "none (no vendor API key in the environment)"
@@ -97,8 +105,12 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    from prometheus_client import multiprocess
+
     for p in procs:
         p.join()
+        if p.pid is not None:
+            multiprocess.mark_process_dead(p.pid)  # type: ignore[no-untyped-call]
     return max((p.exitcode or 0) for p in procs)
 
 

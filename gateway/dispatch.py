@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +36,8 @@ class Attempt:
     provider: str | None = None
     tries: int = 0
     dropped: list[Feature] = field(default_factory=list)
+    upstream_seconds: float = 0.0  # waiting on upstreams: whole answers, or up to a stream's first event
+    cooled: list[str] = field(default_factory=list)
 
 
 DropHook = Callable[[str, list[Feature]], None]
@@ -83,16 +86,19 @@ async def complete(
     candidates = _candidates(table, route, request, attempt)
     for i, (upstream, req) in enumerate(candidates):
         attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
+        began = time.perf_counter()
         try:
             completion = await upstream.complete(req, call)
         except GatewayError as err:
-            if not isinstance(err, UpstreamRejected) and err.retryable:
-                table.failed(upstream)
+            attempt.upstream_seconds += time.perf_counter() - began
+            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream):
+                attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
             log.warning("target %s failed (%s); falling back", upstream.name, err.code)
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
+        attempt.upstream_seconds += time.perf_counter() - began
         table.succeeded(upstream)
         return _with_seeds(completion, req)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -128,18 +134,21 @@ async def open_stream(
         events = upstream.stream(req, call)
         if req.want_seed:
             events = _seed_finishes(events, req)
+        began = time.perf_counter()
         try:
             first = await anext(events)
         except (GatewayError, StopAsyncIteration) as exc:
+            attempt.upstream_seconds += time.perf_counter() - began
             await events.aclose()  # type: ignore[attr-defined]
             err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
-            if not isinstance(err, UpstreamRejected) and err.retryable:
-                table.failed(upstream)
+            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream):
+                attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
             log.warning("target %s failed before the first byte (%s); falling back", upstream.name, err.code)
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
+        attempt.upstream_seconds += time.perf_counter() - began
         table.succeeded(upstream)
         return first, events
     raise AssertionError("unreachable")  # pragma: no cover

@@ -9,6 +9,7 @@ in-band and the stream is ended the dialect's way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -25,9 +26,11 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.logs import RequestLog
+from gateway.metrics import IN_FLIGHT
 from gateway.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -82,10 +85,11 @@ async def relay(
     log: RequestLog,
 ) -> web.StreamResponse:
     first, events = opened
-    resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": rid})
+    log.first_byte()
+    headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+    resp = web.StreamResponse(headers=headers)
     await resp.prepare(request)
     encoder = dialect.encoder(ireq)
-    log.first_byte()
     try:
         out = encoder.event(first)  # type: ignore[arg-type]
         if out:
@@ -99,6 +103,9 @@ async def relay(
     except GatewayError as err:
         log.failed(err)
         await resp.write(encoder.error(err))
+    except (ConnectionResetError, asyncio.CancelledError):
+        log.gone()
+        raise
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
@@ -112,6 +119,8 @@ def make_handler(spec: RouteSpec) -> Handler:
         rid = request_id(request.headers)
         dialect = spec.dialect
         log = RequestLog(gw.access, rid, dialect.name)
+        in_flight = IN_FLIGHT.labels(dialect.name)
+        in_flight.inc()
         try:
             data = loads(await read_body(request))
             dialect = dialect.select(data, request.headers)
@@ -122,6 +131,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             ireq = dialect.parse(spec.operation, data, spec.flavour)
             log.model = ireq.model
             resolved = gw.models.resolve(ireq.model)
+            log.model_label = resolved.route.label
             admit(gw, principal, ireq)
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
@@ -134,11 +144,13 @@ def make_handler(spec: RouteSpec) -> Handler:
             completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
             log.completed(completion)
             body = dumps(dialect.render(ireq, completion))
-            return web.Response(body=body, content_type="application/json", headers={"X-Request-Id": rid})
+            headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+            return web.Response(body=body, content_type="application/json", headers=headers)
         except GatewayError as err:
             log.failed(err)
             return error_response(dialect, err, rid)
         finally:
+            in_flight.dec()
             log.emit()
 
     return handle

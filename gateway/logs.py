@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from gateway import metrics as m
 from gateway.auth import Principal
 from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, StreamEvent, UsageReport
@@ -52,19 +53,26 @@ def configure(level: str = "INFO") -> logging.handlers.QueueListener:
 
 
 class RequestLog:
+    """The record of one request, filled in as the data path runs; ``emit`` writes its log line and
+    its metrics (``gateway.metrics``) in one place, after the answer has gone out."""
+
     __slots__ = (
         "attempt",
+        "chunks",
         "completion_tokens",
         "dialect",
         "error",
+        "last_chunk",
         "logger",
         "model",
+        "model_label",
         "principal",
         "prompt_tokens",
         "rid",
         "started",
         "status",
         "ttfb",
+        "ttft",
     )
 
     def __init__(self, logger: logging.Logger, rid: str, dialect: str) -> None:
@@ -75,21 +83,34 @@ class RequestLog:
         self.attempt = Attempt()
         self.principal: Principal | None = None
         self.model: str | None = None
+        self.model_label = "-"
         self.status = 200
         self.error: str | None = None
         self.ttfb: float | None = None
+        self.ttft: float | None = None
+        self.last_chunk = 0.0
+        self.chunks = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
 
     def first_byte(self) -> None:
         self.ttfb = time.perf_counter() - self.started
 
+    def overhead(self) -> float:
+        """Our own time so far: everything but the wait on upstreams (up to the first byte, for streams)."""
+        upto = self.ttfb if self.ttfb is not None else time.perf_counter() - self.started
+        return max(0.0, upto - self.attempt.upstream_seconds)
+
     def observe(self, event: StreamEvent) -> None:
-        if isinstance(event, UsageReport):
+        if isinstance(event, Delta):
+            now = time.perf_counter()
+            if self.ttft is None:
+                self.ttft = now - self.started
+            self.chunks += 1
+            self.last_chunk = now
+        elif isinstance(event, UsageReport):
             self.prompt_tokens = event.usage.prompt_tokens
             self.completion_tokens = event.usage.completion_tokens
-        elif isinstance(event, Delta) and self.ttfb is None:
-            self.first_byte()
 
     def completed(self, completion: Completion) -> None:
         if completion.usage is not None:
@@ -101,7 +122,12 @@ class RequestLog:
             self.status = err.status
         self.error = err.code
 
+    def gone(self) -> None:
+        self.error = "client_gone"
+
     def emit(self) -> None:
+        duration = time.perf_counter() - self.started
+        self._metrics(duration)
         if not self.logger.isEnabledFor(logging.INFO):
             return
         fields: dict[str, object] = {
@@ -118,9 +144,31 @@ class RequestLog:
             "error": self.error,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
+            "duration_ms": round(duration * 1000, 3),
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
+            "overhead_ms": round(self.overhead() * 1000, 3),
         }
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
         self.logger.info("request", extra={"fields": fields})
+
+    def _metrics(self, duration: float) -> None:
+        model, team = self.model_label, self.principal.team if self.principal else "-"
+        provider = self.attempt.provider or "-"
+        m.REQUESTS.labels(self.dialect, model, provider, team, m.outcome(self.status, self.error)).inc()
+        m.DURATION.labels(self.dialect, model).observe(duration)
+        m.OVERHEAD_SECONDS.labels(self.dialect).observe(self.overhead())
+        if self.ttft is not None:
+            m.TTFT.labels(self.dialect, model).observe(self.ttft)
+            if self.chunks > 1:
+                m.INTER_TOKEN.labels(model).observe((self.last_chunk - self.started - self.ttft) / (self.chunks - 1))
+        if self.prompt_tokens is not None:
+            m.TOKENS.labels(model, team, "prompt").inc(self.prompt_tokens)
+        if self.completion_tokens is not None:
+            m.TOKENS.labels(model, team, "completion").inc(self.completion_tokens)
+        if self.attempt.tries > 1:
+            m.RETRIES.labels(model).inc(self.attempt.tries - 1)
+        for target in self.attempt.cooled:
+            m.COOLDOWNS.labels(target).inc()
+        for feature in self.attempt.dropped:
+            m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()

@@ -14,6 +14,7 @@ from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
 from gateway.dialects.common import dumps
 from gateway.handlers import credentials, error_response, request_id
+from gateway.metrics import TARGET_UP, exposition
 from gateway.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway.ops")
@@ -26,6 +27,7 @@ async def probe(gw: Gateway) -> None:
     results = await asyncio.gather(*(u.list_models() for u in upstreams), return_exceptions=True)
     for upstream, result in zip(upstreams, results, strict=True):
         ok = not isinstance(result, BaseException)
+        TARGET_UP.labels(upstream.name, upstream.provider).set(1 if ok else 0)
         if gw.ready.get(upstream.name) != ok:
             log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result})")
         gw.ready[upstream.name] = ok
@@ -73,3 +75,8 @@ async def list_models(request: web.Request) -> web.Response:
     now = int(time.time())
     data = [{"id": n, "object": "model", "created": now, "owned_by": "llm-gateway"} for n in names]
     return _json({"object": "list", "data": data})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body, content_type = await asyncio.to_thread(exposition)
+    return web.Response(body=body, headers={"Content-Type": content_type})

@@ -50,6 +50,10 @@ class Route:
     upstreams: list[Upstream]
     weights: list[float]
     upstream_model: str | None = None  # set for vendor routes built from a ``vendor/model`` name
+    label: str = ""  # bounded metric label: the configured name, ``vendor/*`` or ``local``
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.public
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +86,10 @@ class ModelTable:
                 return Resolved(self.routes[parts[1]], adapter=parts[2] if len(parts) == 3 else None)
             vendor = self.vendors.get(parts[0])
             if vendor is not None:
-                return Resolved(Route(name, [vendor], [1.0], upstream_model="/".join(parts[1:])))
+                model = "/".join(parts[1:])
+                return Resolved(Route(name, [vendor], [1.0], upstream_model=model, label=f"{parts[0]}/*"))
         if self.catch_all is not None and name:
-            return Resolved(Route(name, [self.catch_all], [1.0], upstream_model=name))
+            return Resolved(Route(name, [self.catch_all], [1.0], upstream_model=name, label="local"))
         raise NotFound(f"model {name!r} is not served by this gateway", param="model")
 
     def order(self, route: Route) -> list[Upstream]:
@@ -109,6 +114,7 @@ class ModelTable:
         return h
 
     def failed(self, upstream: Upstream) -> bool:
+        """Record a failure; True when it put the target in cool-down."""
         return self._health(upstream).failed(time.monotonic())
 
     def succeeded(self, upstream: Upstream) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -15,11 +16,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import hash_key
 from tests.upstreams import vendors
 
 ROOT = Path(__file__).resolve().parents[2]
+K = 20
 
 
 def free_port() -> int:
@@ -95,7 +98,7 @@ async def test_embedded_default_serves_local_vllm(serve: Any) -> None:
         await local.close()
 
 
-async def test_two_workers_share_a_port(serve: Any, tmp_path: Path) -> None:
+async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: Path) -> None:
     local = await vendors.start("openai")
     try:
         cfg = tmp_path / "gw.yaml"
@@ -105,14 +108,42 @@ async def test_two_workers_share_a_port(serve: Any, tmp_path: Path) -> None:
             f"teams:\n  - id: t\n    keys: [{{id: k, sha256: {hash_key('k2')}}}]\n"
         )
         url, proc = await serve(["--config", str(cfg), "--workers", "2"], {"UP_KEY": "upstream-key"})
+        ids = []
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            for _ in range(20):
-                body = {"model": "m", "prompt": "x"}
+            headers = {"Authorization": "Bearer k2"}
+            for i in range(K):
+                body = {"model": "m", "prompt": "x", "stream": i % 2 == 1}
                 async with session.post(
-                    url + "/v1/completions", json=body, headers={"Authorization": "Bearer k2"}
+                    url + "/v1/completions", json=body, headers={**headers, "X-Request-Id": f"req-{i}"}
                 ) as r:
                     assert r.status == 200
+                    await r.read()
+                    ids.append(r.headers["X-Request-Id"])
+                    assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
+            async with session.post(url + "/v1/completions", json={"model": "m"}, headers=headers) as r:
+                assert r.status == 400
+            async with session.get(url + "/metrics") as r:
+                text = await r.text()
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) == 2
     finally:
         await local.close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    ok = (("dialect", "openai"), ("model", "m"), ("outcome", "ok"), ("provider", "openai"), ("team", "t"))
+    bad = (("dialect", "openai"), ("model", "-"), ("outcome", "client_error"), ("provider", "-"), ("team", "t"))
+    assert samples[("gateway_requests_total", ok)] == K
+    assert samples[("gateway_requests_total", bad)] == 1
+    assert samples[("gateway_tokens_total", (("kind", "completion"), ("model", "m"), ("team", "t")))] > 0
+    assert samples[("gateway_ttft_seconds_count", (("dialect", "openai"), ("model", "m")))] == K // 2
+    assert samples[("gateway_overhead_seconds_count", (("dialect", "openai"),))] == K + 1
+    assert not any("k2" in v or "req-" in v for _, labels in samples for _, v in labels)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
+    requests = [line for line in lines if line.get("event") == "request"]
+    assert sorted(r["request_id"] for r in requests if r["status"] == 200) == sorted(ids)
+    assert "k2" not in err.decode() and "Bearer" not in err.decode()

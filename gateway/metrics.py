@@ -1,0 +1,87 @@
+"""Every Prometheus metric the gateway exports, declared in one place, with bounded labels only:
+dialect (six values), public model name from the config (dynamic ``vendor/model`` names collapse to
+``vendor/*``, the local catch-all to ``local``), provider and target ids from the config, team ids
+from the config, outcome (a fixed set). Never request ids, keys, users or raw client strings.
+
+Several worker processes serving one port share a ``PROMETHEUS_MULTIPROC_DIR`` (set by the CLI
+before it forks); ``/metrics`` then aggregates every worker's files.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as mp
+
+LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+REQUESTS = Counter(
+    "gateway_requests_total",
+    "Requests answered, by ingress dialect, public model, provider, team and outcome",
+    ["dialect", "model", "provider", "team", "outcome"],
+)
+DURATION = Histogram(
+    "gateway_request_duration_seconds",
+    "Whole request time, as the client sees it",
+    ["dialect", "model"],
+    buckets=LATENCY,
+)
+TTFT = Histogram("gateway_ttft_seconds", "Time to the first streamed token", ["dialect", "model"], buckets=LATENCY)
+INTER_TOKEN = Histogram(
+    "gateway_inter_token_seconds",
+    "Mean gap between streamed chunks, one observation per stream",
+    ["model"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+OVERHEAD_SECONDS = Histogram(
+    "gateway_overhead_seconds", "Gateway time excluding the upstream wait", ["dialect"], buckets=OVERHEAD
+)
+TOKENS = Counter("gateway_tokens_total", "Tokens, from upstream usage", ["model", "team", "kind"])
+RETRIES = Counter("gateway_retries_total", "Attempts beyond the first (fallbacks to another target)", ["model"])
+COOLDOWNS = Counter("gateway_cooldowns_total", "Targets put in cool-down after repeated failures", ["target"])
+DROPPED = Counter("gateway_dropped_features_total", "Features dropped by target config", ["target", "feature"])
+IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["dialect"], multiprocess_mode="livesum")
+TARGET_UP = Gauge(
+    "gateway_target_up", "1 when the target answered its last probe", ["target", "provider"], multiprocess_mode="max"
+)
+RATE_LIMIT = Counter("gateway_ratelimit_decisions_total", "Admission decisions by limit kind", ["limit", "decision"])
+QUEUE_DEPTH = Gauge(
+    "gateway_admission_queue_depth", "Requests waiting for a concurrency slot", [], multiprocess_mode="livesum"
+)
+ADMISSION_WAIT = Histogram("gateway_admission_wait_seconds", "Time spent waiting for admission", [], buckets=LATENCY)
+REDIS_UP = Gauge("gateway_redis_up", "1 when Redis answered the last check", [], multiprocess_mode="min")
+REDIS_LATENCY = Histogram(
+    "gateway_redis_latency_seconds", "Redis round trips", [], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
+)
+
+
+def outcome(status: int, error: str | None) -> str:
+    if status < 400 and error is None:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 504 or error in ("upstream_timeout", "deadline_exceeded"):
+        return "timeout"
+    if status >= 500 or (error or "").startswith("upstream"):
+        return "upstream_error"
+    if error == "client_gone":
+        return "cancelled"
+    return "client_error"
+
+
+def exposition() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
