@@ -18,6 +18,8 @@ from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.core.upstream import Upstream
 from gateway.handlers import make_handler
+from gateway.limits import build_admission, redis_client
+from gateway.limits.admission import running as admission_running
 from gateway.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.routing import ModelTable, Route
 from gateway.state import GATEWAY, Gateway
@@ -77,12 +79,15 @@ def build_keys(config: GatewayConfig) -> KeyRing:
 
 
 def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gateway:
+    client = redis_client(config.redis) if config.redis is not None else None
     return Gateway(
         config=config,
         keys=build_keys(config),
         models=build_table(config, catch_all),
         team_models={t.id: frozenset(t.models) if t.models is not None else None for t in config.teams},
         access=logging.getLogger("gateway.access"),
+        admission=build_admission(config, client),
+        redis=client,
     )
 
 
@@ -92,11 +97,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for name, ok in sorted(gw.ready.items()):
         log.info("target %s: %s", name, "reachable" if ok else "unreachable")
     task = asyncio.create_task(ops.prober(gw), name="prober")
-    yield
+    async with admission_running(gw.admission):
+        yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
+    if gw.redis is not None:
+        await gw.redis.aclose()
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:

@@ -82,10 +82,45 @@ class KeyEntry(_Model):
         return self
 
 
+class Limits(_Model):
+    rpm: Annotated[int, Field(gt=0)] | None = None  # requests per minute (GCRA)
+    rpm_burst: Annotated[int, Field(gt=0)] | None = None  # default: rpm
+    tpm: Annotated[int, Field(gt=0)] | None = None  # tokens per minute (reserve, then settle)
+    concurrency: Annotated[int, Field(gt=0)] | None = None  # requests in flight (leases)
+
+
 class Team(_Model):
     id: str
     keys: tuple[KeyEntry, ...] = ()
     models: tuple[str, ...] | None = None  # allowed public models; None = all
+    limits: Limits = Limits()  # for the whole team, across replicas
+    key_limits: Limits = Limits()  # for each key of the team
+    deadline: Annotated[float, Field(gt=0)] | None = None  # default request deadline (s)
+
+
+FailureMode = Literal["open", "closed"]
+
+
+class RedisConfig(_Model):
+    url: str = "redis://127.0.0.1:6379/0"
+    cluster: bool = False
+    timeout_ms: Annotated[int, Field(gt=0)] = 50
+    retry_seconds: Annotated[float, Field(gt=0)] = 1.0  # breaker: how long a failure keeps Redis out
+    # per limit kind, what happens while Redis is unreachable: "open" enforces limit / replicas in each
+    # process; "closed" refuses with 503
+    on_failure: dict[Literal["rpm", "tpm", "concurrency"], FailureMode] = {}
+
+
+class LimitSettings(_Model):
+    replicas: Annotated[int, Field(ge=1)] = 1  # gateway replicas sharing the limits (for fail-open shares)
+    admission_timeout: Annotated[float, Field(ge=0)] = 10.0
+    max_waiters: Annotated[int, Field(ge=0)] = 1000
+    lease_ttl: Annotated[float, Field(gt=0)] = 30.0
+
+
+class Admin(_Model):
+    key_sha256: str | None = None
+    key_env: str | None = None
 
 
 class Vendor(_Model):
@@ -108,6 +143,9 @@ class GatewayConfig(_Model):
     teams: tuple[Team, ...] = ()
     vendors: dict[str, Vendor] = {}
     auth: Literal["keys", "none"] = "keys"
+    redis: RedisConfig | None = None  # absent: keys and limits live in this process
+    limits: LimitSettings = LimitSettings()
+    admin: Admin = Admin()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

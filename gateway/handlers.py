@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -135,17 +134,22 @@ def make_handler(spec: RouteSpec) -> Handler:
             admit(gw, principal, ireq)
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
-            deadline = time.monotonic() + ireq.timeout if ireq.timeout else None
-            call = Call(rid, deadline, resolved.route.upstream_model)
-            if ireq.stream:
-                opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
-                log.observe(opened[0])
-                return await relay(request, dialect, ireq, opened, rid, log)
-            completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
-            log.completed(completion)
-            body = dumps(dialect.render(ireq, completion))
-            headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
-            return web.Response(body=body, content_type="application/json", headers=headers)
+            deadline = gw.admission.deadline_for(principal.team, ireq)
+            plan = await gw.admission.admit(principal.team, principal.key_id, ireq, deadline)
+            try:
+                call = Call(rid, deadline, resolved.route.upstream_model)
+                if ireq.stream:
+                    opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
+                    log.observe(opened[0])
+                    return await relay(request, dialect, ireq, opened, rid, log)
+                completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
+                log.completed(completion)
+                body = dumps(dialect.render(ireq, completion))
+                headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+                return web.Response(body=body, content_type="application/json", headers=headers)
+            finally:
+                prompt, completion_tokens = log.usage(plan)
+                gw.admission.release(plan, prompt, completion_tokens)
         except GatewayError as err:
             log.failed(err)
             return error_response(dialect, err, rid)

@@ -20,6 +20,7 @@ from gateway.auth import Principal
 from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, StreamEvent, UsageReport
 from gateway.dispatch import Attempt
+from gateway.limits.plan import Plan
 
 
 class JsonFormatter(logging.Formatter):
@@ -71,6 +72,7 @@ class RequestLog:
         "rid",
         "started",
         "status",
+        "streamed",
         "ttfb",
         "ttft",
     )
@@ -90,6 +92,7 @@ class RequestLog:
         self.ttft: float | None = None
         self.last_chunk = 0.0
         self.chunks = 0
+        self.streamed = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
 
@@ -107,6 +110,7 @@ class RequestLog:
             if self.ttft is None:
                 self.ttft = now - self.started
             self.chunks += 1
+            self.streamed += len(event.token_ids) or 1
             self.last_chunk = now
         elif isinstance(event, UsageReport):
             self.prompt_tokens = event.usage.prompt_tokens
@@ -116,6 +120,13 @@ class RequestLog:
         if completion.usage is not None:
             self.prompt_tokens = completion.usage.prompt_tokens
             self.completion_tokens = completion.usage.completion_tokens
+
+    def usage(self, plan: Plan) -> tuple[int | None, int | None]:
+        """Tokens to settle: the upstream's own count; for a stream cut short (client gone, upstream
+        broke off) the tokens streamed so far and the prompt's estimate."""
+        if self.completion_tokens is not None or not self.streamed:
+            return self.prompt_tokens, self.completion_tokens
+        return plan.prompt_estimate, self.streamed
 
     def failed(self, err: GatewayError) -> None:
         if self.ttfb is None:

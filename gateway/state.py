@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
 from gateway.auth import KeyRing
 from gateway.config import GatewayConfig
+from gateway.limits.admission import Admission
 from gateway.routing import ModelTable
 
 
@@ -19,6 +21,8 @@ class Gateway:
     models: ModelTable
     team_models: dict[str, frozenset[str] | None]
     access: logging.Logger
+    admission: Admission
+    redis: Any = None  # the Redis client, when configured
     ready: dict[str, bool] = field(default_factory=dict)  # target name → last probe succeeded
     discovered: list[str] = field(default_factory=list)  # models the catch-all target reported
 

@@ -36,6 +36,7 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers: dict[str, str] = {}  # extra response headers (rate-limit state)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, param={self.param!r})"

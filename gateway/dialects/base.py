@@ -6,6 +6,7 @@ The web layer only ever talks to this protocol; it never branches on a vendor na
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -107,7 +108,8 @@ def bearer_token(value: str | None) -> str | None:
 
 
 def retry_headers(err: GatewayError) -> dict[str, str]:
+    headers = dict(err.headers)
     retry_after = getattr(err, "retry_after", None)
-    if retry_after is None:
-        return {}
-    return {"Retry-After": str(max(1, round(retry_after)))}
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return headers

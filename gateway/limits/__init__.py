@@ -1,0 +1,53 @@
+"""Limits and admission: requests, tokens and concurrency per team and per key, exact across replicas
+through one atomic Redis script per admission, with an in-process twin for the embedded default and
+for Redis outages (see ``store.py`` for the failure policy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.config import GatewayConfig, Limits, RedisConfig
+from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.plan import LimitValues
+from gateway.limits.store import FailoverLimiter, Limiter, LocalLimiter, RedisLimiter
+
+KIND = {"rpm": "rpm", "tpm": "tpm", "concurrency": "conc"}
+
+
+def redis_client(cfg: RedisConfig) -> Any:
+    timeout = cfg.timeout_ms / 1000
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "health_check_interval": 0,
+    }
+    if cfg.cluster:
+        return RedisCluster.from_url(cfg.url, **options)
+    return aioredis.Redis.from_url(cfg.url, retry_on_timeout=False, **options)
+
+
+def values(limits: Limits) -> LimitValues:
+    return LimitValues(limits.rpm, limits.rpm_burst, limits.tpm, limits.concurrency)
+
+
+def build_admission(config: GatewayConfig, client: Any) -> Admission:
+    limiter: Limiter
+    if client is None or config.redis is None:
+        limiter = LocalLimiter()
+    else:
+        policy = {KIND[k]: v for k, v in config.redis.on_failure.items()}
+        limiter = FailoverLimiter(
+            RedisLimiter(client),
+            LocalLimiter(divisor=config.limits.replicas),
+            policy,
+            retry_seconds=config.redis.retry_seconds,
+        )
+    teams = {t.id: TeamPolicy(values(t.limits), values(t.key_limits), t.deadline) for t in config.teams}
+    s = config.limits
+    return Admission(limiter, teams, Settings(s.admission_timeout, s.max_waiters, s.lease_ttl))
+
+
+__all__ = ["Admission", "build_admission", "redis_client"]

@@ -1,0 +1,203 @@
+"""Admission: reserve every applicable limit in one atomic call, wait for a concurrency slot until
+the request's deadline (fairly across teams, in a bounded queue), keep leases of live requests alive,
+and settle each request with its real usage after the answer has gone out.
+
+A refusal by a rate (requests or tokens per minute) answers at once with 429 and ``Retry-After``;
+only concurrency waits, because a slot frees as soon as a running request ends. Waiting ends with
+``DeadlineExceeded``, which each dialect answers its own way (Friendli: 429, as its docs promise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.core.errors import DeadlineExceeded, RateLimited
+from gateway.core.request import InternalRequest
+from gateway.limits import plan as planning
+from gateway.limits.plan import LimitValues, Plan
+from gateway.limits.store import Limiter, Refusal
+from gateway.metrics import ADMISSION_WAIT, QUEUE_DEPTH, RATE_LIMIT
+
+log = logging.getLogger("gateway.limits")
+POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
+
+
+@dataclass(frozen=True, slots=True)
+class TeamPolicy:
+    limits: LimitValues = field(default_factory=LimitValues)
+    key_limits: LimitValues = field(default_factory=LimitValues)
+    deadline: float | None = None  # default request deadline, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    admission_timeout: float = 10.0  # waiting for a slot when neither request nor team sets a deadline
+    max_waiters: int = 1000
+    lease_ttl: float = 30.0
+
+
+HEADER_KIND = {"rpm": "Requests", "tpm": "Tokens", "conc": "Concurrency"}
+
+
+def refusal_error(refusal: Refusal) -> RateLimited:
+    check = refusal.check
+    what = {"rpm": "requests per minute", "tpm": "tokens per minute", "conc": "concurrent requests"}[check.kind]
+    if refusal.retry_after is None:
+        err = RateLimited(f"the request's token estimate exceeds the {check.scope}'s {what} limit ({check.limit})")
+    else:
+        err = RateLimited(f"{check.scope} limit of {check.limit} {what} reached", retry_after=refusal.retry_after)
+    name = HEADER_KIND[check.kind]
+    err.headers = {f"X-RateLimit-Limit-{name}": str(check.limit)}
+    if refusal.retry_after is not None:
+        err.headers[f"X-RateLimit-Reset-{name}"] = f"{refusal.retry_after:.3f}s"
+    return err
+
+
+class Waiters:
+    """Requests waiting for a concurrency slot, served round-robin across teams."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.by_team: dict[str, deque[asyncio.Future[None]]] = {}
+        self.turns: deque[str] = deque()
+        self.size = 0
+
+    def join(self, team: str) -> asyncio.Future[None]:
+        if self.size >= self.capacity:
+            raise RateLimited("too many requests are waiting for admission", retry_after=1.0)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self.by_team.setdefault(team, deque())
+        if not queue:
+            self.turns.append(team)
+        queue.append(fut)
+        self.size += 1
+        QUEUE_DEPTH.inc()
+        return fut
+
+    def leave(self, team: str, fut: asyncio.Future[None]) -> None:
+        queue = self.by_team.get(team)
+        if queue is not None and fut in queue:
+            queue.remove(fut)
+            self.size -= 1
+            QUEUE_DEPTH.dec()
+            if not queue:
+                del self.by_team[team]
+                self.turns.remove(team)
+
+    def wake_next(self) -> None:
+        """A slot was freed here: the next team in turn tries first."""
+        while self.turns:
+            team = self.turns.popleft()
+            queue = self.by_team[team]
+            fut = queue[0]
+            self.turns.append(team)
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+
+class Admission:
+    def __init__(self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings) -> None:
+        self.limiter = limiter
+        self.teams = teams
+        self.settings = settings
+        self.waiters = Waiters(settings.max_waiters)
+        self.live: dict[str, Plan] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.ttl_ms = int(settings.lease_ttl * 1000)
+
+    def deadline_for(self, team: str, request: InternalRequest) -> float | None:
+        policy = self.teams.get(team)
+        seconds = request.timeout or (policy.deadline if policy else None)
+        return time.monotonic() + seconds if seconds else None
+
+    async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
+        policy = self.teams.get(team, TeamPolicy())
+        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, uuid.uuid4().hex)
+        if not plan.checks:
+            return plan
+        began = time.monotonic()
+        wait_until = deadline if deadline is not None else began + self.settings.admission_timeout
+        while True:
+            refusal = await self.limiter.admit(plan, self.ttl_ms)
+            if refusal is None:
+                RATE_LIMIT.labels("all", "admit").inc()
+                if began != time.monotonic():
+                    ADMISSION_WAIT.observe(time.monotonic() - began)
+                if plan.concurrency_keys:
+                    self.live[plan.lease] = plan
+                return plan
+            RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
+            if refusal.check.kind != "conc":
+                raise refusal_error(refusal)
+            remaining = wait_until - time.monotonic()
+            if remaining <= 0:
+                ADMISSION_WAIT.observe(time.monotonic() - began)
+                if deadline is not None:
+                    raise DeadlineExceeded("the request's deadline expired while waiting for a concurrency slot")
+                raise refusal_error(refusal)
+            await self._wait(team, min(remaining, POLL_SECONDS))
+
+    async def _wait(self, team: str, seconds: float) -> None:
+        fut = self.waiters.join(team)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), seconds)
+        finally:
+            self.waiters.leave(team, fut)
+
+    def release(self, plan: Plan, prompt: int | None, completion: int | None) -> None:
+        """Settle after the answer has gone out: off the request path, in the app-owned task set."""
+        if plan.settled:
+            return
+        plan.settled = True
+        self.live.pop(plan.lease, None)
+        actual = (prompt or 0) + (completion or 0)
+        correction = actual - plan.estimate if prompt is not None or completion is not None else 0
+        if plan.checks or prompt is not None:
+            task = asyncio.get_running_loop().create_task(
+                self.limiter.settle(plan, correction, prompt or 0, completion or 0)
+            )
+            self.tasks.add(task)
+            task.add_done_callback(self._settled)
+        if plan.concurrency_keys:
+            self.waiters.wake_next()
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("settlement failed: %r", task.exception())
+        self.waiters.wake_next()
+
+    async def keeper(self) -> None:
+        """Renews the leases of running requests, so only a dead gateway's leases expire."""
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl / 3)
+            if self.live:
+                try:
+                    await self.limiter.renew(list(self.live.values()), self.ttl_ms)
+                except Exception:  # the keeper must outlive a bad round
+                    log.exception("lease renewal failed")
+
+    async def drain(self) -> None:
+        if self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def running(admission: Admission) -> AsyncIterator[None]:
+    task = asyncio.create_task(admission.keeper(), name="lease-keeper")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await admission.drain()

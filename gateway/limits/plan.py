@@ -1,0 +1,100 @@
+"""Which limits apply to one request, as data: the input of one atomic admission and its settlement.
+
+Keys are ``llmgw:{<team>}:...``: the braces are a Redis Cluster hash tag, so every key of one
+admission lands in the team's slot. Per-key limits live under the team too (a key serving two teams
+has separate budgets in each). Sans-IO: no Redis here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from gateway.core.request import InternalRequest, Operation
+
+CHARS_PER_TOKEN = 4  # a deliberately generous estimate for reservation; settlement corrects it
+DEFAULT_MAX_TOKENS_ESTIMATE = 512
+USAGE_BUCKET_SECONDS = 3600
+USAGE_TTL_SECONDS = 35 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class LimitValues:
+    rpm: int | None = None
+    rpm_burst: int | None = None  # default: rpm (a full minute's worth may arrive at once)
+    tpm: int | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    key: str
+    kind: str  # rpm | tpm | conc
+    limit: int
+    param: str
+    scope: str  # "team" or "key": for refusal messages and metrics
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope}_{self.kind}"
+
+
+@dataclass(slots=True)
+class Plan:
+    team: str
+    key_id: str
+    checks: list[Check]
+    estimate: int
+    prompt_estimate: int
+    lease: str
+    usage_key: str
+    settled: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def concurrency_keys(self) -> list[str]:
+        return [c.key for c in self.checks if c.kind == "conc"]
+
+
+def tag(team: str) -> str:
+    return "llmgw:{" + team + "}"
+
+
+def usage_key(team: str, now: float | None = None) -> str:
+    bucket = int((now if now is not None else time.time()) // USAGE_BUCKET_SECONDS) * USAGE_BUCKET_SECONDS
+    return f"{tag(team)}:usage:{bucket}"
+
+
+def estimate_prompt(request: InternalRequest) -> int:
+    """Prompt tokens, estimated from characters (token-id prompts are counted exactly)."""
+    if request.operation is Operation.CHAT:
+        chars = sum(len(m.content) if isinstance(m.content, str) else 256 for m in request.messages)
+        return chars // CHARS_PER_TOKEN + 1
+    return sum(len(p) // CHARS_PER_TOKEN + 1 if isinstance(p, str) else len(p) for p in request.prompts)
+
+
+def estimate_tokens(request: InternalRequest) -> int:
+    """The prompt plus the most the answer may use, for every choice."""
+    most = request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
+    return estimate_prompt(request) + most * request.choice_count
+
+
+def checks_for(prefix: str, scope: str, values: LimitValues, estimate: int, lease: str) -> list[Check]:
+    out: list[Check] = []
+    if values.rpm:
+        out.append(Check(f"{prefix}:rpm", "rpm", values.rpm, str(values.rpm_burst or values.rpm), scope))
+    if values.tpm:
+        out.append(Check(f"{prefix}:tpm", "tpm", values.tpm, str(estimate), scope))
+    if values.concurrency:
+        out.append(Check(f"{prefix}:conc", "conc", values.concurrency, lease, scope))
+    return out
+
+
+def build(
+    team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues, request: InternalRequest, lease: str
+) -> Plan:
+    estimate = estimate_tokens(request)
+    base = tag(team)
+    checks = checks_for(base, "team", team_limits, estimate, lease)
+    checks += checks_for(f"{base}:key:{key_id}", "key", key_limits, estimate, lease)
+    return Plan(team, key_id, checks, estimate, estimate_prompt(request), lease, usage_key(team))

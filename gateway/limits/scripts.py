@@ -1,0 +1,112 @@
+"""The Lua scripts that make limits exact across gateway replicas: one atomic call per admission
+(every applicable limit checked first, then all applied, or none), one per settlement. Time is Redis
+server time (``TIME``), so replica clocks never matter. Every key of one call shares a hash tag (the
+team's), so the scripts run unchanged on Redis Cluster.
+
+Limit kinds, in ARGV as (kind, limit, param) triples, KEYS in the same order:
+
+* ``rpm``  GCRA: the key holds the theoretical arrival time (ms); ``param`` is the burst (requests
+  that may arrive at once); one request is admitted every ``60000/limit`` ms after that.
+* ``tpm``  token bucket of ``limit`` tokens refilled over a minute; ``param`` is this request's
+  estimate, reserved now and corrected at settlement (the bucket may go into debt).
+* ``conc`` a sorted set of leases scored by expiry (ms); ``param`` is the lease id; a lease not
+  renewed within its TTL (a crashed gateway) stops counting.
+
+Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
+``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket).
+"""
+
+from __future__ import annotations
+
+ADMIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS
+local ttl = tonumber(ARGV[3 * n + 1])
+local state = {}
+for i = 1, n do
+  local kind, limit, param = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i]
+  if kind == 'rpm' then
+    local period = 60000 / limit
+    local burst = tonumber(param)
+    local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if tat < now then tat = now end
+    local new_tat = tat + period
+    if new_tat - now > burst * period then
+      return {1, i, math.ceil(new_tat - now - burst * period)}
+    end
+    state[i] = new_tat
+  elseif kind == 'tpm' then
+    local want = tonumber(param)
+    if want > limit then return {1, i, -1} end
+    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
+    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
+    level = math.min(limit, level + (now - ts) * limit / 60000)
+    if level < want then
+      return {1, i, math.ceil((want - level) * 60000 / limit)}
+    end
+    state[i] = level - want
+  else
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    if redis.call('ZCARD', KEYS[i]) >= limit then
+      return {1, i, 100}
+    end
+  end
+end
+for i = 1, n do
+  local kind = ARGV[3 * i - 2]
+  if kind == 'rpm' then
+    redis.call('SET', KEYS[i], state[i], 'PX', math.ceil(state[i] - now) + 1000)
+  elseif kind == 'tpm' then
+    redis.call('HSET', KEYS[i], 'level', state[i], 'ts', now)
+    redis.call('PEXPIRE', KEYS[i], 120000)
+  else
+    redis.call('ZADD', KEYS[i], now + ttl, ARGV[3 * i])
+    redis.call('PEXPIRE', KEYS[i], ttl * 2)
+  end
+end
+return {0}
+"""
+
+# KEYS: the same keys as the admission, then the usage hash. ARGV: (kind, limit, param) triples as
+# admitted, then the correction (actual - estimate) tokens, then requests/prompt/completion counts
+# for usage, the key id, and the usage bucket's TTL (s).
+SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS - 1
+local correction = tonumber(ARGV[3 * n + 1])
+for i = 1, n do
+  local kind, limit, param = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i]
+  if kind == 'tpm' and correction ~= 0 then
+    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
+    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
+    level = math.min(limit, level + (now - ts) * limit / 60000) - correction
+    redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
+    redis.call('PEXPIRE', KEYS[i], 120000)
+  elseif kind == 'conc' then
+    redis.call('ZREM', KEYS[i], param)
+  end
+end
+local usage = KEYS[n + 1]
+local requests, prompt, completion = ARGV[3 * n + 2], ARGV[3 * n + 3], ARGV[3 * n + 4]
+local key_id = ARGV[3 * n + 5]
+redis.call('HINCRBY', usage, 'requests', requests)
+redis.call('HINCRBY', usage, 'prompt_tokens', prompt)
+redis.call('HINCRBY', usage, 'completion_tokens', completion)
+redis.call('HINCRBY', usage, 'key:' .. key_id .. ':requests', requests)
+redis.call('HINCRBY', usage, 'key:' .. key_id .. ':prompt_tokens', prompt)
+redis.call('HINCRBY', usage, 'key:' .. key_id .. ':completion_tokens', completion)
+redis.call('EXPIRE', usage, tonumber(ARGV[3 * n + 6]))
+return 0
+"""
+
+# KEYS: concurrency keys; ARGV: lease id, TTL (ms). Keeps leases of live requests from expiring.
+RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+end
+return 0
+"""

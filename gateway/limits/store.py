@@ -1,0 +1,236 @@
+"""Where limit state lives: Redis (exact across replicas), this process (the embedded default, and the
+fail-open fallback), and the policy that switches between them when Redis fails.
+
+Redis failure is a policy, not an accident: every call has a millisecond timeout; a failure opens a
+breaker for ``retry_seconds`` (no request waits on a dead Redis meanwhile); per limit kind the config
+says ``open`` (enforce per process, each replica taking ``limit / replicas``) or ``closed`` (refuse
+with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from redis.exceptions import RedisError
+
+from gateway.core.errors import GatewayError
+from gateway.limits import scripts
+from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
+from gateway.metrics import REDIS_LATENCY, REDIS_UP
+
+log = logging.getLogger("gateway.limits")
+
+
+class LimitsUnavailable(GatewayError):
+    status = 503
+    code = "limits_unavailable"
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    check: Check
+    retry_after: float | None  # seconds; None: the request can never fit this limit
+
+
+class Limiter(Protocol):
+    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None: ...
+
+    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None: ...
+
+    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...
+
+    async def usage(self, keys: list[str]) -> list[dict[str, int]]: ...
+
+
+def _args(plan: Plan) -> list[str | int]:
+    out: list[str | int] = []
+    for c in plan.checks:
+        out += [c.kind, c.limit, c.param]
+    return out
+
+
+class RedisLimiter:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._admit = client.register_script(scripts.ADMIT)
+        self._settle = client.register_script(scripts.SETTLE)
+        self._renew = client.register_script(scripts.RENEW)
+
+    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        began = time.perf_counter()
+        result = await self._admit(keys=[c.key for c in plan.checks], args=[*_args(plan), lease_ttl_ms])
+        REDIS_LATENCY.observe(time.perf_counter() - began)
+        if int(result[0]) == 0:
+            return None
+        retry = int(result[2])
+        return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
+
+    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
+        keys = [c.key for c in plan.checks] + [plan.usage_key]
+        args = [*_args(plan), correction, 1, prompt, completion, plan.key_id, USAGE_TTL_SECONDS]
+        await self._settle(keys=keys, args=args)
+
+    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
+        for plan in plans:
+            keys = plan.concurrency_keys
+            if keys:
+                await self._renew(keys=keys, args=[plan.lease, lease_ttl_ms])
+
+    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
+        out = []
+        for key in keys:
+            raw = await self.client.hgetall(key)
+            out.append({_text(k): int(v) for k, v in raw.items()})
+        return out
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(slots=True)
+class LocalLimiter:
+    """The same algorithms in process memory. ``divisor`` shares each limit among replicas."""
+
+    divisor: int = 1
+    values: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    leases: dict[str, dict[str, float]] = field(default_factory=dict)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def _limit(self, check: Check) -> int:
+        return max(1, math.ceil(check.limit / self.divisor))
+
+    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        now = time.monotonic() * 1000
+        staged: list[tuple[Check, float]] = []
+        for c in plan.checks:
+            limit = self._limit(c)
+            if c.kind == "rpm":
+                period, burst = 60000 / limit, max(1, math.ceil(int(c.param) / self.divisor))
+                new_tat = max(self.values.get(c.key, 0.0), now) + period
+                if new_tat - now > burst * period:
+                    return Refusal(c, (new_tat - now - burst * period) / 1000)
+                staged.append((c, new_tat))
+            elif c.kind == "tpm":
+                want = int(c.param)
+                if want > limit:
+                    return Refusal(c, None)
+                level = self._level(c.key, limit, now)
+                if level < want:
+                    return Refusal(c, (want - level) * 60 / limit)
+                staged.append((c, level - want))
+            else:
+                held = {k: v for k, v in self.leases.get(c.key, {}).items() if v > now}
+                self.leases[c.key] = held
+                if len(held) >= limit:
+                    return Refusal(c, 0.1)
+                staged.append((c, now + lease_ttl_ms))
+        for c, value in staged:
+            if c.kind == "rpm":
+                self.values[c.key] = value
+            elif c.kind == "tpm":
+                self.buckets[c.key] = (value, now)
+            else:
+                self.leases[c.key][c.param] = value
+        return None
+
+    def _level(self, key: str, limit: int, now: float) -> float:
+        level, ts = self.buckets.get(key, (float(limit), now))
+        return min(float(limit), level + (now - ts) * limit / 60000)
+
+    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
+        now = time.monotonic() * 1000
+        for c in plan.checks:
+            if c.kind == "tpm" and correction:
+                self.buckets[c.key] = (self._level(c.key, self._limit(c), now) - correction, now)
+            elif c.kind == "conc":
+                self.leases.get(c.key, {}).pop(c.param, None)
+        counts = self.counters.setdefault(plan.usage_key, {})
+        for name, value in (("requests", 1), ("prompt_tokens", prompt), ("completion_tokens", completion)):
+            counts[name] = counts.get(name, 0) + value
+            kname = f"key:{plan.key_id}:{name}"
+            counts[kname] = counts.get(kname, 0) + value
+
+    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
+        now = time.monotonic() * 1000
+        for plan in plans:
+            for key in plan.concurrency_keys:
+                if plan.lease in self.leases.get(key, {}):
+                    self.leases[key][plan.lease] = now + lease_ttl_ms
+
+    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
+        return [dict(self.counters.get(k, {})) for k in keys]
+
+
+REDIS_FAILURES = (RedisError, OSError, TimeoutError)
+
+
+@dataclass(slots=True)
+class FailoverLimiter:
+    """Redis first; on failure, each limit kind follows its policy until Redis answers again."""
+
+    redis: RedisLimiter
+    local: LocalLimiter
+    policy: Mapping[str, str]  # kind (rpm|tpm|conc) → "open" | "closed"
+    retry_seconds: float = 1.0
+    down_until: float = 0.0
+    via_local: set[str] = field(default_factory=set)  # leases admitted locally, settled locally
+
+    @property
+    def up(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.up:
+            log.warning("redis unavailable (%s): limits follow the failure policy", type(exc).__name__)
+        self.down_until = time.monotonic() + self.retry_seconds
+        REDIS_UP.set(0)
+
+    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        if self.up:
+            try:
+                result = await self.redis.admit(plan, lease_ttl_ms)
+            except REDIS_FAILURES as exc:
+                self._failed(exc)
+            else:
+                REDIS_UP.set(1)
+                return result
+        closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
+        if closed:
+            raise LimitsUnavailable(f"rate limits are unavailable ({closed[0].label} fails closed)")
+        self.via_local.add(plan.lease)
+        return await self.local.admit(plan, lease_ttl_ms)
+
+    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
+        if plan.lease in self.via_local:
+            self.via_local.discard(plan.lease)
+            await self.local.settle(plan, correction, prompt, completion)
+            return
+        try:
+            await self.redis.settle(plan, correction, prompt, completion)
+        except REDIS_FAILURES as exc:
+            self._failed(exc)  # the lease expires by its TTL; usage of this request is not recorded
+            log.warning("settling %s failed: usage not recorded", plan.team)
+
+    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
+        remote = [p for p in plans if p.lease not in self.via_local]
+        await self.local.renew([p for p in plans if p.lease in self.via_local], lease_ttl_ms)
+        if remote and self.up:
+            try:
+                await self.redis.renew(remote, lease_ttl_ms)
+            except REDIS_FAILURES as exc:
+                self._failed(exc)
+
+    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
+        try:
+            return await self.redis.usage(keys)
+        except REDIS_FAILURES as exc:
+            self._failed(exc)
+            raise LimitsUnavailable("usage is unavailable while Redis is down") from None
