@@ -20,6 +20,7 @@ from gateway.core.upstream import Upstream
 from gateway.handlers import make_handler
 from gateway.limits import build_admission, redis_client
 from gateway.limits.admission import running as admission_running
+from gateway.metrics import REDIS_UP
 from gateway.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.routing import ModelTable, Route
 from gateway.state import GATEWAY, Gateway
@@ -91,8 +92,25 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
     )
 
 
+async def connect_redis(gw: Gateway) -> None:
+    """Say at start-up whether Redis is there; the gateway serves either way (failure policy)."""
+    if gw.redis is None:
+        log.info("no redis configured: keys and limits live in this process")
+        return
+    try:
+        if hasattr(gw.redis, "initialize"):
+            await gw.redis.initialize()  # a cluster client learns its slots once, not per request
+        await gw.redis.ping()
+        REDIS_UP.set(1)
+        log.info("redis reachable")
+    except Exception as exc:  # serve anyway: limits follow their failure policy
+        REDIS_UP.set(0)
+        log.warning("redis unreachable at start-up (%s): limits follow their failure policy", type(exc).__name__)
+
+
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
+    await connect_redis(gw)
     await ops.probe(gw)
     for name, ok in sorted(gw.ready.items()):
         log.info("target %s: %s", name, "reachable" if ok else "unreachable")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -153,6 +154,11 @@ def make_handler(spec: RouteSpec) -> Handler:
         except GatewayError as err:
             log.failed(err)
             return error_response(dialect, err, rid)
+        except Exception:
+            logging.getLogger("gateway").exception("unexpected error serving %s", rid)
+            internal = GatewayError("internal error in the gateway")
+            log.failed(internal)
+            return error_response(dialect, internal, rid)
         finally:
             in_flight.dec()
             log.emit()

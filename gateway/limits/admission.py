@@ -93,12 +93,11 @@ class Waiters:
 
     def wake_next(self) -> None:
         """A slot was freed here: the next team in turn tries first."""
-        while self.turns:
+        for _ in range(len(self.turns)):
             team = self.turns.popleft()
-            queue = self.by_team[team]
-            fut = queue[0]
             self.turns.append(team)
-            if not fut.done():
+            fut = next((f for f in self.by_team[team] if not f.done()), None)
+            if fut is not None:
                 fut.set_result(None)
                 return
 

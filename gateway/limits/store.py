@@ -169,7 +169,9 @@ class LocalLimiter:
         return [dict(self.counters.get(k, {})) for k in keys]
 
 
-REDIS_FAILURES = (RedisError, OSError, TimeoutError)
+# Anything a Redis call raises is an outage as far as limits go: a client-library bug must follow the
+# failure policy too, never become a 500.
+REDIS_FAILURES = (RedisError, OSError, TimeoutError, Exception)
 
 
 @dataclass(slots=True)

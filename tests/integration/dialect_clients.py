@@ -90,3 +90,10 @@ def read(ingress: Ingress, status: int, raw: bytes, stream: bool) -> Answer:
             finish = ch.get("finish_reason") or finish
         usage = c.get("usage") or usage
     return Answer(status, text, finish, usage, raw, chunks, done)
+
+
+def without_team(ingress: Ingress) -> Ingress:
+    """The same client with no team header: its key's first team is used."""
+    teams = ("x-friendli-team", "x-selected-account-id", "openai-organization")
+    headers = {k: v for k, v in ingress.headers.items() if k.lower() not in teams}
+    return Ingress(ingress.name, ingress.path, headers, ingress.extra, ingress.done)

@@ -1,0 +1,155 @@
+"""Limits against a real Redis (and the in-process twin): exact request, token and concurrency
+limits, waiting for slots until the deadline, refusals in the client's dialect, usage accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.config import hash_key, parse_config
+from tests.integration.conftest import GatewayFactory, target
+from tests.integration.dialect_clients import BY_NAME, KEY, without_team
+from tests.redis_servers import RedisCluster, RedisServer
+
+OPENAI = BY_NAME["openai"]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.close()
+
+
+def limited(server: Any, redis_url: str | None, team: str, cluster: bool = False, **team_cfg: Any) -> Any:
+    data: dict[str, Any] = {
+        "models": [{"name": "m", "targets": [target(server, "openai")]}],
+        "teams": [{"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], **team_cfg}],
+    }
+    if redis_url is not None:
+        data["redis"] = {"url": redis_url, "cluster": cluster}
+    return parse_config(data)
+
+
+async def burst(gw: Any, n: int, prompt: str = "x", ingress: Any = OPENAI, **fields: Any) -> list[Any]:
+    return list(await asyncio.gather(*(gw.send(ingress, "m", prompt, False, **fields) for _ in range(n))))
+
+
+@pytest.mark.parametrize("backend", ["redis", "cluster", "local"])
+async def test_requests_per_minute_exact(
+    gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
+) -> None:
+    url = None
+    if backend != "local":
+        url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, url, team, cluster=backend == "cluster", limits={"rpm": 7}))
+    answers = await burst(gw, 20)
+    assert sorted(a.status for a in answers) == [200] * 7 + [429] * 13
+    refused = next(a for a in answers if a.status == 429).body["error"]
+    assert refused["type"] == "rate_limit_error" and "requests per minute" in refused["message"]
+    assert len(server.v.requests) == 7
+
+
+async def test_refusal_headers_and_dialects(gateway: GatewayFactory, upstream: Any, redis_server: RedisServer) -> None:
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, redis_server.url, team, limits={"rpm": 1}))
+    path, headers, body = OPENAI.request("m", "x", False)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+    for ingress in (OPENAI, BY_NAME["sgp"], BY_NAME["friendli"], BY_NAME["octoai"]):
+        path, headers, body = without_team(ingress).request("m", "x", False)
+        async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+            assert resp.status == 429, await resp.text()
+            assert int(resp.headers["Retry-After"]) >= 1
+            assert resp.headers["X-RateLimit-Limit-Requests"] == "1"
+
+
+async def test_tokens_per_minute_within_one_request(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, redis_server.url, team, limits={"tpm": 60}))
+    used = 0
+    for _ in range(30):
+        answer = await gw.send(OPENAI, "m", "count my tokens", False, max_tokens=4)
+        if answer.status == 429:
+            assert "tokens per minute" in answer.body["error"]["message"]
+            continue
+        used += answer.usage["total_tokens"]
+        await asyncio.sleep(0.02)  # settlement runs after the answer
+    one = 4 + 3 + 4  # estimate of one request: prompt + max_tokens
+    assert 60 - one <= used <= 60 + one
+    too_big = await gw.send(OPENAI, "m", "x", False, max_tokens=500)
+    assert too_big.status == 429 and "exceeds" in too_big.body["error"]["message"]
+
+
+async def test_concurrency_waits_fairly_until_the_deadline(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, redis_server.url, team, limits={"concurrency": 2}))
+    # each answer takes ~0.3 s upstream; 6 of them through 2 slots finish in ~1 s, all admitted
+    answers = await burst(gw, 6, "slow [[hang=0.3]]")
+    assert [a.status for a in answers] == [200] * 6
+    # with a Friendli deadline shorter than the wait, the waiting requests get Friendli's 429
+    fr = without_team(BY_NAME["friendli2024"])
+    answers = await burst(gw, 6, "slow [[hang=0.5]]", ingress=fr, timeout_microseconds=300_000)
+    statuses = sorted(a.status for a in answers)
+    assert statuses.count(429) >= 3 and all(s in (200, 429) for s in statuses)
+
+
+async def test_usage_is_accounted(gateway: GatewayFactory, upstream: Any, redis_server: RedisServer) -> None:
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, redis_server.url, team, limits={"rpm": 1000}))
+    answers = await burst(gw, 5) + [await gw.send(OPENAI, "m", "x", True)]
+    await asyncio.sleep(0.1)
+    client = aioredis.Redis.from_url(redis_server.url)
+    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
+    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
+    await client.aclose()
+    assert usage["requests"] == 6 and usage["key:k1:requests"] == 6
+    assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
+
+
+async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: Any) -> None:
+    redis = RedisServer().start()
+    try:
+        server = await upstream("openai")
+        open_team, closed_team = f"o-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+        gw_open = await gateway(limited(server, redis.url, open_team, limits={"rpm": 3}))
+        assert [a.status for a in await burst(gw_open, 3)] == [200] * 3
+        redis.stop()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        during = await burst(gw_open, 6)
+        assert loop.time() - began < 2, "a dead Redis must not hold requests"
+        # fail-open: this process enforces its share of the limit on its own
+        assert sorted(a.status for a in during) == [200] * 3 + [429] * 3
+        cfg = limited(server, redis.url, closed_team, limits={"rpm": 3})
+        cfg = cfg.model_copy(update={"redis": cfg.redis.model_copy(update={"on_failure": {"rpm": "closed"}})})
+        gw_closed = await gateway(cfg)
+        assert {a.status for a in await burst(gw_closed, 2)} == {503}
+        redis.start()
+        await asyncio.sleep(1.2)  # the breaker retries Redis after a second
+        resumed = await burst(gw_closed, 5)
+        assert sorted(a.status for a in resumed) == [200] * 3 + [429] * 2
+    finally:
+        redis.close()
