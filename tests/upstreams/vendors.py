@@ -251,3 +251,18 @@ async def start(kind: str, **kwargs: Any) -> Server:
     server = Server(Vendor(kind, **kwargs))
     await server.start()
     return server
+
+
+async def _serve(kind: str, port: int) -> None:
+    server = Server(Vendor(kind, api_key=""))
+    server.runner = web.AppRunner(server.app, handler_cancellation=True)
+    await server.runner.setup()
+    await web.TCPSite(server.runner, "127.0.0.1", port).start()
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    asyncio.run(_serve(sys.argv[1], int(sys.argv[2])))

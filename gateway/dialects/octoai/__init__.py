@@ -33,6 +33,9 @@ class OctoExtras(CompletionBody):
 
 
 class OctoChatBody(ChatBody):
+    # octoai-sdk 0.10 always sends these two (as null): OpenAI's deprecated function calling
+    functions: list[dict[str, JSON]] | None = None
+    function_call: str | dict[str, JSON] | None = None
     peft: str | None = None
     loglikelihood: bool | None = None
     log_prompt: bool | None = None
@@ -89,6 +92,8 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         kw["structured"] = StructuredOutput("json_schema", rf.schema_)
     else:
         kw["structured"] = oai.structured_from_format(rf, fs)
+    fs.use(Feature.TOOLS, "functions", b.functions)
+    fs.use(Feature.TOOLS, "function_call", b.function_call not in (None, "none", "auto"))
     fs.use(Feature.IGNORE_EOS, "ignore_eos", b.ignore_eos)
     fs.use(Feature.MIN_P, "min_p", b.min_p not in (None, 0))
     fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
