@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.errors import UpstreamFailed
+from gateway.core.errors import InvalidRequest, UpstreamFailed
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import (
     FINISH_REASONS,
@@ -174,6 +174,18 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
 # --- answers -------------------------------------------------------------------------------------
 
 
+def vllm_ranges(request: InternalRequest) -> None:
+    """vLLM's own construction-time checks (vllm.md §1), made here so the client gets its dialect's
+    400 naming its field instead of a relayed vLLM message."""
+    s = request.sampling
+    if s.temperature is not None and s.temperature > 2:
+        raise InvalidRequest("'temperature' must be within [0, 2] for this model", param="temperature")
+    if s.n > 1 and s.temperature is not None and s.temperature < 1e-5:
+        raise InvalidRequest("'n' must be 1 when 'temperature' is 0 (greedy sampling)", param="n")
+    if s.min_tokens is not None and s.max_tokens is not None and s.min_tokens > s.max_tokens:
+        raise InvalidRequest("'min_tokens' exceeds 'max_tokens'", param="min_tokens")
+
+
 def finish_from(value: JSON) -> FinishReason | None:
     if value is None or value == "null":
         return None
@@ -292,7 +304,16 @@ class OpenAIWire:
         return headers
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
-        return encode(request, model, token_ids=self.token_ids)
+        if self.token_ids:
+            vllm_ranges(request)
+        body = encode(request, model, token_ids=self.token_ids)
+        total = request.sampling.max_total_tokens
+        if total is not None and "max_tokens" not in body:
+            # vLLM's completion default is 16 new tokens; the total_length plugin ends generation at
+            # the total, so allow up to it (less the prompt, when its length is known exactly).
+            known = sum(len(p) for p in request.prompts if not isinstance(p, str))
+            body["max_tokens"] = max(1, total - known)
+        return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
         return decode(data, request.operation)
