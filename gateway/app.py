@@ -13,11 +13,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from adapters import PROVIDERS, build
-from gateway import ops
+from gateway import admin, ops
 from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.core.upstream import Upstream
 from gateway.handlers import make_handler
+from gateway.keystore import Authenticator, LocalStore, RedisStore
 from gateway.limits import build_admission, redis_client
 from gateway.limits.admission import running as admission_running
 from gateway.metrics import REDIS_UP
@@ -81,9 +82,12 @@ def build_keys(config: GatewayConfig) -> KeyRing:
 
 def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gateway:
     client = redis_client(config.redis) if config.redis is not None else None
+    keys = build_keys(config)
+    store = RedisStore(client) if client is not None else LocalStore()
     return Gateway(
         config=config,
-        keys=build_keys(config),
+        keys=keys,
+        auth=Authenticator(keys, store),
         models=build_table(config, catch_all),
         team_models={t.id: frozenset(t.models) if t.models is not None else None for t in config.teams},
         access=logging.getLogger("gateway.access"),
@@ -135,5 +139,6 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
     app.router.add_get("/health", ops.health)
     app.router.add_get("/ready", ops.ready)
     app.router.add_get("/metrics", ops.metrics)
+    admin.install(app, config)
     app.cleanup_ctx.append(_lifecycle)
     return app

@@ -126,7 +126,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             dialect = dialect.select(data, request.headers)
             log.dialect = dialect.name
             token, team = credentials(dialect, request.headers)
-            principal = gw.keys.authenticate(token, team)
+            principal = await gw.auth.authenticate(token, team)
             log.principal = principal
             ireq = dialect.parse(spec.operation, data, spec.flavour)
             log.model = ireq.model

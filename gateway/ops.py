@@ -68,7 +68,7 @@ async def list_models(request: web.Request) -> web.Response:
     rid = request_id(request.headers)
     try:
         token, team = credentials(OPENAI, request.headers)
-        gw.keys.authenticate(token, team)
+        await gw.auth.authenticate(token, team)
     except GatewayError as err:
         return error_response(OPENAI, err, rid)
     names = dict.fromkeys([*gw.models.public_names(), *gw.discovered])

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.auth import KeyRing
 from gateway.config import GatewayConfig
+from gateway.keystore import Authenticator
 from gateway.limits.admission import Admission
 from gateway.routing import ModelTable
 
@@ -18,6 +19,7 @@ from gateway.routing import ModelTable
 class Gateway:
     config: GatewayConfig
     keys: KeyRing
+    auth: Authenticator
     models: ModelTable
     team_models: dict[str, frozenset[str] | None]
     access: logging.Logger

@@ -1,0 +1,155 @@
+"""The admin API, its own auth realm: ``Authorization: Bearer <admin key>`` (config ``admin`` or
+``LLM_GATEWAY_ADMIN_KEY``). Team keys are never admin keys. With no admin key configured the API
+answers 403 to everyone.
+
+    POST   /admin/keys                    {"teams": [...], "name": "...", "expires_in": seconds}
+    GET    /admin/keys
+    DELETE /admin/keys/{id}               revoke (every replica within a second)
+    GET    /admin/teams
+    GET    /admin/teams/{team}/usage?hours=24
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import pydantic
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.config import GatewayConfig
+from gateway.dialects.base import bearer_token
+from gateway.dialects.common import dumps
+from gateway.keystore import new_key
+from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
+from gateway.state import GATEWAY, Gateway
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class NewKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    teams: Annotated[list[str], Field(min_length=1)]
+    name: str = ""
+    expires_in: Annotated[float, Field(gt=0)] | None = None
+
+
+def admin_digest(config: GatewayConfig) -> str | None:
+    if config.admin.key_sha256:
+        return config.admin.key_sha256
+    env = config.admin.key_env or "LLM_GATEWAY_ADMIN_KEY"
+    key = os.environ.get(env)
+    return hashlib.sha256(key.encode()).hexdigest() if key else None
+
+
+def reply(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=dumps(body), content_type="application/json")
+
+
+def problem(status: int, message: str) -> web.Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="llm-gateway-admin"'} if status == 401 else None
+    return web.Response(
+        status=status,
+        body=dumps({"error": {"message": message, "type": "admin_error"}}),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) -> Handler:
+    async def wrapped(request: web.Request) -> web.Response:
+        gw = request.app[GATEWAY]
+        expected = request.app[ADMIN_DIGEST]
+        if not expected:
+            return problem(403, "the admin API is disabled: no admin key is configured")
+        token = bearer_token(request.headers.get("Authorization"))
+        presented = hashlib.sha256(token.encode()).hexdigest() if token else ""
+        if not hmac.compare_digest(presented, expected):
+            return problem(401, "an admin key is required")
+        return await handler(request, gw)
+
+    return wrapped
+
+
+async def create_key(request: web.Request, gw: Gateway) -> web.Response:
+    try:
+        spec = NewKey.model_validate_json(await request.read())
+    except pydantic.ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        return problem(400, f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
+    unknown = [t for t in spec.teams if t not in gw.team_models]
+    if unknown:
+        return problem(400, f"unknown team {unknown[0]!r}")
+    key, record = new_key(spec.teams, spec.name, spec.expires_in)
+    await gw.auth.store.put(record)
+    return reply({"key": key, **record.public()}, 201)
+
+
+async def list_keys(request: web.Request, gw: Gateway) -> web.Response:
+    return reply({"keys": [r.public() for r in await gw.auth.store.all()]})
+
+
+async def revoke_key(request: web.Request, gw: Gateway) -> web.Response:
+    record = await gw.auth.store.get(request.match_info["key_id"])
+    if record is None:
+        return problem(404, "no such key")
+    record.revoked = True
+    await gw.auth.store.put(record)
+    return reply(record.public())
+
+
+async def teams(request: web.Request, gw: Gateway) -> web.Response:
+    out = [
+        {
+            "id": t.id,
+            "models": list(t.models) if t.models is not None else None,
+            "limits": t.limits.model_dump(exclude_none=True),
+            "key_limits": t.key_limits.model_dump(exclude_none=True),
+            "deadline": t.deadline,
+            "static_keys": [k.id for k in t.keys],
+        }
+        for t in gw.config.teams
+    ]
+    return reply({"teams": out})
+
+
+async def usage(request: web.Request, gw: Gateway) -> web.Response:
+    team = request.match_info["team"]
+    if team not in gw.team_models:
+        return problem(404, "no such team")
+    try:
+        hours = max(1, min(24 * 35, int(request.query.get("hours", "24"))))
+    except ValueError:
+        return problem(400, "hours must be an integer")
+    now = time.time()
+    starts = [int(now // USAGE_BUCKET_SECONDS - i) * USAGE_BUCKET_SECONDS for i in range(hours)]
+    counts = await gw.admission.limiter.usage([usage_key(team, s) for s in starts])
+    buckets = []
+    for start, c in zip(starts, counts, strict=True):
+        if not c:
+            continue
+        keys: dict[str, dict[str, int]] = {}
+        for name, value in c.items():
+            if name.startswith("key:"):
+                _, kid, what = name.split(":", 2)
+                keys.setdefault(kid, {})[what] = value
+        totals = {k: c.get(k, 0) for k in ("requests", "prompt_tokens", "completion_tokens")}
+        buckets.append({"start": start, "seconds": USAGE_BUCKET_SECONDS, **totals, "keys": keys})
+    return reply({"team": team, "buckets": buckets})
+
+
+ADMIN_DIGEST = web.AppKey("admin_digest", str)  # "" when the admin API is disabled
+
+
+def install(app: web.Application, config: GatewayConfig) -> None:
+    app[ADMIN_DIGEST] = admin_digest(config) or ""
+    app.router.add_post("/admin/keys", guarded(create_key))
+    app.router.add_get("/admin/keys", guarded(list_keys))
+    app.router.add_delete("/admin/keys/{key_id}", guarded(revoke_key))
+    app.router.add_get("/admin/teams", guarded(teams))
+    app.router.add_get("/admin/teams/{team}/usage", guarded(usage))
