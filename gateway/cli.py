@@ -159,6 +159,44 @@ def hash_key_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def admin_call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+    """One admin API call (``gateway/admin.py``), its JSON answer printed."""
+    import json
+
+    import httpx
+
+    key = args.admin_key or os.environ.get("LLM_GATEWAY_ADMIN_KEY")
+    if not key:
+        print("error: give --admin-key or set LLM_GATEWAY_ADMIN_KEY", file=sys.stderr)
+        return 2
+    try:
+        resp = httpx.request(
+            method, args.url.rstrip("/") + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10
+        )
+    except httpx.HTTPError as exc:
+        print(f"error: {args.url}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(resp.json(), indent=2))
+    return 0 if resp.is_success else 1
+
+
+def keys_cmd(args: argparse.Namespace) -> int:
+    if args.action == "create":
+        body: dict[str, Any] = {"teams": args.team, "name": args.name or ""}
+        if args.expires_in:
+            body["expires_in"] = args.expires_in
+        return admin_call(args, "POST", "/admin/keys", body)
+    if args.action == "revoke":
+        return admin_call(args, "DELETE", f"/admin/keys/{args.id}")
+    return admin_call(args, "GET", "/admin/keys")
+
+
+def teams_cmd(args: argparse.Namespace) -> int:
+    if args.action == "usage":
+        return admin_call(args, "GET", f"/admin/teams/{args.team}/usage?hours={args.hours}")
+    return admin_call(args, "GET", "/admin/teams")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llm-gateway", description="Multi-provider LLM gateway")
     sub = p.add_subparsers(dest="command", required=True)
@@ -173,6 +211,26 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=check_config)
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
+    admin = argparse.ArgumentParser(add_help=False)
+    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway")
+    admin.add_argument("--admin-key", help="default: LLM_GATEWAY_ADMIN_KEY")
+    k = sub.add_parser("keys", help="issue, list and revoke team API keys", parents=[admin])
+    ks = k.add_subparsers(dest="action", required=True)
+    create = ks.add_parser("create", parents=[admin])
+    create.add_argument("--team", action="append", required=True, help="repeat for a key of several teams")
+    create.add_argument("--name")
+    create.add_argument("--expires-in", type=float, help="seconds")
+    ks.add_parser("list", parents=[admin])
+    revoke = ks.add_parser("revoke", parents=[admin])
+    revoke.add_argument("id")
+    k.set_defaults(func=keys_cmd)
+    t = sub.add_parser("teams", help="teams and their usage", parents=[admin])
+    ts = t.add_subparsers(dest="action", required=True)
+    ts.add_parser("list", parents=[admin])
+    use = ts.add_parser("usage", parents=[admin])
+    use.add_argument("team")
+    use.add_argument("--hours", type=int, default=24)
+    t.set_defaults(func=teams_cmd)
     return p
 
 
