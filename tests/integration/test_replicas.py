@@ -1,0 +1,156 @@
+"""Several gateway processes sharing one Redis, as replicas behind a load balancer: limits stay exact,
+revocation reaches every replica within 2 s, a killed replica's concurrency leases come back after
+their TTL, and the admin API is its own realm."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.config import hash_key
+from tests.integration.test_cli import wait_healthy
+from tests.redis_servers import RedisServer, free_port
+from tests.upstreams import vendors
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = "admin-secret-key"
+STATIC = "static-team-key"
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+async def fleet(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
+    upstream = await vendors.start("openai", api_key="")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(n: int, team: str = "") -> list[tuple[str, subprocess.Popen[bytes]]]:
+        cfg = tmp_path / "gw.yaml"
+        cfg.write_text(
+            f"""models:
+  - name: m
+    targets: [{{provider: openai, base_url: "{upstream.url}"}}]
+teams:
+  - id: team1
+    keys: [{{id: static, sha256: {hash_key(STATIC)}}}]
+{team}
+  - id: team2
+redis: {{url: "{redis.url}"}}
+limits: {{admission_timeout: 0, lease_ttl: 2, replicas: {n}}}
+admin: {{key_sha256: {hash_key(ADMIN)}}}
+"""
+        )
+        out = []
+        for _ in range(n):
+            port = free_port()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port)],
+                cwd=ROOT,
+                env=dict(os.environ),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            procs.append(proc)
+            out.append((f"http://127.0.0.1:{port}", proc))
+        for url, proc in out:
+            await wait_healthy(url, proc)
+        return out
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    await upstream.close()
+
+
+async def complete(session: aiohttp.ClientSession, url: str, key: str, **extra: Any) -> int:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 3, **extra}
+    async with session.post(url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}) as r:
+        await r.read()
+        return r.status
+
+
+async def test_three_replicas_admit_exactly_n(fleet: Any) -> None:
+    nodes = await fleet(3, "    limits: {rpm: 15}")
+    async with aiohttp.ClientSession() as session:
+        statuses = await asyncio.gather(*(complete(session, nodes[i % 3][0], STATIC) for i in range(60)))
+    assert statuses.count(200) == 15 and statuses.count(429) == 45
+
+
+async def test_killed_replica_leases_expire(fleet: Any) -> None:
+    nodes = await fleet(2, "    limits: {concurrency: 2}")
+    (a, proc_a), (b, _) = nodes
+    async with aiohttp.ClientSession() as session:
+        held = [asyncio.create_task(complete(session, a, STATIC, prompt="slow [[hang=30]]")) for _ in range(2)]
+        await asyncio.sleep(0.5)
+        assert await complete(session, b, STATIC) == 429  # both slots are held on replica A
+        proc_a.send_signal(signal.SIGKILL)
+        await asyncio.gather(*held, return_exceptions=True)
+        began = time.monotonic()
+        while await complete(session, b, STATIC) != 200:
+            assert time.monotonic() - began < 6, "leases of a dead replica must expire after their TTL"
+            await asyncio.sleep(0.2)
+
+
+async def test_issued_keys_and_revocation_reach_every_replica(fleet: Any) -> None:
+    nodes = await fleet(3)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(nodes[0][0] + "/admin/keys", json={"teams": ["team1", "team2"]}, headers=admin) as r:
+            assert r.status == 201
+            created = await r.json()
+        key = created["key"]
+        assert key.startswith("gwk_") and "digest" not in created
+        assert [await complete(session, url, key) for url, _ in nodes] == [200, 200, 200]
+        async with session.get(nodes[1][0] + "/admin/keys", headers=admin) as r:
+            listed = await r.json()
+        assert [k["id"] for k in listed["keys"]] == [created["id"]] and key not in str(listed)
+        async with session.delete(nodes[2][0] + f"/admin/keys/{created['id']}", headers=admin) as r:
+            assert r.status == 200
+        revoked_at = time.monotonic()
+        pending = {url for url, _ in nodes}
+        while pending:
+            for url in list(pending):
+                if await complete(session, url, key) == 401:
+                    pending.discard(url)
+            assert time.monotonic() - revoked_at < 2.0, f"still accepted on {pending}"
+            await asyncio.sleep(0.05)
+        # the admin API is its own realm: a team key is not an admin key
+        async with session.get(nodes[0][0] + "/admin/keys", headers={"Authorization": f"Bearer {STATIC}"}) as r:
+            assert r.status == 401
+        async with session.get(nodes[0][0] + "/admin/teams/team1/usage", headers=admin) as r:
+            usage = await r.json()
+        assert sum(b["requests"] for b in usage["buckets"]) >= 3
+
+
+async def test_cli_keys_create_and_list(fleet: Any) -> None:
+    nodes = await fleet(1)
+    url = nodes[0][0]
+    env = {**os.environ, "LLM_GATEWAY_ADMIN_KEY": ADMIN}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "gateway", "keys", *args, "--url", url]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=30)
+
+    created = await asyncio.to_thread(cli, "create", "--team", "team1")
+    assert created.returncode == 0 and '"key": "gwk_' in created.stdout, created.stderr
+    listed = await asyncio.to_thread(cli, "list")
+    assert listed.returncode == 0 and '"team1"' in listed.stdout
