@@ -127,10 +127,11 @@ class HTTPUpstream:
         headers["X-Request-Id"] = call.request_id
         first_byte = self._timeout(call, self.target.timeouts.first_byte)
         try:
-            resp = await asyncio.wait_for(
-                self.session.post(self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers),
-                first_byte,
-            )
+            # asyncio.timeout, not wait_for: wait_for wraps the await in a new task (3.11), per call
+            async with asyncio.timeout(first_byte):
+                resp = await self.session.post(
+                    self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers
+                )
         except TimeoutError:
             raise self._expired(call, "no response headers in time") from None
         except aiohttp.ClientError as exc:
@@ -160,7 +161,8 @@ class HTTPUpstream:
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         resp = await self._post(request, call)
         try:
-            raw = await asyncio.wait_for(resp.read(), self._timeout(call, self.target.timeouts.total))
+            async with asyncio.timeout(self._timeout(call, self.target.timeouts.total)):
+                raw = await resp.read()
         except TimeoutError:
             raise self._expired(call, "answer not complete in time") from None
         except aiohttp.ClientError as exc:
@@ -180,9 +182,8 @@ class HTTPUpstream:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(
-                        resp.content.readany(), self._timeout(call, self.target.timeouts.idle)
-                    )
+                    async with asyncio.timeout(self._timeout(call, self.target.timeouts.idle)):
+                        chunk = await resp.content.readany()
                 except TimeoutError:
                     raise self._expired(call, "stream idle for too long") from None
                 except aiohttp.ClientError as exc:

@@ -53,6 +53,9 @@ def configure(level: str = "INFO") -> logging.handlers.QueueListener:
     return listener
 
 
+_SERIES: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
+
+
 class RequestLog:
     """The record of one request, filled in as the data path runs; ``emit`` writes its log line and
     its metrics (``gateway.metrics``) in one place, after the answer has gone out."""
@@ -166,9 +169,19 @@ class RequestLog:
     def _metrics(self, duration: float) -> None:
         model, team = self.model_label, self.principal.team if self.principal else "-"
         provider = self.attempt.provider or "-"
-        m.REQUESTS.labels(self.dialect, model, provider, team, m.outcome(self.status, self.error)).inc()
-        m.DURATION.labels(self.dialect, model).observe(duration)
-        m.OVERHEAD_SECONDS.labels(self.dialect).observe(self.overhead())
+        outcome = m.outcome(self.status, self.error)
+        key = (self.dialect, model, provider, team, outcome)
+        series = _SERIES.get(key)
+        if series is None:
+            # labels() costs a lock and a dict walk per call: resolve each (bounded) label set once.
+            series = _SERIES[key] = (
+                m.REQUESTS.labels(*key),
+                m.DURATION.labels(self.dialect, model),
+                m.OVERHEAD_SECONDS.labels(self.dialect),
+            )
+        series[0].inc()
+        series[1].observe(duration)
+        series[2].observe(self.overhead())
         if self.ttft is not None:
             m.TTFT.labels(self.dialect, model).observe(self.ttft)
             if self.chunks > 1:

@@ -9,6 +9,7 @@ with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -48,11 +49,8 @@ class Limiter(Protocol):
     async def usage(self, keys: list[str]) -> list[dict[str, int]]: ...
 
 
-def _args(plan: Plan) -> list[str | int]:
-    out: list[str | int] = []
-    for c in plan.checks:
-        out += [c.kind, c.limit, c.param]
-    return out
+def _args(plan: Plan, *extra: str | int) -> bytes:
+    return json.dumps([*([c.kind, c.limit, c.param] for c in plan.checks), *extra]).encode()
 
 
 class RedisLimiter:
@@ -64,7 +62,7 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         began = time.perf_counter()
-        result = await self._admit(keys=[c.key for c in plan.checks], args=[*_args(plan), lease_ttl_ms])
+        result = await self._admit(keys=[c.key for c in plan.checks], args=[_args(plan, lease_ttl_ms)])
         REDIS_LATENCY.observe(time.perf_counter() - began)
         if int(result[0]) == 0:
             return None
@@ -73,8 +71,8 @@ class RedisLimiter:
 
     async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
         keys = [c.key for c in plan.checks] + [plan.usage_key]
-        args = [*_args(plan), correction, 1, prompt, completion, plan.key_id, USAGE_TTL_SECONDS]
-        await self._settle(keys=keys, args=args)
+        args = _args(plan, correction, 1, prompt, completion, plan.key_id, USAGE_TTL_SECONDS)
+        await self._settle(keys=keys, args=[args])
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:
