@@ -29,8 +29,8 @@ from gateway.core.errors import (
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call
-from gateway.dialects.base import Wire
-from gateway.dialects.sse import SSEParser
+from gateway.dialects.base import ChunkReader, Wire
+from gateway.dialects.sse import Event, SSEParser
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
@@ -175,7 +175,7 @@ class HTTPUpstream:
             raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
         return self.wire.decode(data, request)
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         resp = await self._post(request, call)
         parser = SSEParser()
         decoder = self.wire.reader(request)
@@ -188,30 +188,41 @@ class HTTPUpstream:
                     raise self._expired(call, "stream idle for too long") from None
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
-                events = parser.close() if not chunk else parser.feed(chunk)
-                for event in events:
-                    if event.data == "[DONE]" and self.wire.done_sentinel:
-                        for ev in decoder.finish():
-                            yield ev
-                        return
-                    if event.event == "error":
-                        raise UpstreamFailed(f"target '{self.name}' stream error: {event.data[:300]}")
-                    try:
-                        data = pydantic_core.from_json(event.data)
-                    except ValueError:
-                        raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
-                    for ev in decoder.decode(data):
-                        yield ev
-                if not chunk:
-                    if not decoder.finished or resp.content.exception() is not None:
-                        raise UpstreamFailed(f"target '{self.name}' ended the stream early")
-                    # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
-                    for ev in decoder.finish():
-                        yield ev
+                batch: list[StreamEvent] = []
+                try:
+                    done = self._read(parser.close() if not chunk else parser.feed(chunk), decoder, batch)
+                    if not chunk and not done:
+                        if not decoder.finished or resp.content.exception() is not None:
+                            raise UpstreamFailed(f"target '{self.name}' ended the stream early")
+                        # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
+                        batch += decoder.finish()
+                        done = True
+                except GatewayError:
+                    if batch:  # what arrived before the failure still reaches the client
+                        yield batch
+                    raise
+                if batch:
+                    yield batch
+                if done:
                     return
         finally:
             # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
             resp.close()
+
+    def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
+        """Decode one network read's events into ``batch``; True when the stream's end was seen."""
+        for event in events:
+            if event.data == "[DONE]" and self.wire.done_sentinel:
+                batch += decoder.finish()
+                return True
+            if event.event == "error":
+                raise UpstreamFailed(f"target '{self.name}' stream error: {event.data[:300]}")
+            try:
+                data = pydantic_core.from_json(event.data)
+            except ValueError:
+                raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
+            batch += decoder.decode(data)
+        return False
 
     async def list_models(self) -> list[str]:
         try:

@@ -113,21 +113,29 @@ def _with_seeds(completion: Completion, req: InternalRequest) -> Completion:
     return completion
 
 
-async def _seed_finishes(events: AsyncIterator[StreamEvent], req: InternalRequest) -> AsyncIterator[StreamEvent]:
+Batches = AsyncIterator[list[StreamEvent]]
+
+
+async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
     seeds = req.sampling.seeds
     try:
-        async for ev in events:
-            if seeds and isinstance(ev, Finish) and ev.seed is None:
-                ev = Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
-            yield ev
+        async for batch in batches:
+            if seeds:
+                batch = [
+                    Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
+                    if isinstance(ev, Finish) and ev.seed is None
+                    else ev
+                    for ev in batch
+                ]
+            yield batch
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await batches.aclose()  # type: ignore[attr-defined]
 
 
 async def open_stream(
     table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
-) -> tuple[StreamEvent, AsyncIterator[StreamEvent]]:
-    """The first event and the rest of the stream, from the first target that produces one."""
+) -> tuple[list[StreamEvent], Batches]:
+    """The first batch of events and the rest of the stream, from the first target that produces one."""
     candidates = _candidates(table, route, request, attempt)
     for i, (upstream, req) in enumerate(candidates):
         attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1

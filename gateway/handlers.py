@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -22,6 +22,7 @@ from gateway import dispatch
 from gateway.auth import Principal
 from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
 from gateway.core.request import Feature, InternalRequest, Operation
+from gateway.core.response import StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
@@ -80,7 +81,7 @@ async def relay(
     request: web.Request,
     dialect: Dialect,
     ireq: InternalRequest,
-    opened: tuple[object, object],
+    opened: tuple[list[StreamEvent], AsyncIterator[list[StreamEvent]]],
     rid: str,
     log: RequestLog,
 ) -> web.StreamResponse:
@@ -91,12 +92,13 @@ async def relay(
     await resp.prepare(request)
     encoder = dialect.encoder(ireq)
     try:
-        out = encoder.event(first)  # type: ignore[arg-type]
+        out = b"".join([encoder.event(ev) for ev in first])
         if out:
             await resp.write(out)
-        async for ev in events:  # type: ignore[attr-defined]
-            log.observe(ev)
-            out = encoder.event(ev)
+        async for batch in events:
+            for ev in batch:
+                log.observe(ev)
+            out = b"".join([encoder.event(ev) for ev in batch])
             if out:
                 await resp.write(out)
         await resp.write(encoder.end())
@@ -141,7 +143,8 @@ def make_handler(spec: RouteSpec) -> Handler:
                 call = Call(rid, deadline, resolved.route.upstream_model)
                 if ireq.stream:
                     opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
-                    log.observe(opened[0])
+                    for ev in opened[0]:
+                        log.observe(ev)
                     return await relay(request, dialect, ireq, opened, rid, log)
                 completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
                 log.completed(completion)

@@ -48,8 +48,9 @@ class Upstream(Protocol):
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion: ...
 
-    def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[StreamEvent]:
-        """Events of one answer. Errors before the first event may be retried elsewhere."""
+    def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        """Events of one answer, in batches: all that one network read brought, so the client gets one
+        write per read. Errors before the first batch may be retried elsewhere."""
         ...
 
     async def list_models(self) -> list[str]:

@@ -39,7 +39,8 @@ def limited(server: Any, redis_url: str | None, team: str, cluster: bool = False
         "teams": [{"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], **team_cfg}],
     }
     if redis_url is not None:
-        data["redis"] = {"url": redis_url, "cluster": cluster}
+        # generous: on a loaded 2-core test machine a 50 ms timeout would trip the fail-open policy
+        data["redis"] = {"url": redis_url, "cluster": cluster, "timeout_ms": 1000}
     return parse_config(data)
 
 

@@ -50,7 +50,7 @@ teams:
     keys: [{{id: static, sha256: {hash_key(STATIC)}}}]
 {team}
   - id: team2
-redis: {{url: "{redis.url}"}}
+redis: {{url: "{redis.url}", timeout_ms: 1000}}
 limits: {{admission_timeout: 0, lease_ttl: 2, replicas: {n}}}
 admin: {{key_sha256: {hash_key(ADMIN)}}}
 """
