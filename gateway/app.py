@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from adapters import PROVIDERS, build
-from gateway import admin, ops
+from gateway import admin, ops, status
 from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.core.upstream import Upstream
@@ -140,5 +140,6 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
     app.router.add_get("/ready", ops.ready)
     app.router.add_get("/metrics", ops.metrics)
     admin.install(app, config)
+    app.router.add_get("/status", status.status)
     app.cleanup_ctx.append(_lifecycle)
     return app

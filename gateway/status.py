@@ -1,0 +1,98 @@
+"""``/status``: a server-rendered page for teams without Grafana — per-team usage (this hour), per-model
+traffic by outcome, target health and Redis state — refreshing itself every 10 s. No JavaScript.
+
+Protected by the admin key: ``Authorization: Bearer <admin key>``, or HTTP Basic with the admin key as
+the password (so a browser can open it).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import html
+import os
+import time
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import multiprocess as mp
+
+from gateway.admin import ADMIN_DIGEST
+from gateway.dialects.base import bearer_token
+from gateway.limits.plan import usage_key
+from gateway.state import GATEWAY
+
+STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}h1{font-size:20px}
+h2{font-size:16px;margin-top:1.6em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}th{background:#f3f3f3}
+.up{color:#08730c;font-weight:bold}.down{color:#b00020;font-weight:bold}"""
+
+
+def presented_key(header: str | None) -> str | None:
+    if header and header.lower().startswith("basic "):
+        try:
+            return base64.b64decode(header[6:]).decode().partition(":")[2] or None
+        except ValueError:
+            return None
+    return bearer_token(header)
+
+
+def traffic() -> dict[str, dict[str, float]]:
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    out: dict[str, dict[str, float]] = {}
+    for family in registry.collect():
+        if family.name != "gateway_requests":
+            continue
+        for s in family.samples:
+            if s.name.endswith("_total"):
+                row = out.setdefault(s.labels["model"], {})
+                row[s.labels["outcome"]] = row.get(s.labels["outcome"], 0) + s.value
+    return out
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body or '<tr><td colspan=9>none yet</td></tr>'}</table>"
+
+
+async def status(request: web.Request) -> web.Response:
+    expected = request.app[ADMIN_DIGEST]
+    key = presented_key(request.headers.get("Authorization"))
+    digest = hashlib.sha256(key.encode()).hexdigest() if key else ""
+    if not expected or not hmac.compare_digest(digest, expected):
+        return web.Response(
+            status=401, text="admin key required", headers={"WWW-Authenticate": 'Basic realm="llm-gateway-admin"'}
+        )
+    gw = request.app[GATEWAY]
+    teams = [t.id for t in gw.config.teams]
+    try:
+        usage = await gw.admission.limiter.usage([usage_key(t) for t in teams])
+    except Exception:  # the page still shows what it can while Redis is down
+        usage = [{} for _ in teams]
+    team_rows = [
+        [html.escape(t), str(u.get("requests", 0)), str(u.get("prompt_tokens", 0)), str(u.get("completion_tokens", 0))]
+        for t, u in zip(teams, usage, strict=True)
+    ]
+    outcomes = ["ok", "client_error", "rate_limited", "upstream_error", "timeout", "cancelled"]
+    model_rows = [
+        [html.escape(model), *(str(int(counts.get(o, 0))) for o in outcomes)]
+        for model, counts in sorted(traffic().items())
+    ]
+    health_rows = [
+        [html.escape(name), '<span class="up">up</span>' if ok else '<span class="down">down</span>']
+        for name, ok in sorted(gw.ready.items())
+    ]
+    redis = "not configured (in-process limits)" if gw.redis is None else "configured"
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>llm-gateway status</title><style>{STYLE}</style></head><body>
+<h1>llm-gateway status</h1><p>{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · Redis: {redis}</p>
+<h2>Usage per team (this hour)</h2>{table(["team", "requests", "prompt tokens", "completion tokens"], team_rows)}
+<h2>Traffic per model (since start)</h2>{table(["model", *outcomes], model_rows)}
+<h2>Backend health</h2>{table(["target", "state"], health_rows)}
+</body></html>"""
+    return web.Response(text=page, content_type="text/html")
