@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied
@@ -26,6 +27,15 @@ class KeyRecord:
     key_id: str
     digest: bytes
     teams: tuple[str, ...]
+
+
+def select_team(key_id: str, teams: Sequence[str], team: str | None) -> Principal:
+    """The team the dialect's header asks for, if the key belongs to it; else the key's first team."""
+    if team is None:
+        return Principal(key_id, teams[0])
+    if team not in teams:
+        raise PermissionDenied(f"this API key is not a member of team {team!r}")
+    return Principal(key_id, team)
 
 
 ANONYMOUS = Principal(key_id="anonymous", team="default")
@@ -60,8 +70,4 @@ class KeyRing:
         record = self._by_digest.get(digest)
         if record is None or not hmac.compare_digest(record.digest, digest):
             raise AuthenticationFailed("invalid API key")
-        if team is None:
-            return Principal(record.key_id, record.teams[0])
-        if team not in record.teams:
-            raise PermissionDenied(f"this API key is not a member of team {team!r}")
-        return Principal(record.key_id, team)
+        return select_team(record.key_id, record.teams, team)

@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from gateway.auth import KeyRing, Principal
-from gateway.core.errors import AuthenticationFailed, GatewayError, PermissionDenied
+from gateway.auth import KeyRing, Principal, select_team
+from gateway.core.errors import AuthenticationFailed, GatewayError
 
 PREFIX = "gwk_"
 CACHE_SECONDS = 1.0
@@ -116,11 +116,7 @@ class Authenticator:
             raise AuthenticationFailed("this API key was revoked")
         if record.expires is not None and record.expires < time.time():
             raise AuthenticationFailed("this API key has expired")
-        if team is None:
-            return Principal(record.id, record.teams[0])
-        if team not in record.teams:
-            raise PermissionDenied(f"this API key is not a member of team {team!r}")
-        return Principal(record.id, team)
+        return select_team(record.id, record.teams, team)
 
     async def _record(self, key_id: str) -> KeyRecord | None:
         now = time.monotonic()
