@@ -22,7 +22,7 @@ from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
 from gateway.limits.plan import LimitValues, Plan
-from gateway.limits.store import Limiter, Refusal
+from gateway.limits.store import Limiter, Refusal, Settlement
 from gateway.metrics import ADMISSION_WAIT, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
@@ -109,7 +109,9 @@ class Admission:
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
         self.live: dict[str, Plan] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.pending: list[Settlement] = []
+        self.flush = asyncio.Event()
+        self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
 
     def deadline_for(self, team: str, request: InternalRequest) -> float | None:
@@ -161,19 +163,30 @@ class Admission:
         actual = (prompt or 0) + (completion or 0)
         correction = actual - plan.estimate if prompt is not None or completion is not None else 0
         if plan.checks or prompt is not None:
-            task = asyncio.get_running_loop().create_task(
-                self.limiter.settle(plan, correction, prompt or 0, completion or 0)
-            )
-            self.tasks.add(task)
-            task.add_done_callback(self._settled)
+            self.pending.append(Settlement(plan, correction, prompt or 0, completion or 0))
+            self.flush.set()
         if plan.concurrency_keys:
             self.waiters.wake_next()
 
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("settlement failed: %r", task.exception())
-        self.waiters.wake_next()
+    async def settler(self) -> None:
+        """Settles what finished since the last round, in one batch (one pipelined Redis round trip).
+        Stops, once nothing is pending, after ``stopping`` is set: never cancelled mid-call, which would
+        leave a Redis connection half-used."""
+        while not (self.stopping and not self.pending):
+            await self.flush.wait()
+            await self._settle_pending()
+
+    async def _settle_pending(self) -> None:
+        self.flush.clear()
+        batch, self.pending = self.pending, []
+        if not batch:
+            return
+        try:
+            await self.limiter.settle(batch)
+        except Exception:  # the settler must outlive a bad batch
+            log.exception("settling %d requests failed", len(batch))
+        if any(s.plan.concurrency_keys for s in batch):
+            self.waiters.wake_next()
 
     async def keeper(self) -> None:
         """Renews the leases of running requests, so only a dead gateway's leases expire."""
@@ -185,18 +198,20 @@ class Admission:
                 except Exception:  # the keeper must outlive a bad round
                     log.exception("lease renewal failed")
 
-    async def drain(self) -> None:
-        if self.tasks:
-            await asyncio.gather(*list(self.tasks), return_exceptions=True)
-
 
 @contextlib.asynccontextmanager
 async def running(admission: Admission) -> AsyncIterator[None]:
-    task = asyncio.create_task(admission.keeper(), name="lease-keeper")
+    keeper = asyncio.create_task(admission.keeper(), name="lease-keeper")
+    settler = asyncio.create_task(admission.settler(), name="settler")
     try:
         yield
     finally:
-        task.cancel()
+        keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await admission.drain()
+            await keeper
+        admission.stopping = True
+        admission.flush.set()
+        try:
+            await asyncio.wait_for(settler, 5)
+        except TimeoutError:
+            log.warning("settlements still pending at shutdown were dropped")

@@ -34,6 +34,16 @@ class LimitsUnavailable(GatewayError):
 
 
 @dataclass(frozen=True, slots=True)
+class Settlement:
+    """One finished request: its plan, the token correction (actual - estimate) and its usage."""
+
+    plan: Plan
+    correction: int
+    prompt: int
+    completion: int
+
+
+@dataclass(frozen=True, slots=True)
 class Refusal:
     check: Check
     retry_after: float | None  # seconds; None: the request can never fit this limit
@@ -42,7 +52,9 @@ class Refusal:
 class Limiter(Protocol):
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None: ...
 
-    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None: ...
+    async def settle(self, items: list[Settlement]) -> None:
+        """Settle a batch of finished requests (one pipelined round trip for Redis)."""
+        ...
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...
 
@@ -56,6 +68,7 @@ def _args(plan: Plan, *extra: str | int) -> bytes:
 class RedisLimiter:
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.cluster = not hasattr(client, "connection_pool")
         self._admit = client.register_script(scripts.ADMIT)
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
@@ -69,10 +82,23 @@ class RedisLimiter:
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
-        keys = [c.key for c in plan.checks] + [plan.usage_key]
-        args = _args(plan, correction, 1, prompt, completion, plan.key_id, USAGE_TTL_SECONDS)
-        await self._settle(keys=keys, args=[args])
+    async def settle(self, items: list[Settlement]) -> None:
+        calls = [
+            (
+                [c.key for c in s.plan.checks] + [s.plan.usage_key],
+                [_args(s.plan, s.correction, 1, s.prompt, s.completion, s.plan.key_id, USAGE_TTL_SECONDS)],
+            )
+            for s in items
+        ]
+        if self.cluster:
+            # keys of different teams live on different nodes: one call each
+            for keys, args in calls:
+                await self._settle(keys=keys, args=args)
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                await self._settle(keys=keys, args=args, client=pipe)
+            await pipe.execute()
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:
@@ -143,7 +169,11 @@ class LocalLimiter:
         level, ts = self.buckets.get(key, (float(limit), now))
         return min(float(limit), level + (now - ts) * limit / 60000)
 
-    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
+    async def settle(self, items: list[Settlement]) -> None:
+        for s in items:
+            self._settle_one(s.plan, s.correction, s.prompt, s.completion)
+
+    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
         now = time.monotonic() * 1000
         for c in plan.checks:
             if c.kind == "tpm" and correction:
@@ -208,16 +238,19 @@ class FailoverLimiter:
         self.via_local.add(plan.lease)
         return await self.local.admit(plan, lease_ttl_ms)
 
-    async def settle(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
-        if plan.lease in self.via_local:
-            self.via_local.discard(plan.lease)
-            await self.local.settle(plan, correction, prompt, completion)
+    async def settle(self, items: list[Settlement]) -> None:
+        local = [s for s in items if s.plan.lease in self.via_local]
+        remote = [s for s in items if s.plan.lease not in self.via_local]
+        for s in local:
+            self.via_local.discard(s.plan.lease)
+        await self.local.settle(local)
+        if not remote:
             return
         try:
-            await self.redis.settle(plan, correction, prompt, completion)
+            await self.redis.settle(remote)
         except REDIS_FAILURES as exc:
-            self._failed(exc)  # the lease expires by its TTL; usage of this request is not recorded
-            log.warning("settling %s failed: usage not recorded", plan.team)
+            self._failed(exc)  # leases expire by their TTL; usage of these requests is not recorded
+            log.warning("settling %d requests failed: their usage is not recorded", len(remote))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         remote = [p for p in plans if p.lease not in self.via_local]
