@@ -52,6 +52,14 @@ async def health(request: web.Request) -> web.Response:
     return _json({"status": "ok"})
 
 
+def limits_state(gw: Gateway) -> str:
+    """Where limits are enforced right now: a Redis outage is a policy in force, not unreadiness."""
+    if gw.redis is None:
+        return "in-process (no redis configured)"
+    up = getattr(gw.admission.limiter, "up", True)
+    return "redis" if up else "redis unreachable: failure policy in force"
+
+
 async def ready(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     models: dict[str, bool] = {}
@@ -59,7 +67,7 @@ async def ready(request: web.Request) -> web.Response:
         models[name] = any(gw.ready.get(u.name, False) for u in route.upstreams)
     catch_all = gw.models.catch_all
     serving = all(models.values()) and (bool(models) or catch_all is None or gw.ready.get(catch_all.name, False))
-    body = {"ready": serving, "models": models, "targets": dict(gw.ready)}
+    body = {"ready": serving, "models": models, "targets": dict(gw.ready), "limits": limits_state(gw)}
     return _json(body, 200 if serving else 503)
 
 

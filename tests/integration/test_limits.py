@@ -144,6 +144,8 @@ async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: An
         assert loop.time() - began < 2, "a dead Redis must not hold requests"
         # fail-open: this process enforces its share of the limit on its own
         assert sorted(a.status for a in during) == [200] * 3 + [429] * 3
+        async with gw_open.session.get(gw_open.url + "/ready") as resp:
+            assert "failure policy in force" in (await resp.json())["limits"]
         cfg = limited(server, redis.url, closed_team, limits={"rpm": 3})
         cfg = cfg.model_copy(update={"redis": cfg.redis.model_copy(update={"on_failure": {"rpm": "closed"}})})
         gw_closed = await gateway(cfg)
