@@ -22,6 +22,7 @@ from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
+from gateway.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing import ModelTable, Route
 
 log = logging.getLogger("gateway.dispatch")
@@ -59,8 +60,11 @@ def _candidates(
     refusal: UnsupportedFeature | None = None
     for upstream in table.order(route):
         droppable = getattr(getattr(upstream, "target", None), "drop_unsupported", ())
+        judged = request
+        if needs_fan_out(request, upstream):
+            judged, upstream = without_seed_list(request), FanOut(upstream)
         try:
-            req, dropped = fit(request, upstream.name, upstream.features, droppable)
+            req, dropped = fit(judged, upstream.name, upstream.features, droppable)
         except UnsupportedFeature as exc:
             refusal = refusal or exc
             continue

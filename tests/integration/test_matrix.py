@@ -4,12 +4,13 @@ to have received its own vendor's wire format."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import INGRESSES, Ingress
+from tests.integration.dialect_clients import INGRESSES, Ingress, frames
 from tests.upstreams import vendors
 
 PROMPT = "Say something deterministic"
@@ -86,3 +87,25 @@ async def test_cut_stream_ends_with_in_band_error(gateway: GatewayFactory, upstr
         raw = await resp.read()
     assert b"[DONE]" not in raw
     assert b"broke off" in raw or b"ended the stream early" in raw, raw[-300:]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_seed_per_choice_fans_out(gateway: GatewayFactory, upstream: Any, stream: bool) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    fr = next(i for i in INGRESSES if i.name == "friendli")
+    path, headers, body = fr.request("m", PROMPT, stream, seed=[11, 22, 33])
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        raw = await resp.read()
+    assert sorted(r["seed"] for r in server.v.requests) == [11, 22, 33]
+    assert all("n" not in r for r in server.v.requests)
+    if stream:
+        chunks = [json.loads(d) for d in frames(raw) if d != "[DONE]"]
+        indices = {ch["index"] for c in chunks for ch in c["choices"]}
+        usage = next(c["usage"] for c in chunks if c.get("usage"))
+        assert indices == {0, 1, 2} and usage["completion_tokens"] == 12
+    else:
+        answer = json.loads(raw)
+        assert [(c["index"], c["seed"]) for c in answer["choices"]] == [(0, 11), (1, 22), (2, 33)]
+        assert answer["usage"]["completion_tokens"] == 12
