@@ -154,3 +154,18 @@ async def test_cli_keys_create_and_list(fleet: Any) -> None:
     assert created.returncode == 0 and '"key": "gwk_' in created.stdout, created.stderr
     listed = await asyncio.to_thread(cli, "list")
     assert listed.returncode == 0 and '"team1"' in listed.stdout
+
+
+async def test_three_replicas_share_token_and_concurrency_limits(fleet: Any) -> None:
+    # estimate per request: prompt "hi" (1 token) + max_tokens 3 = 4, and the real usage is the same
+    nodes = await fleet(3, "    limits: {tpm: 60, concurrency: 2}")
+    async with aiohttp.ClientSession() as session:
+        slow = await asyncio.gather(
+            *(complete(session, nodes[i % 3][0], STATIC, prompt="hi [[hang=1]]") for i in range(6))
+        )
+        assert sorted(slow) == [200, 200, 429, 429, 429, 429]
+    nodes = await fleet(3, "    limits: {tpm: 60}")
+    async with aiohttp.ClientSession() as session:
+        fast = await asyncio.gather(*(complete(session, nodes[i % 3][0], STATIC) for i in range(30)))
+    # the second fleet shares the first one's team bucket, which the 2 admitted slow requests used (8)
+    assert fast.count(200) == (60 - 8) // 4 and fast.count(429) == 30 - (60 - 8) // 4
