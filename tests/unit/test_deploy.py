@@ -47,3 +47,14 @@ def test_example_config_is_valid() -> None:
 
     config = load_config(DEPLOY / "gateway.example.yaml")
     assert config.redis is not None and config.models[0].name == "llama-8b"
+
+
+def test_promtool_accepts_config_and_rules() -> None:
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian's prometheus package) is required; scripts/test installs it"
+    for args in (["check", "rules", "alerts.yml"], ["check", "config", "prometheus.yml"]):
+        out = subprocess.run([promtool, *args], cwd=DEPLOY / "prometheus", capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
