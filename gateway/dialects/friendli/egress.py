@@ -70,7 +70,7 @@ def _sampling(s: Sampling, body: dict[str, JSON]) -> None:
         "top_p": s.top_p,
         "top_k": s.top_k,
         "min_p": s.min_p,
-        "xtc_threshold": s.xtc_threshold if s.xtc_probability else None,
+        "xtc_threshold": s.xtc_threshold,
         "xtc_probability": s.xtc_probability,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,

@@ -135,15 +135,16 @@ def _embedding(b: FriendliCompletionBody, fs: FeatureSet) -> EmbeddingReplacemen
 def _samplers(b: FriendliCompletionBody | FriendliChatBody, fs: FeatureSet) -> dict[str, Any]:
     fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0))
     fs.use(Feature.MIN_P, "min_p", b.min_p not in (None, 0))
-    fs.use(Feature.XTC, "xtc_probability", b.xtc_probability not in (None, 0))
+    xtc_on = bool(b.xtc_probability) and bool(b.xtc_threshold)  # 0.0 in either means off
+    fs.use(Feature.XTC, "xtc_probability", xtc_on)
     fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
     fs.use(Feature.MIN_TOKENS, "min_tokens", b.min_tokens not in (None, 0))
     fs.use(Feature.STOP_TOKEN_IDS, "eos_token", b.eos_token)
     return {
         "top_k": b.top_k or None,
         "min_p": b.min_p or None,
-        "xtc_threshold": b.xtc_threshold,
-        "xtc_probability": b.xtc_probability or None,
+        "xtc_threshold": b.xtc_threshold if xtc_on else None,
+        "xtc_probability": b.xtc_probability if xtc_on else None,
         "repetition_penalty": b.repetition_penalty,
         "min_tokens": b.min_tokens or None,
         "eos_token_ids": tuple(b.eos_token or ()),

@@ -78,8 +78,8 @@ def _xargs(s: Sampling) -> dict[str, JSON]:
     xargs: dict[str, JSON] = {}
     if s.no_repeat_ngram is not None and s.no_repeat_ngram > 1:
         xargs["no_repeat_ngram_size"] = s.no_repeat_ngram
-    if s.xtc_probability:
-        xargs["xtc_threshold"] = s.xtc_threshold or 0.0
+    if s.xtc_probability and s.xtc_threshold:  # Friendli: either at 0.0 means XTC is off
+        xargs["xtc_threshold"] = s.xtc_threshold
         xargs["xtc_probability"] = s.xtc_probability
     if s.forced_output_tokens:
         xargs["forced_output_tokens"] = list(s.forced_output_tokens)
@@ -310,9 +310,12 @@ class OpenAIWire:
         total = request.sampling.max_total_tokens
         if total is not None and "max_tokens" not in body:
             # vLLM's completion default is 16 new tokens; the total_length plugin ends generation at
-            # the total, so allow up to it (less the prompt, when its length is known exactly).
-            known = sum(len(p) for p in request.prompts if not isinstance(p, str))
-            body["max_tokens"] = max(1, total - known)
+            # the total. With token ids the room is known exactly; otherwise null asks vLLM for all
+            # the model's remaining context.
+            if all(not isinstance(p, str) for p in request.prompts):
+                body["max_tokens"] = max(1, total - max(len(p) for p in request.prompts))
+            else:
+                body["max_tokens"] = None
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
