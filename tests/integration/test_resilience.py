@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME
 from tests.upstreams import vendors
@@ -140,3 +141,18 @@ async def test_upstream_refusing_our_credentials_is_502_not_401(gateway: Gateway
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     answer = await gw.send(OPENAI, "m", "x", False)
     assert answer.status == 502 and "credentials" in answer.body["error"]["message"]
+
+
+async def test_vllm_in_band_error_after_200_reaches_the_client(gateway: GatewayFactory) -> None:
+    """Against the faithful vLLM stand-in: vLLM reports some failures inside a 200 stream."""
+    fake = await start_upstream(models=("tiny",))
+    try:
+        gw = await gateway(
+            config([{"name": "m", "targets": [{"provider": "vllm", "base_url": fake.url, "model": "tiny"}]}])
+        )
+        answer = await gw.send(OPENAI, "m", "x [[fault:error_after=2]]", True)
+        assert answer.status == 200 and answer.finish == "error" and not answer.done
+        whole = await gw.send(OPENAI, "m", "hello", False)
+        assert whole.status == 200 and whole.text
+    finally:
+        await fake.close()
