@@ -1,87 +1,191 @@
-"""A gateway and its upstream as subprocesses, the way a user runs them, for the vendor SDK tier."""
+"""Fixtures for the vendor SDK tier: the SDK virtual environments, and a gateway started the way a user
+starts it, in front of the fake OpenAI-compatible upstream, both as subprocesses on loopback ports.
+
+``scripts/sdk-envs`` builds (or reuses) one venv per SDK; if it fails, every SDK test fails (it is not
+skipped). The gateway is ``python -m gateway serve --config <yaml>`` with one model, ``tiny``, and two
+teams: ``team1`` owns the test key, ``team2`` has no keys (the ``wrong_team`` cases ask for it). The
+drivers themselves are run by ``test_sdks.py``.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from gateway.config import hash_key
-from tests.redis_servers import free_port
-
 ROOT = Path(__file__).resolve().parents[2]
-KEY = "gw-sdk-0123456789abcdef"
+KEY = "gw-test-0123456789abcdef"
+TEAM = "team1"
+OTHER_TEAM = "team2"
+MODEL = "tiny"
+START_TIMEOUT = 30.0
+ENVS_TIMEOUT = 1800.0  # a cold build of all seven venvs takes a minute or two; a slow index, longer
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
-@dataclass
-class Running:
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without proxy settings (everything here is loopback), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def tail(path: Path, start: int = 0, limit: int = 6000) -> str:
+    """The end of a log file from byte ``start`` on, at most ``limit`` characters."""
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            data = f.read().decode(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return data if len(data) <= limit else "…" + data[-limit:]
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """A running gateway: its root URL and the file that receives its stdout and stderr."""
+
     url: str
-    gateway: subprocess.Popen[bytes]
     log: Path
 
+    def log_size(self) -> int:
+        return self.log.stat().st_size
 
-def wait(url: str, proc: subprocess.Popen[bytes], limit: float = 30) -> None:
-    end = time.monotonic() + limit
+    def log_since(self, offset: int) -> str:
+        return tail(self.log, offset)
+
+
+@pytest.fixture(scope="session")
+def sdk_envs() -> Path:
+    """Runs scripts/sdk-envs (cached: seconds when nothing changed); the venvs' parent directory."""
+    script = ROOT / "scripts" / "sdk-envs"
+    try:
+        proc = subprocess.run([str(script)], cwd=ROOT, capture_output=True, text=True, timeout=ENVS_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"scripts/sdk-envs did not finish in {ENVS_TIMEOUT:.0f} s\n{exc.stdout!r}\n{exc.stderr!r}")
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/sdk-envs failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return ROOT / ".sdk-venvs"
+
+
+def wait_ready_line(proc: subprocess.Popen[bytes], out: Path, err: Path) -> str:
+    """The URL of the fake upstream's ``READY <url>`` line."""
+    end = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < end:
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith("READY "):
+                return line.split(None, 1)[1].strip()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    state = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready in {START_TIMEOUT:.0f} s"
+    pytest.fail(f"fake upstream {state}\nstdout:\n{tail(out)}\nstderr:\n{tail(err)}")
+
+
+def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    end = time.monotonic() + START_TIMEOUT
+    last = "no answer yet"
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+            pytest.fail(f"gateway exited with {proc.returncode} before /health answered\n{tail(log)}")
         try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
                 if resp.status == 200:
                     return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(url)
+                last = f"status {resp.status}"
+        except urllib.error.HTTPError as exc:
+            last = f"status {exc.code}"
+        except OSError as exc:
+            last = repr(exc)
+        time.sleep(0.1)
+    pytest.fail(f"gateway /health not 200 within {START_TIMEOUT:.0f} s ({last})\ngateway output:\n{tail(log)}")
 
 
-@pytest.fixture(scope="session")
-def sdk_envs() -> None:
-    subprocess.run([str(ROOT / "scripts" / "sdk-envs")], check=True, cwd=ROOT)
-
-
-@pytest.fixture(scope="session")
-def gateway(sdk_envs: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    tmp = tmp_path_factory.mktemp("sdk")
-    up_port, gw_port = free_port(), free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.upstreams.vendors", "openai", str(up_port)], cwd=ROOT, stdout=subprocess.DEVNULL
-    )
-    cfg = tmp / "gateway.yaml"
-    cfg.write_text(
-        f"""models:
-  - name: tiny
+def gateway_config(upstream_url: str) -> str:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    return f"""models:
+  - name: {MODEL}
     targets:
-      - {{provider: vllm, base_url: "http://127.0.0.1:{up_port}/v1", model: up-model}}
+      - provider: openai
+        base_url: {upstream_url}
+        model: {MODEL}
 teams:
-  - id: team1
-    keys: [{{id: sdk, sha256: {hash_key(KEY)}}}]
-  - id: team2
+  - id: {TEAM}
+    keys:
+      - id: test-key
+        sha256: {digest}
+  - id: {OTHER_TEAM}
+    keys: []
 """
-    )
-    log = tmp / "gateway.log"
-    with log.open("wb") as err:
-        gw = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(gw_port)],
-            cwd=ROOT,
-            stderr=err,
-            stdout=subprocess.DEVNULL,
-            env={**os.environ},
-        )
+
+
+@pytest.fixture(scope="session")
+def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The fake upstream and a gateway in front of it, for the whole session."""
+    tmp = tmp_path_factory.mktemp("sdk-gateway")
+    env = clean_env(PYTHONUNBUFFERED="1")
+    files: list[IO[bytes]] = []
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def log_file(name: str) -> tuple[Path, IO[bytes]]:
+        path = tmp / name
+        f = path.open("wb")
+        files.append(f)
+        return path, f
+
     try:
-        wait(f"http://127.0.0.1:{up_port}/v1/models", upstream)
-        wait(f"http://127.0.0.1:{gw_port}/health", gw)
-        yield Running(f"http://127.0.0.1:{gw_port}", gw, log)
+        up_out, up_out_f = log_file("upstream.out")
+        up_err, up_err_f = log_file("upstream.err")
+        upstream = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.openai_upstream", "--port", "0", "--model", MODEL],
+            cwd=ROOT,
+            stdout=up_out_f,
+            stderr=up_err_f,
+            env=env,
+        )
+        procs.append(upstream)
+        upstream_url = wait_ready_line(upstream, up_out, up_err)
+
+        config = tmp / "gateway.yaml"
+        config.write_text(gateway_config(upstream_url))
+        port = free_port()
+        log, log_f = log_file("gateway.log")
+        cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1"]
+        gw = subprocess.Popen([*cmd, "--port", str(port)], cwd=ROOT, stdout=log_f, stderr=subprocess.STDOUT, env=env)
+        procs.append(gw)
+        url = f"http://127.0.0.1:{port}"
+        wait_health(url, gw, log)
+        yield Gateway(url, log)
     finally:
-        for proc in (gw, upstream):
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for proc in reversed(procs):
+            stop(proc)
+        for f in files:
+            f.close()

@@ -1,97 +1,120 @@
-"""friendli 0.16 (Speakeasy): server_url=<gw>; serverless, dedicated and container flavours; the team
-header only when x_friendli_team= is passed per call (clients.md §3)."""
+"""Driver for the friendli SDK 0.16 (Speakeasy, the current FriendliAI client), in three flavours:
+
+* ``serverless``: ``f.serverless.*`` → /serverless/v1/completions, /serverless/v1/chat/completions
+* ``dedicated``:  ``f.dedicated.*``  → /dedicated/v1/... (``model`` is the endpoint id)
+* ``container``:  ``f.container.*``  → /v1/... (self-hosted engine; no team header exists there)
+
+Quirks handled here (clients.md §3): the team header is sent only when ``x_friendli_team=`` is given
+to each call; retries are turned off with ``RetryConfig("none", None, False)``; the body is validated
+before sending, so the malformed case rewrites the JSON in a custom httpx transport. Also: container
+operations ignore the client's ``server_url`` (each has its own default, http://localhost:8000), so
+``server_url=`` is passed per call there. Completions carry a fixed ``seed``: Friendli chooses a random
+one when none is given, so an unseeded stream and whole answer would differ.
+Run with .sdk-venvs/friendli/bin/python; prints one JSON line (see _common.py).
+"""
 
 import json
 
 import _common as c
 import httpx
 from friendli import SyncFriendli
+from friendli.core.models import SDKError
 from friendli.core.utils.retries import RetryConfig
 
-a = c.args()
-NO_RETRY = RetryConfig("none", None, False)
+a = c.parse_args(flavours=("serverless", "dedicated", "container"))
 
 
-class Rewrite(httpx.HTTPTransport):
-    """The SDK validates bodies before sending; a malformed one is made on the wire instead."""
+class Malform(httpx.HTTPTransport):
+    """Rewrites the already validated JSON body on its way out, giving it a wrong-typed field."""
 
     def handle_request(self, request):
-        body = json.loads(request.content)
-        body["max_tokens"] = "many"
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+        body = {**json.loads(request.content), **c.MALFORMED}
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
         request = httpx.Request(request.method, request.url, headers=headers, content=json.dumps(body).encode())
         return super().handle_request(request)
 
 
 def client(key=a.key, malformed=False):
-    http = httpx.Client(transport=Rewrite()) if malformed else None
-    return SyncFriendli(token=key, server_url=a.base_url, retry_config=NO_RETRY, client=http)
+    http = httpx.Client(transport=Malform(), timeout=30) if malformed else None
+    # x_friendli_team here only silences the SDK's "not provided" warning; requests never read it
+    return SyncFriendli(
+        token=key,
+        server_url=a.base_url,
+        retry_config=RetryConfig("none", None, False),
+        client=http,
+        timeout_ms=30000,
+        x_friendli_team=a.team,
+    )
 
 
-def call(cl, body, team=a.team):
+def team_kwargs():
     if a.flavour == "container":
-        return cl.container.completions.complete(request=body, server_url=a.base_url)
+        return {"server_url": a.base_url}
+    return {"x_friendli_team": a.team} if a.team else {}
+
+
+def completions(f, body):
+    if a.flavour == "container":
+        return f.container.completions.complete(request=body, **team_kwargs())
     if a.flavour == "dedicated":
-        return cl.dedicated.completions.complete(dedicated_completions_body=body, x_friendli_team=team)
-    return cl.serverless.completions.complete(serverless_completions_body=body, x_friendli_team=team)
+        return f.dedicated.completions.complete(dedicated_completions_body=body, **team_kwargs())
+    return f.serverless.completions.complete(serverless_completions_body=body, **team_kwargs())
 
 
-def chat_call(cl, stream):
-    ns = {"container": cl.container, "dedicated": cl.dedicated}.get(a.flavour, cl.serverless)
-    kwargs = {"server_url": a.base_url} if a.flavour == "container" else {"x_friendli_team": a.team}
-    return ns.chat.complete(model=a.model, messages=c.MESSAGES, max_tokens=5, stream=stream, **kwargs)
+def chats(f, stream):
+    ns = getattr(f, a.flavour)
+    kwargs = {"stream_options": {"include_usage": True}} if stream else {}
+    return ns.chat.complete(
+        model=a.model, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS, stream=stream, **kwargs, **team_kwargs()
+    )
 
 
-BODY = {"model": a.model, "prompt": c.PROMPT, "max_tokens": 5}
+# Friendli picks a random seed when none is given (and reports it), so the completion cases fix one:
+# otherwise the streamed and the whole answer would differ.
+BODY = {"model": a.model, "prompt": c.PROMPT, "max_tokens": c.MAX_TOKENS, "seed": c.SEED}
 
 
-def complete():
-    r = call(client(), {**BODY, "stream": False})
+def complete(key=a.key, malformed=False):
+    r = completions(client(key, malformed), {**BODY, "stream": False})
     ch = r.choices[0]
-    assert isinstance(ch.seed, int) and isinstance(ch.tokens, list)
-    c.emit(True, ch.text, ch.finish_reason, c.dump(r.usage))
+    return c.result(ch.text, ch.finish_reason, r.usage)
 
 
 def stream():
-    text, finish, usage, n = "", None, None, 0
-    for event in call(client(), {**BODY, "stream": True, "stream_options": {"include_usage": True}}):
-        n += 1
-        data = event.data
-        for ch in data.choices:
-            text += ch.text
-            finish = ch.finish_reason if ch.finish_reason not in (None, "null") else finish
-        usage = c.dump(data.usage) if data.usage else usage
-    c.emit(True, text, finish, usage, chunks=n)
+    acc = c.Collect()
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
+    for event in completions(client(), body):
+        acc.chunks += 1
+        for ch in event.data.choices:
+            acc.add(ch.text, ch.finish_reason)
+        acc.add(usage=event.data.usage)
+    return acc.result()
 
 
 def chat():
-    r = chat_call(client(), False)
-    c.emit(True, r.choices[0].message.content, r.choices[0].finish_reason, c.dump(r.usage))
+    r = chats(client(), False)
+    ch = r.choices[0]
+    return c.result(ch.message.content, ch.finish_reason, r.usage)
 
 
 def chat_stream():
-    text, finish, n = "", None, 0
-    for event in chat_call(client(), True):
-        n += 1
+    acc = c.Collect()
+    for event in chats(client(), True):
+        acc.chunks += 1
         for ch in event.data.choices:
-            text += ch.delta.content or ""
-            finish = ch.finish_reason or finish
-    c.emit(True, text, finish, chunks=n)
+            acc.add(None if c.absent(ch.delta.content) else ch.delta.content, ch.finish_reason)
+        acc.add(usage=event.data.usage)
+    return acc.result()
 
 
-def bad_key():
-    call(client(key="wrong-key"), {**BODY, "stream": False})
-
-
-def wrong_team():
-    call(client(), {**BODY, "stream": False}, team="team2")
-
-
-def malformed():
-    call(client(malformed=True), {**BODY, "stream": False})
-
-
-cases = dict(complete=complete, stream=stream, chat=chat, chat_stream=chat_stream, bad_key=bad_key, malformed=malformed)
-if a.flavour != "container":
-    cases["wrong_team"] = wrong_team
-c.run(cases, a.case, lambda e: getattr(e, "status_code", None))
+cases = {
+    "complete": complete,
+    "stream": stream,
+    "chat": chat,
+    "chat_stream": chat_stream,
+    "bad_key": lambda: complete(key=c.WRONG_KEY),
+    "malformed": lambda: complete(malformed=True),
+}
+if a.flavour != "container":  # container operations have no x_friendli_team parameter
+    cases["wrong_team"] = complete
+c.main(a, cases, lambda exc: exc.status_code if isinstance(exc, SDKError) else None)

@@ -1,58 +1,78 @@
-"""octoai-sdk 0.10 (legacy): no completions method, so client.infer(url, body); chat endpoint is a
-per-instance attribute. The HTTP status exists only inside error messages."""
+"""Driver for octoai-sdk 0.10.1 (the legacy OctoAI SDK). It has no base-URL option and no text
+completion method: completions go through the generic ``client.infer(url, body)`` and
+``client.infer_stream(url, body)`` to <gw>/v1/completions, and chat through
+``client.chat.completions.create`` after pointing the per-instance ``endpoint`` attribute at
+<gw>/v1/chat/completions. OctoAI has no team header, so ``wrong_team`` is unsupported.
+
+Quirks (clients.md §7): the HTTP status exists only inside the error message ("Error: 401 ..."), so
+it is parsed from there; ``infer`` retries 5xx and 429 about four times with 1+2+4+8 s backoff and
+offers no way to turn that off (4xx are not retried, so the error cases surface at once).
+Run with .sdk-venvs/octoai-sdk/bin/python; prints one JSON line (see _common.py).
+"""
+
+import re
 
 import _common as c
 from octoai.client import Client
 
-a = c.args()
+a = c.parse_args()
 URL = a.base_url + "/v1/completions"
-BODY = {"model": a.model, "prompt": c.PROMPT, "max_tokens": 5}
+BODY = {"model": a.model, "prompt": c.PROMPT, "max_tokens": c.MAX_TOKENS}
 
 
 def client(key=a.key):
-    cl = Client(token=key, timeout=60)
+    cl = Client(token=key, timeout=30)
     cl.chat.completions.endpoint = a.base_url + "/v1/chat/completions"
     return cl
 
 
-def complete():
-    r = client().infer(URL, BODY)
-    c.emit(True, r["choices"][0]["text"], r["choices"][0]["finish_reason"], r.get("usage"))
+def complete(key=a.key, body=BODY):
+    r = client(key).infer(URL, body)
+    ch = r["choices"][0]
+    return c.result(ch["text"], ch.get("finish_reason"), r.get("usage"))
 
 
 def stream():
-    text, finish, usage, n = "", None, None, 0
-    for chunk in client().infer_stream(URL, {**BODY, "stream": True, "stream_options": {"include_usage": True}}):
-        n += 1
-        for ch in chunk.get("choices", []):
-            text += ch.get("text") or ""
-            finish = ch.get("finish_reason") or finish
-        usage = chunk.get("usage") or usage
-    c.emit(True, text, finish, usage, chunks=n)
+    acc = c.Collect()
+    for chunk in client().infer_stream(URL, {**BODY, "stream": True}):
+        acc.chunks += 1
+        for ch in chunk.get("choices") or []:
+            acc.add(ch.get("text"), ch.get("finish_reason"))
+        acc.add(usage=chunk.get("usage"))
+    return acc.result()
 
 
 def chat():
-    r = client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=5)
-    c.emit(True, r.choices[0].message.content, r.choices[0].finish_reason, c.dump(r.usage))
+    r = client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS)
+    ch = r.choices[0]
+    return c.result(ch.message.content, ch.finish_reason, r.usage)
 
 
 def chat_stream():
-    text, finish, n = "", None, 0
-    for chunk in client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=5, stream=True):
-        n += 1
+    acc = c.Collect()
+    s = client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS, stream=True)
+    for chunk in s:
+        acc.chunks += 1
         for ch in chunk.choices:
-            text += (ch.delta.content if ch.delta else None) or ""
-            finish = ch.finish_reason or finish
-    c.emit(True, text, finish, chunks=n)
+            acc.add(ch.delta.content if ch.delta else None, ch.finish_reason)
+        acc.add(usage=chunk.usage)
+    return acc.result()
 
 
-def bad_key():
-    client(key="wrong-key").infer(URL, BODY)
+def status_of(exc):
+    m = re.match(r"(?:Error|Rate limit reached error|Server error): (\d{3}) ", str(exc))
+    return int(m.group(1)) if m else None
 
 
-def malformed():
-    client().infer(URL, {**BODY, "max_tokens": "many"})
-
-
-c.run(dict(complete=complete, stream=stream, chat=chat, chat_stream=chat_stream, bad_key=bad_key,
-           malformed=malformed), a.case, lambda e: c.status_in(e))
+c.main(
+    a,
+    {
+        "complete": complete,
+        "stream": stream,
+        "chat": chat,
+        "chat_stream": chat_stream,
+        "bad_key": lambda: complete(key=c.WRONG_KEY),
+        "malformed": lambda: complete(body={**BODY, **c.MALFORMED}),
+    },
+    status_of,
+)

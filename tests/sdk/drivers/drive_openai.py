@@ -1,59 +1,67 @@
-"""The openai SDK against the gateway: base_url=<gw>/v1, team via organization (OpenAI-Organization)."""
+"""Driver for the openai SDK (Stainless): ``OpenAI(base_url=<gw>/v1, organization=<team>)``, so it
+posts /v1/completions and /v1/chat/completions with ``OpenAI-Organization: <team>``. Retries off.
+Run with .sdk-venvs/openai/bin/python; prints one JSON line (see _common.py).
+"""
 
 import _common as c
 import openai
 
-a = c.args()
+a = c.parse_args()
 
 
-def client(key=a.key, team=a.team):
-    return openai.OpenAI(api_key=key, base_url=a.base_url + "/v1", organization=team, max_retries=0)
+def client(key=a.key):
+    return openai.OpenAI(api_key=key, base_url=a.base_url + "/v1", organization=a.team, max_retries=0, timeout=30)
 
 
-def complete():
-    r = client().completions.create(model=a.model, prompt=c.PROMPT, max_tokens=5)
-    c.emit(True, r.choices[0].text, r.choices[0].finish_reason, c.dump(r.usage))
+def complete(key=a.key, extra_body=None):
+    r = client(key).completions.create(
+        model=a.model, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, extra_body=extra_body
+    )
+    return c.result(r.choices[0].text, r.choices[0].finish_reason, r.usage)
 
 
 def stream():
-    text, finish, usage, n = "", None, None, 0
-    s = client().completions.create(model=a.model, prompt=c.PROMPT, max_tokens=5, stream=True,
-                                    stream_options={"include_usage": True})
+    acc = c.Collect()
+    s = client().completions.create(
+        model=a.model, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, stream=True, stream_options={"include_usage": True}
+    )
     for chunk in s:
-        n += 1
+        acc.chunks += 1
         for ch in chunk.choices:
-            text += ch.text
-            finish = ch.finish_reason or finish
-        usage = c.dump(chunk.usage) or usage
-    c.emit(True, text, finish, usage, chunks=n)
+            acc.add(ch.text, ch.finish_reason)
+        acc.add(usage=chunk.usage)
+    return acc.result()
 
 
 def chat():
-    r = client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=5)
-    c.emit(True, r.choices[0].message.content, r.choices[0].finish_reason, c.dump(r.usage))
+    r = client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS)
+    return c.result(r.choices[0].message.content, r.choices[0].finish_reason, r.usage)
 
 
 def chat_stream():
-    text, finish, n = "", None, 0
-    for chunk in client().chat.completions.create(model=a.model, messages=c.MESSAGES, max_tokens=5, stream=True):
-        n += 1
+    acc = c.Collect()
+    s = client().chat.completions.create(
+        model=a.model, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS, stream=True,
+        stream_options={"include_usage": True},
+    )
+    for chunk in s:
+        acc.chunks += 1
         for ch in chunk.choices:
-            text += ch.delta.content or ""
-            finish = ch.finish_reason or finish
-    c.emit(True, text, finish, chunks=n)
+            acc.add(ch.delta.content if ch.delta else None, ch.finish_reason)
+        acc.add(usage=chunk.usage)
+    return acc.result()
 
 
-def bad_key():
-    client(key="wrong-key").completions.create(model=a.model, prompt=c.PROMPT, max_tokens=5)
-
-
-def wrong_team():
-    client(team="team2").completions.create(model=a.model, prompt=c.PROMPT, max_tokens=5)
-
-
-def malformed():
-    client().completions.create(model=a.model, prompt=c.PROMPT, extra_body={"max_tokens": "many"})
-
-
-c.run(dict(complete=complete, stream=stream, chat=chat, chat_stream=chat_stream, bad_key=bad_key,
-           wrong_team=wrong_team, malformed=malformed), a.case, lambda e: getattr(e, "status_code", None))
+c.main(
+    a,
+    {
+        "complete": complete,
+        "stream": stream,
+        "chat": chat,
+        "chat_stream": chat_stream,
+        "bad_key": lambda: complete(key=c.WRONG_KEY),
+        "wrong_team": complete,  # --team names a team the key is not in
+        "malformed": lambda: complete(extra_body=c.MALFORMED),
+    },
+    lambda exc: exc.status_code if isinstance(exc, openai.APIStatusError) else None,
+)

@@ -1,76 +1,69 @@
-"""scale-gp (/v4/beta) and scale-gp-beta (/v5): x-api-key, account id as team, vendor/model names."""
+"""Driver for scale-gp 0.1.0a62 (Stainless, "SGPClient"): ``SGPClient(base_url=<gw>, account_id=<team>)``
+with ``client.beta.completions`` / ``client.beta.chat.completions``, which post /v4/beta/completions and
+/v4/beta/chat/completions with ``x-api-key`` and ``x-selected-account-id: <team>``. Model names are
+SGP-style ``vendor/model`` (``openai/<--model>``). Scale streams end without ``[DONE]``. Retries off.
+Run with .sdk-venvs/scale-gp/bin/python; prints one JSON line (see _common.py).
+"""
 
 import _common as c
+import scale_gp
+from scale_gp import SGPClient
 
-a = c.args()
-try:
-    from scale_gp_beta import SGPClient  # scale-gp-beta: /v5
-    BETA = True
-except ImportError:
-    from scale_gp import SGPClient  # scale-gp: /v4/beta
-    BETA = False
+a = c.parse_args()
 MODEL = "openai/" + a.model
 
 
-def client(key=a.key, team=a.team):
-    return SGPClient(api_key=key, account_id=team or "team1", base_url=a.base_url, max_retries=0)
+def client(key=a.key):
+    return SGPClient(api_key=key, account_id=a.team, base_url=a.base_url, max_retries=0, timeout=30)
 
 
-def completions(cl):
-    return cl.completions if BETA else cl.beta.completions
-
-
-def chats(cl):
-    return cl.chat.completions if BETA else cl.beta.chat.completions
-
-
-def complete():
-    r = completions(client()).create(model=MODEL, prompt=c.PROMPT, max_tokens=5)
-    c.emit(True, r.choices[0].text, r.choices[0].finish_reason, c.dump(r.usage))
+def complete(key=a.key, extra_body=None):
+    r = client(key).beta.completions.create(model=MODEL, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, extra_body=extra_body)
+    return c.result(r.choices[0].text, r.choices[0].finish_reason, r.usage)
 
 
 def stream():
-    text, finish, usage, n = "", None, None, 0
-    for chunk in completions(client()).create(model=MODEL, prompt=c.PROMPT, max_tokens=5, stream=True):
-        n += 1
+    acc = c.Collect()
+    s = client().beta.completions.create(
+        model=MODEL, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, stream=True, stream_options={"include_usage": True}
+    )
+    for chunk in s:
+        acc.chunks += 1
         for ch in chunk.choices or []:
-            text += ch.text or ""
-            finish = ch.finish_reason or finish
-        usage = c.dump(getattr(chunk, "usage", None)) or usage
-    c.emit(True, text, finish, usage, chunks=n)
-
-
-def message_text(choice):
-    msg = getattr(choice, "message", None)
-    return msg.content if msg is not None else None
+            acc.add(ch.text, ch.finish_reason)
+        acc.add(usage=chunk.usage)
+    return acc.result()
 
 
 def chat():
-    r = chats(client()).create(model=MODEL, messages=c.MESSAGES, max_tokens=5)
-    c.emit(True, message_text(r.choices[0]), r.choices[0].finish_reason, c.dump(getattr(r, "usage", None)))
+    r = client().beta.chat.completions.create(model=MODEL, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS)
+    ch = r.choices[0]
+    return c.result(ch.message.content, ch.finish_reason, r.usage)
 
 
 def chat_stream():
-    text, finish, n = "", None, 0
-    for chunk in chats(client()).create(model=MODEL, messages=c.MESSAGES, max_tokens=5, stream=True):
-        n += 1
+    acc = c.Collect()
+    s = client().beta.chat.completions.create(
+        model=MODEL, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS, stream=True, stream_options={"include_usage": True}
+    )
+    for chunk in s:
+        acc.chunks += 1
         for ch in chunk.choices or []:
-            text += ch.delta.content or ""
-            finish = ch.finish_reason or finish
-    c.emit(True, text, finish, chunks=n)
+            acc.add(ch.delta.content if ch.delta else None, ch.finish_reason)
+        acc.add(usage=chunk.usage)
+    return acc.result()
 
 
-def bad_key():
-    completions(client(key="wrong-key")).create(model=MODEL, prompt=c.PROMPT, max_tokens=5)
-
-
-def wrong_team():
-    completions(client(team="team2")).create(model=MODEL, prompt=c.PROMPT, max_tokens=5)
-
-
-def malformed():
-    completions(client()).create(model=MODEL, prompt=c.PROMPT, extra_body={"max_tokens": "many"})
-
-
-c.run(dict(complete=complete, stream=stream, chat=chat, chat_stream=chat_stream, bad_key=bad_key,
-           wrong_team=wrong_team, malformed=malformed), a.case, lambda e: getattr(e, "status_code", None))
+c.main(
+    a,
+    {
+        "complete": complete,
+        "stream": stream,
+        "chat": chat,
+        "chat_stream": chat_stream,
+        "bad_key": lambda: complete(key=c.WRONG_KEY),
+        "wrong_team": complete,  # --team names an account the key is not in
+        "malformed": lambda: complete(extra_body=c.MALFORMED),
+    },
+    lambda exc: exc.status_code if isinstance(exc, scale_gp.APIStatusError) else None,
+)
