@@ -157,6 +157,10 @@ def make_handler(spec: RouteSpec) -> Handler:
         except GatewayError as err:
             log.failed(err)
             return error_response(dialect, err, rid)
+        except ConnectionResetError:
+            # The client went away mid-stream: nothing left to answer; the log line says so.
+            log.gone()
+            raise
         except Exception:
             logging.getLogger("gateway").exception("unexpected error serving %s", rid)
             internal = GatewayError("internal error in the gateway")
