@@ -47,7 +47,9 @@ class Target:
 
     @property
     def driver(self) -> Path:
-        return ROOT / "tests" / "sdk" / "drivers" / f"drive_{self.sdk.replace('-', '_')}.py"
+        # both Scale SDKs share one driver: they differ only in where the resources hang
+        name = "scale-gp" if self.sdk.startswith("scale-gp") else self.sdk
+        return ROOT / "tests" / "sdk" / "drivers" / f"drive_{name.replace('-', '_')}.py"
 
 
 TARGETS = (

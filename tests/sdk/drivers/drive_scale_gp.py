@@ -1,13 +1,25 @@
-"""Driver for scale-gp 0.1.0a62 (Stainless, "SGPClient"): ``SGPClient(base_url=<gw>, account_id=<team>)``
-with ``client.beta.completions`` / ``client.beta.chat.completions``, which post /v4/beta/completions and
-/v4/beta/chat/completions with ``x-api-key`` and ``x-selected-account-id: <team>``. Model names are
-SGP-style ``vendor/model`` (``openai/<--model>``). Scale streams end without ``[DONE]``. Retries off.
-Run with .sdk-venvs/scale-gp/bin/python; prints one JSON line (see _common.py).
+"""Driver for both Scale SGP SDKs (Stainless, "SGPClient"), whichever the running venv has:
+scale-gp 0.1.0a62 posts /v4/beta/... through ``client.beta``; scale-gp-beta 0.7.0 posts /v5/... directly
+(its ``account_id`` is mandatory). Both send ``x-api-key`` and ``x-selected-account-id: <team>``. Model
+names are SGP-style ``vendor/model`` (``openai/<--model>``). Scale streams end without ``[DONE]``.
+Retries off. Run with .sdk-venvs/scale-gp*/bin/python; prints one JSON line (see _common.py).
 """
 
 import _common as c
-import scale_gp
-from scale_gp import SGPClient
+
+try:  # the two SDKs install different top-level packages; each venv has exactly one
+    import scale_gp_beta as sgp
+
+    def api(cl):
+        return cl
+except ImportError:
+    import scale_gp as sgp
+
+    def api(cl):
+        return cl.beta
+
+
+SGPClient = sgp.SGPClient
 
 a = c.parse_args()
 MODEL = "openai/" + a.model
@@ -18,13 +30,13 @@ def client(key=a.key):
 
 
 def complete(key=a.key, extra_body=None):
-    r = client(key).beta.completions.create(model=MODEL, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, extra_body=extra_body)
+    r = api(client(key)).completions.create(model=MODEL, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, extra_body=extra_body)
     return c.result(r.choices[0].text, r.choices[0].finish_reason, r.usage)
 
 
 def stream():
     acc = c.Collect()
-    s = client().beta.completions.create(
+    s = api(client()).completions.create(
         model=MODEL, prompt=c.PROMPT, max_tokens=c.MAX_TOKENS, stream=True, stream_options={"include_usage": True}
     )
     for chunk in s:
@@ -36,14 +48,14 @@ def stream():
 
 
 def chat():
-    r = client().beta.chat.completions.create(model=MODEL, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS)
+    r = api(client()).chat.completions.create(model=MODEL, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS)
     ch = r.choices[0]
     return c.result(ch.message.content, ch.finish_reason, r.usage)
 
 
 def chat_stream():
     acc = c.Collect()
-    s = client().beta.chat.completions.create(
+    s = api(client()).chat.completions.create(
         model=MODEL, messages=c.MESSAGES, max_tokens=c.MAX_TOKENS, stream=True, stream_options={"include_usage": True}
     )
     for chunk in s:
@@ -65,5 +77,5 @@ c.main(
         "wrong_team": complete,  # --team names an account the key is not in
         "malformed": lambda: complete(extra_body=c.MALFORMED),
     },
-    lambda exc: exc.status_code if isinstance(exc, scale_gp.APIStatusError) else None,
+    lambda exc: exc.status_code if isinstance(exc, sgp.APIStatusError) else None,
 )
