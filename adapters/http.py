@@ -93,6 +93,9 @@ class HTTPUpstream:
             )
         return self._session
 
+    async def start(self) -> None:
+        """Nothing to start: the connection pool opens on first use."""
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -119,21 +122,17 @@ class HTTPUpstream:
         return min(hop, remaining)
 
     async def _post(self, req: InternalRequest, call: Call) -> aiohttp.ClientResponse:
+        """Send the request and wait for the response head; the caller bounds the wait (first byte)."""
         req, model = self._prepare(req, call)
         path = self.wire.path(req.operation)
         body = self.wire.encode(req, model)
         headers = self.wire.headers(self._key, self.target.team, req)
         headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
-        first_byte = self._timeout(call, self.target.timeouts.first_byte)
         try:
-            # asyncio.timeout, not wait_for: wait_for wraps the await in a new task (3.11), per call
-            async with asyncio.timeout(first_byte):
-                resp = await self.session.post(
-                    self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers
-                )
-        except TimeoutError:
-            raise self._expired(call, "no response headers in time") from None
+            resp = await self.session.post(
+                self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers
+            )
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
         if resp.status >= 400:
@@ -159,16 +158,24 @@ class HTTPUpstream:
         return UpstreamTimeout(f"target '{self.name}': {what}")
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
-        resp = await self._post(request, call)
+        # One timer for the exchange (asyncio.timeout, not wait_for, which makes a task per call): the
+        # first-byte bound until the head arrives, then moved to the total bound for the body.
+        headers_in = False
         try:
-            async with asyncio.timeout(self._timeout(call, self.target.timeouts.total)):
-                raw = await resp.read()
+            async with asyncio.timeout(self._timeout(call, self.target.timeouts.first_byte)) as timer:
+                resp = await self._post(request, call)
+                headers_in = True
+                timer.reschedule(asyncio.get_running_loop().time() + self._timeout(call, self.target.timeouts.total))
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.release()
         except TimeoutError:
-            raise self._expired(call, "answer not complete in time") from None
+            raise self._expired(
+                call, "answer not complete in time" if headers_in else "no response headers in time"
+            ) from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' broke off: {type(exc).__name__}") from None
-        finally:
-            resp.release()
         try:
             data = pydantic_core.from_json(raw)
         except ValueError:
@@ -176,7 +183,11 @@ class HTTPUpstream:
         return self.wire.decode(data, request)
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
-        resp = await self._post(request, call)
+        try:
+            async with asyncio.timeout(self._timeout(call, self.target.timeouts.first_byte)):
+                resp = await self._post(request, call)
+        except TimeoutError:
+            raise self._expired(call, "no response headers in time") from None
         parser = SSEParser()
         decoder = self.wire.reader(request)
         try:

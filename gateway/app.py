@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from adapters import PROVIDERS, build
+from backends import ENGINES
+from backends.replicas import ReplicaPool
 from gateway import admin, ops, status
 from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
@@ -29,10 +31,31 @@ from gateway.state import GATEWAY, Gateway
 log = logging.getLogger("gateway")
 
 
+def known_providers() -> list[str]:
+    return sorted({*PROVIDERS, *ENGINES})
+
+
+def check_target(target: Target) -> None:
+    """What pydantic cannot know: the provider exists, and the target says where it runs its way."""
+    if target.provider in ENGINES:
+        if not target.engine:
+            raise ConfigError(f"provider {target.provider!r} runs in this process: give 'engine' (its arguments)")
+    elif target.provider not in PROVIDERS:
+        raise ConfigError(f"unknown provider {target.provider!r} (known: {', '.join(known_providers())})")
+    elif target.engine:
+        engines = ", ".join(sorted(ENGINES))
+        raise ConfigError(f"'engine' is for in-process providers ({engines}), not {target.provider!r}")
+
+
 def build_upstream(target: Target, public: str) -> Upstream:
-    if target.provider not in PROVIDERS:
-        known = ", ".join(sorted(PROVIDERS))
-        raise ConfigError(f"provider {target.provider!r} is unknown (known: {known})")
+    check_target(target)
+    if target.provider in ENGINES:
+        try:
+            return ENGINES[target.provider](target, public)
+        except ImportError as exc:
+            raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
+    if target.replicas:
+        return ReplicaPool(target, public, PROVIDERS[target.provider])
     return build(target, public)
 
 
@@ -115,6 +138,7 @@ async def connect_redis(gw: Gateway) -> None:
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
     await connect_redis(gw)
+    await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
     await ops.probe(gw)
     for name, ok in sorted(gw.ready.items()):
         log.info("target %s: %s", name, "reachable" if ok else "unreachable")

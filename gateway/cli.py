@@ -4,7 +4,8 @@
     llm-gateway check-config FILE
     llm-gateway hash-key            (reads a key on stdin, prints the sha256 the config wants)
 
-``--workers N`` runs N processes on one port (SO_REUSEPORT); the kernel spreads connections.
+``--workers N`` runs N processes on one port (SO_REUSEPORT); the kernel spreads connections. It is
+refused when a target runs an engine in the process (``vllm-engine``): each worker would load the model.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
         listener.stop()
 
 
+def in_process_targets(config: GatewayConfig) -> list[str]:
+    """Targets of in-process providers (``backends.ENGINES``), as ``model/provider``."""
+    from backends import ENGINES
+
+    return [f"{m.name}/{t.provider}" for m in config.models for t in m.targets if t.provider in ENGINES]
+
+
 def serve(args: argparse.Namespace) -> int:
     from gateway.defaults import embedded
 
@@ -73,6 +81,15 @@ def serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
+    in_process = in_process_targets(config)
+    if workers > 1 and in_process:
+        # Each forked worker would start its own engine on the same devices, each loading the model.
+        print(
+            f"error: --workers {workers}: target(s) {', '.join(in_process)} run an engine in this process; "
+            "serve them with one worker (scale out with more gateway replicas or with vllm serve replicas)",
+            file=sys.stderr,
+        )
+        return 2
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Workers write their metrics to files here; /metrics in any worker aggregates them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
@@ -119,16 +136,14 @@ def check_config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
         for team in config.teams:
             key_hashes(team)
-        from adapters import PROVIDERS
+        from gateway.app import check_target
 
         for entry in config.models:
             for i, target in enumerate(entry.targets):
-                if target.provider not in PROVIDERS:
-                    known = ", ".join(sorted(PROVIDERS))
-                    raise ConfigError(
-                        f"{args.file}: models[{entry.name!r}].targets[{i}].provider: unknown provider "
-                        f"{target.provider!r} (known: {known})"
-                    )
+                try:
+                    check_target(target)
+                except ConfigError as exc:
+                    raise ConfigError(f"{args.file}: models[{entry.name!r}].targets[{i}]: {exc}") from None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -137,7 +152,8 @@ def check_config(args: argparse.Namespace) -> int:
     for entry in config.models:
         names = ", ".join((entry.name, *entry.aliases))
         for t in entry.targets:
-            print(f"  {names} -> {t.provider} {t.base_url} model={t.model or entry.name} weight={t.weight:g}")
+            where = t.base_url or " ".join(t.replicas) or "(in-process)"
+            print(f"  {names} -> {t.provider} {where} model={t.model or entry.name} weight={t.weight:g}")
     for prefix, vendor in sorted(config.vendors.items()):
         print(f"  {prefix}/* -> {vendor.provider} {vendor.base_url}")
     print("keys:")

@@ -28,6 +28,12 @@ class ConfigError(Exception):
     pass
 
 
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return value.rstrip("/")
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,9 +45,23 @@ class Timeouts(_Model):
     total: Annotated[float, Field(gt=0)] = 600.0
 
 
+class Balance(_Model):
+    """How a replica pool picks a replica (``backends/replicas.py``)."""
+
+    scrape_interval: Annotated[float, Field(gt=0)] = 1.0  # seconds between /health + /metrics scrapes
+    stale_after: Annotated[float, Field(gt=0)] = 5.0  # older engine metrics are ignored (in-flight only)
+    prefix_block_chars: Annotated[int, Field(gt=0)] = 128  # prompt block size for prefix affinity
+    prefix_capacity: Annotated[int, Field(gt=0)] = 65536  # remembered prompt blocks (LRU)
+    affinity_slack: Annotated[float, Field(ge=0)] = 4.0  # load a sticky replica may carry above the least loaded
+    session_header: str | None = "X-Session-Id"  # header naming a session; the request's user id otherwise
+
+
 class Target(_Model):
     provider: str
-    base_url: str
+    base_url: str = ""  # one upstream; or ``replicas``; or ``engine`` for an in-process backend
+    replicas: tuple[str, ...] = ()  # several replicas of one model server (a pool, load-balanced)
+    balance: Balance = Balance()
+    engine: dict[str, Any] | None = None  # in-process engine arguments (``vllm-engine``: AsyncEngineArgs)
     model: str | None = None  # upstream model name; defaults to the public name
     api_key_env: str | None = None
     team: str | None = None  # the vendor's team/account header (X-Friendli-Team, x-selected-account-id)
@@ -55,9 +75,22 @@ class Target(_Model):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
+        return _http_url(value) if value else value
+
+    @field_validator("replicas")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        urls = tuple(_http_url(v) for v in value)
+        if len(set(urls)) != len(urls):
+            raise ValueError("a replica is listed twice")
+        return urls
+
+    @model_validator(mode="after")
+    def _one_place(self) -> Target:
+        given = [k for k in ("base_url", "replicas", "engine") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'base_url', 'replicas' or 'engine'")
+        return self
 
 
 class ModelEntry(_Model):

@@ -50,6 +50,9 @@ class FanOut:
     def features(self) -> frozenset[Feature]:
         return self.inner.features | {Feature.SEED_PER_CHOICE}
 
+    async def start(self) -> None:
+        await self.inner.start()
+
     def _parts(self, request: InternalRequest) -> list[tuple[int, InternalRequest]]:
         seeds = request.sampling.seeds or ()
         return [

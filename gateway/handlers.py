@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,6 +32,7 @@ from gateway.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
+SESSION_HEADER = "X-Session-Id"  # pins a conversation to one replica (prefix caches stay warm)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -48,7 +49,7 @@ def request_id(headers: Mapping[str, str]) -> str:
     given = headers.get("X-Request-Id", "")
     if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
         return given
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # what uuid4().hex carries, without building a UUID
 
 
 def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -116,12 +117,13 @@ async def relay(
 
 
 def make_handler(spec: RouteSpec) -> Handler:
+    in_flight = IN_FLIGHT.labels(spec.dialect.name)  # the route's dialect: counted before it is refined
+
     async def handle(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         rid = request_id(request.headers)
         dialect = spec.dialect
         log = RequestLog(gw.access, rid, dialect.name)
-        in_flight = IN_FLIGHT.labels(dialect.name)
         in_flight.inc()
         try:
             data = loads(await read_body(request))
@@ -140,7 +142,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             deadline = gw.admission.deadline_for(principal.team, ireq)
             plan = await gw.admission.admit(principal.team, principal.key_id, ireq, deadline)
             try:
-                call = Call(rid, deadline, resolved.route.upstream_model)
+                call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
                 if ireq.stream:
                     opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
                     for ev in opened[0]:
@@ -157,8 +159,9 @@ def make_handler(spec: RouteSpec) -> Handler:
         except GatewayError as err:
             log.failed(err)
             return error_response(dialect, err, rid)
-        except ConnectionResetError:
-            # The client went away mid-stream: nothing left to answer; the log line says so.
+        except (ConnectionResetError, asyncio.CancelledError):
+            # The client went away (mid-stream, or aiohttp cancelled the handler): nothing left to
+            # answer; the log line says so.
             log.gone()
             raise
         except Exception:

@@ -1,19 +1,27 @@
 """Structured logs: one JSON line per request, written off the event loop.
 
 ``RequestLog`` gathers the fields of one request as the data path runs (dialect, team, model,
-target, status, tokens, timings). Records go through a ``QueueHandler`` so the loop only enqueues;
-a listener thread formats and writes them. Keys, prompts and completions never enter a record.
+target, status, tokens, timings). Keys, prompts and completions never enter a record.
+
+One writer thread formats and writes every line. The request line skips ``logging`` on the hot path:
+the loop puts ``(time, fields)`` on the writer's queue (a ``LogRecord``, its handler locks and the
+``QueueHandler``'s copy cost more than the rest of the line's work); other log calls reach the same
+queue through a ``QueueHandler``, so the two kinds of line never interleave. Until ``configure`` runs
+(an app embedded in tests), request lines go through the ``gateway.access`` logger instead.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import logging.handlers
 import queue
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, TextIO, cast
+
+import pydantic_core
 
 from gateway import metrics as m
 from gateway.auth import Principal
@@ -21,6 +29,15 @@ from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, StreamEvent, UsageReport
 from gateway.dispatch import Attempt
 from gateway.limits.plan import Plan
+
+ACCESS_LOGGER = "gateway.access"
+_STOP = object()
+WRITE_BATCH = 256
+_queue: queue.SimpleQueue[object] | None = None  # the writer's, once ``configure`` has run
+
+
+def _json(out: dict[str, Any]) -> str:
+    return pydantic_core.to_json(out, fallback=str).decode()
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,23 +54,84 @@ class JsonFormatter(logging.Formatter):
             out["msg"] = record.getMessage()
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, separators=(",", ":"), default=str)
+        return _json(out)
 
 
-def configure(level: str = "INFO") -> logging.handlers.QueueListener:
-    q: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(JsonFormatter())
-    listener = logging.handlers.QueueListener(q, stream, respect_handler_level=False)
+class LogWriter:
+    """The thread that formats and writes log lines, flushing when its queue runs dry."""
+
+    def __init__(self, q: queue.SimpleQueue[object], stream: TextIO) -> None:
+        self.queue, self.stream = q, stream
+        self.formatter = JsonFormatter()
+        self.thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        global _queue
+        if _queue is self.queue:
+            _queue = None
+        self.queue.put(_STOP)
+        self.thread.join()
+
+    def _line(self, item: object) -> str:
+        if isinstance(item, logging.LogRecord):
+            return self.formatter.format(item)
+        created, fields = cast(tuple[float, dict[str, object]], item)
+        return _json({"ts": round(created, 3), "level": "info", "logger": ACCESS_LOGGER, **fields})
+
+    def _run(self) -> None:
+        while True:
+            items = [self.queue.get()]
+            while len(items) < WRITE_BATCH and not self.queue.empty():
+                items.append(self.queue.get_nowait())  # what queued meanwhile goes out in one write
+            lines = []
+            for item in items:
+                if item is _STOP:
+                    break
+                try:
+                    lines.append(self._line(item))
+                except Exception as exc:  # a bad record must not end logging
+                    lines.append(_json({"level": "error", "msg": f"log line dropped: {type(exc).__name__}"}))
+            if lines:
+                with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing left to tell
+                    self.stream.write("\n".join(lines) + "\n")
+                    self.stream.flush()
+            if len(lines) < len(items):
+                return
+
+
+def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
+    global _queue
+    q: queue.SimpleQueue[object] = queue.SimpleQueue()
+    writer = LogWriter(q, stream or sys.stderr)
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(q)]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    listener.start()
-    return listener
+    writer.start()
+    _queue = q
+    return writer
 
 
-_SERIES: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
+class _Series:
+    """The labelled children of one (bounded) label set, resolved once: ``labels()`` costs a lock and a
+    dict walk per call."""
+
+    __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
+
+    def __init__(self, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
+        self.requests = m.REQUESTS.labels(dialect, model, provider, team, outcome)
+        self.duration = m.DURATION.labels(dialect, model)
+        self.overhead = m.OVERHEAD_SECONDS.labels(dialect)
+        self.ttft = m.TTFT.labels(dialect, model)
+        self.inter_token = m.INTER_TOKEN.labels(model)
+        self.prompt_tokens = m.TOKENS.labels(model, team, "prompt")
+        self.completion_tokens = m.TOKENS.labels(model, team, "completion")
+
+
+_SERIES: dict[tuple[str, str, str, str, str], _Series] = {}
 
 
 class RequestLog:
@@ -164,7 +242,10 @@ class RequestLog:
         }
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
-        self.logger.info("request", extra={"fields": fields})
+        if _queue is not None:
+            _queue.put((time.time(), fields))
+        else:
+            self.logger.info("request", extra={"fields": fields})
 
     def _metrics(self, duration: float) -> None:
         model, team = self.model_label, self.principal.team if self.principal else "-"
@@ -173,23 +254,18 @@ class RequestLog:
         key = (self.dialect, model, provider, team, outcome)
         series = _SERIES.get(key)
         if series is None:
-            # labels() costs a lock and a dict walk per call: resolve each (bounded) label set once.
-            series = _SERIES[key] = (
-                m.REQUESTS.labels(*key),
-                m.DURATION.labels(self.dialect, model),
-                m.OVERHEAD_SECONDS.labels(self.dialect),
-            )
-        series[0].inc()
-        series[1].observe(duration)
-        series[2].observe(self.overhead())
+            series = _SERIES[key] = _Series(*key)
+        series.requests.inc()
+        series.duration.observe(duration)
+        series.overhead.observe(self.overhead())
         if self.ttft is not None:
-            m.TTFT.labels(self.dialect, model).observe(self.ttft)
+            series.ttft.observe(self.ttft)
             if self.chunks > 1:
-                m.INTER_TOKEN.labels(model).observe((self.last_chunk - self.started - self.ttft) / (self.chunks - 1))
+                series.inter_token.observe((self.last_chunk - self.started - self.ttft) / (self.chunks - 1))
         if self.prompt_tokens is not None:
-            m.TOKENS.labels(model, team, "prompt").inc(self.prompt_tokens)
+            series.prompt_tokens.inc(self.prompt_tokens)
         if self.completion_tokens is not None:
-            m.TOKENS.labels(model, team, "completion").inc(self.completion_tokens)
+            series.completion_tokens.inc(self.completion_tokens)
         if self.attempt.tries > 1:
             m.RETRIES.labels(model).inc(self.attempt.tries - 1)
         for target in self.attempt.cooled:

@@ -54,6 +54,18 @@ IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["diale
 TARGET_UP = Gauge(
     "gateway_target_up", "1 when the target answered its last probe", ["target", "provider"], multiprocess_mode="max"
 )
+REPLICA_UP = Gauge(
+    "gateway_replica_up",
+    "1 when the replica's /health answered 200 at the last scrape",
+    ["target", "replica"],
+    multiprocess_mode="max",
+)
+REPLICA_LOAD = Gauge(
+    "gateway_replica_engine_requests",
+    "Requests running or waiting in the replica's engine, from its /metrics",
+    ["target", "replica"],
+    multiprocess_mode="max",
+)
 RATE_LIMIT = Counter("gateway_ratelimit_decisions_total", "Admission decisions by limit kind", ["limit", "decision"])
 QUEUE_DEPTH = Gauge(
     "gateway_admission_queue_depth", "Requests waiting for a concurrency slot", [], multiprocess_mode="livesum"

@@ -25,6 +25,7 @@ class Call:
     request_id: str
     deadline: float | None = None  # time.monotonic() value; None = no client deadline
     model: str | None = None  # upstream model name, when routing chose it (``vendor/model`` names)
+    session: str | None = None  # the client's session id (``X-Session-Id``), for replica affinity
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -51,6 +52,10 @@ class Upstream(Protocol):
     def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         """Events of one answer, in batches: all that one network read brought, so the client gets one
         write per read. Errors before the first batch may be retried elsewhere."""
+        ...
+
+    async def start(self) -> None:
+        """Begin background work (replica scrapes, engine start-up) inside the running loop, once."""
         ...
 
     async def list_models(self) -> list[str]:

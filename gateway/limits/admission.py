@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,6 +26,7 @@ from gateway.limits.store import Limiter, Refusal, Settlement
 from gateway.metrics import ADMISSION_WAIT, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
+ADMITTED = RATE_LIMIT.labels("all", "admit")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
 
 
@@ -121,7 +122,7 @@ class Admission:
 
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
         policy = self.teams.get(team, TeamPolicy())
-        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, uuid.uuid4().hex)
+        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, os.urandom(12).hex())
         if not plan.checks:
             return plan
         began = time.monotonic()
@@ -129,7 +130,7 @@ class Admission:
         while True:
             refusal = await self.limiter.admit(plan, self.ttl_ms)
             if refusal is None:
-                RATE_LIMIT.labels("all", "admit").inc()
+                ADMITTED.inc()
                 if began != time.monotonic():
                     ADMISSION_WAIT.observe(time.monotonic() - began)
                 if plan.concurrency_keys:

@@ -60,6 +60,15 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
         ("teams: [{id: t, keys: [{id: k, sha256: abc}]}]", "'sha256' must be 64 lowercase hex digits"),
         ("models: [{name: m, targets: [{provider: nope, base_url: http://x}]}]", "unknown provider 'nope'"),
         ("models: [\n  - name: [", "line 2: invalid YAML"),
+        ("models: [{name: m, targets: [{provider: vllm}]}]", "give exactly one of 'base_url', 'replicas' or 'engine'"),
+        (
+            "models: [{name: m, targets: [{provider: vllm, base_url: http://x, replicas: [http://y]}]}]",
+            "give exactly one of 'base_url', 'replicas' or 'engine'",
+        ),
+        ("models: [{name: m, targets: [{provider: vllm, replicas: [http://y, http://y/]}]}]", "listed twice"),
+        ("models: [{name: m, targets: [{provider: vllm, replicas: [ftp://y]}]}]", "replicas: must start with http"),
+        ("models: [{name: m, targets: [{provider: vllm, engine: {model: x}}]}]", "is for in-process providers"),
+        ("models: [{name: m, targets: [{provider: vllm-engine, base_url: http://x}]}]", "runs in this process"),
     ],
 )
 def test_broken_config_is_one_line(

@@ -81,15 +81,19 @@ def _tail(log: Path, n: int = 4000) -> str:
     return log.read_text(errors="replace")[-n:] if log.exists() else "(no output)"
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
+def _ensure_env() -> None:
     if os.environ.get("GATEWAY_SKIP_VLLM") == "1":
         pytest.skip("GATEWAY_SKIP_VLLM=1: the real-vLLM (CPU) tier was asked to be skipped")
     setup = subprocess.run([str(ROOT / "scripts" / "vllm-env")], cwd=ROOT, capture_output=True, text=True, check=False)
     if setup.returncode != 0:
         pytest.fail(f"scripts/vllm-env failed (exit {setup.returncode}):\n{setup.stdout}\n{setup.stderr}")
+
+
+@contextlib.contextmanager
+def running_vllm(log: Path) -> Iterator[VLLM]:
+    """A ``vllm serve`` on a free port, ready (its /health answers 200) when this yields."""
+    _ensure_env()
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             server_args(port),
@@ -118,3 +122,17 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
         yield VLLM(base, base + "/v1", MODEL, SERVED_NAME, log)
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
+    with running_vllm(tmp_path_factory.mktemp("vllm") / "vllm.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def vllm_second(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> Iterator[VLLM]:
+    """A second replica of the same model, for the replica-pool tests (started after the first, so the
+    two engines' start-ups do not compete for the two cores)."""
+    with running_vllm(tmp_path_factory.mktemp("vllm2") / "vllm.log") as server:
+        yield server

@@ -161,7 +161,9 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
     _sampling(req, body)
     if req.user is not None:
         body["user"] = req.user
-    if token_ids or req.want_token_ids:
+    # vLLM answers an echo with an empty prompt text when token ids are asked for (it returns the
+    # prompt's ids instead), so they are asked for with echo only when the client's dialect needs them.
+    if req.want_token_ids or (token_ids and not req.sampling.echo):
         body["return_token_ids"] = True
     if req.stream:
         body["stream"] = True
@@ -309,13 +311,13 @@ class OpenAIWire:
         body = encode(request, model, token_ids=self.token_ids)
         total = request.sampling.max_total_tokens
         if total is not None and "max_tokens" not in body:
-            # vLLM's completion default is 16 new tokens; the total_length plugin ends generation at
-            # the total. With token ids the room is known exactly; otherwise null asks vLLM for all
-            # the model's remaining context.
+            # vLLM's completion default is 16 new tokens (null too); the total_length plugin ends
+            # generation at the total. With token ids the room is known exactly; for text the total
+            # itself bounds the new tokens (vLLM refuses it only if prompt + total exceed the context).
             if all(not isinstance(p, str) for p in request.prompts):
                 body["max_tokens"] = max(1, total - max(len(p) for p in request.prompts))
             else:
-                body["max_tokens"] = None
+                body["max_tokens"] = total
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:

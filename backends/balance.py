@@ -1,0 +1,162 @@
+"""Choosing a replica: load from the gateway's own in-flight counts and the engine's scraped gauges,
+session affinity by rendezvous hashing, prefix affinity from an LRU of prompt-block hashes.
+
+Sans-IO: the pool (``backends/replicas.py``) feeds scrapes and outcomes in and asks for an order.
+
+Load is ``max(in_flight, running + waiting) + waiting + KV_WEIGHT * kv_cache_usage``. The gateway's own
+count covers the requests it sent since the last scrape (the "assumed load" of llm-d's picker); the
+engine's gauges cover what other gateway replicas sent. Queued requests count twice, because a
+replica with a queue adds their wait to every newcomer's time to first token; a full KV cache counts as
+``KV_WEIGHT`` more, because it is about to preempt. Engine gauges older than ``stale_after`` are ignored,
+unless the replica's scrapes are timing out (busy, not gone): then its last gauges still count.
+
+Affinity (a session, or a prompt sharing its leading blocks with an earlier one) picks the sticky
+replica only while its load is within ``affinity_slack`` of the least loaded one: a warm prefix cache
+is worth some queueing, not unbounded queueing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gateway.config import Balance
+from gateway.core.request import InternalRequest
+
+KV_WEIGHT = 4.0
+FAILURE_COOLDOWN = 5.0  # seconds a replica that failed before the first byte is passed over
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    url: str
+    label: str  # bounded metric label: from the config
+    healthy: bool = True  # from /health; a replica is presumed up until a scrape says otherwise
+    in_flight: int = 0
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    scraped_at: float = float("-inf")  # time.monotonic() of the last good /metrics read
+    cool_until: float = 0.0
+    slow_scrapes: int = 0  # scrapes in a row that timed out
+
+    def available(self, now: float) -> bool:
+        return self.healthy and now >= self.cool_until
+
+    def load(self, now: float, stale_after: float) -> float:
+        engine = max(self.in_flight, self.running + self.waiting) + self.waiting + KV_WEIGHT * self.kv_usage
+        if now - self.scraped_at <= stale_after:
+            return engine
+        if self.slow_scrapes:
+            # Its scrapes time out: an engine too busy to answer them. Its last gauges, and one more
+            # request's worth per slow scrape, are a better guess than our own count alone.
+            return engine + self.slow_scrapes
+        return float(self.in_flight)
+
+
+def stable_hash(text: str) -> int:
+    """The same across processes (``hash()`` is salted per process); sessions must agree across replicas
+    of the gateway."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def prompt_text(request: InternalRequest) -> str | None:
+    """What a prefix cache would share: the first prompt, or the chat transcript as sent."""
+    if request.prompts:
+        first = request.prompts[0]
+        return first if isinstance(first, str) else ",".join(map(str, first))
+    if request.messages:
+        return "\x1e".join(f"{m.role}\x1f{m.content}" for m in request.messages)
+    return None
+
+
+def block_hashes(text: str, block: int) -> list[int]:
+    """Chained hashes of the prompt's full blocks: equal hashes mean equal prefixes up to that block,
+    which is what an engine's prefix cache can reuse (it caches full blocks only)."""
+    out: list[int] = []
+    h = 0
+    for start in range(0, len(text) - block + 1, block):
+        h = hash((h, text[start : start + block]))
+        out.append(h)
+    return out
+
+
+class PrefixIndex:
+    """Block hash → the replica that last served it; bounded, least recently used out first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._where: OrderedDict[int, int] = OrderedDict()
+
+    def lookup(self, hashes: list[int]) -> int | None:
+        """The replica holding the longest run of leading blocks, if any."""
+        found = None
+        for h in hashes:
+            replica = self._where.get(h)
+            if replica is None:
+                break
+            found = replica
+        return found
+
+    def record(self, hashes: list[int], replica: int) -> None:
+        for h in hashes:
+            self._where[h] = replica
+            self._where.move_to_end(h)
+        while len(self._where) > self.capacity:
+            self._where.popitem(last=False)
+
+    def forget(self, replica: int) -> None:
+        for h in [h for h, r in self._where.items() if r == replica]:
+            del self._where[h]
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+class Balancer:
+    """The order in which to try a pool's replicas for one request."""
+
+    def __init__(self, replicas: list[ReplicaState], settings: Balance) -> None:
+        self.replicas = replicas
+        self.settings = settings
+        self.prefixes = PrefixIndex(settings.prefix_capacity)
+        self._salts = [stable_hash(r.url) for r in replicas]
+
+    def _session_pick(self, session: str, candidates: list[int]) -> int:
+        """Rendezvous hashing: the replica with the highest score for this session; when one goes down
+        only its sessions move."""
+        key = stable_hash(session)
+        return max(candidates, key=lambda i: stable_hash(f"{key}:{self._salts[i]}"))
+
+    def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+        """Replica indexes, best first (the unavailable ones last, as a last resort), and the prompt's
+        block hashes to ``record`` once a replica has answered."""
+        s = self.settings
+        loads = [r.load(now, s.stale_after) for r in self.replicas]
+        up = [i for i, r in enumerate(self.replicas) if r.available(now)]
+        down = [i for i in range(len(self.replicas)) if i not in up]
+        if not up:
+            return sorted(down, key=loads.__getitem__), []
+        # Least loaded first; ties broken at random so equal replicas share the work.
+        jitter = {i: random.random() for i in up}
+        ranked = sorted(up, key=lambda i: (loads[i], jitter[i]))
+        least = loads[ranked[0]]
+        text = prompt_text(request)
+        hashes = block_hashes(text, s.prefix_block_chars) if text is not None else []
+        sticky: int | None = None
+        key = session or request.user
+        if key:
+            sticky = self._session_pick(key, up)
+        elif hashes:
+            found = self.prefixes.lookup(hashes)
+            sticky = found if found in up else None
+        if sticky is not None and loads[sticky] <= least + s.affinity_slack:
+            ranked.remove(sticky)
+            ranked.insert(0, sticky)
+        return ranked + down, hashes
+
+    def record(self, hashes: list[int], replica: int) -> None:
+        if hashes:
+            self.prefixes.record(hashes, replica)

@@ -1,0 +1,230 @@
+"""A pool of replicas of one model server (``vllm serve`` endpoints), behind one target.
+
+Each replica is an ``HTTPUpstream`` speaking the target's wire. A background task scrapes every
+replica's ``/health`` and ``/metrics`` (vLLM's ``num_requests_running``, ``num_requests_waiting``,
+``kv_cache_usage_perc``) every ``scrape_interval`` seconds, never on the request path; the choice
+itself is ``backends/balance.py``. A replica that fails before the first byte is passed over for a
+few seconds and the request goes to the next one; once a stream has started, it stays where it is.
+Closing a stream (the client went away) closes its upstream connection, which aborts it in vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from adapters.http import HTTPUpstream
+from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
+from gateway.config import Target
+from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
+from gateway.core.request import Feature, InternalRequest
+from gateway.core.response import Completion, StreamEvent
+from gateway.core.upstream import Call
+from gateway.dialects.base import Wire
+from gateway.metrics import REPLICA_LOAD, REPLICA_UP
+
+log = logging.getLogger("gateway.replicas")
+SLOW_SCRAPES_TO_DOWN = 3
+GAUGES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",  # the older name of the same gauge
+}
+
+
+def read_gauges(text: str) -> dict[str, float]:
+    """The load gauges from a Prometheus text exposition: only the few lines we need are looked at
+    (vLLM's full page is hundreds of lines of histograms). Series of one gauge are summed (several
+    engines or models behind one server); KV usage takes the highest."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name, _, rest = line.partition("{") if "{" in line.split(" ", 1)[0] else line.partition(" ")
+        field = GAUGES.get(name)
+        if field is None:
+            continue
+        try:
+            value = float(rest.rsplit("}", 1)[-1].split()[0])
+        except (IndexError, ValueError):
+            continue
+        out[field] = max(out.get(field, 0.0), value) if field == "kv_usage" else out.get(field, 0.0) + value
+    return out
+
+
+def server_root(base_url: str) -> str:
+    """``http://host:8000/v1`` → ``http://host:8000``: where ``/health`` and ``/metrics`` live."""
+    return base_url.removesuffix("/v1")
+
+
+def replica_label(target: str, url: str) -> str:
+    return f"{target}@{urlsplit(url).netloc}"
+
+
+def _retry_elsewhere(err: GatewayError, call: Call) -> bool:
+    if not err.retryable or (isinstance(err, UpstreamRejected) and err.status != 429):
+        return False
+    left = call.remaining()
+    return left is None or left > 0
+
+
+class ReplicaPool:
+    """One target, several replicas; an ``Upstream`` to the rest of the gateway."""
+
+    def __init__(self, target: Target, public_model: str, wire: Wire) -> None:
+        self.target = target
+        self.model = target.model or public_model
+        self._name = target.name or f"{target.provider}:{self.model}"
+        self.members = [
+            HTTPUpstream(
+                target.model_copy(update={"base_url": url, "replicas": (), "name": replica_label(self._name, url)}),
+                public_model,
+                wire,
+            )
+            for url in target.replicas
+        ]
+        self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
+        self.balancer = Balancer(self.states, target.balance)
+        self._scraper: asyncio.Task[None] | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def provider(self) -> str:
+        return self.target.provider
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        return self.members[0].features
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._scraper is None:
+            timeout = aiohttp.ClientTimeout(total=max(1.0, 2 * self.target.balance.scrape_interval))
+            self._http = aiohttp.ClientSession(timeout=timeout)
+            await self.scrape()  # know the replicas before the first request
+            self._scraper = asyncio.create_task(self._scrape_forever(), name=f"scrape {self.name}")
+
+    async def close(self) -> None:
+        if self._scraper is not None:
+            self._scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scraper
+            self._scraper = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        await asyncio.gather(*(m.close() for m in self.members))
+
+    # -- scraping --------------------------------------------------------------------------------
+
+    async def _scrape_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.target.balance.scrape_interval)
+            try:
+                await self.scrape()
+            except Exception:  # a scrape must never end the scraper
+                log.exception("scrape of %s failed", self.name)
+
+    async def scrape(self) -> None:
+        await asyncio.gather(*(self._scrape_one(s) for s in self.states))
+
+    async def _scrape_one(self, state: ReplicaState) -> None:
+        assert self._http is not None
+        root = server_root(state.url)
+        gauges: dict[str, float] = {}
+        try:
+            async with self._http.get(root + "/health") as resp:
+                healthy = resp.status == 200
+            if healthy:
+                async with self._http.get(root + "/metrics") as resp:
+                    if resp.status == 200:
+                        gauges = read_gauges(await resp.text())
+            state.slow_scrapes = 0
+        except TimeoutError:
+            # A busy engine answers slowly; that is load (its gauges go stale), not death, until it
+            # stays silent for several scrapes in a row.
+            state.slow_scrapes += 1
+            healthy = state.healthy and state.slow_scrapes < SLOW_SCRAPES_TO_DOWN
+        except aiohttp.ClientError:
+            healthy = False
+        if healthy != state.healthy:
+            log.info("replica %s is %s", state.label, "up" if healthy else "down")
+        state.healthy = healthy
+        REPLICA_UP.labels(self.name, state.label).set(1 if healthy else 0)
+        if gauges:
+            state.running = gauges.get("running", 0.0)
+            state.waiting = gauges.get("waiting", 0.0)
+            state.kv_usage = gauges.get("kv_usage", 0.0)
+            state.scraped_at = time.monotonic()
+            REPLICA_LOAD.labels(self.name, state.label).set(state.running + state.waiting)
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def _failed(self, i: int, err: GatewayError) -> None:
+        state = self.states[i]
+        state.cool_until = time.monotonic() + FAILURE_COOLDOWN
+        self.balancer.prefixes.forget(i)
+        log.warning("replica %s failed before the first byte (%s); trying another", state.label, err.code)
+
+    async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        order, hashes = self.balancer.order(request, call.session, time.monotonic())
+        for attempt, i in enumerate(order):
+            state = self.states[i]
+            state.in_flight += 1
+            try:
+                completion = await self.members[i].complete(request, call)
+            except GatewayError as err:
+                if attempt == len(order) - 1 or not _retry_elsewhere(err, call):
+                    raise
+                self._failed(i, err)
+                continue
+            finally:
+                state.in_flight -= 1
+            self.balancer.record(hashes, i)
+            return completion
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        order, hashes = self.balancer.order(request, call.session, time.monotonic())
+        for attempt, i in enumerate(order):
+            state = self.states[i]
+            state.in_flight += 1
+            events = self.members[i].stream(request, call)
+            try:
+                try:
+                    first = await anext(events)
+                except (GatewayError, StopAsyncIteration) as exc:
+                    err = exc if isinstance(exc, GatewayError) else UpstreamFailed(f"{state.label} closed the stream")
+                    if attempt == len(order) - 1 or not _retry_elsewhere(err, call):
+                        raise err from None
+                    self._failed(i, err)
+                    continue
+                self.balancer.record(hashes, i)
+                yield first
+                async for batch in events:
+                    yield batch
+                return
+            finally:
+                state.in_flight -= 1
+                await events.aclose()  # type: ignore[attr-defined]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def list_models(self) -> list[str]:
+        """What any replica serves; unreachable only when every replica is."""
+        results = await asyncio.gather(*(m.list_models() for m in self.members), return_exceptions=True)
+        served = [r for r in results if not isinstance(r, BaseException)]
+        if not served:
+            raise UpstreamFailed(f"target '{self.name}': no replica reachable")
+        return list(dict.fromkeys(name for names in served for name in names))

@@ -1,0 +1,155 @@
+"""A target with several replicas, against vLLM stand-ins on real sockets: load shared, affinity kept,
+a failing or dead replica skipped before the first byte, a client's hang-up aborting upstream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from tests.fakes.openai_upstream import FakeUpstream, start_upstream
+from tests.integration.conftest import Gateway, GatewayFactory, config
+from tests.integration.dialect_clients import BY_NAME, KEY
+from tests.redis_servers import free_port
+
+Fakes = Callable[[int], Awaitable[list[FakeUpstream]]]
+AUTH = {"Authorization": f"Bearer {KEY}"}
+OPENAI = BY_NAME["openai"]
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Fakes]:
+    started: list[FakeUpstream] = []
+
+    async def make(n: int) -> list[FakeUpstream]:
+        new = [await start_upstream(models=("tiny",)) for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield make
+    for f in started:
+        await f.close()
+
+
+def pool_config(urls: list[str], **balance: Any) -> GatewayConfig:
+    target = {"provider": "vllm", "replicas": urls, "model": "tiny", "name": "pool", "balance": balance}
+    return config([{"name": "m", "targets": [target]}])
+
+
+def served(fake: FakeUpstream) -> int:
+    return sum(1 for r in fake.requests if r.path.endswith("/completions"))
+
+
+async def test_concurrent_streams_are_shared_between_replicas(gateway: GatewayFactory, fakes: Fakes) -> None:
+    replicas = await fakes(2)
+    gw = await gateway(pool_config([f.url for f in replicas], scrape_interval=0.2))
+    answers = await asyncio.gather(*(gw.send(OPENAI, "m", f"q{i} [[fault:slow=0.02]]", True) for i in range(16)))
+    assert all(a.status == 200 and a.done for a in answers)
+    counts = [served(f) for f in replicas]
+    # In-flight counting spreads a burst evenly; random tie-breaking allows a little skew.
+    assert sum(counts) == 16 and min(counts) >= 6, counts
+
+
+async def test_a_dead_replica_is_skipped_and_reported(gateway: GatewayFactory, fakes: Fakes) -> None:
+    (alive,) = await fakes(1)
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    gw = await gateway(pool_config([dead, alive.url], scrape_interval=0.2))
+    for stream in (False, True) * 4:
+        answer = await gw.send(OPENAI, "m", "hello", stream)
+        assert answer.status == 200, answer.body
+    assert served(alive) == 8
+    async with gw.session.get(gw.url + "/metrics") as resp:
+        text = await resp.text()
+    port = dead.split(":")[2].split("/")[0]
+    assert f'gateway_replica_up{{replica="pool@127.0.0.1:{port}",target="pool"}} 0.0' in text
+    async with gw.session.get(gw.url + "/ready") as resp:
+        assert resp.status == 200 and (await resp.json())["targets"]["pool"] is True
+
+
+async def refusing_replica() -> tuple[web.AppRunner, str]:
+    """Up by /health, but every generation is refused with 503 (vLLM's answer when it cannot admit)."""
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def busy(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "busy"}}, status=503)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+async def test_a_replica_failing_before_the_first_byte_is_retried_elsewhere(
+    gateway: GatewayFactory, fakes: Fakes
+) -> None:
+    (good,) = await fakes(1)
+    runner, bad = await refusing_replica()
+    try:
+        gw = await gateway(pool_config([bad, good.url], scrape_interval=5))
+        answers = [await gw.send(OPENAI, "m", f"p{i}", i % 2 == 0) for i in range(10)]
+        assert all(a.status == 200 for a in answers), [a.body for a in answers]
+        assert served(good) == 10
+    finally:
+        await runner.cleanup()
+
+
+async def test_every_replica_failing_is_the_upstreams_error(gateway: GatewayFactory) -> None:
+    runners = [await refusing_replica() for _ in range(2)]
+    try:
+        gw = await gateway(pool_config([url for _, url in runners], scrape_interval=5))
+        answer = await gw.send(OPENAI, "m", "x", False)
+        assert answer.status == 502 and "503" in answer.body["error"]["message"]
+    finally:
+        for runner, _ in runners:
+            await runner.cleanup()
+
+
+async def post(gw: Gateway, prompt: str, headers: dict[str, str] | None = None) -> int:
+    body = {"model": "m", "prompt": prompt, "max_tokens": 4}
+    async with gw.session.post(gw.url + "/v1/completions", json=body, headers={**AUTH, **(headers or {})}) as resp:
+        await resp.read()
+        return resp.status
+
+
+async def test_a_session_stays_on_one_replica(gateway: GatewayFactory, fakes: Fakes) -> None:
+    replicas = await fakes(3)
+    gw = await gateway(pool_config([f.url for f in replicas]))
+    for i in range(12):
+        assert await post(gw, f"turn {i}", {"X-Session-Id": "conversation-7"}) == 200
+    assert sorted(served(f) for f in replicas) == [0, 0, 12]
+
+
+async def test_prompts_sharing_a_prefix_go_where_it_is_cached(gateway: GatewayFactory, fakes: Fakes) -> None:
+    replicas = await fakes(3)
+    gw = await gateway(pool_config([f.url for f in replicas], prefix_block_chars=32))
+    system = "You are a terse assistant who answers in one word. " * 3
+    for i in range(12):
+        assert await post(gw, system + f"Question {i}?") == 200
+    assert sorted(served(f) for f in replicas) == [0, 0, 12]
+
+
+async def test_a_client_hanging_up_aborts_the_replicas_request(gateway: GatewayFactory, fakes: Fakes) -> None:
+    replicas = await fakes(2)
+    gw = await gateway(pool_config([f.url for f in replicas]))
+    body = {"model": "m", "prompt": "long [[fault:slow=0.2]]", "max_tokens": 50, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(gw.url + "/v1/completions", json=body, headers=AUTH)
+        assert resp.status == 200
+        await resp.content.readline()  # the stream has started
+        resp.close()
+    for _ in range(100):
+        if sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0

@@ -1,0 +1,148 @@
+"""One target over two real vLLM replicas (CPU): the load is shared, the engines' own gauges steer
+requests away from a busy replica, a dead replica is skipped, and a client's hang-up aborts the
+request in whichever engine had it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from backends.replicas import read_gauges
+from gateway.app import create_app
+from gateway.config import hash_key, parse_config
+from tests.redis_servers import free_port
+from tests.vllm.conftest import VLLM
+
+pytestmark = pytest.mark.vllm
+KEY = "gw-vllm-pool-key"
+BEARER = {"Authorization": f"Bearer {KEY}"}
+
+
+async def finished(session: aiohttp.ClientSession, vllm: VLLM) -> float:
+    """Requests the engine has finished (any reason), from its own counter."""
+    async with session.get(vllm.base + "/metrics") as resp:
+        text = await resp.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total{")
+    )
+
+
+async def gauges(session: aiohttp.ClientSession, vllm: VLLM) -> dict[str, float]:
+    async with session.get(vllm.base + "/metrics") as resp:
+        return read_gauges(await resp.text())
+
+
+@pytest.fixture
+async def pool(vllm_server: VLLM, vllm_second: VLLM) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    target = {
+        "provider": "vllm",
+        "name": "tiny-pool",
+        "replicas": [vllm_server.url, vllm_second.url, dead],
+        "balance": {"scrape_interval": 0.2, "stale_after": 2.0},
+    }
+    cfg = parse_config(
+        {
+            "models": [{"name": "tiny", "targets": [target]}],
+            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
+        }
+    )
+    server = TestServer(create_app(cfg), host="127.0.0.1")
+    await server.start_server()
+    async with aiohttp.ClientSession() as session:
+        yield str(server.make_url("")), session
+    await server.close()
+
+
+async def stream_text(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> str:
+    async with session.post(url + "/v1/completions", json={**body, "stream": True}, headers=BEARER) as resp:
+        assert resp.status == 200, await resp.text()
+        raw = (await resp.read()).decode()
+    chunks = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: {")]
+    assert raw.rstrip().endswith("data: [DONE]")
+    return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+
+
+async def test_two_replicas_share_a_burst_and_answer_alike(
+    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
+) -> None:
+    url, session = pool
+    before = [await finished(session, v) for v in (vllm_server, vllm_second)]
+    body = {"model": "tiny", "prompt": "one two three", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    texts = await asyncio.gather(*(stream_text(session, url, body) for _ in range(8)))
+    after = [await finished(session, v) for v in (vllm_server, vllm_second)]
+    served = [a - b for a, b in zip(after, before, strict=True)]
+    assert sum(served) == 8 and min(served) >= 2, served  # both engines worked; the dead replica was skipped
+    assert len(set(texts)) == 1 and texts[0]  # the same weights: greedy answers agree across replicas
+
+
+async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
+    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
+) -> None:
+    """Requests sent to one replica behind the gateway's back (another gateway, say) show only in that
+    engine's /metrics; the pool must read them and send its own requests to the other replica."""
+    url, session = pool
+    long = {"model": vllm_server.model, "prompt": "a", "max_tokens": 480, "ignore_eos": True, "temperature": 0}
+
+    async def occupy() -> None:
+        while True:  # keeps the engine busy until cancelled, however slowly the test runs
+            with contextlib.suppress(aiohttp.ClientError):  # a kept-alive connection may have been closed
+                async with session.post(vllm_server.url + "/completions", json=long) as resp:
+                    assert resp.status == 200
+
+    # 4 running (max-num-seqs) and 44 queued: many seconds of work even if this process stalls (it also
+    # runs the gateway) and cannot post again in time
+    background = [asyncio.create_task(occupy()) for _ in range(48)]
+    try:
+        deadline = time.monotonic() + 30
+        while (await gauges(session, vllm_server)).get("waiting", 0) < 8:
+            assert time.monotonic() < deadline, "the occupying requests never queued"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # at least two scrapes
+        before = await finished(session, vllm_second)
+        short = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0}
+        for _ in range(4):
+            async with session.post(url + "/v1/completions", json=short, headers=BEARER) as resp:
+                assert resp.status == 200, await resp.text()
+        assert not any(t.done() for t in background), [t.exception() for t in background if t.done()]
+        assert (await gauges(session, vllm_server)).get("waiting", 0) >= 1, "the busy replica was not busy"
+        # The idle replica served all four (only the gateway sends it work); the busy one, which the
+        # gateway's own in-flight count saw as just as idle, none.
+        assert await finished(session, vllm_second) - before == 4
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+
+
+async def test_a_hang_up_aborts_the_request_in_its_engine(
+    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
+) -> None:
+    url, session = pool
+    engines = (vllm_server, vllm_second)
+    deadline = time.monotonic() + 60
+    while any([(await gauges(session, v)).get("running", 0) for v in engines]):  # earlier tests' work settles
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    before = [await finished(session, v) for v in engines]
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    async with aiohttp.ClientSession() as client:
+        resp = await client.post(url + "/v1/completions", json=body, headers=BEARER)
+        assert resp.status == 200
+        await resp.content.readline()  # generating: 400 tokens take seconds here
+        resp.close()
+    hung_up = time.monotonic()
+    while sum([(await gauges(session, v)).get("running", 0) for v in engines]) > 0:
+        assert time.monotonic() - hung_up < 5, "the engine kept generating for a client that left"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2)
+    after = [await finished(session, v) for v in engines]
+    assert after == before  # aborted by the hang-up, never finished (vLLM does not count aborts)
