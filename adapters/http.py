@@ -67,6 +67,7 @@ class HTTPUpstream:
             features |= {Feature.ADAPTER}
         self._features = features
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
         self._key = os.environ.get(target.api_key_env) if target.api_key_env else None
 
     @property
@@ -85,13 +86,28 @@ class HTTPUpstream:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             # Created lazily inside the running loop, once; every request shares its pool.
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+            connector = aiohttp.TCPConnector(
+                limit=0,
+                ttl_dns_cache=300,
+                enable_cleanup_closed=True,
+                keepalive_timeout=self.target.timeouts.keepalive,
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
                 auto_decompress=True,
             )
         return self._session
+
+    @property
+    def fresh_session(self) -> aiohttp.ClientSession:
+        """Never reuses a connection: for the rare retry after a pooled one was found closed."""
+        if self._fresh is None:
+            self._fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
+            )
+        return self._fresh
 
     async def start(self) -> None:
         """Nothing to start: the connection pool opens on first use."""
@@ -100,6 +116,9 @@ class HTTPUpstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._fresh is not None:
+            await self._fresh.close()
+            self._fresh = None
 
     def _prepare(self, req: InternalRequest, call: Call) -> tuple[InternalRequest, str]:
         """The adapter, if any, resolved: through the target's table, else natively by the vendor."""
@@ -129,10 +148,17 @@ class HTTPUpstream:
         headers = self.wire.headers(self._key, self.target.team, req)
         headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
+        url, data = self.target.base_url + path, pydantic_core.to_json(body)
         try:
-            resp = await self.session.post(
-                self.target.base_url + path, data=pydantic_core.to_json(body), headers=headers
-            )
+            try:
+                resp = await self.session.post(url, data=data, headers=headers)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+                # A pooled connection the server closed as we sent on it (its keep-alive ran out while
+                # this loop was busy): the request never got a hearing. Once more, on a new connection:
+                # the pool's other idle ones have idled as long and may be closing too.
+                resp = await self.fresh_session.post(url, data=data, headers=headers)
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
         if resp.status >= 400:

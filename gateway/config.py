@@ -43,6 +43,9 @@ class Timeouts(_Model):
     first_byte: Annotated[float, Field(gt=0)] = 120.0
     idle: Annotated[float, Field(gt=0)] = 60.0
     total: Annotated[float, Field(gt=0)] = 600.0
+    # An idle pooled upstream connection is dropped after this long: sooner than the upstream drops
+    # it (uvicorn, so ``vllm serve``, after 5 s), or a request may be sent on a connection being closed.
+    keepalive: Annotated[float, Field(gt=0)] = 4.0
 
 
 class Balance(_Model):

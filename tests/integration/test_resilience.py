@@ -6,6 +6,7 @@ Friendli, 504 elsewhere); a client that goes away closes the upstream request.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from tests.fakes.openai_upstream import start_upstream
@@ -156,3 +157,40 @@ async def test_vllm_in_band_error_after_200_reaches_the_client(gateway: GatewayF
         assert whole.status == 200 and whole.text
     finally:
         await fake.close()
+
+
+async def test_a_connection_closed_under_a_request_is_retried_on_a_new_one(gateway: GatewayFactory) -> None:
+    """A server that closes each kept-alive connection when the next request arrives (its keep-alive
+    ran out as the gateway sent): every request must still get its answer from the one target, with
+    no fallback to try and no error for the client."""
+    answer = b'{"id":"c","object":"text_completion","created":1,"model":"up","choices":[{"index":0,"text":"ok","finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+    answered = closed = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered, closed
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            head = await reader.readuntil(b"\r\n\r\n")
+            sizes = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
+            await reader.readexactly(sizes[0] if sizes else 0)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(answer)
+            )
+            writer.write(answer)
+            await writer.drain()
+            answered += head.startswith(b"POST")
+            await reader.readuntil(b"\r\n\r\n")  # the next request on this connection: closed unanswered
+            closed += 1
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        gw = await gateway(
+            config([{"name": "m", "targets": [{"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1"}]}])
+        )
+        for _ in range(3):
+            answer_ = await gw.send(OPENAI, "m", "hello", False)
+            assert answer_.status == 200 and answer_.text == "ok", answer_.raw
+        assert answered == 3 and closed >= 2  # the 2nd and 3rd were each sent on a closing connection first
+    finally:
+        server.close()
