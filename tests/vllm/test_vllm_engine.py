@@ -25,13 +25,14 @@ import yaml
 
 from gateway.config import hash_key
 from tests.redis_servers import free_port
-from tests.vllm.conftest import ENV, HERE, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, _stop, _tail
-from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, metric, repeated_ngrams
+from tests.vllm.conftest import HERE
+from tests.vllm.server import ENV, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
+from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, metric, ran_to_end, repeated_ngrams
 
 pytestmark = pytest.mark.vllm
 TOKENS = [5, 17, 42, 99, 7, 61]  # a token-id prompt: no BOS, positions are exact
 PLUGINS = ["no_repeat_ngram", "xtc", "forced_output_tokens", "max_total_tokens", "min_total_tokens"]
-ENGINE = {  # what conftest.server_args gives `vllm serve`, plus prompt embeddings
+ENGINE = {  # what server.DEFAULT_ARGS gives `vllm serve`, plus prompt embeddings
     "model": str(MODEL),
     "dtype": "float32",
     "max_model_len": 512,
@@ -78,7 +79,7 @@ def engine_gw(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> It
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"the gateway exited with {proc.returncode} before it was ready:\n{_tail(log)}")
+                pytest.fail(f"the gateway exited with {proc.returncode} before it was ready:\n{tail(log)}")
             try:
                 with urllib.request.urlopen(base + "/ready", timeout=2) as resp:
                     if resp.status == 200:
@@ -86,12 +87,12 @@ def engine_gw(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> It
             except OSError:
                 pass  # not listening while the engine starts; 503 until the first probe
             if time.monotonic() - began > 2 * READY_TIMEOUT:  # it imports vLLM, then starts the engine
-                pytest.fail(f"the gateway was not ready within {2 * READY_TIMEOUT:.0f} s:\n{_tail(log)}")
+                pytest.fail(f"the gateway was not ready within {2 * READY_TIMEOUT:.0f} s:\n{tail(log)}")
             time.sleep(0.5)
         print(f"gateway with the in-process engine ready in {time.monotonic() - began:.1f} s")
         yield VLLM(base, base + "/v1", MODEL, "tiny", log)
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.fixture
@@ -316,7 +317,8 @@ async def engine_idle(engine_gw: VLLM, within: float) -> None:
 
 async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
     await engine_idle(engine_gw, 60)
-    finished = await metric(engine_gw, "vllm:request_success_total")  # any reason, abort included
+    finished = await ran_to_end(engine_gw)
+    generated = await metric(engine_gw, "vllm:generation_tokens_total")
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}
     async with aiohttp.ClientSession() as client:
         resp = await client.post(gw.url + "/v1/completions", json=body, headers=BEARER)
@@ -327,11 +329,12 @@ async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> N
         resp.close()  # the client goes away mid-stream
     hung_up = time.monotonic()
     # Unaborted, the request would run its 480 tokens and then count as finished ("length"); aborted,
-    # it leaves the engine at once and is never counted.
+    # it leaves the engine at once, short of its tokens.
     await engine_idle(engine_gw, 60)
     left_after = time.monotonic() - hung_up
     await asyncio.sleep(1)
-    assert await metric(engine_gw, "vllm:request_success_total") == finished
+    assert await ran_to_end(engine_gw) == finished
+    assert await metric(engine_gw, "vllm:generation_tokens_total") - generated < 480
     started = time.monotonic()
     status, out = await gw.post("/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 4})
     assert status == 200 and out["usage"]["completion_tokens"] == 4
@@ -340,7 +343,7 @@ async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> N
 
 async def test_an_expired_deadline_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
     await engine_idle(engine_gw, 60)
-    finished = await metric(engine_gw, "vllm:request_success_total")
+    finished = await ran_to_end(engine_gw)
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "min_tokens": 480, "timeout_microseconds": 300_000}
     began = time.monotonic()
     status, out = await gw.post("/serverless/v1/completions", body)
@@ -348,7 +351,7 @@ async def test_an_expired_deadline_aborts_the_engine_request(gw: GW, engine_gw: 
     assert time.monotonic() - began < 5
     await engine_idle(engine_gw, 5)
     await asyncio.sleep(1)
-    assert await metric(engine_gw, "vllm:request_success_total") == finished
+    assert await ran_to_end(engine_gw) == finished
 
 
 # errors, and the one-worker rule

@@ -1,0 +1,114 @@
+"""``vllm serve`` of the tiny model on 127.0.0.1: the launcher the vLLM test tier and the vLLM benchmark
+(``benchmarks/vllm_serve.py``) share. No pytest here: failures are ``VLLMUnavailable``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.redis_servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(os.environ.get("GATEWAY_VLLM_VENV", ROOT / ".vllm-venv"))
+MODEL = Path(os.environ.get("GATEWAY_VLLM_MODEL", ROOT / ".vllm-model"))
+SERVED_NAME = "tiny"
+READY_TIMEOUT = float(os.environ.get("GATEWAY_VLLM_READY_TIMEOUT", "180"))
+ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_USE_V2_MODEL_RUNNER": "0",  # the plugins use the V1 interface (the CPU build's default anyway)
+}
+DEFAULT_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "4", "--enforce-eager")
+
+
+class VLLMUnavailable(RuntimeError):
+    """The environment could not be set up, or the server did not come up."""
+
+
+@dataclass(frozen=True)
+class VLLM:
+    base: str  # http://127.0.0.1:PORT (/health, /metrics, /tokenize)
+    url: str  # base + "/v1", what an OpenAI-compatible target points at
+    model_dir: Path
+    model: str  # the served model name
+    log: Path  # the server's output
+
+
+def server_args(port: int, extra: Sequence[str] = DEFAULT_ARGS) -> list[str]:
+    """The server command line. The ``vllm`` console script fails under the vllm-cpu distribution name
+    (it looks up the version of "vllm"), hence ``-m vllm.entrypoints.openai.api_server``."""
+    return [
+        *(str(VENV / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server"),
+        *("--model", str(MODEL), "--served-model-name", SERVED_NAME),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *extra,
+    ]
+
+
+def ensure_env() -> None:
+    """``scripts/vllm-env``: installs vllm-cpu and builds the model the first time, a no-op after."""
+    setup = subprocess.run([str(ROOT / "scripts" / "vllm-env")], cwd=ROOT, capture_output=True, text=True, check=False)
+    if setup.returncode != 0:
+        raise VLLMUnavailable(f"scripts/vllm-env failed (exit {setup.returncode}):\n{setup.stdout}\n{setup.stderr}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL to the server's own process group (it spawns the engine core)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # the engine core, should it have outlived the API server
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def tail(log: Path, n: int = 4000) -> str:
+    return log.read_text(errors="replace")[-n:] if log.exists() else "(no output)"
+
+
+@contextlib.contextmanager
+def running_vllm(log: Path, extra: Sequence[str] = DEFAULT_ARGS, prefix: Sequence[str] = ()) -> Iterator[VLLM]:
+    """A ``vllm serve`` on a free port, ready (its /health answers 200) when this yields. ``prefix`` goes
+    before the command (``taskset -c 1``, say)."""
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*prefix, *server_args(port, extra)],
+            cwd=ROOT,
+            env={**os.environ, **ENV},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise VLLMUnavailable(f"vLLM exited with {proc.returncode} before it was ready:\n{tail(log)}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass  # connection refused while it starts
+            if time.monotonic() > deadline:
+                raise VLLMUnavailable(f"vLLM not ready within {READY_TIMEOUT:.0f} s:\n{tail(log)}")
+            time.sleep(0.5)
+        yield VLLM(base, base + "/v1", MODEL, SERVED_NAME, log)
+    finally:
+        stop(proc)
