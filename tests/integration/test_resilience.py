@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 from tests.fakes.openai_upstream import start_upstream
@@ -163,7 +164,11 @@ async def test_a_connection_closed_under_a_request_is_retried_on_a_new_one(gatew
     """A server that closes each kept-alive connection when the next request arrives (its keep-alive
     ran out as the gateway sent): every request must still get its answer from the one target, with
     no fallback to try and no error for the client."""
-    answer = b'{"id":"c","object":"text_completion","created":1,"model":"up","choices":[{"index":0,"text":"ok","finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+    choice = {"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    answer = json.dumps(
+        {"id": "c", "object": "text_completion", "created": 1, "model": "up", "choices": [choice], "usage": usage}
+    ).encode()
     answered = closed = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
