@@ -96,7 +96,9 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
     """Requests sent to one replica behind the gateway's back (another gateway, say) show only in that
     engine's /metrics; the pool must read them and send its own requests to the other replica."""
     url, session = pool
-    long = {"model": vllm_server.model, "prompt": "a", "max_tokens": 480, "ignore_eos": True, "temperature": 0}
+    # n=8: each request is 8 sequences in the engine, so the backlog does not depend on this process
+    # posting again quickly (it also runs the gateway, and both engines' threads crowd it off the cores)
+    long = {"model": vllm_server.model, "prompt": "a", "max_tokens": 480, "ignore_eos": True, "n": 8}
 
     async def occupy() -> None:
         while True:  # keeps the engine busy until cancelled, however slowly the test runs
@@ -104,9 +106,9 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
                 async with session.post(vllm_server.url + "/completions", json=long) as resp:
                     assert resp.status == 200
 
-    # 4 running (max-num-seqs) and 44 queued: many seconds of work even if this process stalls (it also
-    # runs the gateway) and cannot post again in time
-    background = [asyncio.create_task(occupy()) for _ in range(48)]
+    # 4 running (max-num-seqs) and 188 queued, 92k tokens: close to a minute of work at this engine's
+    # ~1800 tokens/s, even if nothing is posted again
+    background = [asyncio.create_task(occupy()) for _ in range(24)]
     try:
         deadline = time.monotonic() + 30
         while (await gauges(session, vllm_server)).get("waiting", 0) < 8:
