@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,7 @@ class VLLM:
     model_dir: Path
     model: str  # the served model name
     log: Path  # the server's output
+    pid: int = 0  # the API server's process (the engine's processes are its descendants)
 
 
 def server_args(port: int, extra: Sequence[str] = DEFAULT_ARGS) -> list[str]:
@@ -80,15 +81,17 @@ def tail(log: Path, n: int = 4000) -> str:
 
 
 @contextlib.contextmanager
-def running_vllm(log: Path, extra: Sequence[str] = DEFAULT_ARGS, prefix: Sequence[str] = ()) -> Iterator[VLLM]:
-    """A ``vllm serve`` on a free port, ready (its /health answers 200) when this yields. ``prefix`` goes
-    before the command (``taskset -c 1``, say)."""
+def running_vllm(
+    log: Path, extra: Sequence[str] = DEFAULT_ARGS, env: Mapping[str, str] | None = None
+) -> Iterator[VLLM]:
+    """A ``vllm serve`` on a free port, ready (its /health answers 200) when this yields; ``env`` adds
+    to its environment (``VLLM_CPU_OMP_THREADS_BIND``, say)."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*prefix, *server_args(port, extra)],
+            server_args(port, extra),
             cwd=ROOT,
-            env={**os.environ, **ENV},
+            env={**os.environ, **ENV, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -109,6 +112,6 @@ def running_vllm(log: Path, extra: Sequence[str] = DEFAULT_ARGS, prefix: Sequenc
             if time.monotonic() > deadline:
                 raise VLLMUnavailable(f"vLLM not ready within {READY_TIMEOUT:.0f} s:\n{tail(log)}")
             time.sleep(0.5)
-        yield VLLM(base, base + "/v1", MODEL, SERVED_NAME, log)
+        yield VLLM(base, base + "/v1", MODEL, SERVED_NAME, log, proc.pid)
     finally:
         stop(proc)
