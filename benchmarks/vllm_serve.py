@@ -255,7 +255,7 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(["scripts/bench-vllm", *sys.argv[1:]]),
         "cpu_model": model,
-        "nproc": len(os.sched_getaffinity(0)),
+        "nproc": os.cpu_count(),  # not the affinity: this runner pinned itself to one core
         "python": platform.python_version(),
         "vllm": vllm_version or "?",
         "git": git.stdout.strip() or "?",
