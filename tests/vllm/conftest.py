@@ -29,13 +29,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @contextlib.contextmanager
-def running_vllm(log: Path) -> Iterator[VLLM]:
+def running_vllm(log: Path, env: dict[str, str] | None = None) -> Iterator[VLLM]:
     """``server.running_vllm`` for the tier: skipped only when asked to be, any failure an error."""
     if os.environ.get("GATEWAY_SKIP_VLLM") == "1":
         pytest.skip("GATEWAY_SKIP_VLLM=1: the real-vLLM (CPU) tier was asked to be skipped")
     try:
         server.ensure_env()
-        with server.running_vllm(log) as running:
+        with server.running_vllm(log, env=env) as running:
             yield running
     except VLLMUnavailable as exc:
         pytest.fail(str(exc))
@@ -50,6 +50,11 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
 @pytest.fixture(scope="session")
 def vllm_second(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> Iterator[VLLM]:
     """A second replica of the same model, for the replica-pool tests (started after the first, so the
-    two engines' start-ups do not compete for the two cores)."""
-    with running_vllm(tmp_path_factory.mktemp("vllm2") / "vllm.log") as server:
+    two engines' start-ups do not compete for the two cores). Its compute threads keep to the last core:
+    two CPU engines each spread over both cores starve each other's step barriers, and while the first
+    one is kept busy the second stalls for minutes (its EngineCore reports no broadcast block for 60 s),
+    which two replicas on their own hardware never do."""
+    cores = sorted(os.sched_getaffinity(0))
+    env = {"VLLM_CPU_OMP_THREADS_BIND": str(cores[-1])} if len(cores) > 1 else None
+    with running_vllm(tmp_path_factory.mktemp("vllm2") / "vllm.log", env) as server:
         yield server
