@@ -54,6 +54,43 @@ def upstream_message(body: bytes) -> tuple[str, str | None]:
     return str(data)[:300], None
 
 
+class StreamIdle(Exception):
+    """Set on a stream's reader by ``IdleWatch``: no bytes for too long, or the deadline passed."""
+
+
+class IdleWatch:
+    """A stream's idle bound without a timer per read (a stream is hundreds of reads): one timer,
+    re-armed only when it fires. A read waiting longer than ``idle``, or any moment past the request's
+    deadline, fails the reader with ``StreamIdle``. Time the consumer spends between reads (a slow
+    client) does not count as idle."""
+
+    __slots__ = ("_handle", "_hard", "_idle", "_reader", "loop", "since")
+
+    def __init__(self, reader: aiohttp.StreamReader, idle: float, remaining: float | None) -> None:
+        self.loop = asyncio.get_running_loop()
+        now = self.loop.time()
+        self.since: float | None = None  # when the pending read began; None between reads
+        self._reader = reader
+        self._idle = idle
+        self._hard = None if remaining is None else now + max(remaining, 0.0)
+        self._handle = self.loop.call_at(self._due(now), self._check)
+
+    def _due(self, start: float) -> float:
+        due = start + self._idle
+        return due if self._hard is None else min(due, self._hard)
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        since = self.since
+        if (self._hard is not None and now >= self._hard) or (since is not None and now >= since + self._idle):
+            self._reader.set_exception(StreamIdle())
+            return
+        self._handle = self.loop.call_at(self._due(now if since is None else since), self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class HTTPUpstream:
     """One configured target, speaking its vendor's ``Wire``."""
 
@@ -216,15 +253,17 @@ class HTTPUpstream:
             raise self._expired(call, "no response headers in time") from None
         parser = SSEParser()
         decoder = self.wire.reader(request)
+        watch = IdleWatch(resp.content, self.target.timeouts.idle, call.remaining())
         try:
             while True:
+                watch.since = watch.loop.time()
                 try:
-                    async with asyncio.timeout(self._timeout(call, self.target.timeouts.idle)):
-                        chunk = await resp.content.readany()
-                except TimeoutError:
+                    chunk = await resp.content.readany()
+                except StreamIdle:
                     raise self._expired(call, "stream idle for too long") from None
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
+                watch.since = None
                 batch: list[StreamEvent] = []
                 try:
                     done = self._read(parser.close() if not chunk else parser.feed(chunk), decoder, batch)
@@ -243,6 +282,7 @@ class HTTPUpstream:
                 if done:
                     return
         finally:
+            watch.cancel()
             # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
             resp.close()
 
