@@ -1,8 +1,9 @@
-{{- define "gw.name" -}}{{ .Release.Name }}-llm-gateway{{- end -}}
+{{/* Object names are DNS labels: at most 63 characters (a 53-character release name would make 65). */}}
+{{- define "gw.name" -}}{{ printf "%s-llm-gateway" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 
 {{- define "gw.selector" -}}
 app.kubernetes.io/name: llm-gateway
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{- define "gw.labels" -}}
