@@ -20,25 +20,11 @@ from gateway.app import create_app
 from gateway.config import hash_key, parse_config
 from tests.redis_servers import free_port
 from tests.vllm.conftest import VLLM
+from tests.vllm.test_vllm import metric, ran_to_end
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-pool-key"
 BEARER = {"Authorization": f"Bearer {KEY}"}
-
-
-async def counter(session: aiohttp.ClientSession, vllm: VLLM, name: str, but: str = "\0") -> float:
-    """One of the engine's own counters, summed over its series (those with ``but`` in them left out)."""
-    async with session.get(vllm.base + "/metrics") as resp:
-        text = await resp.text()
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and but not in line
-    )
-
-
-async def finished(session: aiohttp.ClientSession, vllm: VLLM) -> float:
-    """Requests the engine has run to their end (a stop or the length limit). Aborts are left out: vLLM
-    counts some of them in the same counter, depending on where in a step the abort lands."""
-    return await counter(session, vllm, "vllm:request_success_total", but='finished_reason="abort"')
 
 
 async def gauges(session: aiohttp.ClientSession, vllm: VLLM) -> dict[str, float]:
@@ -81,10 +67,10 @@ async def test_two_replicas_share_a_burst_and_answer_alike(
     pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
 ) -> None:
     url, session = pool
-    before = [await finished(session, v) for v in (vllm_server, vllm_second)]
+    before = [await ran_to_end(v) for v in (vllm_server, vllm_second)]
     body = {"model": "tiny", "prompt": "one two three", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
     texts = await asyncio.gather(*(stream_text(session, url, body) for _ in range(8)))
-    after = [await finished(session, v) for v in (vllm_server, vllm_second)]
+    after = [await ran_to_end(v) for v in (vllm_server, vllm_second)]
     served = [a - b for a, b in zip(after, before, strict=True)]
     assert sum(served) == 8 and min(served) >= 2, served  # both engines worked; the dead replica was skipped
     assert len(set(texts)) == 1 and texts[0]  # the same weights: greedy answers agree across replicas
@@ -115,7 +101,7 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
             assert time.monotonic() < deadline, "the occupying requests never queued"
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)  # at least two scrapes
-        before = await finished(session, vllm_second)
+        before = await ran_to_end(vllm_second)
         short = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0}
         for _ in range(4):
             async with session.post(url + "/v1/completions", json=short, headers=BEARER) as resp:
@@ -124,7 +110,7 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
         assert (await gauges(session, vllm_server)).get("waiting", 0) >= 1, "the busy replica was not busy"
         # The idle replica served all four (only the gateway sends it work); the busy one, which the
         # gateway's own in-flight count saw as just as idle, none.
-        assert await finished(session, vllm_second) - before == 4
+        assert await ran_to_end(vllm_second) - before == 4
     finally:
         for task in background:
             task.cancel()
@@ -140,8 +126,8 @@ async def test_a_hang_up_aborts_the_request_in_its_engine(
     while any([(await gauges(session, v)).get("running", 0) for v in engines]):  # earlier tests' work settles
         assert time.monotonic() < deadline
         await asyncio.sleep(0.2)
-    before = [await finished(session, v) for v in engines]
-    generated = [await counter(session, v, "vllm:generation_tokens_total") for v in engines]
+    before = [await ran_to_end(v) for v in engines]
+    generated = [await metric(v, "vllm:generation_tokens_total") for v in engines]
     body = {"model": "tiny", "prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
     async with aiohttp.ClientSession() as client:
         resp = await client.post(url + "/v1/completions", json=body, headers=BEARER)
@@ -153,9 +139,7 @@ async def test_a_hang_up_aborts_the_request_in_its_engine(
         assert time.monotonic() - hung_up < 5, "the engine kept generating for a client that left"
         await asyncio.sleep(0.1)
     await asyncio.sleep(2)
-    after = [await finished(session, v) for v in engines]
+    after = [await ran_to_end(v) for v in engines]
     assert after == before  # aborted by the hang-up, never run to its end
-    more = [
-        await counter(session, v, "vllm:generation_tokens_total") - g for v, g in zip(engines, generated, strict=True)
-    ]
+    more = [await metric(v, "vllm:generation_tokens_total") - g for v, g in zip(engines, generated, strict=True)]
     assert sum(more) < 400, more  # and it stopped generating well before its 400 tokens

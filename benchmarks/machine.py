@@ -1,0 +1,98 @@
+"""What a benchmark run records about where it ran: the machine, the tools, the commit, the pinning;
+and wrk, installed from Debian's package when missing."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.procs import ROOT, BenchError, Cores, log
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        raise BenchError("wrk is not installed and this is not root: apt-get install -y wrk")
+    log("installing wrk (Debian package)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "install", "-y", "-qq", "wrk"], ["apt-get", "update", "-qq"]):
+        if subprocess.run(cmd, env=env, timeout=600, check=False).returncode == 0 and shutil.which("wrk"):
+            return str(shutil.which("wrk"))
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=env, timeout=600, check=True)
+    found = shutil.which("wrk")
+    if not found:
+        raise BenchError("wrk could not be installed")
+    return found
+
+
+def version_of(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return "absent"
+
+
+def machine_meta(args: argparse.Namespace, cores: Cores, wrk2: str | None, background: float) -> dict[str, Any]:
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")), "?")
+    mem_kib = next(
+        int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")
+    )
+    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False).stdout.split(" [")[0]
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "gateway", "adapters"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    ).stdout.strip()
+    command = " ".join(["scripts/bench", *sys.argv[1:]])
+    if wrk2:
+        load_model = "closed loop at fixed concurrencies (wrk), plus a fixed-rate open-loop run (wrk2)."
+    else:
+        load_model = (
+            "closed loop at fixed concurrencies 1, 8 and 64 (wrk, one thread). Debian's wrk has no fixed-rate mode "
+            "and wrk2 is not installed, so there is no open-loop (fixed arrival rate) measurement: latencies under "
+            "load include queueing behind this one client and suffer from coordinated omission."
+        )
+    if cores.subject is None:
+        pinning = "none (fewer than 2 usable cores or no taskset): subject and load generator compete for CPU."
+    else:
+        pinning = (
+            f"subject (yardstick or gateway) on core {cores.subject}; fake upstream, wrk and the runner's TTFT "
+            f"client on core {cores.load}" + (" (and redis-server)" if args.redis else "") + "."
+        )
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "profile": "quick" if args.quick else "full",
+        "nproc": cores.available,
+        "cpu_model": model,
+        "memory_gib": round(mem_kib / 1024 / 1024),
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "uvloop": version_of("uvloop"),
+        "wrk": wrk_version.strip() or "wrk",
+        "wrk2": wrk2,
+        "git": (git.stdout.strip() or "?") + (" (uncommitted changes in gateway/ or adapters/)" if dirty else ""),
+        "load_model": load_model,
+        "pinning": pinning,
+        "subject_core": cores.subject,
+        "load_core": cores.load,
+        "background_pct": round(background, 1),
+    }
