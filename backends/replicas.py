@@ -176,7 +176,9 @@ class ReplicaPool:
         state = self.states[i]
         state.cool_until = time.monotonic() + FAILURE_COOLDOWN
         self.balancer.prefixes.forget(i)
-        log.warning("replica %s failed before the first byte (%s); trying another", state.label, err.code)
+        log.warning(
+            "replica %s failed before the first byte (%s: %s); trying another", state.label, err.code, err.message
+        )
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         order, hashes = self.balancer.order(request, call.session, time.monotonic())

@@ -99,7 +99,7 @@ async def complete(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
-            log.warning("target %s failed (%s); falling back", upstream.name, err.code)
+            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, err.message)
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
@@ -157,7 +157,9 @@ async def open_stream(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
-            log.warning("target %s failed before the first byte (%s); falling back", upstream.name, err.code)
+            log.warning(
+                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, err.message
+            )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began

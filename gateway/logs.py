@@ -3,19 +3,23 @@
 ``RequestLog`` gathers the fields of one request as the data path runs (dialect, team, model,
 target, status, tokens, timings). Keys, prompts and completions never enter a record.
 
-One writer thread formats and writes every line. The request line skips ``logging`` on the hot path:
-the loop puts ``(time, fields)`` on the writer's queue (a ``LogRecord``, its handler locks and the
-``QueueHandler``'s copy cost more than the rest of the line's work); other log calls reach the same
-queue through a ``QueueHandler``, so the two kinds of line never interleave. Until ``configure`` runs
-(an app embedded in tests), request lines go through the ``gateway.access`` logger instead.
+One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
+line is a ``(time, fields)`` tuple appended to a deque, which the writer drains every
+``FLUSH_SECONDS`` (sooner once ``WRITE_BATCH`` lines wait). Waking a thread per line cost more than
+the rest of the request's logging (a futex wake and a GIL hand-off on a busy core, each request);
+a ``LogRecord`` with its handler locks costs more still, so the request line skips ``logging``.
+Other log calls reach the same deque through a ``QueueHandler``, so the two kinds of line never
+interleave. Until ``configure`` runs (an app embedded in tests), request lines go through the
+``gateway.access`` logger instead. Lines wait at most ``FLUSH_SECONDS``; when stderr blocks for
+long, lines past ``MAX_PENDING`` are counted and dropped rather than held without bound.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import logging.handlers
-import queue
 import sys
 import threading
 import time
@@ -31,9 +35,10 @@ from gateway.dispatch import Attempt
 from gateway.limits.plan import Plan
 
 ACCESS_LOGGER = "gateway.access"
-_STOP = object()
 WRITE_BATCH = 256
-_queue: queue.SimpleQueue[object] | None = None  # the writer's, once ``configure`` has run
+FLUSH_SECONDS = 0.05
+MAX_PENDING = 100_000
+_sink: LogSink | None = None  # the writer's, once ``configure`` has run
 
 
 def _json(out: dict[str, Any]) -> str:
@@ -57,22 +62,48 @@ class JsonFormatter(logging.Formatter):
         return _json(out)
 
 
-class LogWriter:
-    """The thread that formats and writes log lines, flushing when its queue runs dry."""
+class LogSink:
+    """Where lines wait for the writer: appends from any thread (a deque's are atomic), no wake-ups
+    but one per ``WRITE_BATCH`` lines. Also the ``QueueHandler``'s queue (``put_nowait``)."""
 
-    def __init__(self, q: queue.SimpleQueue[object], stream: TextIO) -> None:
-        self.queue, self.stream = q, stream
+    __slots__ = ("dropped", "lines", "wake")
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[object] = collections.deque()
+        self.wake = threading.Event()
+        self.dropped = 0
+
+    def put(self, item: object) -> None:
+        lines = self.lines
+        n = len(lines)
+        if n >= MAX_PENDING:
+            self.dropped += 1
+            return
+        lines.append(item)
+        if n == WRITE_BATCH:
+            self.wake.set()
+
+    put_nowait = put
+
+
+class LogWriter:
+    """The thread that formats and writes what the sink holds, every ``FLUSH_SECONDS``."""
+
+    def __init__(self, sink: LogSink, stream: TextIO) -> None:
+        self.sink, self.stream = sink, stream
         self.formatter = JsonFormatter()
+        self.stopping = False
         self.thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        global _queue
-        if _queue is self.queue:
-            _queue = None
-        self.queue.put(_STOP)
+        global _sink
+        if _sink is self.sink:
+            _sink = None
+        self.stopping = True
+        self.sink.wake.set()
         self.thread.join()
 
     def _line(self, item: object) -> str:
@@ -81,37 +112,42 @@ class LogWriter:
         created, fields = cast(tuple[float, dict[str, object]], item)
         return _json({"ts": round(created, 3), "level": "info", "logger": ACCESS_LOGGER, **fields})
 
-    def _run(self) -> None:
-        while True:
-            items = [self.queue.get()]
-            while len(items) < WRITE_BATCH and not self.queue.empty():
-                items.append(self.queue.get_nowait())  # what queued meanwhile goes out in one write
-            lines = []
-            for item in items:
-                if item is _STOP:
-                    break
+    def _drain(self) -> None:
+        pending, sink = self.sink.lines, self.sink
+        while pending:
+            lines: list[str] = []
+            while pending and len(lines) < WRITE_BATCH:
+                item = pending.popleft()
                 try:
                     lines.append(self._line(item))
                 except Exception as exc:  # a bad record must not end logging
                     lines.append(_json({"level": "error", "msg": f"log line dropped: {type(exc).__name__}"}))
-            if lines:
-                with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing left to tell
-                    self.stream.write("\n".join(lines) + "\n")
-                    self.stream.flush()
-            if len(lines) < len(items):
-                return
+            if sink.dropped:
+                dropped, sink.dropped = sink.dropped, 0
+                lines.append(_json({"level": "warning", "msg": f"{dropped} log lines dropped: output blocked"}))
+            with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing left to tell
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+
+    def _run(self) -> None:
+        wake = self.sink.wake
+        while not self.stopping:
+            wake.wait(FLUSH_SECONDS)
+            wake.clear()
+            self._drain()
+        self._drain()
 
 
 def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
-    global _queue
-    q: queue.SimpleQueue[object] = queue.SimpleQueue()
-    writer = LogWriter(q, stream or sys.stderr)
+    global _sink
+    sink = LogSink()
+    writer = LogWriter(sink, stream or sys.stderr)
     root = logging.getLogger()
-    root.handlers[:] = [logging.handlers.QueueHandler(q)]
+    root.handlers[:] = [logging.handlers.QueueHandler(sink)]  # type: ignore[arg-type]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     writer.start()
-    _queue = q
+    _sink = sink
     return writer
 
 
@@ -242,8 +278,8 @@ class RequestLog:
         }
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
-        if _queue is not None:
-            _queue.put((time.time(), fields))
+        if _sink is not None:
+            _sink.put((time.time(), fields))
         else:
             self.logger.info("request", extra={"fields": fields})
 

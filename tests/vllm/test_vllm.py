@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -192,7 +193,17 @@ async def ran_to_end(vllm: VLLM) -> float:
     return sum([await metric(vllm, "vllm:request_success_total", f'finished_reason="{r}"') for r in ("stop", "length")])
 
 
+async def idle(vllm: VLLM, within: float = 60.0) -> None:
+    """Waits until no request runs or waits in the engine (earlier tests' work has settled, or a hang-up
+    has freed it), so its counters move only by what comes next."""
+    deadline = time.monotonic() + within
+    while await metric(vllm, "vllm:num_requests_running") + await metric(vllm, "vllm:num_requests_waiting"):
+        assert time.monotonic() < deadline, "the engine still has requests"
+        await asyncio.sleep(0.05)
+
+
 async def test_disconnect_aborts_the_request_in_vllm(gw: GW, vllm_server: VLLM) -> None:
+    await idle(vllm_server)
     finished = await ran_to_end(vllm_server)
     generated = await metric(vllm_server, "vllm:generation_tokens_total")
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}

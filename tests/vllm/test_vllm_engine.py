@@ -27,7 +27,7 @@ from gateway.config import hash_key
 from tests.redis_servers import free_port
 from tests.vllm.conftest import HERE
 from tests.vllm.server import ENV, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
-from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, metric, ran_to_end, repeated_ngrams
+from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, idle, metric, ran_to_end, repeated_ngrams
 
 pytestmark = pytest.mark.vllm
 TOKENS = [5, 17, 42, 99, 7, 61]  # a token-id prompt: no BOS, positions are exact
@@ -307,16 +307,8 @@ async def test_plugin_samplers_work_in_process_as_over_http(gw: GW, vllm_server:
 # 5. hang-ups and deadlines free the engine
 
 
-async def engine_idle(engine_gw: VLLM, within: float) -> None:
-    """The in-process engine's own gauges (vLLM's metrics, exported by the gateway's /metrics)."""
-    deadline = time.monotonic() + within
-    while await metric(engine_gw, "vllm:num_requests_running") + await metric(engine_gw, "vllm:num_requests_waiting"):
-        assert time.monotonic() < deadline, "the engine still has requests"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
-    await engine_idle(engine_gw, 60)
+    await idle(engine_gw, 60)
     finished = await ran_to_end(engine_gw)
     generated = await metric(engine_gw, "vllm:generation_tokens_total")
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}
@@ -330,7 +322,7 @@ async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> N
     hung_up = time.monotonic()
     # Unaborted, the request would run its 480 tokens and then count as finished ("length"); aborted,
     # it leaves the engine at once, short of its tokens.
-    await engine_idle(engine_gw, 60)
+    await idle(engine_gw, 60)
     left_after = time.monotonic() - hung_up
     await asyncio.sleep(1)
     assert await ran_to_end(engine_gw) == finished
@@ -342,14 +334,14 @@ async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> N
 
 
 async def test_an_expired_deadline_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
-    await engine_idle(engine_gw, 60)
+    await idle(engine_gw, 60)
     finished = await ran_to_end(engine_gw)
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "min_tokens": 480, "timeout_microseconds": 300_000}
     began = time.monotonic()
     status, out = await gw.post("/serverless/v1/completions", body)
     assert status == 429 and out["error"]["code"] == "deadline_exceeded", out  # Friendli's answer to its timeout
     assert time.monotonic() - began < 5
-    await engine_idle(engine_gw, 5)
+    await idle(engine_gw, 5)
     await asyncio.sleep(1)
     assert await ran_to_end(engine_gw) == finished
 

@@ -1,0 +1,99 @@
+"""The log writer: request lines and ordinary log calls reach the output in order, within the flush
+interval and at shutdown, without a thread wake-up per line; a blocked output drops and counts lines
+instead of holding them without bound."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway import logs
+from gateway.logs import LogSink, LogWriter, RequestLog
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def lines_of(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_request_lines_and_log_calls_come_out_in_order_and_all_at_stop() -> None:
+    out = io.StringIO()
+    writer = logs.configure("INFO", out)
+    try:
+        for i in range(3):
+            RequestLog(logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").emit()
+        logging.getLogger("gateway.test").warning("between %s", "requests")
+        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-3", "friendli").emit()
+    finally:
+        writer.stop()
+    got = lines_of(out.getvalue())
+    assert [g.get("request_id") or g.get("msg") for g in got] == [
+        "rid-0",
+        "rid-1",
+        "rid-2",
+        "between requests",
+        "rid-3",
+    ]
+    assert got[3]["level"] == "warning" and got[3]["logger"] == "gateway.test"
+    assert got[4]["dialect"] == "friendli" and got[4]["event"] == "request"
+
+
+def test_lines_are_written_within_the_flush_interval_without_a_wake_up() -> None:
+    out = io.StringIO()
+    writer = logs.configure("INFO", out)
+    try:
+        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-live", "openai").emit()
+        assert not writer.sink.wake.is_set()  # one line does not wake the writer
+        deadline = time.monotonic() + 2
+        while "rid-live" not in out.getvalue():
+            assert time.monotonic() < deadline, "the line was never written"
+            time.sleep(0.01)
+    finally:
+        writer.stop()
+
+
+def test_a_full_batch_wakes_the_writer() -> None:
+    sink = LogSink()
+    for i in range(logs.WRITE_BATCH + 1):
+        sink.put((0.0, {"n": i}))
+    assert sink.wake.is_set()
+
+
+def test_lines_past_the_bound_are_dropped_and_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs, "MAX_PENDING", 5)
+    sink = LogSink()
+    for i in range(8):
+        sink.put((0.0, {"n": i}))
+    assert len(sink.lines) == 5 and sink.dropped == 3
+    out = io.StringIO()
+    writer = LogWriter(sink, out)
+    writer.start()
+    writer.stop()
+    got = lines_of(out.getvalue())
+    assert [g["n"] for g in got if "n" in g] == [0, 1, 2, 3, 4]
+    assert got[-1]["msg"] == "3 log lines dropped: output blocked"
+
+
+def test_a_line_that_cannot_be_formatted_does_not_end_logging() -> None:
+    sink = LogSink()
+    sink.put(("not a time", "not fields"))
+    sink.put((0.0, {"n": 1}))
+    out = io.StringIO()
+    writer = LogWriter(sink, out)
+    writer.start()
+    writer.stop()
+    got = lines_of(out.getvalue())
+    assert got[0]["msg"].startswith("log line dropped") and got[1]["n"] == 1  # type: ignore[union-attr]
