@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from random import getrandbits
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
@@ -122,7 +122,7 @@ class Admission:
 
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
         policy = self.teams.get(team, TeamPolicy())
-        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, os.urandom(12).hex())
+        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, f"{getrandbits(96):024x}")
         if not plan.checks:
             return plan
         began = time.monotonic()
