@@ -99,8 +99,7 @@ async def relay(
         if out:
             await resp.write(out)
         async for batch in events:
-            for ev in batch:
-                log.observe(ev)
+            log.observe(batch)
             out = b"".join([encoder.event(ev) for ev in batch])
             if out:
                 await resp.write(out)
@@ -147,8 +146,7 @@ def make_handler(spec: RouteSpec) -> Handler:
                 call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
                 if ireq.stream:
                     opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
-                    for ev in opened[0]:
-                        log.observe(ev)
+                    log.observe(opened[0])
                     return await relay(request, dialect, ireq, opened, rid, log)
                 completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
                 log.completed(completion)

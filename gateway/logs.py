@@ -221,17 +221,21 @@ class RequestLog:
         upto = self.ttfb if self.ttfb is not None else time.perf_counter() - self.started
         return max(0.0, upto - self.attempt.upstream_seconds)
 
-    def observe(self, event: StreamEvent) -> None:
-        if isinstance(event, Delta):
-            now = time.perf_counter()
-            if self.ttft is None:
-                self.ttft = now - self.started
-            self.chunks += 1
-            self.streamed += len(event.token_ids) or 1
-            self.last_chunk = now
-        elif isinstance(event, UsageReport):
-            self.prompt_tokens = event.usage.prompt_tokens
-            self.completion_tokens = event.usage.completion_tokens
+    def observe(self, events: list[StreamEvent]) -> None:
+        """One network read's events: they arrived together, so one clock reading serves them all."""
+        now = 0.0
+        for event in events:
+            if isinstance(event, Delta):
+                if not now:
+                    now = time.perf_counter()
+                    if self.ttft is None:
+                        self.ttft = now - self.started
+                    self.last_chunk = now
+                self.chunks += 1
+                self.streamed += len(event.token_ids) or 1
+            elif isinstance(event, UsageReport):
+                self.prompt_tokens = event.usage.prompt_tokens
+                self.completion_tokens = event.usage.completion_tokens
 
     def completed(self, completion: Completion) -> None:
         if completion.usage is not None:

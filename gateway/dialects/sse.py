@@ -7,11 +7,12 @@ differ: SGP names its error events, Friendli's tool-assisted chat mixes named ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """One event (a tuple: a stream makes one per chunk, and a frozen dataclass costs 3x to build)."""
+
     data: str
     event: str | None = None
 
@@ -25,17 +26,24 @@ class SSEParser:
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[Event]:
-        self._buffer += chunk
+        # One split per network read, not a slice per line: a read can carry a whole stream's events.
+        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        self._buffer = lines.pop()  # the unfinished last line waits for the rest
         events: list[Event] = []
-        while True:
-            nl = self._buffer.find(b"\n")
-            if nl < 0:
-                return events
-            raw, self._buffer = self._buffer[:nl], self._buffer[nl + 1 :]
-            line = raw[:-1] if raw.endswith(b"\r") else raw
-            event = self._line(line.decode("utf-8", errors="replace"))
+        for raw in lines:
+            if raw[-1:] == b"\r":
+                raw = raw[:-1]
+            if raw.startswith(b"data: "):  # nearly every line: no str round trip for the field name
+                self._data.append(raw[6:].decode("utf-8", errors="replace"))
+                continue
+            if not raw:
+                if self._data or self._event:
+                    events.append(self._dispatch())
+                continue
+            event = self._line(raw.decode("utf-8", errors="replace"))
             if event is not None:
                 events.append(event)
+        return events
 
     def close(self) -> list[Event]:
         """The stream ended: a final event not followed by a blank line still counts."""
@@ -59,7 +67,8 @@ class SSEParser:
         return None
 
     def _dispatch(self) -> Event:
-        event = Event("\n".join(self._data), self._event)
+        data = self._data
+        event = Event(data[0] if len(data) == 1 else "\n".join(data), self._event)
         self._data = []
         self._event = None
         return event

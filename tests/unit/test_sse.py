@@ -24,10 +24,11 @@ def test_unterminated_last_event_counts_at_close() -> None:
         st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=20),
         max_size=8,
     ),
+    st.sampled_from([b"\n", b"\r\n"]),
     st.data(),
 )
-def test_any_split_gives_the_same_events(payloads: list[str], data: st.DataObject) -> None:
-    raw = b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
+def test_any_split_gives_the_same_events(payloads: list[str], eol: bytes, data: st.DataObject) -> None:
+    raw = b"".join(b"data: " + p.encode() + eol + eol for p in payloads)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
     parser, events, last = SSEParser(), [], 0
     for cut in [*cuts, len(raw)]:

@@ -266,7 +266,7 @@ class ChunkDecoder:
             delta = c.get("delta") or {} if self.chat else c
             text = (delta.get("content") if self.chat else c.get("text")) or ""
             ids = c.get("token_ids") or ((c["token"],) if c.get("token") is not None else ())
-            lps = logprobs_from(c.get("logprobs"))
+            lps = logprobs_from(c["logprobs"]) if c.get("logprobs") is not None else None
             tools = delta.get("tool_calls") or () if self.chat else ()
             reasoning = (delta.get("reasoning_content") or delta.get("reasoning")) if self.chat else None
             role = delta.get("role") if self.chat else None
@@ -276,9 +276,8 @@ class ChunkDecoder:
             if reason is not None:
                 self.finished = True
                 events.append(Finish(index, reason, c.get("seed")))
-        usage = usage_from(data.get("usage"))
-        if usage is not None:
-            self.usage = usage
+        if data.get("usage") is not None:  # most chunks carry none, or null
+            self.usage = usage_from(data["usage"]) or self.usage
         return events
 
     def finish(self) -> list[StreamEvent]:

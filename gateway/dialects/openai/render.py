@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic_core import to_json
+
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
@@ -118,6 +120,11 @@ class ChunkEncoder:
         self.offsets: dict[int, int] = {}
         self.held: dict[str, JSON] | None = None
         self.sent_role: set[int] = set()
+        # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
+        # its choice, not a copy and re-encoding of the head (styles that hold chunks back use dicts).
+        self.framed = not style.usage_on_last_chunk
+        self.prefix = b'data: {"choices":['
+        self.suffix = b"]" + (b',"usage":null' if self.want_usage and self.framed else b"") + b"}\n\n"
 
     def _chunk(self, choices: list[dict[str, JSON]]) -> dict[str, JSON]:
         out = dict(self.head)
@@ -165,9 +172,14 @@ class ChunkEncoder:
                 choice["token_ids"] = list(ev.token_ids)
         return choice
 
+    def _one(self, choice: dict[str, JSON]) -> bytes:
+        if self.framed:
+            return self.prefix + to_json(choice) + self.suffix
+        return self._emit(self._chunk([choice]))
+
     def event(self, ev: StreamEvent) -> bytes:
         if isinstance(ev, Delta):
-            return self._emit(self._chunk([self._delta(ev)]))
+            return self._one(self._delta(ev))
         if isinstance(ev, Finish):
             last: dict[str, JSON] = {"index": ev.index}
             if self.chat:
@@ -176,7 +188,7 @@ class ChunkEncoder:
                 last["text"] = ""
             last["logprobs"] = None
             last["finish_reason"] = self.style.finish_reason(ev.reason)
-            return self._emit(self._chunk([last]))
+            return self._one(last)
         if isinstance(ev, UsageReport):
             if not self.want_usage:
                 return b""
@@ -203,6 +215,7 @@ class ChunkEncoder:
         if self.style.fingerprint is not None:
             head["system_fingerprint"] = ev.system_fingerprint or self.style.fingerprint or None
         self.head = head
+        self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
 
     def end(self) -> bytes:
         held, self.held = self.held, None
