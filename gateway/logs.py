@@ -259,7 +259,8 @@ class RequestLog:
 
     def emit(self) -> None:
         duration = time.perf_counter() - self.started
-        self._metrics(duration)
+        overhead = self.overhead()
+        self._metrics(duration, overhead)
         if not self.logger.isEnabledFor(logging.INFO):
             return
         fields: dict[str, object] = {
@@ -278,7 +279,7 @@ class RequestLog:
             "completion_tokens": self.completion_tokens,
             "duration_ms": round(duration * 1000, 3),
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
-            "overhead_ms": round(self.overhead() * 1000, 3),
+            "overhead_ms": round(overhead * 1000, 3),
         }
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
@@ -287,7 +288,7 @@ class RequestLog:
         else:
             self.logger.info("request", extra={"fields": fields})
 
-    def _metrics(self, duration: float) -> None:
+    def _metrics(self, duration: float, overhead: float) -> None:
         model, team = self.model_label, self.principal.team if self.principal else "-"
         provider = self.attempt.provider or "-"
         outcome = m.outcome(self.status, self.error)
@@ -297,7 +298,7 @@ class RequestLog:
             series = _SERIES[key] = _Series(*key)
         series.requests.inc()
         series.duration.observe(duration)
-        series.overhead.observe(self.overhead())
+        series.overhead.observe(overhead)
         if self.ttft is not None:
             series.ttft.observe(self.ttft)
             if self.chunks > 1:

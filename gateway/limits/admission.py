@@ -44,6 +44,7 @@ class Settings:
     lease_ttl: float = 30.0
 
 
+NO_POLICY = TeamPolicy()
 HEADER_KIND = {"rpm": "Requests", "tpm": "Tokens", "conc": "Concurrency"}
 
 
@@ -121,7 +122,7 @@ class Admission:
         return time.monotonic() + seconds if seconds else None
 
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
-        policy = self.teams.get(team, TeamPolicy())
+        policy = self.teams.get(team) or NO_POLICY
         plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, f"{getrandbits(96):024x}")
         if not plan.checks:
             return plan
