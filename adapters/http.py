@@ -289,17 +289,29 @@ class HTTPUpstream:
     def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
         """Decode one network read's events into ``batch``; True when the stream's end was seen."""
         for event in events:
-            if event.data == "[DONE]" and self.wire.done_sentinel:
+            data = event.data
+            if event.event is None:
+                frame = decoder.relay(data)
+                if frame is not None:
+                    batch.append(frame)
+                    continue
+            elif event.event == "error":
+                raise UpstreamFailed(f"target '{self.name}' stream error: {data[:300].decode('utf-8', 'replace')}")
+            if data == b"[DONE]" and self.wire.done_sentinel:
                 batch += decoder.finish()
                 return True
-            if event.event == "error":
-                raise UpstreamFailed(f"target '{self.name}' stream error: {event.data[:300]}")
-            try:
-                data = pydantic_core.from_json(event.data)
-            except ValueError:
-                raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
-            batch += decoder.decode(data)
+            batch += decoder.decode(self._chunk(data))
         return False
+
+    def _chunk(self, data: bytes) -> JSON:
+        try:
+            return pydantic_core.from_json(data)
+        except ValueError:
+            pass
+        try:  # a stray invalid UTF-8 byte in a text is replaced, as a text decoder would
+            return pydantic_core.from_json(data.decode("utf-8", errors="replace"))
+        except ValueError:
+            raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
 
     async def list_models(self) -> list[str]:
         try:

@@ -55,8 +55,14 @@ class FanOut:
 
     def _parts(self, request: InternalRequest) -> list[tuple[int, InternalRequest]]:
         seeds = request.sampling.seeds or ()
+        # Merged streams are re-indexed event by event, so none of them is relayed as it comes.
         return [
-            (j, dataclasses.replace(request, sampling=dataclasses.replace(request.sampling, n=1, seeds=(seed,))))
+            (
+                j,
+                dataclasses.replace(
+                    request, sampling=dataclasses.replace(request.sampling, n=1, seeds=(seed,)), relay=None
+                ),
+            )
             for j, seed in enumerate(seeds)
         ]
 

@@ -225,17 +225,22 @@ class RequestLog:
         """One network read's events: they arrived together, so one clock reading serves them all."""
         now = 0.0
         for event in events:
-            if isinstance(event, Delta):
-                if not now:
-                    now = time.perf_counter()
-                    if self.ttft is None:
-                        self.ttft = now - self.started
-                    self.last_chunk = now
-                self.chunks += 1
-                self.streamed += len(event.token_ids) or 1
-            elif isinstance(event, UsageReport):
-                self.prompt_tokens = event.usage.prompt_tokens
-                self.completion_tokens = event.usage.completion_tokens
+            if isinstance(event, bytes):  # a relayed Frame
+                tokens = 1  # a relayed chunk is not looked into: one token, as a delta without ids
+            elif isinstance(event, Delta):
+                tokens = len(event.token_ids) or 1
+            else:
+                if isinstance(event, UsageReport):
+                    self.prompt_tokens = event.usage.prompt_tokens
+                    self.completion_tokens = event.usage.completion_tokens
+                continue
+            if not now:
+                now = time.perf_counter()
+                if self.ttft is None:
+                    self.ttft = now - self.started
+                self.last_chunk = now
+            self.chunks += 1
+            self.streamed += tokens
 
     def completed(self, completion: Completion) -> None:
         if completion.usage is not None:

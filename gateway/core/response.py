@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NewType
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "abort"]
 FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "content_filter", "tool_calls", "abort"))
@@ -96,7 +96,14 @@ class UsageReport:
     usage: Usage
 
 
-StreamEvent = StreamStart | Delta | Finish | UsageReport
+# One upstream chunk already in the client's own stream format (``InternalRequest.relay``), framed
+# and written as it came: a same-format stream skips decoding and re-encoding. Finishes, usage and
+# errors never come as frames, so what is accounted for still arrives as events. Plain bytes (a
+# wrapper per chunk would cost as much as the checks that let it through).
+Frame = NewType("Frame", bytes)
+
+
+StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame
 
 
 @dataclass(slots=True)
@@ -131,8 +138,12 @@ class Accumulator:
                 choice.seed = event.seed
         elif isinstance(event, UsageReport):
             self.usage = event.usage
-        else:
+        elif isinstance(event, StreamStart):
             self.start = event
+        else:
+            # A frame's content is opaque here: relays are asked for only by dialects that write
+            # frames out, never by those that fold a stream into a whole answer.
+            raise TypeError("a relayed frame cannot be accumulated")
 
     def extend(self, events: Iterable[StreamEvent]) -> Accumulator:
         for event in events:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import Completion, StreamEvent
+from gateway.core.response import Completion, Frame, StreamEvent
 
 JSON = Any
 
@@ -43,6 +43,12 @@ class ChunkReader(Protocol):
     @property
     def finished(self) -> bool:
         """At least one choice reported its end: a stream that stops after this is complete."""
+        ...
+
+    def relay(self, data: bytes) -> Frame | None:
+        """One chunk's raw JSON → its frame in the client's stream, unchanged, when the client speaks
+        this upstream's format (``InternalRequest.relay``) and the chunk needs nothing translated;
+        None: decode it."""
         ...
 
     def decode(self, data: JSON) -> list[StreamEvent]: ...

@@ -11,9 +11,10 @@ from typing import NamedTuple
 
 
 class Event(NamedTuple):
-    """One event (a tuple: a stream makes one per chunk, and a frozen dataclass costs 3x to build)."""
+    """One event (a tuple: a stream makes one per chunk, and a frozen dataclass costs 3x to build).
+    ``data`` stays bytes: JSON parses from bytes, and a same-format relay writes them out unchanged."""
 
-    data: str
+    data: bytes
     event: str | None = None
 
 
@@ -22,27 +23,27 @@ class SSEParser:
 
     def __init__(self) -> None:
         self._buffer = b""
-        self._data: list[str] = []
+        self._data: list[bytes] = []
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[Event]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer:  # CRLF framing; a CR ending the buffer stays in the unfinished line
+            buffer = buffer.replace(b"\r\n", b"\n")
         # One split per network read, not a slice per line: a read can carry a whole stream's events.
-        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        lines = buffer.split(b"\n")
         self._buffer = lines.pop()  # the unfinished last line waits for the rest
         events: list[Event] = []
+        data = self._data
         for raw in lines:
-            if raw[-1:] == b"\r":
-                raw = raw[:-1]
-            if raw.startswith(b"data: "):  # nearly every line: no str round trip for the field name
-                self._data.append(raw[6:].decode("utf-8", errors="replace"))
-                continue
-            if not raw:
-                if self._data or self._event:
-                    events.append(self._dispatch())
-                continue
-            event = self._line(raw.decode("utf-8", errors="replace"))
-            if event is not None:
-                events.append(event)
+            if raw.startswith(b"data: "):  # nearly every line
+                data.append(raw[6:])
+            elif raw:
+                self._field(raw)
+            elif data or self._event:
+                events.append(_event(data[0] if len(data) == 1 else b"\n".join(data), self._event))
+                data = self._data = []
+                self._event = None
         return events
 
     def close(self) -> list[Event]:
@@ -52,23 +53,25 @@ class SSEParser:
             events.append(self._dispatch())
         return events
 
-    def _line(self, line: str) -> Event | None:
-        if not line:
-            return self._dispatch() if self._data or self._event else None
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
+    def _field(self, line: bytes) -> None:
+        if line.startswith(b":"):  # a comment (keep-alive pings)
+            return
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
             value = value[1:]
-        if name == "data":
+        if name == b"data":
             self._data.append(value)
-        elif name == "event":
-            self._event = value
-        return None
+        elif name == b"event":
+            self._event = value.decode("utf-8", errors="replace")
 
     def _dispatch(self) -> Event:
         data = self._data
-        event = Event(data[0] if len(data) == 1 else "\n".join(data), self._event)
+        event = _event(data[0] if len(data) == 1 else b"\n".join(data), self._event)
         self._data = []
         self._event = None
         return event
+
+
+def _event(data: bytes, name: str | None) -> Event:
+    # tuple.__new__ directly: the NamedTuple constructor is a Python-level call, twice the cost
+    return tuple.__new__(Event, (data, name))

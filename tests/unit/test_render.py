@@ -43,7 +43,7 @@ def request(d: Dialect, stream: bool, **extra: Any) -> Any:
 
 def frames(raw: bytes) -> list[Any]:
     events = SSEParser().feed(raw)
-    return [e.data if e.data == "[DONE]" else json.loads(e.data) for e in events]
+    return [e.data.decode() if e.data == b"[DONE]" else json.loads(e.data) for e in events]
 
 
 def run(d: Dialect, req: Any, events: list[StreamEvent]) -> bytes:

@@ -39,6 +39,7 @@ class Vendor:
     requests: list[dict[str, JSON]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     disconnects: int = 0
+    sent: list[bytes] = field(default_factory=list)  # the last stream's data lines, as written
 
 
 def prompt_text(body: dict[str, JSON]) -> str:
@@ -191,6 +192,7 @@ class Server:
         await resp.prepare(request)
         stall = float(marks.get("stall") or 0)
         sent = 0
+        self.v.sent = []
         try:
             for chunk in self.chunks(body, outs, chat):
                 if "cut" in marks and sent == 2:
@@ -199,7 +201,8 @@ class Server:
                     return resp
                 if stall and sent:
                     await asyncio.sleep(stall)
-                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.v.sent.append(self.dumps(chunk))
+                await resp.write(b"data: " + self.v.sent[-1] + b"\n\n")
                 sent += 1
             if self.v.kind in ("openai", "friendli", "friendli2024", "octoai"):
                 await resp.write(b"data: [DONE]\n\n")
@@ -208,6 +211,11 @@ class Server:
             raise
         await resp.write_eof()
         return resp
+
+    def dumps(self, chunk: JSON) -> bytes:
+        # OpenAI and vLLM (pydantic) write compact JSON; the others are spaced, as json.dumps does.
+        compact = self.v.kind in ("openai", "vllm")
+        return json.dumps(chunk, separators=(",", ":") if compact else None).encode()
 
     def chunks(self, body: dict[str, JSON], outs: list[tuple[list[str], str]], chat: bool) -> list[JSON]:
         kind = self.v.kind
@@ -229,6 +237,8 @@ class Server:
             for j, w in enumerate(words):
                 c: dict[str, JSON] = {"index": i, "finish_reason": None, "logprobs": None}
                 c["delta" if chat else "text"] = {"content": w} if chat else w
+                if chat and j == 0 and kind == "openai":
+                    c["delta"] = {"role": "assistant", "content": w}  # OpenAI: the role, once per choice
                 if kind == "friendli":
                     c["token"] = token_id(w)
                 if kind == "octoai" and j == len(words) - 1:
@@ -243,6 +253,8 @@ class Server:
         elif kind.startswith("sgp"):
             out[-1]["usage"] = usage  # SGP: usage read from the final chunk
         elif (body.get("stream_options") or {}).get("include_usage"):
+            for chunk in out:  # OpenAI: "usage": null on every chunk but the last (dialects.md §1)
+                chunk["usage"] = None
             out.append({**head, "choices": [], "usage": usage})
         return out
 

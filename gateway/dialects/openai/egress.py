@@ -7,6 +7,7 @@ removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silent
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +20,14 @@ from gateway.core.response import (
     Delta,
     Finish,
     FinishReason,
+    Frame,
     StreamEvent,
     StreamStart,
     Usage,
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, usage_from
+from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 F = Feature
@@ -162,8 +165,9 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
     if req.user is not None:
         body["user"] = req.user
     # vLLM answers an echo with an empty prompt text when token ids are asked for (it returns the
-    # prompt's ids instead), so they are asked for with echo only when the client's dialect needs them.
-    if req.want_token_ids or (token_ids and not req.sampling.echo):
+    # prompt's ids instead), so they are asked for with echo only when the client's dialect needs them;
+    # nor for a relayed stream, whose chunks the client gets as they are.
+    if req.want_token_ids or (token_ids and not req.sampling.echo and req.relay != STREAM_FORMAT):
         body["return_token_ids"] = True
     if req.stream:
         body["stream"] = True
@@ -230,18 +234,45 @@ def decode(data: JSON, operation: Operation) -> Completion:
     )
 
 
+# A key whose value the gateway must see (a finish reason, usage, an error), unless it is null.
+ACCOUNTED = re.compile(rb'"(?:finish_reason|usage|error)"(?!:null)')
+
+
 class ChunkDecoder:
     """OpenAI-shaped stream chunks → events. Usage may come on an empty-choices chunk (OpenAI), on
     the last content chunk (OctoAI) or on every chunk (vLLM continuous stats): the last one wins and
-    is reported once, at the end."""
+    is reported once, at the end.
 
-    __slots__ = ("chat", "finished", "started", "usage")
+    Relaying (the client speaks this format too), a chunk that only carries content goes out as it
+    came (``relay``); the first chunk (the stream's identity), finishes (whose reasons are mapped),
+    usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
+    outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    def __init__(self, operation: Operation) -> None:
+    __slots__ = ("chat", "finished", "relaying", "started", "strip_usage", "usage")
+
+    def __init__(self, operation: Operation, relay: bool = False, stream_usage: bool = True) -> None:
         self.chat = operation is Operation.CHAT
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
+        self.relaying = relay
+        # The gateway always asks for usage (to settle token limits); OpenAI then writes "usage":null
+        # on every chunk, which a client that did not ask for usage does not get.
+        self.strip_usage = not stream_usage
+
+    def relay(self, data: bytes) -> Frame | None:
+        """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
+        if (
+            not self.started
+            or not self.relaying
+            or data[:1] != b"{"
+            or data[-1:] != b"}"
+            or ACCOUNTED.search(data) is not None
+        ):
+            return None
+        if self.strip_usage:
+            data = data.replace(b',"usage":null', b"")
+        return Frame(b"data: " + data + b"\n\n")
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):
@@ -323,7 +354,7 @@ class OpenAIWire:
         return decode(data, request.operation)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        return ChunkDecoder(request.operation)
+        return ChunkDecoder(request.operation, request.relay == STREAM_FORMAT, request.stream_usage)
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)

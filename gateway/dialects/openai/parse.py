@@ -21,6 +21,7 @@ from gateway.core.request import (
 from gateway.dialects.common import FeatureSet, exclusive, logit_bias, stop_list, validate
 from gateway.dialects.openai.schema import (
     PLATFORM_FIELDS,
+    STREAM_FORMAT,
     ChatBody,
     CompletionBody,
     OpenAIChatBody,
@@ -166,7 +167,12 @@ def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
     }
 
 
-def parse_completion(data: dict[str, JSON]) -> InternalRequest:
+def relay_for(stream: bool, sampling: dict[str, Any], relay: str | None) -> str | None:
+    """Logprobs are re-encoded even between same-format ends: their text offsets are recomputed."""
+    return relay if stream and sampling["logprobs"] is None else None
+
+
+def parse_completion(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
     b = validate(CompletionBody, data)
     fs = FeatureSet()
     items = prompts(b.prompt, fs)
@@ -182,6 +188,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=stream_usage(stream, b.stream_options),
         user=b.user,
         want_token_ids=bool(b.return_token_ids),
+        relay=relay_for(stream, kw, relay),
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -233,7 +240,7 @@ def chat_options(b: ChatBody, fs: FeatureSet, reasoning: dict[str, JSON] | None 
     )
 
 
-def parse_chat(data: dict[str, JSON]) -> InternalRequest:
+def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
     b = validate(OpenAIChatBody, data)
     fs = FeatureSet()
     kw = chat_sampling(b, fs) | vllm_extras(b, fs)
@@ -257,10 +264,14 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         user=b.user,
         extra_body=extra or None,
         want_token_ids=bool(b.return_token_ids),
+        relay=relay_for(stream, kw, relay),
         features=fs.frozen(),
         fields=fs.fields,
     )
 
 
 def parse(operation: Operation, data: dict[str, JSON]) -> InternalRequest:
-    return parse_completion(data) if operation is Operation.COMPLETION else parse_chat(data)
+    """An OpenAI client's request: its streams take an OpenAI-compatible upstream's chunks as they are."""
+    return (
+        parse_completion(data, STREAM_FORMAT) if operation is Operation.COMPLETION else parse_chat(data, STREAM_FORMAT)
+    )

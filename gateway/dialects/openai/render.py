@@ -16,7 +16,16 @@ from pydantic_core import to_json
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
-from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import (
+    Choice,
+    Completion,
+    Delta,
+    Finish,
+    StreamEvent,
+    StreamStart,
+    Usage,
+    UsageReport,
+)
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
 
@@ -120,6 +129,7 @@ class ChunkEncoder:
         self.offsets: dict[int, int] = {}
         self.held: dict[str, JSON] | None = None
         self.sent_role: set[int] = set()
+        self.relayed = False  # relayed frames carried the upstream's own roles
         # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
         # its choice, not a copy and re-encoding of the head (styles that hold chunks back use dicts).
         self.framed = not style.usage_on_last_chunk
@@ -143,7 +153,7 @@ class ChunkEncoder:
         choice: dict[str, JSON] = {"index": ev.index}
         if self.chat:
             delta: dict[str, JSON] = {}
-            if ev.index not in self.sent_role:
+            if ev.index not in self.sent_role and not self.relayed:
                 self.sent_role.add(ev.index)
                 delta["role"] = ev.role or "assistant"
             if ev.text or not ev.tool_calls:
@@ -178,6 +188,9 @@ class ChunkEncoder:
         return self._emit(self._chunk([choice]))
 
     def event(self, ev: StreamEvent) -> bytes:
+        if isinstance(ev, bytes):  # a Frame: most chunks of a relayed stream
+            self.relayed = True
+            return ev
         if isinstance(ev, Delta):
             return self._one(self._delta(ev))
         if isinstance(ev, Finish):

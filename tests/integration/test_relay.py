@@ -1,0 +1,104 @@
+"""Same-format streams: an OpenAI client's stream from an OpenAI-compatible upstream gets the
+upstream's content chunks byte for byte, while the stream's identity, finishes, usage and errors still
+go through the gateway's own codec (and are accounted for)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import BEARER, BY_NAME, frames
+from tests.upstreams import vendors
+
+PROMPT = "Say something relayed"
+
+
+async def post(gw: Any, path: str, body: dict[str, Any]) -> bytes:
+    async with gw.session.post(gw.url + path, json=body, headers=BEARER) as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.read()
+
+
+async def completion_tokens(gw: Any) -> float:
+    metrics = await (await gw.session.get(gw.url + "/metrics")).text()
+    series = 'gateway_tokens_total{kind="completion",model="m",team="team1"} '
+    return sum(float(line[len(series) :]) for line in metrics.splitlines() if line.startswith(series))
+
+
+def relayed(server: vendors.Server, raw: bytes, usage: bool = True) -> list[bool]:
+    """Per upstream chunk: did it reach the client as the upstream wrote it (less the "usage": null
+    a client that asked for no usage does not get)?"""
+    lines = server.v.sent if usage else [line.replace(b',"usage":null', b"") for line in server.v.sent]
+    return [b"data: " + line + b"\n\n" in raw for line in lines]
+
+
+async def test_content_chunks_pass_unchanged_and_usage_is_settled(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    before = await completion_tokens(gw)
+    answer = await gw.send(BY_NAME["openai"], "m", PROMPT, True)
+    assert answer.status == 200
+    # first chunk (identity), content chunks, finish chunk, usage chunk
+    assert relayed(server, answer.raw) == [False, True, True, True, False, False]
+    words, _ = vendors.generate(PROMPT, 4)
+    assert answer.text == "".join(words) and answer.finish == "length"
+    assert answer.usage["completion_tokens"] == 4 and answer.done
+    assert await completion_tokens(gw) == before + 4  # accounted from the usage chunk
+
+
+async def test_usage_nulls_are_dropped_when_usage_was_not_asked_for(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 4, "stream": True})
+    # the gateway still asked for usage (to settle limits); the client did not, and sees none
+    assert server.v.requests[-1]["stream_options"] == {"include_usage": True}
+    assert b'"usage"' in b"".join(server.v.sent) and b'"usage"' not in raw
+    assert relayed(server, raw, usage=False) == [False, True, True, True, False, False]
+    chunks = [json.loads(f) for f in frames(raw)[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "".join(vendors.generate(PROMPT, 4)[0])
+    assert frames(raw)[-1] == "[DONE]"
+
+
+async def test_chat_relay_keeps_one_role_per_choice(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3, "n": 2, "stream": True}
+    raw = await post(gw, "/v1/chat/completions", body)
+    assert any(relayed(server, raw, usage=False))
+    chunks = [json.loads(f) for f in frames(raw)[:-1]]
+    roles = [(c["choices"][0]["index"], c["choices"][0]["delta"].get("role")) for c in chunks]
+    assert sorted(i for i, role in roles if role) == [0, 1]  # one each: the gateway's, then the upstream's
+    for i in (0, 1):
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"][0]["index"] == i)
+        assert text == "".join(vendors.generate(PROMPT, 3, i)[0])
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]]
+    assert finishes == ["length", "length"]
+
+
+async def test_logprobs_streams_are_re_encoded(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    body = {"model": "m", "prompt": PROMPT, "max_tokens": 4, "stream": True, "logprobs": 1}
+    raw = await post(gw, "/v1/completions", body)
+    assert not any(relayed(server, raw, usage=False))
+
+
+async def test_other_dialects_are_never_relayed(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    for name in ("friendli", "octoai", "sgp5"):
+        answer = await gw.send(BY_NAME[name], "m", PROMPT, True)
+        assert answer.status == 200 and not any(relayed(server, answer.raw)), name
+
+
+async def test_an_in_band_error_after_relayed_chunks_ends_the_stream_in_dialect(
+    gateway: GatewayFactory, upstream: Any
+) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    answer = await gw.send(BY_NAME["openai"], "m", "x [[cut]]", True)
+    assert answer.status == 200
+    assert relayed(server, answer.raw)[1]  # the second chunk went out as it came
+    last = json.loads(frames(answer.raw)[-1])
+    assert last["error"]["code"] == "upstream_failed"

@@ -1,0 +1,71 @@
+"""Which OpenAI-shaped chunks a same-format stream relays unchanged: content only, compact, after the
+stream's first chunk; anything else is decoded (a false "no" costs speed, a false "yes" would skip a
+finish, usage or error, so the tests lean on the second)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.core.request import InternalRequest, Operation
+from gateway.dialects.octoai.egress import OctoAIWire
+from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
+from gateway.dialects.openai.parse import parse
+
+HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
+PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'
+
+
+def started(**kw: bool) -> ChunkDecoder:
+    decoder = ChunkDecoder(Operation.COMPLETION, relay=True, **kw)
+    decoder.decode(json.loads(PLAIN))
+    return decoder
+
+
+def test_a_content_chunk_is_framed_unchanged() -> None:
+    assert started().relay(PLAIN.encode()) == b"data: " + PLAIN.encode() + b"\n\n"
+    stripped = PLAIN.replace(',"usage":null', "")
+    assert started(stream_usage=False).relay(PLAIN.encode()) == b"data: " + stripped.encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        HEAD + '"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length"}],"usage":null}',
+        HEAD + '"choices":[{"index":0,"text":"a","finish_reason":null},{"index":1,"text":"","finish_reason":"stop"}]}',
+        HEAD + '"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}',
+        HEAD + '"choices":[{"index":0,"text":"a","finish_reason":null}],"usage": {"prompt_tokens":1}}',
+        '{"error":{"message":"boom","type":"server_error"}}',
+        HEAD + '"choices":[{"index":0, "text":"a", "finish_reason": null}]}',  # spaced: not recognised
+        HEAD + '"choices":[{"index":0,"text":"a","finish_reason":null}]',  # cut short
+    ],
+)
+def test_anything_but_plain_content_is_decoded(chunk: str) -> None:
+    assert started().relay(chunk.encode()) is None
+
+
+def test_text_that_spells_a_key_is_still_relayed_safely() -> None:
+    # inside a string every quote is escaped, so a text cannot fake a key; it may only cost the fast path
+    tricky = HEAD + '"choices":[{"index":0,"text":"\\"finish_reason\\":\\"stop\\"","finish_reason":null}]}'
+    assert started().relay(tricky.encode()) is not None
+    fooled = HEAD + '"choices":[{"index":0,"text":"error","finish_reason":null}]}'
+    assert started().relay(fooled.encode()) is None
+
+
+def test_the_first_chunk_and_non_relaying_decoders_decode() -> None:
+    assert ChunkDecoder(Operation.COMPLETION, relay=True).relay(PLAIN.encode()) is None
+    decoder = ChunkDecoder(Operation.COMPLETION)
+    decoder.decode(json.loads(PLAIN))
+    assert decoder.relay(PLAIN.encode()) is None
+
+
+def test_only_an_openai_client_stream_without_logprobs_asks_for_a_relay() -> None:
+    body = {"model": "m", "prompt": "p", "stream": True}
+    assert parse(Operation.COMPLETION, body).relay == "openai"
+    assert parse(Operation.COMPLETION, {**body, "logprobs": 1}).relay is None
+    assert parse(Operation.COMPLETION, {**body, "stream": False}).relay is None
+    request = parse(Operation.COMPLETION, body)
+    assert OPENAI_WIRE.reader(request).relaying
+    assert not OctoAIWire().reader(request).relaying  # OpenAI-shaped, but another format
+    assert not OPENAI_WIRE.reader(InternalRequest(Operation.COMPLETION, "m", stream=True)).relaying
