@@ -1,0 +1,57 @@
+"""Admissions that arrive together share one pipeline to a real Redis, each still atomic: exact limits
+under a burst, scripts reloaded when Redis lost them, every waiter told when Redis is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from gateway.core.request import InternalRequest, Operation
+from gateway.limits import plan as planning
+from gateway.limits.plan import LimitValues, Plan
+from gateway.limits.store import RedisLimiter
+from tests.redis_servers import free_port
+
+REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
+
+
+def plans(n: int, **limits: int) -> list[Plan]:
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    return [planning.build(team, "k", LimitValues(**limits), LimitValues(), REQUEST, f"lease{i}") for i in range(n)]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    redis = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
+    yield redis
+    await redis.aclose()
+
+
+async def test_a_burst_is_pipelined_and_stays_exact(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    refusals = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(40, rpm=15, concurrency=100)))
+    assert sum(r is None for r in refusals) == 15
+    assert {r.check.kind for r in refusals if r is not None} == {"rpm"}
+    assert 1 <= limiter.batches < 40
+    lone = await limiter.admit(plans(1, rpm=5)[0], 30_000)  # alone: one call, no pipeline
+    assert lone is None and limiter.batches < 40
+
+
+async def test_scripts_lost_by_redis_are_loaded_again(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    await client.script_flush()
+    refusals = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(10, rpm=4)))
+    assert sum(r is None for r in refusals) == 4
+
+
+async def test_every_waiter_learns_that_redis_is_gone() -> None:
+    dead = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    limiter = RedisLimiter(dead)
+    results = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(5, rpm=4)), return_exceptions=True)
+    assert all(isinstance(r, RedisConnectionError) for r in results), results
+    await dead.aclose()
