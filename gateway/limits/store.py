@@ -139,18 +139,23 @@ class RedisLimiter:
 
     async def _pipelined(self, batch: list[tuple[list[str], bytes, asyncio.Future[Admitted]]]) -> list[Any]:
         began = time.perf_counter()
-        # EVALSHA directly, not the Script object: a pipeline holding Script calls first asks Redis
-        # whether the script exists, a second round trip per batch.
-        async with self.client.pipeline(transaction=False) as pipe:
-            for keys, args, _ in batch:
-                pipe.evalsha(self._admit.sha, len(keys), *keys, args)
-            results: list[Any] = await pipe.execute(raise_on_error=False)
+        results = await self._evalsha(self._admit, [(keys, [args]) for keys, args, _ in batch])
         REDIS_LATENCY.observe(time.perf_counter() - began)
         self.batches += 1
+        return results
+
+    async def _evalsha(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """One pipeline of script calls; per call its reply or its error. EVALSHA directly, not the
+        Script object: a pipeline holding Script calls first asks Redis whether the script exists,
+        a second round trip per batch."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
         for i, result in enumerate(results):
             if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
-                keys, args, _ = batch[i]
-                results[i] = await self._call(keys, args)
+                keys, args = calls[i]
+                results[i] = await script(keys=keys, args=args)
         return results
 
     async def settle(self, items: list[Settlement]) -> None:
@@ -166,10 +171,9 @@ class RedisLimiter:
             for keys, args in calls:
                 await self._settle(keys=keys, args=args)
             return
-        async with self.client.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
-                await self._settle(keys=keys, args=args, client=pipe)
-            await pipe.execute()
+        for result in await self._evalsha(self._settle, calls):
+            if isinstance(result, Exception):
+                raise result
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
 from gateway.limits.plan import LimitValues, Plan
-from gateway.limits.store import RedisLimiter
+from gateway.limits.store import RedisLimiter, Settlement
 from tests.redis_servers import free_port
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
@@ -47,6 +47,16 @@ async def test_scripts_lost_by_redis_are_loaded_again(client: aioredis.Redis) ->
     await client.script_flush()
     refusals = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(10, rpm=4)))
     assert sum(r is None for r in refusals) == 4
+
+
+async def test_settlements_go_in_one_pipeline_and_survive_a_script_flush(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    batch = plans(6, rpm=100, tpm=10_000)
+    assert all(r is None for r in await asyncio.gather(*(limiter.admit(p, 30_000) for p in batch)))
+    await client.script_flush()
+    await limiter.settle([Settlement(p, 0, 3, 5) for p in batch])
+    [usage] = await limiter.usage([batch[0].usage_key])
+    assert usage["requests"] == 6 and usage["prompt_tokens"] == 18 and usage["completion_tokens"] == 30
 
 
 async def test_every_waiter_learns_that_redis_is_gone() -> None:
