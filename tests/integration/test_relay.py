@@ -1,4 +1,4 @@
-"""Same-format streams: an OpenAI client's stream from an OpenAI-compatible upstream gets the
+"""Same-format streams: an OpenAI (or Scale SGP) client's stream from an OpenAI-compatible upstream gets the
 upstream's content chunks byte for byte, while the stream's identity, finishes, usage and errors still
 go through the gateway's own codec (and are accounted for)."""
 
@@ -84,10 +84,20 @@ async def test_logprobs_streams_are_re_encoded(gateway: GatewayFactory, upstream
     assert not any(relayed(server, raw, usage=False))
 
 
-async def test_other_dialects_are_never_relayed(gateway: GatewayFactory, upstream: Any) -> None:
+async def test_scale_clients_take_openai_chunks_too(gateway: GatewayFactory, upstream: Any) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    for name in ("friendli", "octoai", "sgp5"):
+    for name in ("sgp", "sgp5"):
+        answer = await gw.send(BY_NAME[name], "m", PROMPT, True)
+        assert answer.status == 200 and relayed(server, answer.raw)[1:4] == [True, True, True], name
+        assert answer.text == "".join(vendors.generate(PROMPT, 4)[0]) and not answer.done  # still no [DONE]
+        assert answer.usage["completion_tokens"] == 4
+
+
+async def test_dialects_with_their_own_chunks_are_never_relayed(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    for name in ("friendli", "friendli2024", "octoai"):
         answer = await gw.send(BY_NAME[name], "m", PROMPT, True)
         assert answer.status == 200 and not any(relayed(server, answer.raw)), name
 

@@ -9,9 +9,11 @@ import json
 import pytest
 
 from gateway.core.request import InternalRequest, Operation
+from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
 from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
 from gateway.dialects.openai.parse import parse
+from gateway.dialects.sgp import SGP_V5
 
 HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
 PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'
@@ -60,9 +62,11 @@ def test_the_first_chunk_and_non_relaying_decoders_decode() -> None:
     assert decoder.relay(PLAIN.encode()) is None
 
 
-def test_only_an_openai_client_stream_without_logprobs_asks_for_a_relay() -> None:
+def test_only_openai_shaped_client_streams_without_logprobs_ask_for_a_relay() -> None:
     body = {"model": "m", "prompt": "p", "stream": True}
     assert parse(Operation.COMPLETION, body).relay == "openai"
+    assert SGP_V5.parse(Operation.COMPLETION, {**body, "model": "openai/m"}, "").relay == "openai"
+    assert OCTOAI.parse(Operation.COMPLETION, body, "").relay is None  # holds its last chunk back for usage
     assert parse(Operation.COMPLETION, {**body, "logprobs": 1}).relay is None
     assert parse(Operation.COMPLETION, {**body, "stream": False}).relay is None
     request = parse(Operation.COMPLETION, body)

@@ -167,9 +167,9 @@ def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
     }
 
 
-def relay_for(stream: bool, sampling: dict[str, Any], relay: str | None) -> str | None:
+def relay_for(stream: bool, logprobs: int | None, relay: str | None) -> str | None:
     """Logprobs are re-encoded even between same-format ends: their text offsets are recomputed."""
-    return relay if stream and sampling["logprobs"] is None else None
+    return relay if stream and logprobs is None else None
 
 
 def parse_completion(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
@@ -188,7 +188,7 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
         stream_usage=stream_usage(stream, b.stream_options),
         user=b.user,
         want_token_ids=bool(b.return_token_ids),
-        relay=relay_for(stream, kw, relay),
+        relay=relay_for(stream, kw["logprobs"], relay),
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -264,7 +264,7 @@ def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalReque
         user=b.user,
         extra_body=extra or None,
         want_token_ids=bool(b.return_token_ids),
-        relay=relay_for(stream, kw, relay),
+        relay=relay_for(stream, kw["logprobs"], relay),
         features=fs.frozen(),
         fields=fs.fields,
     )

@@ -20,7 +20,7 @@ from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
 from gateway.dialects.common import Body, FeatureSet, dumps, stop_list, validate
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
-from gateway.dialects.openai.schema import ChatBody, Penalty, ResponseFormat
+from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, Penalty, ResponseFormat
 
 JSON = Any
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "host", "content-length"})
@@ -185,6 +185,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         ),
         stream=stream,
         stream_usage=stream and bool((b.stream_options or {}).get("include_usage", True)),
+        relay=oai.relay_for(stream, logprobs, STREAM_FORMAT),  # SGP streams OpenAI's chunks (§3.5)
         timeout=timeout(b.inference_timeout),
         user=b.user,
         extra_body=extra or None,
@@ -217,6 +218,7 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         chat=oai.chat_options(b, fs, {"chat_template_kwargs": b.chat_template_kwargs}),
         stream=stream,
         stream_usage=oai.stream_usage(stream, b.stream_options) or stream,
+        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         timeout=timeout(b.inference_timeout),
         user=b.user,
         extra_body=extra or None,
