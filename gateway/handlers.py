@@ -103,17 +103,17 @@ async def relay(
             out = b"".join([encoder.event(ev) for ev in batch])
             if out:
                 await resp.write(out)
-        await resp.write(encoder.end())
+        tail = encoder.end()
     except GatewayError as err:
         log.failed(err)
-        await resp.write(encoder.error(err))
+        tail = encoder.error(err)
     except (ConnectionResetError, asyncio.CancelledError):
         log.gone()
         raise
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
-    await resp.write_eof()
+    await resp.write_eof(tail)  # the stream's end and the body's end in one write
     return resp
 
 
