@@ -56,13 +56,9 @@ class FanOut:
     def _parts(self, request: InternalRequest) -> list[tuple[int, InternalRequest]]:
         seeds = request.sampling.seeds or ()
         # Merged streams are re-indexed event by event, so none of them is relayed as it comes.
+        whole = dataclasses.replace(request, relay=None)
         return [
-            (
-                j,
-                dataclasses.replace(
-                    request, sampling=dataclasses.replace(request.sampling, n=1, seeds=(seed,)), relay=None
-                ),
-            )
+            (j, dataclasses.replace(whole, sampling=dataclasses.replace(request.sampling, n=1, seeds=(seed,))))
             for j, seed in enumerate(seeds)
         ]
 

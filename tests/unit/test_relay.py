@@ -5,15 +5,18 @@ finish, usage or error, so the tests lean on the second)."""
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import pytest
 
-from gateway.core.request import InternalRequest, Operation
+from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.upstream import Upstream
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
 from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
 from gateway.dialects.openai.parse import parse
 from gateway.dialects.sgp import SGP_V5
+from gateway.fanout import FanOut
 
 HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
 PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'
@@ -73,3 +76,11 @@ def test_only_openai_shaped_client_streams_without_logprobs_ask_for_a_relay() ->
     assert OPENAI_WIRE.reader(request).relaying
     assert not OctoAIWire().reader(request).relaying  # OpenAI-shaped, but another format
     assert not OPENAI_WIRE.reader(InternalRequest(Operation.COMPLETION, "m", stream=True)).relaying
+
+
+def test_fanned_out_parts_are_never_relayed() -> None:
+    # their streams are merged and re-indexed event by event
+    sampling = Sampling(n=2, seeds=(1, 2))
+    request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True, relay="openai")
+    parts = FanOut(cast(Upstream, None))._parts(request)
+    assert [(p.relay, p.sampling.seeds, p.sampling.n) for _, p in parts] == [(None, (1,), 1), (None, (2,), 1)]

@@ -257,7 +257,7 @@ class ChunkDecoder:
         self.usage: Usage | None = None
         self.relaying = relay
         # The gateway always asks for usage (to settle token limits); OpenAI then writes "usage":null
-        # on every chunk, which a client that did not ask for usage does not get.
+        # on every chunk (dialects.md §1), which a client that did not ask for usage does not get.
         self.strip_usage = not stream_usage
 
     def relay(self, data: bytes) -> Frame | None:

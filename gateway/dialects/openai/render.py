@@ -16,16 +16,7 @@ from pydantic_core import to_json
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
-from gateway.core.response import (
-    Choice,
-    Completion,
-    Delta,
-    Finish,
-    StreamEvent,
-    StreamStart,
-    Usage,
-    UsageReport,
-)
+from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
 
