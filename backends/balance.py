@@ -47,12 +47,13 @@ class ReplicaState:
 
     def load(self, now: float, stale_after: float) -> float:
         engine = max(self.in_flight, self.running + self.waiting) + self.waiting + KV_WEIGHT * self.kv_usage
+        if self.slow_scrapes:
+            # Its scrapes time out: an engine too busy to answer them. Its last gauges (however old:
+            # they may predate the rush) and one more request's worth per slow scrape are a better
+            # guess than our own count alone.
+            return engine + self.slow_scrapes
         if now - self.scraped_at <= stale_after:
             return engine
-        if self.slow_scrapes:
-            # Its scrapes time out: an engine too busy to answer them. Its last gauges, and one more
-            # request's worth per slow scrape, are a better guess than our own count alone.
-            return engine + self.slow_scrapes
         return float(self.in_flight)
 
 

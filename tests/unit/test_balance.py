@@ -48,6 +48,16 @@ def test_engine_gauges_count_while_fresh_only() -> None:
     assert b.replicas[0].load(NOW, 5.0) == 12 and b.order(completion(), None, NOW)[0] == [1, 0]
 
 
+def test_a_replica_whose_scrapes_time_out_is_loaded_even_with_fresh_gauges() -> None:
+    # its last good scrape (idle) came just before a rush that now keeps its /metrics from answering
+    b = pool(2, stale_after=5.0)
+    scraped(b.replicas[0], at=NOW - 1)
+    scraped(b.replicas[1], at=NOW - 1)
+    b.replicas[0].slow_scrapes = 1
+    assert b.replicas[0].load(NOW, 5.0) == 1
+    assert all(b.order(completion(), None, NOW)[0] == [1, 0] for _ in range(50))
+
+
 def test_in_flight_covers_requests_sent_since_the_scrape() -> None:
     state = ReplicaState("http://x/v1", "x")
     scraped(state, running=1)

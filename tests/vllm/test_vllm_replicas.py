@@ -9,15 +9,16 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from backends.replicas import read_gauges
+from backends.replicas import ReplicaPool, read_gauges
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
+from gateway.state import GATEWAY
 from tests.redis_servers import free_port
 from tests.vllm.conftest import VLLM
 from tests.vllm.test_vllm import metric, ran_to_end
@@ -27,13 +28,19 @@ KEY = "gw-vllm-pool-key"
 BEARER = {"Authorization": f"Bearer {KEY}"}
 
 
+class Pool(NamedTuple):
+    url: str  # the gateway's
+    session: aiohttp.ClientSession
+    replicas: ReplicaPool  # the gateway's view of the two engines (and a dead one)
+
+
 async def gauges(session: aiohttp.ClientSession, vllm: VLLM) -> dict[str, float]:
     async with session.get(vllm.base + "/metrics") as resp:
         return read_gauges(await resp.text())
 
 
 @pytest.fixture
-async def pool(vllm_server: VLLM, vllm_second: VLLM) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+async def pool(vllm_server: VLLM, vllm_second: VLLM) -> AsyncIterator[Pool]:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     target = {
         "provider": "vllm",
@@ -47,10 +54,13 @@ async def pool(vllm_server: VLLM, vllm_second: VLLM) -> AsyncIterator[tuple[str,
             "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
         }
     )
-    server = TestServer(create_app(cfg), host="127.0.0.1")
+    app = create_app(cfg)
+    server = TestServer(app, host="127.0.0.1")
     await server.start_server()
+    replicas = app[GATEWAY].models.resolve("tiny").route.upstreams[0]
+    assert isinstance(replicas, ReplicaPool)
     async with aiohttp.ClientSession() as session:
-        yield str(server.make_url("")), session
+        yield Pool(str(server.make_url("")), session, replicas)
     await server.close()
 
 
@@ -63,10 +73,8 @@ async def stream_text(session: aiohttp.ClientSession, url: str, body: dict[str, 
     return "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
 
 
-async def test_two_replicas_share_a_burst_and_answer_alike(
-    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
-) -> None:
-    url, session = pool
+async def test_two_replicas_share_a_burst_and_answer_alike(pool: Pool, vllm_server: VLLM, vllm_second: VLLM) -> None:
+    url, session = pool.url, pool.session
     before = [await ran_to_end(v) for v in (vllm_server, vllm_second)]
     body = {"model": "tiny", "prompt": "one two three", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
     texts = await asyncio.gather(*(stream_text(session, url, body) for _ in range(8)))
@@ -76,12 +84,10 @@ async def test_two_replicas_share_a_burst_and_answer_alike(
     assert len(set(texts)) == 1 and texts[0]  # the same weights: greedy answers agree across replicas
 
 
-async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
-    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
-) -> None:
+async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(pool: Pool, vllm_server: VLLM, vllm_second: VLLM) -> None:
     """Requests sent to one replica behind the gateway's back (another gateway, say) show only in that
     engine's /metrics; the pool must read them and send its own requests to the other replica."""
-    url, session = pool
+    url, session = pool.url, pool.session
     # n=8: each request is 8 sequences in the engine, so the backlog does not depend on this process
     # posting again quickly (it also runs the gateway, and both engines' threads crowd it off the cores)
     long = {"model": vllm_server.model, "prompt": "a", "max_tokens": 480, "ignore_eos": True, "n": 8}
@@ -100,7 +106,11 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
         while (await gauges(session, vllm_server)).get("waiting", 0) < 8:
             assert time.monotonic() < deadline, "the occupying requests never queued"
             await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)  # at least two scrapes
+        # and until the gateway sees it too: its scrapes show the queue, or time out (load as well)
+        busy = pool.replicas.states[0]
+        while busy.waiting < 1 and not busy.slow_scrapes:
+            assert time.monotonic() < deadline, "the gateway never saw the busy replica's load"
+            await asyncio.sleep(0.05)
         before = await ran_to_end(vllm_second)
         short = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0}
         for _ in range(4):
@@ -117,10 +127,8 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
         await asyncio.gather(*background, return_exceptions=True)
 
 
-async def test_a_hang_up_aborts_the_request_in_its_engine(
-    pool: tuple[str, aiohttp.ClientSession], vllm_server: VLLM, vllm_second: VLLM
-) -> None:
-    url, session = pool
+async def test_a_hang_up_aborts_the_request_in_its_engine(pool: Pool, vllm_server: VLLM, vllm_second: VLLM) -> None:
+    url, session = pool.url, pool.session
     engines = (vllm_server, vllm_second)
     deadline = time.monotonic() + 60
     while any([(await gauges(session, v)).get("running", 0) for v in engines]):  # earlier tests' work settles
