@@ -41,7 +41,8 @@ class SSEParser:
             elif raw:
                 self._field(raw)
             elif data or self._event:
-                events.append(_event(data[0] if len(data) == 1 else b"\n".join(data), self._event))
+                # tuple.__new__: the NamedTuple constructor is a Python-level call, twice the cost
+                events.append(tuple.__new__(Event, (data[0] if len(data) == 1 else b"\n".join(data), self._event)))
                 data = self._data = []
                 self._event = None
         return events
@@ -50,7 +51,7 @@ class SSEParser:
         """The stream ended: a final event not followed by a blank line still counts."""
         events = self.feed(b"\n") if self._buffer else []
         if self._data:
-            events.append(self._dispatch())
+            events += self.feed(b"\n")  # the blank line the stream never sent
         return events
 
     def _field(self, line: bytes) -> None:
@@ -63,15 +64,3 @@ class SSEParser:
             self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", errors="replace")
-
-    def _dispatch(self) -> Event:
-        data = self._data
-        event = _event(data[0] if len(data) == 1 else b"\n".join(data), self._event)
-        self._data = []
-        self._event = None
-        return event
-
-
-def _event(data: bytes, name: str | None) -> Event:
-    # tuple.__new__ directly: the NamedTuple constructor is a Python-level call, twice the cost
-    return tuple.__new__(Event, (data, name))

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tests.fakes.openai_upstream.common import (
-    CONSTRAINTS,
-    FORCED_OUTPUT,
-    GREEDY_EPS,
     JSON,
-    MAX_LOGPROBS,
     MAX_MODEL_LEN,
-    MAX_N,
     VOCAB_SIZE,
     ApiError,
-    M,
     invalid,
 )
+
+MAX_LOGPROBS: Final = 20  # vLLM's --max-logprobs default
+MAX_N: Final = 16384  # VLLM_MAX_N_SEQUENCES
+GREEDY_EPS: Final = 1e-5
+FORCED_OUTPUT: Final = {"json": '{"ok": true}', "json_object": '{"ok": true}', "regex": "42", "grammar": "ok"}
+CONSTRAINTS: Final = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+M = TypeVar("M", bound=BaseModel)
 
 # --- request schemas (vLLM's request models allow extra fields and ignore them) ------------------
 

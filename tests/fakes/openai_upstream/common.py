@@ -8,13 +8,11 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping
 from http import HTTPStatus
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from aiohttp import web
-from pydantic import BaseModel
 
 JSON = dict[str, Any]
-M = TypeVar("M", bound=BaseModel)
 # FastAPI's JSONResponse and pydantic's model_dump_json: compact, UTF-8 left unescaped.
 dumps: Final = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
 
@@ -28,15 +26,7 @@ VOCAB_SIZE: Final = 32000
 EOS_ID: Final = 2
 EOS_TOKEN: Final = "</s>"
 MAX_MODEL_LEN: Final = 2048
-MAX_LOGPROBS: Final = 20  # vLLM's --max-logprobs default
-MAX_N: Final = 16384  # VLLM_MAX_N_SEQUENCES
-GREEDY_EPS: Final = 1e-5
-POLL_SECONDS: Final = 0.02
-GENERATION_PATHS: Final = frozenset({"/v1/completions", "/v1/chat/completions"})
 TOKEN_RE: Final = re.compile(r"\s*\S+|\s+")
-FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
-FORCED_OUTPUT: Final = {"json": '{"ok": true}', "json_object": '{"ok": true}', "regex": "42", "grammar": "ok"}
-CONSTRAINTS: Final = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 ERROR_TYPES: Final = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError", 500: "InternalServerError"}
 
 

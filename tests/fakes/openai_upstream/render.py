@@ -9,8 +9,6 @@ from typing import Any
 from tests.fakes.openai_upstream.common import JSON, dumps
 from tests.fakes.openai_upstream.engine import Job, Step, TokenLogprob
 
-# --- rendering -----------------------------------------------------------------------------------
-
 
 def legacy_logprobs(entries: Sequence[TokenLogprob | None], offset: int) -> JSON:
     out: JSON = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}

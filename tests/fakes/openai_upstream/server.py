@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import hmac
 import json
+import re
 import signal
 import time
 import uuid
@@ -18,11 +19,8 @@ from aiohttp import web
 
 from tests.fakes.openai_upstream.bodies import TokenizeRequest, parse
 from tests.fakes.openai_upstream.common import (
-    FAULT_RE,
-    GENERATION_PATHS,
     JSON,
     MAX_MODEL_LEN,
-    POLL_SECONDS,
     ApiError,
     ClientGone,
     Vocabulary,
@@ -31,6 +29,10 @@ from tests.fakes.openai_upstream.common import (
 )
 from tests.fakes.openai_upstream.engine import Job, chat_job, completion_job, message_text, render_chat
 from tests.fakes.openai_upstream.render import Chunk, chat_body, chat_chunks, completion_body, completion_chunks
+
+POLL_SECONDS: Final = 0.02
+GENERATION_PATHS: Final = frozenset({"/v1/completions", "/v1/chat/completions"})
+FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 
 # --- faults --------------------------------------------------------------------------------------
 
