@@ -41,6 +41,7 @@ class ReplicaState:
     scraped_at: float = float("-inf")  # time.monotonic() of the last good /metrics read
     cool_until: float = 0.0
     slow_scrapes: int = 0  # scrapes in a row that timed out
+    answered_at: float = float("-inf")  # time.monotonic() of the last scrape that was answered
 
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.cool_until

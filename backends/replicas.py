@@ -30,7 +30,10 @@ from gateway.dialects.base import Wire
 from gateway.metrics import REPLICA_LOAD, REPLICA_UP
 
 log = logging.getLogger("gateway.replicas")
+# A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
+# scrapes): a short scrape interval must not turn a few starved seconds into "down".
 SLOW_SCRAPES_TO_DOWN = 3
+SILENT_SECONDS_TO_DOWN = 10.0
 GAUGES = {
     "vllm:num_requests_running": "running",
     "vllm:num_requests_waiting": "waiting",
@@ -152,11 +155,13 @@ class ReplicaPool:
                     if resp.status == 200:
                         gauges = read_gauges(await resp.text())
             state.slow_scrapes = 0
+            state.answered_at = time.monotonic()
         except TimeoutError:
-            # A busy engine answers slowly; that is load (its gauges go stale), not death, until it
-            # stays silent for several scrapes in a row.
+            # A busy engine answers slowly; that is load (the balancer adds it), not death, until it
+            # stays silent for several scrapes and seconds in a row.
             state.slow_scrapes += 1
-            healthy = state.healthy and state.slow_scrapes < SLOW_SCRAPES_TO_DOWN
+            silent = time.monotonic() - state.answered_at
+            healthy = state.healthy and (state.slow_scrapes < SLOW_SCRAPES_TO_DOWN or silent < SILENT_SECONDS_TO_DOWN)
         except aiohttp.ClientError:
             healthy = False
         if healthy != state.healthy:

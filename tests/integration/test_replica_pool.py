@@ -4,6 +4,7 @@ a failing or dead replica skipped before the first byte, a client's hang-up abor
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -11,7 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
 from gateway.config import GatewayConfig
+from gateway.dialects.openai.egress import VLLM_WIRE
 from tests.fakes.openai_upstream import FakeUpstream, start_upstream
 from tests.integration.conftest import Gateway, GatewayFactory, config
 from tests.integration.dialect_clients import BY_NAME, KEY
@@ -153,3 +156,35 @@ async def test_a_client_hanging_up_aborts_the_replicas_request(gateway: GatewayF
             break
         await asyncio.sleep(0.05)
     assert sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0
+
+
+async def test_a_replica_too_busy_to_answer_scrapes_is_loaded_before_it_is_down() -> None:
+    """Scrapes that time out are load for the first seconds (a starved engine), and only a replica
+    silent for SILENT_SECONDS_TO_DOWN and SLOW_SCRAPES_TO_DOWN scrapes is taken out of rotation."""
+
+    async def stalled(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_get("/health", stalled)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    target = pool_config([f"http://127.0.0.1:{port}/v1"], scrape_interval=0.2).models[0].targets[0]
+    pool = ReplicaPool(target, "m", VLLM_WIRE)
+    pool._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2))
+    try:
+        state = pool.states[0]
+        state.answered_at = time.monotonic()  # it answered just before the rush
+        for _ in range(SLOW_SCRAPES_TO_DOWN + 1):
+            await pool.scrape()
+        assert state.healthy and state.slow_scrapes == SLOW_SCRAPES_TO_DOWN + 1
+        assert state.load(time.monotonic(), 2.0) == SLOW_SCRAPES_TO_DOWN + 1
+        state.answered_at -= SILENT_SECONDS_TO_DOWN  # silent for long enough now
+        await pool.scrape()
+        assert not state.healthy
+    finally:
+        await pool._http.close()
+        await runner.cleanup()

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from backends.balance import ReplicaState
 from backends.replicas import ReplicaPool, read_gauges
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
@@ -32,6 +33,14 @@ class Pool(NamedTuple):
     url: str  # the gateway's
     session: aiohttp.ClientSession
     replicas: ReplicaPool  # the gateway's view of the two engines (and a dead one)
+
+
+def view(state: ReplicaState) -> str:
+    age = time.monotonic() - state.scraped_at
+    return (
+        f"healthy={state.healthy} slow={state.slow_scrapes} running={state.running} waiting={state.waiting}"
+        f" in_flight={state.in_flight} scraped={age:.1f}s ago cooling={state.cool_until > time.monotonic()}"
+    )
 
 
 async def gauges(session: aiohttp.ClientSession, vllm: VLLM) -> dict[str, float]:
@@ -113,14 +122,16 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(pool: Pool, vllm_s
             await asyncio.sleep(0.05)
         before = await ran_to_end(vllm_second)
         short = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0}
+        seen = []  # the gateway's view at each choice, for the failure message
         for _ in range(4):
+            seen.append([view(r) for r in pool.replicas.states[:2]])
             async with session.post(url + "/v1/completions", json=short, headers=BEARER) as resp:
                 assert resp.status == 200, await resp.text()
         assert not any(t.done() for t in background), [t.exception() for t in background if t.done()]
         assert (await gauges(session, vllm_server)).get("waiting", 0) >= 1, "the busy replica was not busy"
         # The idle replica served all four (only the gateway sends it work); the busy one, which the
         # gateway's own in-flight count saw as just as idle, none.
-        assert await ran_to_end(vllm_second) - before == 4
+        assert await ran_to_end(vllm_second) - before == 4, seen
     finally:
         for task in background:
             task.cancel()
