@@ -114,7 +114,8 @@ class ReplicaPool:
 
     async def start(self) -> None:
         if self._scraper is None:
-            timeout = aiohttp.ClientTimeout(total=max(1.0, 2 * self.target.balance.scrape_interval))
+            balance = self.target.balance
+            timeout = aiohttp.ClientTimeout(total=balance.scrape_timeout or max(1.0, 2 * balance.scrape_interval))
             self._http = aiohttp.ClientSession(timeout=timeout)
             await self.scrape()  # know the replicas before the first request
             self._scraper = asyncio.create_task(self._scrape_forever(), name=f"scrape {self.name}")

@@ -52,6 +52,9 @@ class Balance(_Model):
     """How a replica pool picks a replica (``backends/replicas.py``)."""
 
     scrape_interval: Annotated[float, Field(gt=0)] = 1.0  # seconds between /health + /metrics scrapes
+    # seconds a scrape may take before it counts as "too busy to answer" (default: 2 intervals, >= 1 s);
+    # a busy engine's /metrics can take longer than that on a crowded host
+    scrape_timeout: Annotated[float, Field(gt=0)] | None = None
     stale_after: Annotated[float, Field(gt=0)] = 5.0  # older engine metrics are ignored (in-flight only)
     prefix_block_chars: Annotated[int, Field(gt=0)] = 128  # prompt block size for prefix affinity
     prefix_capacity: Annotated[int, Field(gt=0)] = 65536  # remembered prompt blocks (LRU)
