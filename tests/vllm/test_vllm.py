@@ -3,10 +3,8 @@ Friendli samplers vLLM serves natively or through this project's plugins, checke
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from gateway.app import create_app
 from gateway.config import hash_key, parse_config
 from tests.vllm.conftest import VLLM
+from tests.vllm.engine_stats import assert_hang_ups_abort
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-key"
@@ -179,47 +178,9 @@ async def test_vllm_ranges_answer_in_dialect(gw: GW) -> None:
     assert status == 400 and out["error"]["param"] == "stop_tokens"
 
 
-async def metric(vllm: VLLM, name: str, match: str = "") -> float:
-    async with aiohttp.ClientSession() as s, s.get(vllm.base + "/metrics") as resp:
-        text = await resp.text()
-    pattern = rf"^{re.escape(name)}\{{([^}}]*)\}} ([0-9.e+]+)"
-    return sum(float(m.group(2)) for m in re.finditer(pattern, text, re.M) if match in m.group(1))
-
-
-async def ran_to_end(vllm: VLLM) -> float:
-    """Requests the engine finished by a stop or its length limit. Aborts are left out: vLLM counts
-    some of them in the same counter (``finished_reason="abort"``), depending on where in a step the
-    abort lands."""
-    return sum([await metric(vllm, "vllm:request_success_total", f'finished_reason="{r}"') for r in ("stop", "length")])
-
-
-async def idle(vllm: VLLM, within: float = 60.0) -> None:
-    """Waits until no request runs or waits in the engine (earlier tests' work has settled, or a hang-up
-    has freed it), so its counters move only by what comes next."""
-    deadline = time.monotonic() + within
-    while await metric(vllm, "vllm:num_requests_running") + await metric(vllm, "vllm:num_requests_waiting"):
-        assert time.monotonic() < deadline, "the engine still has requests"
-        await asyncio.sleep(0.05)
-
-
 async def test_disconnect_aborts_the_request_in_vllm(gw: GW, vllm_server: VLLM) -> None:
-    await idle(vllm_server)
-    finished = await ran_to_end(vllm_server)
-    generated = await metric(vllm_server, "vllm:generation_tokens_total")
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}
-    async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
-        assert resp.status == 200
-        await resp.content.readline()
-    # 480 tokens take seconds here; the request leaves vLLM's running set long before that, and
-    # never runs to its end
-    for _ in range(30):
-        if await metric(vllm_server, "vllm:num_requests_running") == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert await metric(vllm_server, "vllm:num_requests_running") == 0
-    await asyncio.sleep(2)
-    assert await ran_to_end(vllm_server) == finished
-    assert await metric(vllm_server, "vllm:generation_tokens_total") - generated < 480
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True}
+    print(await assert_hang_ups_abort(gw.url + "/v1/completions", body, BEARER, [vllm_server]))
 
 
 async def test_xtc_plugin(gw: GW) -> None:

@@ -26,8 +26,9 @@ import yaml
 from gateway.config import hash_key
 from tests.redis_servers import free_port
 from tests.vllm.conftest import HERE
+from tests.vllm.engine_stats import idle, metric, ran_to_end
 from tests.vllm.server import ENV, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
-from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, idle, metric, ran_to_end, repeated_ngrams
+from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, repeated_ngrams
 
 pytestmark = pytest.mark.vllm
 TOKENS = [5, 17, 42, 99, 7, 61]  # a token-id prompt: no BOS, positions are exact

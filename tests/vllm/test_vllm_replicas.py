@@ -22,7 +22,7 @@ from gateway.config import hash_key, parse_config
 from gateway.state import GATEWAY
 from tests.redis_servers import free_port
 from tests.vllm.conftest import VLLM
-from tests.vllm.test_vllm import metric, ran_to_end
+from tests.vllm.engine_stats import assert_hang_ups_abort, ran_to_end
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-pool-key"
@@ -41,10 +41,6 @@ def view(state: ReplicaState) -> str:
         f"healthy={state.healthy} slow={state.slow_scrapes} running={state.running} waiting={state.waiting}"
         f" in_flight={state.in_flight} scraped={age:.1f}s ago cooling={state.cool_until > time.monotonic()}"
     )
-
-
-def in_engine(gauges: dict[str, float]) -> float:
-    return gauges.get("running", 0) + gauges.get("waiting", 0)
 
 
 async def gauges(session: aiohttp.ClientSession, vllm: VLLM) -> dict[str, float]:
@@ -145,27 +141,5 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(pool: Pool, vllm_s
 
 
 async def test_a_hang_up_aborts_the_request_in_its_engine(pool: Pool, vllm_server: VLLM, vllm_second: VLLM) -> None:
-    url, session = pool.url, pool.session
-    engines = (vllm_server, vllm_second)
-    deadline = time.monotonic() + 60
-    # earlier tests' work settles: nothing running or queued (a queued request would finish meanwhile)
-    while any([in_engine(await gauges(session, v)) for v in engines]):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.2)
-    before = [await ran_to_end(v) for v in engines]
-    generated = [await metric(v, "vllm:generation_tokens_total") for v in engines]
-    body = {"model": "tiny", "prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
-    async with aiohttp.ClientSession() as client:
-        resp = await client.post(url + "/v1/completions", json=body, headers=BEARER)
-        assert resp.status == 200
-        await resp.content.readline()  # generating: 400 tokens take seconds here
-        resp.close()
-    hung_up = time.monotonic()
-    while sum([(await gauges(session, v)).get("running", 0) for v in engines]) > 0:
-        assert time.monotonic() - hung_up < 5, "the engine kept generating for a client that left"
-        await asyncio.sleep(0.1)
-    await asyncio.sleep(2)
-    after = [await ran_to_end(v) for v in engines]
-    assert after == before  # aborted by the hang-up, never run to its end
-    more = [await metric(v, "vllm:generation_tokens_total") - g for v, g in zip(engines, generated, strict=True)]
-    assert sum(more) < 400, more  # and it stopped generating well before its 400 tokens
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 400, "ignore_eos": True}
+    print(await assert_hang_ups_abort(pool.url + "/v1/completions", body, BEARER, [vllm_server, vllm_second]))
