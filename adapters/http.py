@@ -266,8 +266,9 @@ class HTTPUpstream:
                 watch.since = None
                 batch: list[StreamEvent] = []
                 try:
-                    done = self._read(parser.close() if not chunk else parser.feed(chunk), decoder, batch)
-                    if not chunk and not done:
+                    if chunk:
+                        done = self._take(chunk, parser, decoder, batch)
+                    elif not (done := self._read(parser.close(), decoder, batch)):
                         if not decoder.finished or resp.content.exception() is not None:
                             raise UpstreamFailed(f"target '{self.name}' ended the stream early")
                         # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
@@ -285,6 +286,23 @@ class HTTPUpstream:
             watch.cancel()
             # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
             resp.close()
+
+    def _take(self, chunk: bytes, parser: SSEParser, decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
+        """One network read into ``batch``; True when the stream's end was seen. Relaying, the chunks
+        the read opens with go out as one frame (the stream's first event is decoded on its own first:
+        it is the stream's identity), and only the rest is parsed."""
+        if decoder.relaying and parser.idle:
+            if not decoder.started:
+                first = chunk.find(b"\n\n") + 2
+                if first > 1:
+                    if self._read(parser.feed(chunk[:first]), decoder, batch):
+                        return True
+                    chunk = chunk[first:]
+            run = decoder.relay_run(chunk) if parser.idle else None
+            if run is not None:
+                batch.append(run[0])
+                chunk = chunk[run[1] :]
+        return self._read(parser.feed(chunk), decoder, batch) if chunk else False
 
     def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
         """Decode one network read's events into ``batch``; True when the stream's end was seen."""

@@ -225,8 +225,10 @@ class RequestLog:
         """One network read's events: they arrived together, so one clock reading serves them all."""
         now = 0.0
         for event in events:
-            if isinstance(event, bytes):  # a relayed Frame
-                tokens = 1  # a relayed chunk is not looked into: one token, as a delta without ids
+            chunks = 1
+            if isinstance(event, bytes):  # a relayed Frame: one or more chunks, each an SSE event
+                # not looked into: one token per chunk, as a delta without ids
+                tokens = chunks = event.count(b"\n\n")
             elif isinstance(event, Delta):
                 tokens = len(event.token_ids) or 1
             else:
@@ -239,7 +241,7 @@ class RequestLog:
                 if self.ttft is None:
                     self.ttft = now - self.started
                 self.last_chunk = now
-            self.chunks += 1
+            self.chunks += chunks
             self.streamed += tokens
 
     def completed(self, completion: Completion) -> None:

@@ -41,6 +41,16 @@ class ChunkReader(Protocol):
     """An upstream's stream chunks (parsed JSON) → internal events, statefully."""
 
     @property
+    def relaying(self) -> bool:
+        """Chunks that need nothing translated may go to the client as they came (``relay``)."""
+        ...
+
+    @property
+    def started(self) -> bool:
+        """The stream's first chunk (its identity) has been decoded."""
+        ...
+
+    @property
     def finished(self) -> bool:
         """At least one choice reported its end: a stream that stops after this is complete."""
         ...
@@ -49,6 +59,11 @@ class ChunkReader(Protocol):
         """One chunk's raw JSON → its frame in the client's stream, unchanged, when the client speaks
         this upstream's format (``InternalRequest.relay``) and the chunk needs nothing translated;
         None: decode it."""
+        ...
+
+    def relay_run(self, buffer: bytes) -> tuple[Frame, int] | None:
+        """``relay`` for the whole events that open a network read, at once: their frame and the bytes
+        they take, or None."""
         ...
 
     def decode(self, data: JSON) -> list[StreamEvent]: ...

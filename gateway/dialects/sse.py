@@ -47,6 +47,11 @@ class SSEParser:
                 self._event = None
         return events
 
+    @property
+    def idle(self) -> bool:
+        """Between events: nothing of a line or an event is waiting for more bytes."""
+        return not self._buffer and not self._data and self._event is None
+
     def close(self) -> list[Event]:
         """The stream ended: a final event not followed by a blank line still counts."""
         events = self.feed(b"\n") if self._buffer else []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
 from tests.upstreams import vendors
@@ -33,37 +35,48 @@ def relayed(server: vendors.Server, raw: bytes, usage: bool = True) -> list[bool
     return [b"data: " + line + b"\n\n" in raw for line in lines]
 
 
-async def test_content_chunks_pass_unchanged_and_usage_is_settled(gateway: GatewayFactory, upstream: Any) -> None:
+# chunk by chunk, and the whole stream in one write (one network read: its content chunks go out as one run)
+PROMPTS = pytest.mark.parametrize("prompt", [PROMPT, PROMPT + " [[burst]]"], ids=["chunked", "burst"])
+
+
+@PROMPTS
+async def test_content_chunks_pass_unchanged_and_usage_is_settled(
+    gateway: GatewayFactory, upstream: Any, prompt: str
+) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     before = await completion_tokens(gw)
-    answer = await gw.send(BY_NAME["openai"], "m", PROMPT, True)
+    answer = await gw.send(BY_NAME["openai"], "m", prompt, True)
     assert answer.status == 200
     # first chunk (identity), content chunks, finish chunk, usage chunk
     assert relayed(server, answer.raw) == [False, True, True, True, False, False]
-    words, _ = vendors.generate(PROMPT, 4)
+    words, _ = vendors.generate(prompt, 4)
     assert answer.text == "".join(words) and answer.finish == "length"
     assert answer.usage["completion_tokens"] == 4 and answer.done
     assert await completion_tokens(gw) == before + 4  # accounted from the usage chunk
 
 
-async def test_usage_nulls_are_dropped_when_usage_was_not_asked_for(gateway: GatewayFactory, upstream: Any) -> None:
+@PROMPTS
+async def test_usage_nulls_are_dropped_when_usage_was_not_asked_for(
+    gateway: GatewayFactory, upstream: Any, prompt: str
+) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 4, "stream": True})
+    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 4, "stream": True})
     # the gateway still asked for usage (to settle limits); the client did not, and sees none
     assert server.v.requests[-1]["stream_options"] == {"include_usage": True}
     assert b'"usage"' in b"".join(server.v.sent) and b'"usage"' not in raw
     assert relayed(server, raw, usage=False) == [False, True, True, True, False, False]
     chunks = [json.loads(f) for f in frames(raw)[:-1]]
-    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "".join(vendors.generate(PROMPT, 4)[0])
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "".join(vendors.generate(prompt, 4)[0])
     assert frames(raw)[-1] == "[DONE]"
 
 
-async def test_chat_relay_keeps_one_role_per_choice(gateway: GatewayFactory, upstream: Any) -> None:
+@PROMPTS
+async def test_chat_relay_keeps_one_role_per_choice(gateway: GatewayFactory, upstream: Any, prompt: str) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3, "n": 2, "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 3, "n": 2, "stream": True}
     raw = await post(gw, "/v1/chat/completions", body)
     assert any(relayed(server, raw, usage=False))
     chunks = [json.loads(f) for f in frames(raw)[:-1]]
@@ -71,7 +84,7 @@ async def test_chat_relay_keeps_one_role_per_choice(gateway: GatewayFactory, ups
     assert sorted(i for i, role in roles if role) == [0, 1]  # one each: the gateway's, then the upstream's
     for i in (0, 1):
         text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"][0]["index"] == i)
-        assert text == "".join(vendors.generate(PROMPT, 3, i)[0])
+        assert text == "".join(vendors.generate(prompt, 3, i)[0])
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]]
     assert finishes == ["length", "length"]
 

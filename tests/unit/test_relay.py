@@ -9,13 +9,17 @@ from typing import cast
 
 import pytest
 
+from adapters.http import HTTPUpstream
+from gateway.config import parse_config
 from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.response import StreamEvent, UsageReport
 from gateway.core.upstream import Upstream
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
 from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
 from gateway.dialects.openai.parse import parse
 from gateway.dialects.sgp import SGP_V5
+from gateway.dialects.sse import SSEParser
 from gateway.fanout import FanOut
 
 HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
@@ -84,3 +88,61 @@ def test_fanned_out_parts_are_never_relayed() -> None:
     request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True, relay="openai")
     parts = FanOut(cast(Upstream, None))._parts(request)
     assert [(p.relay, p.sampling.seeds, p.sampling.n) for _, p in parts] == [(None, (1,), 1), (None, (2,), 1)]
+
+
+# A network read can carry many chunks: the content chunks it opens with go out as one frame.
+
+
+def sse(*chunks: str) -> bytes:
+    return b"".join(b"data: " + c.encode() + b"\n\n" for c in chunks)
+
+
+FINISH = HEAD + '"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length"}],"usage":null}'
+USAGE = HEAD + '"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}'
+
+
+def test_a_run_of_content_chunks_is_one_frame_up_to_what_must_be_decoded() -> None:
+    read = sse(PLAIN, PLAIN, PLAIN, FINISH, USAGE) + b"data: [DONE]\n\n"
+    assert started().relay_run(read) == (sse(PLAIN, PLAIN, PLAIN), len(sse(PLAIN, PLAIN, PLAIN)))
+    partial = sse(PLAIN, PLAIN) + b"data: " + PLAIN.encode()[:20]  # the rest of the last one comes later
+    assert started().relay_run(partial) == (sse(PLAIN, PLAIN), len(sse(PLAIN, PLAIN)))
+    frame, size = started(stream_usage=False).relay_run(sse(PLAIN, PLAIN)) or (b"", 0)
+    assert frame == sse(*[PLAIN.replace(',"usage":null', "")] * 2) and size == len(sse(PLAIN, PLAIN))
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        sse(FINISH, PLAIN),  # opens with an event to decode
+        b"data: [DONE]\n\n",
+        b"data: " + PLAIN.encode()[:20],  # no whole event yet
+        sse(PLAIN).replace(b"\n", b"\r\n"),  # CRLF framing
+        sse(PLAIN) + b": keep-alive\n\n" + sse(PLAIN),  # a comment inside the run
+        sse(PLAIN) + b"event: error\n" + sse(PLAIN),  # a named event
+        b"data: {\ndata: }\n\n",  # one event's data over two lines
+        sse(PLAIN) + b"\n" + sse(PLAIN),  # a stray blank line
+        sse(HEAD + '"choices":[]', PLAIN),  # one that is not an object
+    ],
+)
+def test_a_run_that_is_not_plain_one_line_events_takes_the_parser(read: bytes) -> None:
+    assert started().relay_run(read) is None
+
+
+def test_no_run_before_the_first_chunk_or_without_a_relay() -> None:
+    assert ChunkDecoder(Operation.COMPLETION, relay=True).relay_run(sse(PLAIN, PLAIN)) is None
+    decoder = ChunkDecoder(Operation.COMPLETION)
+    decoder.decode(json.loads(PLAIN))
+    assert decoder.relay_run(sse(PLAIN, PLAIN)) is None
+
+
+def test_a_whole_stream_in_one_read_decodes_its_first_and_last_chunks_and_runs_the_rest() -> None:
+    cfg = parse_config({"models": [{"name": "m", "targets": [{"provider": "openai", "base_url": "http://u"}]}]})
+    upstream = HTTPUpstream(cfg.models[0].targets[0], "m", OPENAI_WIRE)
+    request = parse(Operation.COMPLETION, {"model": "m", "prompt": "p", "stream": True})
+    decoder, parser, batch = OPENAI_WIRE.reader(request), SSEParser(), cast(list[StreamEvent], [])
+    read = sse(PLAIN, PLAIN, PLAIN, FINISH, USAGE) + b"data: [DONE]\n\n"
+    assert upstream._take(read[:-5], parser, decoder, batch) is False  # "[DONE]" cut short
+    assert [type(e).__name__ for e in batch] == ["StreamStart", "Delta", "bytes", "Finish"]
+    assert batch[2] == sse(*[PLAIN.replace(',"usage":null', "")] * 2)  # the client asked for no usage
+    assert upstream._take(read[-5:], parser, decoder, batch) is True
+    assert isinstance(batch[-1], UsageReport) and batch[-1].usage.completion_tokens == 2

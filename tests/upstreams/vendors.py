@@ -8,7 +8,8 @@ The "model" is deterministic: the answer's words depend only on the prompt, so s
 non-streaming answers can be compared. Faults are asked for by a marker in the prompt:
 ``[[status=500]]``, ``[[status=429]]``, ``[[reset]]`` (connection dropped before headers), ``[[cut]]``
 (stream dropped after two chunks), ``[[hang=S]]`` (no headers for S seconds), ``[[stall=S]]`` (S
-seconds between chunks). ``fail_status`` makes every request fail (a dead target for fallbacks).
+seconds between chunks), ``[[burst]]`` (the whole stream in one write, as a busy upstream's reads
+arrive). ``fail_status`` makes every request fail (a dead target for fallbacks).
 """
 
 from __future__ import annotations
@@ -202,10 +203,14 @@ class Server:
                 if stall and sent:
                     await asyncio.sleep(stall)
                 self.v.sent.append(self.dumps(chunk))
-                await resp.write(b"data: " + self.v.sent[-1] + b"\n\n")
+                if "burst" not in marks:
+                    await resp.write(b"data: " + self.v.sent[-1] + b"\n\n")
                 sent += 1
-            if self.v.kind in ("openai", "friendli", "friendli2024", "octoai"):
-                await resp.write(b"data: [DONE]\n\n")
+            done = b"data: [DONE]\n\n" if self.v.kind in ("openai", "friendli", "friendli2024", "octoai") else b""
+            if "burst" in marks:
+                await resp.write(b"".join(b"data: " + line + b"\n\n" for line in self.v.sent) + done)
+            elif done:
+                await resp.write(done)
         except (ConnectionResetError, asyncio.CancelledError):
             self.v.disconnects += 1
             raise

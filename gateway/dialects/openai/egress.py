@@ -274,6 +274,34 @@ class ChunkDecoder:
             data = data.replace(b',"usage":null', b"")
         return Frame(b"data: " + data + b"\n\n")
 
+    def relay_run(self, buffer: bytes) -> tuple[Frame, int] | None:
+        """The whole events that open ``buffer`` (read at an event boundary) and would each be relayed,
+        as one frame, and the bytes they take; None when the first event needs the parser. A network
+        read under load carries many chunks: they are checked with a few scans of the whole run (the
+        regex, counts), not split and tested one by one."""
+        if not self.started or not self.relaying:
+            return None
+        end = buffer.rfind(b"\n\n") + 2  # whole events only: a partial one waits for the parser
+        accounted = ACCOUNTED.search(buffer, 0, end)
+        if accounted is not None:  # the run stops before the event that holds it
+            end = buffer.rfind(b"\n\n", 0, accounted.start()) + 2
+        if end < 2:
+            return None
+        run = buffer[:end] if end < len(buffer) else buffer
+        events = run.count(b"\n\n")
+        # Every event one line "data: {...}": the only newlines are the events' ends, and every boundary
+        # is a "}" then "data: {" ([DONE], comments, "event:" and CRLF framing all fail this).
+        if (
+            not run.startswith(b"data: {")
+            or not run.endswith(b"}\n\n")
+            or run.count(b"\n") != 2 * events
+            or run.count(b"}\n\ndata: {") != events - 1
+        ):
+            return None
+        if self.strip_usage:
+            run = run.replace(b',"usage":null', b"")
+        return Frame(run), end
+
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):
             raise UpstreamFailed("upstream stream chunk is not a JSON object")
