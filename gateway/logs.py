@@ -226,9 +226,9 @@ class RequestLog:
         now = 0.0
         for event in events:
             chunks = 1
-            if isinstance(event, bytes):  # a relayed Frame: one or more chunks, each an SSE event
+            if isinstance(event, bytes):  # a relayed Frame: one or more chunks, each a one-line SSE event
                 # not looked into: one token per chunk, as a delta without ids
-                tokens = chunks = event.count(b"\n\n")
+                tokens = chunks = event.count(b"\n") // 2
             elif isinstance(event, Delta):
                 tokens = len(event.token_ids) or 1
             else:

@@ -98,7 +98,7 @@ class UsageReport:
 
 # Upstream chunks already in the client's own stream format (``InternalRequest.relay``), framed and
 # written as they came: a same-format stream skips decoding and re-encoding. One frame holds one or
-# more whole SSE events, one chunk each (``count(b"\n\n")`` says how many). Finishes, usage and
+# more whole one-line SSE events, one chunk each (half its newlines). Finishes, usage and
 # errors never come as frames, so what is accounted for still arrives as events. Plain bytes (a
 # wrapper per chunk would cost as much as the checks that let it through).
 Frame = NewType("Frame", bytes)
