@@ -171,9 +171,9 @@ class Admission:
             self.waiters.wake_next()
 
     async def settler(self) -> None:
-        """Settles what finished since the last round, in one batch (one pipelined Redis round trip).
-        Stops, once nothing is pending, after ``stopping`` is set: never cancelled mid-call, which would
-        leave a Redis connection half-used."""
+        """Settles what finished since the last round, in one batch (one Redis round trip, shared with
+        the admissions of the moment). Stops, once nothing is pending, after ``stopping`` is set: never
+        cancelled mid-call, which would fail the calls sharing its round trip."""
         while not (self.stopping and not self.pending):
             await self.flush.wait()
             await self._settle_pending()

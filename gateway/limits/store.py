@@ -22,11 +22,11 @@ from redis.exceptions import NoScriptError, RedisError
 
 from gateway.core.errors import GatewayError
 from gateway.limits import scripts
+from gateway.limits.channel import ScriptChannel
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
 from gateway.metrics import REDIS_LATENCY, REDIS_UP
 
 log = logging.getLogger("gateway.limits")
-_SENDING: set[asyncio.Task[None]] = set()  # pipelines in flight (the loop keeps only weak references)
 
 
 class LimitsUnavailable(GatewayError):
@@ -55,7 +55,7 @@ class Limiter(Protocol):
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None: ...
 
     async def settle(self, items: list[Settlement]) -> None:
-        """Settle a batch of finished requests (one pipelined round trip for Redis)."""
+        """Settle a batch of finished requests (one round trip for Redis)."""
         ...
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...
@@ -67,15 +67,11 @@ def _args(plan: Plan, *extra: str | int) -> bytes:
     return json.dumps([*([c.kind, c.limit, c.param] for c in plan.checks), *extra]).encode()
 
 
-Admitted = list[Any]  # the admission script's reply
-
-
 class RedisLimiter:
-    """The Lua scripts over one client. Admissions that arrive together (in one turn of the event
-    loop: the requests one network read woke up) go out in one pipeline: each script still runs on
-    its own and atomically, but the client's per-call cost (a connection checkout, a send and a
-    wake-up per call, ~35-50 µs of CPU) is paid once per batch. A lone admission is sent at once, as
-    one call; Redis Cluster keeps one call per admission (teams live on different nodes)."""
+    """The Lua scripts over one client. Script calls go through a ``ScriptChannel`` (group commit on
+    one connection: the calls that arrive while a round trip is out share the next one, admissions and
+    settlements alike); each script still runs on its own and atomically. Redis Cluster keeps one
+    call per admission through the cluster client (teams live on different nodes)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -83,97 +79,63 @@ class RedisLimiter:
         self._admit = client.register_script(scripts.ADMIT)
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
-        self._queue: list[tuple[list[str], bytes, asyncio.Future[Admitted]]] = []
-        self.batches = 0  # pipelines sent, for tests and debugging
+        self._channel = None if self.cluster else ScriptChannel(client)
+
+    @property
+    def batches(self) -> int:
+        """Round trips to Redis for script calls, for tests and debugging."""
+        return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        keys, args = [c.key for c in plan.checks], _args(plan, lease_ttl_ms)
-        if self.cluster:
-            result = await self._call(keys, args)
-        else:
-            future: asyncio.Future[Admitted] = asyncio.get_running_loop().create_future()
-            self._queue.append((keys, args, future))
-            if len(self._queue) == 1:
-                # runs after the other callbacks of this loop turn have queued their admissions
-                asyncio.get_running_loop().call_soon(self._flush)
-            result = await future
+        result = await self._run(self._admit, [c.key for c in plan.checks], _args(plan, lease_ttl_ms))
         if int(result[0]) == 0:
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    async def _call(self, keys: list[str], args: bytes) -> Admitted:
-        began = time.perf_counter()
-        result: Admitted = await self._admit(keys=keys, args=[args])
-        REDIS_LATENCY.observe(time.perf_counter() - began)
+    async def _run(self, script: Any, keys: list[str], args: bytes) -> Any:
+        if self._channel is None:
+            began = time.perf_counter()
+            result = await script(keys=keys, args=[args])
+            REDIS_LATENCY.observe(time.perf_counter() - began)
+            return result
+        return await self._reply(script, keys, args, self._send(script, keys, args))
+
+    def _send(self, script: Any, keys: list[str], args: bytes) -> asyncio.Future[Any]:
+        assert self._channel is not None
+        return self._channel.evalsha(script.sha.encode(), [k.encode() for k in keys], args)
+
+    @staticmethod
+    async def _reply(script: Any, keys: list[str], args: bytes, sent: asyncio.Future[Any]) -> Any:
+        result = await sent
+        if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
+            return await script(keys=keys, args=[args])
+        if isinstance(result, Exception):
+            raise result
         return result
-
-    def _flush(self) -> None:
-        batch, self._queue = self._queue, []
-        task = asyncio.ensure_future(self._send(batch))
-        _SENDING.add(task)
-        task.add_done_callback(_SENDING.discard)
-
-    async def _send(self, batch: list[tuple[list[str], bytes, asyncio.Future[Admitted]]]) -> None:
-        try:
-            if len(batch) == 1:
-                keys, args, _ = batch[0]
-                results: list[Any] = [await self._call(keys, args)]
-            else:
-                results = await self._pipelined(batch)
-        except Exception as exc:  # every waiter gets the failure (and applies the failure policy)
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        except BaseException:  # cancelled (shutting down): so are the waiters
-            for _, _, future in batch:
-                future.cancel()
-            raise
-        for (_, _, future), result in zip(batch, results, strict=True):
-            if not future.done():  # a waiter cancelled meanwhile (its lease expires with its TTL)
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-
-    async def _pipelined(self, batch: list[tuple[list[str], bytes, asyncio.Future[Admitted]]]) -> list[Any]:
-        began = time.perf_counter()
-        results = await self._evalsha(self._admit, [(keys, [args]) for keys, args, _ in batch])
-        REDIS_LATENCY.observe(time.perf_counter() - began)
-        self.batches += 1
-        return results
-
-    async def _evalsha(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """One pipeline of script calls; per call its reply or its error. EVALSHA directly, not the
-        Script object: a pipeline holding Script calls first asks Redis whether the script exists,
-        a second round trip per batch."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        for i, result in enumerate(results):
-            if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
-                keys, args = calls[i]
-                results[i] = await script(keys=keys, args=args)
-        return results
 
     async def settle(self, items: list[Settlement]) -> None:
         calls = [
             (
                 [c.key for c in s.plan.checks] + [s.plan.usage_key],
-                [_args(s.plan, s.correction, 1, s.prompt, s.completion, s.plan.key_id, USAGE_TTL_SECONDS)],
+                _args(s.plan, s.correction, 1, s.prompt, s.completion, s.plan.key_id, USAGE_TTL_SECONDS),
             )
             for s in items
         ]
         if self.cluster:
             # keys of different teams live on different nodes: one call each
             for keys, args in calls:
-                await self._settle(keys=keys, args=args)
+                await self._run(self._settle, keys, args)
             return
-        for result in await self._evalsha(self._settle, calls):
-            if isinstance(result, Exception):
-                raise result
+        sent = [self._send(self._settle, keys, args) for keys, args in calls]  # one round trip for all
+        failure: Exception | None = None
+        for (keys, args), future in zip(calls, sent, strict=True):
+            try:  # every reply is awaited, so none is left unretrieved
+                await self._reply(self._settle, keys, args, future)
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:

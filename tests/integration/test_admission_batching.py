@@ -1,5 +1,6 @@
-"""Admissions that arrive together share one pipeline to a real Redis, each still atomic: exact limits
-under a burst, scripts reloaded when Redis lost them, every waiter told when Redis is gone."""
+"""Script calls that arrive together share one round trip to a real Redis (admissions and settlements
+alike), each still atomic: exact limits under a burst, scripts reloaded when Redis lost them, every
+waiter told when Redis is gone or too slow, and the connection in step afterwards."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
@@ -65,3 +67,30 @@ async def test_every_waiter_learns_that_redis_is_gone() -> None:
     results = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(5, rpm=4)), return_exceptions=True)
     assert all(isinstance(r, RedisConnectionError) for r in results), results
     await dead.aclose()
+
+
+async def test_a_timed_out_round_trip_fails_its_calls_and_the_next_one_stays_in_step(client: aioredis.Redis) -> None:
+    slow = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=0.2)
+    limiter = RedisLimiter(slow)
+    assert await limiter.admit(plans(1, rpm=100)[0], 30_000) is None  # connected, scripts loaded
+    await client.execute_command("CLIENT", "PAUSE", "500", "ALL")  # every other client waits 0.5 s
+    late = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=100)), return_exceptions=True)
+    assert all(isinstance(r, RedisTimeoutError) for r in late), late
+    await asyncio.sleep(0.4)  # the pause is over; the late replies have been sent
+    # The late replies (three admissions) went with the old connection: these three get their own
+    # answers (one admitted, two refused by rpm=1), not the stale ones
+    fresh = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=1)))
+    assert [r is None for r in fresh] == [True, False, False]
+    await slow.aclose()
+
+
+async def test_settlements_ride_with_admissions_that_arrive_with_them(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    done = plans(4, rpm=100, tpm=10_000)
+    assert all(r is None for r in await asyncio.gather(*(limiter.admit(p, 30_000) for p in done)))
+    before = limiter.batches
+    results = await asyncio.gather(
+        limiter.settle([Settlement(p, 0, 1, 1) for p in done]),
+        *(limiter.admit(p, 30_000) for p in plans(4, rpm=100)),
+    )
+    assert results[1:] == [None] * 4 and limiter.batches == before + 1  # one round trip for all eight

@@ -1,0 +1,83 @@
+"""Script calls to one Redis server over one connection, by group commit: calls queued while a round
+trip is out go together in the next one, admissions and settlements alike.
+
+Per round trip, the client's own cost (a pipeline object, a pool checkout, packing each argument
+through the encoder) is as large as the kernel's; here the commands are packed once as RESP bytes and
+the replies read in order on a connection this channel keeps. Under load the batches grow by
+themselves (one round trip out at a time); a lone call goes at once. redis-py still connects,
+authenticates, selects the database, times out and parses (hiredis)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from gateway.metrics import REDIS_LATENCY
+
+_RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
+
+
+def pack(*parts: bytes) -> bytes:
+    """One command in RESP: an array of bulk strings."""
+    return b"*%d\r\n" % len(parts) + b"".join([b"$%d\r\n%s\r\n" % (len(p), p) for p in parts])
+
+
+class ScriptChannel:
+    def __init__(self, client: Any) -> None:
+        self._pool = client.connection_pool
+        self._conn: Any = None
+        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._sending = False
+        self.round_trips = 0
+
+    def evalsha(self, sha: bytes, keys: list[bytes], args: bytes) -> asyncio.Future[Any]:
+        """The script's reply, or the ``ResponseError`` Redis answered (NOSCRIPT among them) as the
+        result; a connection failure or timeout as the exception."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((pack(b"EVALSHA", sha, b"%d" % len(keys), *keys, args), future))
+        if not self._sending:
+            self._sending = True
+            # after this loop turn's other callbacks have queued their calls too
+            asyncio.get_running_loop().call_soon(self._start)
+        return future
+
+    def _start(self) -> None:
+        task = asyncio.ensure_future(self._send())
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
+
+    async def _send(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._round_trip(batch)
+        finally:
+            self._sending = False
+
+    async def _round_trip(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+        began = time.perf_counter()
+        try:
+            if self._conn is None:
+                # held for good: the pool's disconnect() at shutdown closes it with the rest
+                self._conn = await self._pool.get_connection()
+            await self._conn.send_packed_command(b"".join([command for command, _ in batch]), check_health=False)
+            for _, future in batch:
+                try:
+                    reply = await self._conn.read_response()
+                except ResponseError as exc:  # read whole: the connection stays in step
+                    reply = exc
+                if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
+                    future.set_result(reply)
+        except Exception as exc:  # redis-py has disconnected; the next round trip connects again
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        except BaseException:  # cancelled (shutting down): so are the callers
+            for _, future in batch:
+                future.cancel()
+            raise
+        self.round_trips += 1
+        REDIS_LATENCY.observe(time.perf_counter() - began)
