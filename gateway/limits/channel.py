@@ -4,8 +4,10 @@ trip is out go together in the next one, admissions and settlements alike.
 Per round trip, the client's own cost (a pipeline object, a pool checkout, packing each argument
 through the encoder) is as large as the kernel's; here the commands are packed once as RESP bytes and
 the replies read in order on a connection this channel keeps. Under load the batches grow by
-themselves (one round trip out at a time); a lone call goes at once. redis-py still connects,
-authenticates, selects the database, times out and parses (hiredis)."""
+themselves (one round trip out at a time); a lone call goes at once. A call that may wait
+(settling a finished request) waits for the next round trip, or ``DEFER_SECONDS``: at low load a
+request's settlement then shares the next request's admission instead of costing a round trip of its
+own. redis-py still connects, authenticates, selects the database, times out and parses (hiredis)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from redis.exceptions import ResponseError
 from gateway.metrics import REDIS_LATENCY
 
 _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
+# How long a call that may wait is held for a round trip to share. A held settlement still holds its
+# concurrency lease in Redis: other replicas poll for freed slots less often than this.
+DEFER_SECONDS = 0.01
 
 
 def pack(*parts: bytes) -> bytes:
@@ -30,21 +35,37 @@ class ScriptChannel:
         self._pool = client.connection_pool
         self._conn: Any = None
         self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
-        self._sending = False
+        self._sending = False  # a sender is scheduled or running: it takes everything queued
+        self._held: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
-    def evalsha(self, sha: bytes, keys: list[bytes], args: bytes) -> asyncio.Future[Any]:
+    def evalsha(self, sha: bytes, keys: list[bytes], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
         """The script's reply, or the ``ResponseError`` Redis answered (NOSCRIPT among them) as the
-        result; a connection failure or timeout as the exception."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        result; a connection failure or timeout as the exception. ``defer``: the call may wait up to
+        ``DEFER_SECONDS`` for a round trip to share."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((pack(b"EVALSHA", sha, b"%d" % len(keys), *keys, args), future))
-        if not self._sending:
+        if self._sending:
+            return future
+        if not defer:
             self._sending = True
             # after this loop turn's other callbacks have queued their calls too
-            asyncio.get_running_loop().call_soon(self._start)
+            loop.call_soon(self._start)
+        elif self._held is None:
+            self._held = loop.call_later(DEFER_SECONDS, self._release_held)
         return future
 
+    def _release_held(self) -> None:
+        self._held = None
+        if not self._sending and self._queue:
+            self._sending = True
+            self._start()
+
     def _start(self) -> None:
+        if self._held is not None:  # what was held goes now
+            self._held.cancel()
+            self._held = None
         task = asyncio.ensure_future(self._send())
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)

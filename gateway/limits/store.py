@@ -101,9 +101,9 @@ class RedisLimiter:
             return result
         return await self._reply(script, keys, args, self._send(script, keys, args))
 
-    def _send(self, script: Any, keys: list[str], args: bytes) -> asyncio.Future[Any]:
+    def _send(self, script: Any, keys: list[str], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
         assert self._channel is not None
-        return self._channel.evalsha(script.sha.encode(), [k.encode() for k in keys], args)
+        return self._channel.evalsha(script.sha.encode(), [k.encode() for k in keys], args, defer)
 
     @staticmethod
     async def _reply(script: Any, keys: list[str], args: bytes, sent: asyncio.Future[Any]) -> Any:
@@ -127,7 +127,8 @@ class RedisLimiter:
             for keys, args in calls:
                 await self._run(self._settle, keys, args)
             return
-        sent = [self._send(self._settle, keys, args) for keys, args in calls]  # one round trip for all
+        # one round trip for all, shared with the next admissions if any come within DEFER_SECONDS
+        sent = [self._send(self._settle, keys, args, defer=True) for keys, args in calls]
         failure: Exception | None = None
         for (keys, args), future in zip(calls, sent, strict=True):
             try:  # every reply is awaited, so none is left unretrieved

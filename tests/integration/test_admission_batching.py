@@ -94,3 +94,19 @@ async def test_settlements_ride_with_admissions_that_arrive_with_them(client: ai
         *(limiter.admit(p, 30_000) for p in plans(4, rpm=100)),
     )
     assert results[1:] == [None] * 4 and limiter.batches == before + 1  # one round trip for all eight
+
+
+async def test_a_settlement_waits_briefly_for_the_next_admission(client: aioredis.Redis) -> None:
+    # one request at a time: each request's settlement shares the next one's admission
+    limiter = RedisLimiter(client)
+    first, second = plans(2, rpm=100, tpm=10_000)
+    assert await limiter.admit(first, 30_000) is None
+    before = limiter.batches
+    settling = asyncio.create_task(limiter.settle([Settlement(first, 0, 1, 1)]))
+    await asyncio.sleep(0.002)  # the next request arrives well within DEFER_SECONDS
+    assert await limiter.admit(second, 30_000) is None
+    await settling
+    assert limiter.batches == before + 1
+    # and with no admission to share, it goes alone once DEFER_SECONDS have passed
+    await asyncio.wait_for(limiter.settle([Settlement(second, 0, 1, 1)]), 0.5)
+    assert limiter.batches == before + 2
