@@ -91,6 +91,16 @@ class IdleWatch:
         self._handle.cancel()
 
 
+def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
+    """A network read, split after the stream's first event when more follows and the rest will be
+    decoded and re-encoded chunk by chunk: the first token then goes out without waiting for the work
+    on the rest of a read that may hold the whole answer. (A relayed read's rest is one cheap frame.)"""
+    if decoder.started or decoder.relaying:
+        return (chunk,)
+    cut = chunk.find(b"\n\n") + 2
+    return (chunk[:cut], chunk[cut:]) if 1 < cut < len(chunk) else (chunk,)
+
+
 class HTTPUpstream:
     """One configured target, speaking its vendor's ``Wire``."""
 
@@ -264,24 +274,25 @@ class HTTPUpstream:
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
                 watch.since = None
-                batch: list[StreamEvent] = []
-                try:
-                    if chunk:
-                        done = self._take(chunk, parser, decoder, batch)
-                    elif not (done := self._read(parser.close(), decoder, batch)):
-                        if not decoder.finished or resp.content.exception() is not None:
-                            raise UpstreamFailed(f"target '{self.name}' ended the stream early")
-                        # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
-                        batch += decoder.finish()
-                        done = True
-                except GatewayError:
-                    if batch:  # what arrived before the failure still reaches the client
+                for piece in _first_apart(chunk, decoder):
+                    batch: list[StreamEvent] = []
+                    try:
+                        if piece:
+                            done = self._take(piece, parser, decoder, batch)
+                        elif not (done := self._read(parser.close(), decoder, batch)):
+                            if not decoder.finished or resp.content.exception() is not None:
+                                raise UpstreamFailed(f"target '{self.name}' ended the stream early")
+                            # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
+                            batch += decoder.finish()
+                            done = True
+                    except GatewayError:
+                        if batch:  # what arrived before the failure still reaches the client
+                            yield batch
+                        raise
+                    if batch:
                         yield batch
-                    raise
-                if batch:
-                    yield batch
-                if done:
-                    return
+                    if done:
+                        return
         finally:
             watch.cancel()
             # Closing (not releasing) drops the connection, which is how vLLM learns to abort.

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from adapters.http import HTTPUpstream
+from adapters.http import HTTPUpstream, _first_apart
 from gateway.config import parse_config
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.response import StreamEvent, UsageReport
@@ -146,3 +146,15 @@ def test_a_whole_stream_in_one_read_decodes_its_first_and_last_chunks_and_runs_t
     assert batch[2] == sse(*[PLAIN.replace(',"usage":null', "")] * 2)  # the client asked for no usage
     assert upstream._take(read[-5:], parser, decoder, batch) is True
     assert isinstance(batch[-1], UsageReport) and batch[-1].usage.completion_tokens == 2
+
+
+def test_a_decoded_stream_s_first_chunk_goes_out_apart_from_the_rest_of_its_read() -> None:
+    read = sse(PLAIN, PLAIN, FINISH)
+    first = len(sse(PLAIN))
+    decoding = ChunkDecoder(Operation.COMPLETION)
+    assert _first_apart(read, decoding) == (read[:first], read[first:])
+    assert _first_apart(sse(PLAIN), decoding) == (sse(PLAIN),)  # nothing more in this read
+    assert _first_apart(b"data: {", decoding) == (b"data: {",)  # no whole event yet
+    assert _first_apart(read, ChunkDecoder(Operation.COMPLETION, relay=True)) == (read,)  # a relay: one cheap frame
+    decoding.decode(json.loads(PLAIN))
+    assert _first_apart(read, decoding) == (read,)  # past the first chunk
