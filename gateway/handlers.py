@@ -107,13 +107,21 @@ async def relay(
     except GatewayError as err:
         log.failed(err)
         tail = encoder.error(err)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
+        # The client went away mid-stream: a normal end for a stream, not a server error (aiohttp
+        # logs an exception that escapes the handler with its traceback, and answers 500 to no one).
+        log.gone()
+        return resp
+    except asyncio.CancelledError:
         log.gone()
         raise
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
-    await resp.write_eof(tail)  # the stream's end and the body's end in one write
+    try:
+        await resp.write_eof(tail)  # the stream's end and the body's end in one write
+    except ConnectionResetError:  # gone just before the end
+        log.gone()
     return resp
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.client_exceptions import ClientConnectionResetError
 
 from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
@@ -115,18 +121,48 @@ async def test_client_deadlines_answer_in_their_dialect(gateway: GatewayFactory,
     assert sgp.status == 504 and "deadline" in sgp.body["detail"]
 
 
-async def test_client_disconnect_closes_upstream(gateway: GatewayFactory, upstream: Any) -> None:
+async def test_client_disconnect_closes_upstream(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     slow = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(slow, "openai")]}]))
     path, headers, body = OPENAI.request("m", "x [[stall=0.2]]", True)
-    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
-        assert resp.status == 200
-        await resp.content.readline()
-    for _ in range(40):
-        if slow.v.disconnects:
-            break
-        await asyncio.sleep(0.05)
-    assert slow.v.disconnects == 1
+    with caplog.at_level(logging.INFO):
+        async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+            assert resp.status == 200
+            await resp.content.readline()
+        for _ in range(40):
+            if slow.v.disconnects:
+                break
+            await asyncio.sleep(0.05)
+        assert slow.v.disconnects == 1
+        await asyncio.sleep(0.3)  # the handler has ended
+    # a client that leaves is a normal end: one access line says so, and nothing is logged as an error
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    access = [r for r in caplog.records if r.name == "gateway.access"]
+    assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
+
+
+async def test_a_client_gone_at_the_stream_s_last_write_is_no_error(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    write_eof = web.StreamResponse.write_eof
+
+    async def gone(self: web.StreamResponse, data: bytes = b"") -> None:
+        if "X-Request-Id" in self.headers:  # the gateway's answer, not the fake upstream's
+            raise ClientConnectionResetError("Cannot write to closing transport")  # as aiohttp raises it
+        await write_eof(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write_eof", gone)
+    with caplog.at_level(logging.INFO):
+        with contextlib.suppress(aiohttp.ClientError):
+            await gw.send(OPENAI, "m", "hello", True)
+        await asyncio.sleep(0.1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    access = [r for r in caplog.records if r.name == "gateway.access"]
+    assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
 
 
 async def test_streams_and_whole_answers_agree(gateway: GatewayFactory, upstream: Any) -> None:
