@@ -45,7 +45,7 @@ def version_of(module: str) -> str:
         return "absent"
 
 
-def machine_meta(args: argparse.Namespace, cores: Cores, wrk2: str | None, background: float) -> dict[str, Any]:
+def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")), "?")
     mem_kib = next(
@@ -61,19 +61,18 @@ def machine_meta(args: argparse.Namespace, cores: Cores, wrk2: str | None, backg
         check=False,
     ).stdout.strip()
     command = " ".join(["scripts/bench", *sys.argv[1:]])
-    if wrk2:
-        load_model = "closed loop at fixed concurrencies (wrk), plus a fixed-rate open-loop run (wrk2)."
-    else:
-        load_model = (
-            "closed loop at fixed concurrencies 1, 8 and 64 (wrk, one thread). Debian's wrk has no fixed-rate mode "
-            "and wrk2 is not installed, so there is no open-loop (fixed arrival rate) measurement: latencies under "
-            "load include queueing behind this one client and suffer from coordinated omission."
-        )
+    load_model = "closed loop at fixed concurrencies 1, 8 and 64 (wrk, one thread)" + (
+        f", and open loop at {args.rate} requests/s (benchmarks/openloop.py: arrivals at a fixed rate, latency "
+        "from each request's issue, so a stall is not hidden by a client that waits)."
+        if args.rate
+        else "; no open-loop run (--rate 0)."
+    )
     if cores.subject is None:
         pinning = "none (fewer than 2 usable cores or no taskset): subject and load generator compete for CPU."
     else:
         pinning = (
-            f"subject (yardstick or gateway) on core {cores.subject}; fake upstream, wrk and the runner's TTFT "
+            f"subject (yardstick or gateway) on core {cores.subject}; fake upstream, wrk, the open-loop client and "
+            f"the runner's TTFT "
             f"client on core {cores.load}" + (" (and redis-server)" if args.redis else "") + "."
         )
     return {
@@ -88,7 +87,7 @@ def machine_meta(args: argparse.Namespace, cores: Cores, wrk2: str | None, backg
         "aiohttp": aiohttp.__version__,
         "uvloop": version_of("uvloop"),
         "wrk": wrk_version.strip() or "wrk",
-        "wrk2": wrk2,
+        "open_loop_rate": args.rate,
         "git": (git.stdout.strip() or "?") + (" (uncommitted changes in gateway/ or adapters/)" if dirty else ""),
         "load_model": load_model,
         "pinning": pinning,

@@ -150,16 +150,18 @@ def cell(v: Any, digits: int = 0, suffix: str = "") -> str:
 
 def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -> list[str]:
     out = []
-    if meta.get("wrk2"):
-        out.append("wrk2 was found: the 'Fixed rate' table is open loop; the other tables are closed loop.")
-    else:
-        out.append(
-            "Closed loop only: wrk keeps N connections busy, each sending its next request when the previous "
-            "answer ends. Throughput is the subject's capacity on its core; latency at c8 and c64 is mostly "
-            "queueing (Little's law); a stall also delays the requests that would have been sent meanwhile, so "
-            "p99 is optimistic (coordinated omission). Debian's wrk has no fixed-rate mode and wrk2 is not "
-            "installed, so no open-loop figure is given."
+    out.append(
+        "Closed loop (the c1/c8/c64 tables): wrk keeps N connections busy, each sending its next request when the "
+        "previous answer ends. Throughput is the subject's capacity on its core; latency at c8 and c64 is mostly "
+        "queueing (Little's law), and a stall also delays the requests that would have been sent meanwhile "
+        "(coordinated omission)."
+        + (
+            " Open loop (the 'Fixed rate' table): requests arrive at a fixed rate whatever the answers do, and "
+            "each latency counts from the request's issue, waits for a free connection included."
+            if meta.get("open_loop_rate")
+            else ""
         )
+    )
     out += [
         "2 cores: the subject has core 0; wrk, the fake upstream and this runner (the TTFT client) share core 1. "
         "'direct' puts all of its work on that one core, so it is a latency floor, not a throughput ceiling.",
@@ -313,16 +315,21 @@ def render(report: Result) -> str:
     if fixed:
         lines += [
             "",
-            "## Fixed rate (wrk2, open loop, corrected for coordinated omission)",
+            "## Fixed rate (open loop, benchmarks/openloop.py)",
             "",
-            "| subject | dialect | rate/s | achieved req/s | p50 ms | p99 ms | errors |",
-            "|---|---|---|---|---|---|---|",
+            "| subject | dialect | rate/s | achieved req/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
+            "| CPU µs/req | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
+        base = get(direct, "runs", "fixed_rate", "latency_ms")
         for r in fixed:
             run = r["runs"]["fixed_rate"]
+            lat = run["latency_ms"]
+            added = (None, None) if r is direct or not base else (lat["p50"] - base["p50"], lat["p99"] - base["p99"])
             lines.append(
                 f"| {r['subject']} | {r['dialect']} | {run['fixed_rate']} | {run['rps']:.0f} "
-                f"| {run['latency_ms']['p50']:.3f} | {run['latency_ms']['p99']:.3f} | {run['errors']} |"
+                f"| {lat['p50']:.3f} | {lat['p99']:.3f} | {cell(added[0], 3)} | {cell(added[1], 3)} "
+                f"| {cell(run.get('server_cpu_us_per_req'), 1)} | {run['errors']} |"
             )
     lines += ["", "## Memory", "", "| subject | after dialect | VmHWM MiB | VmRSS MiB |", "|---|---|---|---|"]
     for r in results:

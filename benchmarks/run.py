@@ -68,6 +68,7 @@ KEY = "gw-bench-0123456789abcdef"
 TEAM = "team1"
 CONCURRENCIES = (1, 8, 64)
 STREAM_CONNECTIONS = 64
+OPEN_LOOP_CONNECTIONS = 64  # at most; an open-loop run opens what its rate needs
 SOAK_CONNECTIONS = 64
 CHUNKS = 64
 WRK_TIMEOUT_S = 5
@@ -171,9 +172,8 @@ def usage_between(a: dict[str, Any], b: dict[str, Any], cores: Cores) -> dict[st
 
 
 class Load:
-    def __init__(self, cores: Cores, wrk2: str | None) -> None:
+    def __init__(self, cores: Cores) -> None:
         self.cores = cores
-        self.wrk2 = wrk2
 
     def wrk(
         self,
@@ -183,34 +183,40 @@ class Load:
         seconds: int,
         probe: Probe,
         stream: bool = False,
-        rate: int | None = None,
     ) -> dict[str, Any]:
+        """Closed loop: wrk keeps ``connections`` requests out."""
         env = {**os.environ, "BENCH_KEY": KEY, "BENCH_TEAM": TEAM, "BENCH_STREAM": "1" if stream else "0"}
-        binary = "wrk"
         args = ["-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", f"{WRK_TIMEOUT_S}s"]
-        if rate is not None:
-            assert self.wrk2 is not None
-            binary = self.wrk2
-            args.append(f"-R{rate}")
-        cmd = self.cores.pin(self.cores.load, [binary, *args, "-s", str(dialect.script), url])
+        cmd = self.cores.pin(self.cores.load, ["wrk", *args, "-s", str(dialect.script), url])
+        run = self._run(cmd, env, seconds, probe)
+        return {"connections": connections, "seconds": seconds, "stream": stream, **run}
+
+    def open_loop(self, url: str, dialect: Dialect, rate: int, seconds: int, probe: Probe) -> dict[str, Any]:
+        """Open loop: ``rate`` requests/s arrive whatever the answers do (``benchmarks/openloop.py``)."""
+        args = [PY, "-m", "benchmarks.openloop", "--url", url + dialect.path, "--rate", str(rate)]
+        args += ["--seconds", str(seconds), "--connections", str(OPEN_LOOP_CONNECTIONS)]
+        args += ["--body", json.dumps(dialect.body(False))]
+        for name, value in dialect.headers.items():
+            args += ["--header", f"{name}: {value}"]
+        run = self._run(self.cores.pin(self.cores.load, args), dict(os.environ), seconds, probe)
+        return {"connections": OPEN_LOOP_CONNECTIONS, "seconds": seconds, "stream": False, "fixed_rate": rate, **run}
+
+    def _run(self, cmd: list[str], env: dict[str, str], seconds: int, probe: Probe) -> dict[str, Any]:
         before = probe.snapshot()
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise BenchError(f"wrk did not finish: {' '.join(cmd)}") from exc
+            raise BenchError(f"the load generator did not finish: {' '.join(cmd)}") from exc
         after = probe.snapshot()
         line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
         if line is None:
-            raise BenchError(f"wrk printed no result ({done.returncode}): {done.stdout[-800:]} {done.stderr[-800:]}")
+            raise BenchError(f"no result ({done.returncode}): {done.stdout[-800:]} {done.stderr[-800:]}")
         raw = json.loads(line.split(" ", 1)[1])
         usage = usage_between(before, after, self.cores)
         requests = int(raw["requests"])
         lat = raw["latency_us"]
         errors = raw["errors"]
         run: dict[str, Any] = {
-            "connections": connections,
-            "seconds": seconds,
-            "stream": stream,
             "requests": requests,
             "rps": requests / (raw["duration_us"] / 1e6) if raw["duration_us"] else 0.0,
             "latency_ms": {k: round(float(lat[k]) / 1000, 3) for k in ("p50", "p90", "p99", "p999", "max", "mean")},
@@ -219,8 +225,6 @@ class Load:
             "bytes_per_response": round(raw["bytes"] / requests) if requests else 0,
             **usage,
         }
-        if rate is not None:
-            run["fixed_rate"] = rate
         if requests:
             run["server_cpu_us_per_req"] = (
                 round(usage["server_cpu_s"] / requests * 1e6, 1) if probe.server_pid else None
@@ -328,7 +332,7 @@ def measure(
     url: str,
     dialect: Dialect,
     probe: Probe,
-    rate: int | None,
+    rate: int,
 ) -> dict[str, Any]:
     label = f"{subject}/{dialect.name}"
     out: dict[str, Any] = {"subject": subject, "dialect": dialect.name, "url": url}
@@ -344,9 +348,9 @@ def measure(
         runs[f"c{c}"] = load.wrk(url, dialect, c, profile.run_s, probe)
     log(f"{label}: streams, {STREAM_CONNECTIONS} connections, {profile.stream_s} s")
     runs["stream"] = load.wrk(url, dialect, STREAM_CONNECTIONS, profile.stream_s, probe, stream=True)
-    if rate is not None:
-        log(f"{label}: fixed rate {rate}/s (wrk2), 64 connections")
-        runs["fixed_rate"] = load.wrk(url, dialect, 64, profile.run_s, probe, rate=rate)
+    if rate:
+        log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
+        runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
     out["runs"] = runs
     log(f"{label}: time to first token, {profile.ttft_samples} sequential streams")
     out["ttft"] = run_async(ttft(url, dialect, profile.ttft_samples))
@@ -433,7 +437,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dialects", default=",".join(d.name for d in DIALECTS), help="gateway dialects to measure (comma-separated)"
     )
     p.add_argument("--soak-requests", type=int, help="override the soak's request count (0: no soak)")
-    p.add_argument("--rate", type=int, default=500, help="fixed request rate for the wrk2 run, if wrk2 is installed")
+    p.add_argument(
+        "--rate", type=int, default=1000, help="open-loop arrival rate, requests/s (default 1000; 0: no open-loop run)"
+    )
     p.add_argument("--upstream-ttft-ms", type=float, default=0.0, help="fake upstream: delay before the first chunk")
     p.add_argument("--upstream-gap-ms", type=float, default=0.0, help="fake upstream: delay between chunks")
     p.add_argument(
@@ -463,7 +469,6 @@ def main(argv: list[str] | None = None) -> int:
     soak_requests = profile.soak_requests if args.soak_requests is None else args.soak_requests
     signal.signal(signal.SIGTERM, _terminate)
     ensure_wrk()
-    wrk2 = shutil.which("wrk2")
     cores = choose_cores(args.nice)
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # the runner too (it is the TTFT client)
@@ -471,9 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     background = background_load()
     if cores.load is not None:
         os.sched_setaffinity(0, {cores.load})  # the runner (TTFT client) stays off the subject's core
-    meta = machine_meta(args, cores, wrk2, background)
-    load = Load(cores, wrk2)
-    rate = args.rate if wrk2 else None
+    meta = machine_meta(args, cores, background)
+    load = Load(cores)
+    rate = args.rate
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     procs = Processes(tmp)
     results: list[dict[str, Any]] = []
