@@ -117,10 +117,11 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(pool: Pool, vllm_s
         while (await gauges(session, vllm_server)).get("waiting", 0) < 8:
             assert time.monotonic() < deadline, "the occupying requests never queued"
             await asyncio.sleep(0.1)
-        # and until the gateway sees it too, in a scrape taken during the rush
-        busy = pool.replicas.states[0]
-        while busy.waiting < 1:
-            assert time.monotonic() < deadline, "the gateway never saw the busy replica's load"
+        # and until the gateway sees it too, in a fresh scrape taken during the rush (a clean-clone CI run
+        # on a starved host had only a minute-old one, past stale_after, when the choices were made)
+        busy, deadline = pool.replicas.states[0], time.monotonic() + 90
+        while busy.waiting < 1 or time.monotonic() - busy.scraped_at > 5:
+            assert time.monotonic() < deadline, f"the gateway never saw the busy replica's load: {view(busy)}"
             await asyncio.sleep(0.05)
         before = await ran_to_end(vllm_second)
         short = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0}
