@@ -430,7 +430,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--quick", action="store_true", help="about 1.5 minutes: short runs, 20k-request soak")
+    p.add_argument("--quick", action="store_true", help="about 2 minutes: short runs, 20k-request soak")
     p.add_argument("--redis", action="store_true", help="also measure the gateway with Redis-backed team limits")
     p.add_argument("--no-gateway", action="store_true", help="only direct and the yardstick")
     p.add_argument(
