@@ -20,7 +20,6 @@ soak. Writes ``benchmarks/results/latest.json`` and ``latest.md``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -29,18 +28,17 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import aiohttp
 import yaml
 
+from benchmarks.clients import CHUNKS, DIALECTS, KEY, OPENAI, TEAM, Dialect, preflight, run_async, ttft
 from benchmarks.machine import ensure_wrk, machine_meta
 from benchmarks.procs import (
     BenchError,
@@ -60,56 +58,14 @@ from benchmarks.report import evaluate, notes, render
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-WRK_DIR = BENCH / "wrk"
 RESULTS = BENCH / "results"
 VENV = ROOT / ".venv" / "bin"
 PY = str(VENV / "python") if (VENV / "python").exists() else sys.executable
-KEY = "gw-bench-0123456789abcdef"
-TEAM = "team1"
 CONCURRENCIES = (1, 8, 64)
 STREAM_CONNECTIONS = 64
 OPEN_LOOP_CONNECTIONS = 64  # at most; an open-loop run opens what its rate needs
 SOAK_CONNECTIONS = 64
-CHUNKS = 64
 WRK_TIMEOUT_S = 5
-
-
-# --- dialects: the same requests as benchmarks/wrk/<name>.lua, for the aiohttp client ---------------
-
-
-@dataclass(frozen=True)
-class Dialect:
-    name: str
-    path: str
-    headers: dict[str, str]
-    model: str
-    stream_extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def script(self) -> Path:
-        return WRK_DIR / f"{self.name}.lua"
-
-    def body(self, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "prompt": "Say hello", "max_tokens": 16}
-        if stream:
-            body |= {"stream": True, **self.stream_extra}
-        return body
-
-
-USAGE = {"stream_options": {"include_usage": True}}
-DIALECTS = (
-    Dialect("openai", "/v1/completions", {"Authorization": f"Bearer {KEY}"}, "tiny", USAGE),
-    Dialect(
-        "friendli",
-        "/serverless/v1/completions",
-        {"Authorization": f"Bearer {KEY}", "X-Friendli-Team": TEAM},
-        "tiny",
-        USAGE,
-    ),
-    Dialect("sgp", "/v4/beta/completions", {"x-api-key": KEY}, "openai/tiny"),
-    Dialect("octoai", "/v1/completions", {"Authorization": f"Bearer {KEY}", "X-Fern-SDK-Name": "octoai"}, "tiny"),
-)
-OPENAI = DIALECTS[0]
 
 
 @dataclass(frozen=True)
@@ -233,93 +189,6 @@ class Load:
             if probe.extra_pids:  # redis-server: the gateway's work done in another process
                 run["extra_cpu_us_per_req"] = round(usage["extra_cpu_s"] / requests * 1e6, 1)
         return run
-
-
-# --- aiohttp client: preflight and time to first token --------------------------------------------
-
-
-async def preflight(url: str, dialect: Dialect) -> dict[str, Any]:
-    """One plain and one streamed request: the subject answers this dialect, or it is not measured."""
-    out: dict[str, Any] = {"ok": False}
-    timeout = aiohttp.ClientTimeout(total=15)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.post(url + dialect.path, json=dialect.body(False), headers=dialect.headers) as resp:
-            text = await resp.text()
-            out["status"] = resp.status
-            out["sample"] = text[:300]
-            if resp.status != 200:
-                out["error"] = f"HTTP {resp.status}: {text[:300]}"
-                return out
-            try:
-                choices = json.loads(text).get("choices")
-            except ValueError:
-                choices = None
-            if not choices:
-                out["error"] = f"answer without choices: {text[:300]}"
-                return out
-        async with session.post(url + dialect.path, json=dialect.body(True), headers=dialect.headers) as resp:
-            events = []
-            while line := await resp.content.readline():
-                if line.startswith(b"data:"):
-                    events.append(line[5:].strip())
-            out["stream_status"] = resp.status
-            out["stream_events"] = len(events)
-            out["stream_done"] = bool(events) and events[-1] == b"[DONE]"
-            out["stream_usage"] = any(b'"usage"' in e and b'"usage":null' not in e for e in events)
-            if resp.status != 200 or len(events) < CHUNKS:
-                out["error"] = f"stream: HTTP {resp.status}, {len(events)} data events (want ≥ {CHUNKS})"
-                return out
-    out["ok"] = True
-    return out
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-async def ttft(url: str, dialect: Dialect, samples: int) -> dict[str, Any]:
-    """Sequential streamed requests (concurrency 1): time to the response head, to the first ``data:``
-    event, and to the end of the stream. Not a throughput figure: the client's own cost is the same for
-    every subject and cancels out of the 'added' numbers."""
-    head, first, last = [], [], []
-    timeout = aiohttp.ClientTimeout(total=15)
-    connector = aiohttp.TCPConnector(limit=1)
-    body = json.dumps(dialect.body(True)).encode()
-    headers = {**dialect.headers, "Content-Type": "application/json"}
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for i in range(samples + 10):  # 10 warm-up requests, not kept
-            began = time.perf_counter()
-            async with session.post(url + dialect.path, data=body, headers=headers) as resp:
-                t_head = time.perf_counter()
-                t_first = None
-                while line := await resp.content.readline():
-                    if t_first is None and line.startswith(b"data:"):
-                        t_first = time.perf_counter()
-                t_last = time.perf_counter()
-                if resp.status != 200 or t_first is None:
-                    raise BenchError(f"TTFT request failed: HTTP {resp.status}")
-            if i >= 10:
-                head.append(t_head - began)
-                first.append(t_first - began)
-                last.append(t_last - began)
-
-    def ms(values: list[float]) -> dict[str, float]:
-        return {
-            "p50": round(statistics.median(values) * 1000, 3),
-            "p90": round(_pct(values, 90) * 1000, 3),
-            "p99": round(_pct(values, 99) * 1000, 3),
-        }
-
-    return {"samples": samples, "head_ms": ms(head), "first_token_ms": ms(first), "stream_end_ms": ms(last)}
-
-
-def run_async(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 # --- one subject ------------------------------------------------------------------------------------
