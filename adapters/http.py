@@ -91,14 +91,19 @@ class IdleWatch:
         self._handle.cancel()
 
 
+def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:
+    """A read cut after its first whole event, when more follows it."""
+    cut = chunk.find(b"\n\n") + 2
+    return (chunk[:cut], chunk[cut:]) if 1 < cut < len(chunk) else None
+
+
 def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     """A network read, split after the stream's first event when more follows and the rest will be
     decoded and re-encoded chunk by chunk: the first token then goes out without waiting for the work
     on the rest of a read that may hold the whole answer. (A relayed read's rest is one cheap frame.)"""
     if decoder.started or decoder.relaying:
         return (chunk,)
-    cut = chunk.find(b"\n\n") + 2
-    return (chunk[:cut], chunk[cut:]) if 1 < cut < len(chunk) else (chunk,)
+    return _split_first(chunk) or (chunk,)
 
 
 class HTTPUpstream:
@@ -303,12 +308,10 @@ class HTTPUpstream:
         the read opens with go out as one frame (the stream's first event is decoded on its own first:
         it is the stream's identity), and only the rest is parsed."""
         if decoder.relaying and parser.idle:
-            if not decoder.started:
-                first = chunk.find(b"\n\n") + 2
-                if first > 1:
-                    if self._read(parser.feed(chunk[:first]), decoder, batch):
-                        return True
-                    chunk = chunk[first:]
+            if not decoder.started and (parts := _split_first(chunk)) is not None:
+                if self._read(parser.feed(parts[0]), decoder, batch):
+                    return True
+                chunk = parts[1]
             run = decoder.relay_run(chunk) if parser.idle else None
             if run is not None:
                 batch.append(run[0])

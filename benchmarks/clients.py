@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.procs import BenchError
+from benchmarks.procs import BenchError, percentile
 
 WRK_DIR = Path(__file__).resolve().parent / "wrk"
 KEY = "gw-bench-0123456789abcdef"
@@ -98,11 +97,6 @@ async def preflight(url: str, dialect: Dialect) -> dict[str, Any]:
     return out
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 async def ttft(url: str, dialect: Dialect, samples: int) -> dict[str, Any]:
     """Sequential streamed requests (concurrency 1): time to the response head, to the first ``data:``
     event, and to the end of the stream. Not a throughput figure: the client's own cost is the same for
@@ -132,8 +126,8 @@ async def ttft(url: str, dialect: Dialect, samples: int) -> dict[str, Any]:
     def ms(values: list[float]) -> dict[str, float]:
         return {
             "p50": round(statistics.median(values) * 1000, 3),
-            "p90": round(_pct(values, 90) * 1000, 3),
-            "p99": round(_pct(values, 99) * 1000, 3),
+            "p90": round(percentile(sorted(values), 90) * 1000, 3),
+            "p99": round(percentile(sorted(values), 99) * 1000, 3),
         }
 
     return {"samples": samples, "head_ms": ms(head), "first_token_ms": ms(first), "stream_end_ms": ms(last)}

@@ -21,12 +21,13 @@ import argparse
 import asyncio
 import collections
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
+
+from benchmarks.procs import percentile
 
 GRACE_S = 10.0  # after the last request is issued, how long answers may still take
 TICK_S = 0.001
@@ -186,7 +187,7 @@ def _summary(
     us = sorted(x * 1e6 for x in latencies) or [0.0]
 
     def pct(q: float) -> int:
-        return int(us[min(len(us) - 1, max(0, math.ceil(q / 100 * len(us)) - 1))])
+        return int(percentile(us, q))
 
     return {
         "requests": len(latencies),

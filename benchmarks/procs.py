@@ -4,6 +4,7 @@ time of a process tree; memory; per-core busy time; pinning to cores."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import resource
 import shutil
@@ -19,6 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least ``q`` percent of ``ordered`` (sorted) at or below it."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
 def log(msg: str) -> None:
