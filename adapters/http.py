@@ -8,7 +8,6 @@ What a vendor's upstream is sent and how its answers read is its ``Wire`` (sans-
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from typing import Any
 import aiohttp
 import pydantic_core
 
+from adapters.timers import Bound, wheel
 from gateway.config import Target
 from gateway.core.errors import (
     DeadlineExceeded,
@@ -59,36 +59,37 @@ class StreamIdle(Exception):
 
 
 class IdleWatch:
-    """A stream's idle bound without a timer per read (a stream is hundreds of reads): one timer,
-    re-armed only when it fires. A read waiting longer than ``idle``, or any moment past the request's
-    deadline, fails the reader with ``StreamIdle``. Time the consumer spends between reads (a slow
-    client) does not count as idle."""
+    """A stream's idle bound without a timer per read (a stream is hundreds of reads): filed once in
+    the loop's ``Wheel``, re-filed only when it comes due. A read waiting longer than ``idle``, or any
+    moment past the request's deadline, fails the reader with ``StreamIdle``. Time the consumer
+    spends between reads (a slow client) does not count as idle."""
 
-    __slots__ = ("_handle", "_hard", "_idle", "_reader", "loop", "since")
+    __slots__ = ("_due", "_hard", "_idle", "_reader", "_wheel", "loop", "since")
 
     def __init__(self, reader: aiohttp.StreamReader, idle: float, remaining: float | None) -> None:
-        self.loop = asyncio.get_running_loop()
+        self._wheel = wheel()
+        self.loop = self._wheel.loop
         now = self.loop.time()
         self.since: float | None = None  # when the pending read began; None between reads
         self._reader = reader
         self._idle = idle
         self._hard = None if remaining is None else now + max(remaining, 0.0)
-        self._handle = self.loop.call_at(self._due(now), self._check)
+        self._file(now)
 
-    def _due(self, start: float) -> float:
+    def _file(self, start: float) -> None:
         due = start + self._idle
-        return due if self._hard is None else min(due, self._hard)
+        self._due = self._wheel.add(self, due if self._hard is None else min(due, self._hard), self._idle)
 
-    def _check(self) -> None:
+    def expire(self) -> None:
         now = self.loop.time()
         since = self.since
         if (self._hard is not None and now >= self._hard) or (since is not None and now >= since + self._idle):
             self._reader.set_exception(StreamIdle())
             return
-        self._handle = self.loop.call_at(self._due(now if since is None else since), self._check)
+        self._file(now if since is None else since)
 
     def cancel(self) -> None:
-        self._handle.cancel()
+        self._wheel.discard(self, self._due)
 
 
 def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:
@@ -236,14 +237,14 @@ class HTTPUpstream:
         return UpstreamTimeout(f"target '{self.name}': {what}")
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
-        # One timer for the exchange (asyncio.timeout, not wait_for, which makes a task per call): the
-        # first-byte bound until the head arrives, then moved to the total bound for the body.
+        # One bound for the exchange: the first-byte bound until the head arrives, then moved to the
+        # total bound for the body.
         headers_in = False
         try:
-            async with asyncio.timeout(self._timeout(call, self.target.timeouts.first_byte)) as timer:
+            with Bound(self._timeout(call, self.target.timeouts.first_byte)) as bound:
                 resp = await self._post(request, call)
                 headers_in = True
-                timer.reschedule(asyncio.get_running_loop().time() + self._timeout(call, self.target.timeouts.total))
+                bound.reschedule(self._timeout(call, self.target.timeouts.total))
                 try:
                     raw = await resp.read()
                 finally:
@@ -262,7 +263,7 @@ class HTTPUpstream:
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         try:
-            async with asyncio.timeout(self._timeout(call, self.target.timeouts.first_byte)):
+            with Bound(self._timeout(call, self.target.timeouts.first_byte)):
                 resp = await self._post(request, call)
         except TimeoutError:
             raise self._expired(call, "no response headers in time") from None

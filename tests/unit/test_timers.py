@@ -1,0 +1,79 @@
+"""Upstream call bounds on one shared wheel: they fire late by at most a grain, never early, never after
+their block has ended, and many bounds share one loop timer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.timers import MIN_GRAIN, Bound, wheel
+
+
+async def test_a_block_past_its_bound_is_cancelled_as_a_timeout() -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(TimeoutError), Bound(0.05):
+        await asyncio.sleep(5)
+    took = loop.time() - began
+    assert 0.05 <= took < 0.05 + MIN_GRAIN + 0.05
+
+
+async def test_a_block_within_its_bound_is_untouched_and_the_bound_is_gone_after_it() -> None:
+    with Bound(0.05):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # past the bound: a stale bound would cancel this task here
+    assert not wheel()._slots
+
+
+async def test_reschedule_moves_the_bound_from_now() -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(TimeoutError), Bound(0.05) as bound:
+        await asyncio.sleep(0.03)
+        bound.reschedule(0.1)
+        await asyncio.sleep(5)
+    assert loop.time() - began >= 0.13
+
+
+async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
+    async def bounded() -> None:
+        with Bound(5):
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(bounded())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_error_inside_the_block_is_not_turned_into_a_timeout() -> None:
+    with pytest.raises(KeyError), Bound(5):
+        raise KeyError("x")
+
+
+async def test_many_bounds_share_one_loop_timer_armed_for_the_earliest() -> None:
+    w = wheel()
+    first = Bound(0.2)
+    with first:
+        handle = w._handle
+        assert handle is not None
+        for _ in range(50):  # later bounds: filed, no timer of their own
+            with Bound(0.3):
+                assert w._handle is handle
+        with Bound(0.05):  # an earlier one re-arms the one timer
+            assert w._handle is not handle
+
+
+async def test_concurrent_bounds_each_fire_for_their_own_task_only() -> None:
+    async def work(seconds: float, bound: float) -> str:
+        try:
+            with Bound(bound):
+                await asyncio.sleep(seconds)
+        except TimeoutError:
+            return "timeout"
+        return "done"
+
+    results = await asyncio.gather(*(work(0.1 if i % 2 else 0.01, 0.05) for i in range(20)))
+    assert results == ["done", "timeout"] * 10
