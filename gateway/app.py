@@ -15,7 +15,7 @@ from aiohttp import web
 from adapters import PROVIDERS, build
 from backends import ENGINES
 from backends.replicas import ReplicaPool
-from gateway import admin, ops, status
+from gateway import admin, metrics, ops, status
 from gateway.auth import KeyRing
 from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.core.upstream import Upstream
@@ -142,12 +142,18 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await ops.probe(gw)
     for name, ok in sorted(gw.ready.items()):
         log.info("target %s: %s", name, "reachable" if ok else "unreachable")
-    task = asyncio.create_task(ops.prober(gw), name="prober")
+    tasks = [
+        asyncio.create_task(ops.prober(gw), name="prober"),
+        asyncio.create_task(metrics.flusher(), name="metrics-flusher"),
+    ]
     async with admission_running(gw.admission):
         yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    metrics.flush()
     await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
     if gw.redis is not None:
         await gw.redis.aclose()

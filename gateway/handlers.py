@@ -27,7 +27,7 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.logs import RequestLog
-from gateway.metrics import IN_FLIGHT
+from gateway.metrics import IN_FLIGHT, LevelTally
 from gateway.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -125,15 +125,26 @@ async def relay(
     return resp
 
 
+_IN_FLIGHT: dict[str, LevelTally] = {}
+
+
+def _in_flight(dialect: str) -> LevelTally:
+    """One level per dialect, shared by the routes that answer in it (a tally per route would set
+    the one gauge child from each in turn)."""
+    if dialect not in _IN_FLIGHT:
+        _IN_FLIGHT[dialect] = LevelTally(IN_FLIGHT.labels(dialect))
+    return _IN_FLIGHT[dialect]
+
+
 def make_handler(spec: RouteSpec) -> Handler:
-    in_flight = IN_FLIGHT.labels(spec.dialect.name)  # the route's dialect: counted before it is refined
+    in_flight = _in_flight(spec.dialect.name)  # the route's dialect: counted before it is refined
 
     async def handle(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         rid = request_id(request.headers)
         dialect = spec.dialect
         log = RequestLog(gw.access, rid, dialect.name)
-        in_flight.inc()
+        in_flight.n += 1
         try:
             data = loads(await read_body(request))
             dialect = dialect.select(data, request.headers)
@@ -178,7 +189,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             log.failed(internal)
             return error_response(dialect, internal, rid)
         finally:
-            in_flight.dec()
+            in_flight.n -= 1
             log.emit()
 
     return handle

@@ -4,7 +4,8 @@
 target, status, tokens, timings). Keys, prompts and completions never enter a record.
 
 One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
-line is a ``(time, fields)`` tuple appended to a deque, which the writer drains every
+line is its whole dict of fields appended to a deque (the writer's Python work takes the GIL from
+the loop on the same core, so it is one ``to_json`` a line and nothing more), drained every
 ``FLUSH_SECONDS`` (sooner once ``WRITE_BATCH`` lines wait). Waking a thread per line cost more than
 the rest of the request's logging (a futex wake and a GIL hand-off on a busy core, each request);
 a ``LogRecord`` with its handler locks costs more still, so the request line skips ``logging``.
@@ -23,7 +24,7 @@ import logging.handlers
 import sys
 import threading
 import time
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import pydantic_core
 
@@ -109,8 +110,9 @@ class LogWriter:
     def _line(self, item: object) -> str:
         if isinstance(item, logging.LogRecord):
             return self.formatter.format(item)
-        created, fields = cast(tuple[float, dict[str, object]], item)
-        return _json({"ts": round(created, 3), "level": "info", "logger": ACCESS_LOGGER, **fields})
+        if isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
+            return _json(item)
+        raise TypeError(f"not a log line: {type(item).__name__}")
 
     def _drain(self) -> None:
         pending, sink = self.sink.lines, self.sink
@@ -152,19 +154,19 @@ def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
 
 
 class _Series:
-    """The labelled children of one (bounded) label set, resolved once: ``labels()`` costs a lock and a
-    dict walk per call."""
+    """The tallies of one (bounded) label set, resolved once: ``labels()`` costs a lock and a dict
+    walk per call, and a tally's update is a few plain additions (``gateway.metrics``)."""
 
     __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
 
     def __init__(self, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
-        self.requests = m.REQUESTS.labels(dialect, model, provider, team, outcome)
-        self.duration = m.DURATION.labels(dialect, model)
-        self.overhead = m.OVERHEAD_SECONDS.labels(dialect)
-        self.ttft = m.TTFT.labels(dialect, model)
-        self.inter_token = m.INTER_TOKEN.labels(model)
-        self.prompt_tokens = m.TOKENS.labels(model, team, "prompt")
-        self.completion_tokens = m.TOKENS.labels(model, team, "completion")
+        self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome))
+        self.duration = m.HistogramTally(m.DURATION.labels(dialect, model))
+        self.overhead = m.HistogramTally(m.OVERHEAD_SECONDS.labels(dialect))
+        self.ttft = m.HistogramTally(m.TTFT.labels(dialect, model))
+        self.inter_token = m.HistogramTally(m.INTER_TOKEN.labels(model))
+        self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"))
+        self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"))
 
 
 _SERIES: dict[tuple[str, str, str, str, str], _Series] = {}
@@ -271,6 +273,9 @@ class RequestLog:
         if not self.logger.isEnabledFor(logging.INFO):
             return
         fields: dict[str, object] = {
+            "ts": round(time.time(), 3),
+            "level": "info",
+            "logger": ACCESS_LOGGER,
             "event": "request",
             "request_id": self.rid,
             "dialect": self.dialect,
@@ -291,7 +296,7 @@ class RequestLog:
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
         if _sink is not None:
-            _sink.put((time.time(), fields))
+            _sink.put(fields)
         else:
             self.logger.info("request", extra={"fields": fields})
 
@@ -303,7 +308,7 @@ class RequestLog:
         series = _SERIES.get(key)
         if series is None:
             series = _SERIES[key] = _Series(*key)
-        series.requests.inc()
+        series.requests.n += 1
         series.duration.observe(duration)
         series.overhead.observe(overhead)
         if self.ttft is not None:
@@ -311,9 +316,9 @@ class RequestLog:
             if self.chunks > 1:
                 series.inter_token.observe((self.last_chunk - self.started - self.ttft) / (self.chunks - 1))
         if self.prompt_tokens is not None:
-            series.prompt_tokens.inc(self.prompt_tokens)
+            series.prompt_tokens.n += self.prompt_tokens
         if self.completion_tokens is not None:
-            series.completion_tokens.inc(self.completion_tokens)
+            series.completion_tokens.n += self.completion_tokens
         if self.attempt.tries > 1:
             m.RETRIES.labels(model).inc(self.attempt.tries - 1)
         for target in self.attempt.cooled:

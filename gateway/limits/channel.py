@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from gateway.metrics import REDIS_LATENCY
+from gateway.metrics import REDIS_ROUND_TRIPS
 
 _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
@@ -101,4 +101,4 @@ class ScriptChannel:
                 future.cancel()
             raise
         self.round_trips += 1
-        REDIS_LATENCY.observe(time.perf_counter() - began)
+        REDIS_ROUND_TRIPS.observe(time.perf_counter() - began)

@@ -24,7 +24,7 @@ from gateway.core.errors import GatewayError
 from gateway.limits import scripts
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
-from gateway.metrics import REDIS_LATENCY, REDIS_UP
+from gateway.metrics import REDIS_ROUND_TRIPS, REDIS_UP
 
 log = logging.getLogger("gateway.limits")
 
@@ -97,7 +97,7 @@ class RedisLimiter:
         if self._channel is None:
             began = time.perf_counter()
             result = await script(keys=keys, args=[args])
-            REDIS_LATENCY.observe(time.perf_counter() - began)
+            REDIS_ROUND_TRIPS.observe(time.perf_counter() - began)
             return result
         return await self._reply(script, keys, args, self._send(script, keys, args))
 

@@ -122,8 +122,13 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
                     assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
             async with session.post(url + "/v1/completions", json={"model": "m"}, headers=headers) as r:
                 assert r.status == 400
-            async with session.get(url + "/metrics") as r:
-                text = await r.text()
+            # Each worker adds its tallies to the shared files at least every second (gateway.metrics).
+            for _ in range(30):
+                async with session.get(url + "/metrics") as r:
+                    text = await r.text()
+                if f'gateway_overhead_seconds_count{{dialect="openai"}} {K + 1}.0' in text:
+                    break
+                await asyncio.sleep(0.1)
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) == 2
     finally:

@@ -68,7 +68,7 @@ def test_lines_are_written_within_the_flush_interval_without_a_wake_up() -> None
 def test_a_full_batch_wakes_the_writer() -> None:
     sink = LogSink()
     for i in range(logs.WRITE_BATCH + 1):
-        sink.put((0.0, {"n": i}))
+        sink.put({"n": i})
     assert sink.wake.is_set()
 
 
@@ -76,7 +76,7 @@ def test_lines_past_the_bound_are_dropped_and_reported(monkeypatch: pytest.Monke
     monkeypatch.setattr(logs, "MAX_PENDING", 5)
     sink = LogSink()
     for i in range(8):
-        sink.put((0.0, {"n": i}))
+        sink.put({"n": i})
     assert len(sink.lines) == 5 and sink.dropped == 3
     out = io.StringIO()
     writer = LogWriter(sink, out)
@@ -90,7 +90,7 @@ def test_lines_past_the_bound_are_dropped_and_reported(monkeypatch: pytest.Monke
 def test_a_line_that_cannot_be_formatted_does_not_end_logging() -> None:
     sink = LogSink()
     sink.put(("not a time", "not fields"))
-    sink.put((0.0, {"n": 1}))
+    sink.put({"n": 1})
     out = io.StringIO()
     writer = LogWriter(sink, out)
     writer.start()

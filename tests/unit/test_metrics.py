@@ -1,0 +1,65 @@
+"""Tallies: what a scrape shows after ``flush`` is what prometheus-client's own updates would show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway import metrics
+from gateway.metrics import CountTally, HistogramTally, LevelTally
+
+BUCKETS = (0.001, 0.01, 0.1, 1.0)
+VALUES = [0.0, 0.0005, 0.001, 0.0011, 0.01, 0.05, 0.1, 1.0, 1.5, 99.0, 0.01]
+
+
+def pair(kind: Any, **kw: Any) -> tuple[CollectorRegistry, Any, CollectorRegistry, Any]:
+    direct, tallied = CollectorRegistry(), CollectorRegistry()
+    a = kind("m", "doc", ["l"], registry=direct, **kw).labels("x")
+    b = kind("m", "doc", ["l"], registry=tallied, **kw).labels("x")
+    return direct, a, tallied, b
+
+
+def exposition(registry: CollectorRegistry) -> list[str]:
+    # _created lines carry the creation time, which differs between the two registries
+    return [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
+
+
+def test_a_histogram_tally_fills_the_same_buckets_and_sum_as_observe() -> None:
+    direct, child, tallied, other = pair(Histogram, buckets=BUCKETS)
+    tally = HistogramTally(other)
+    for v in VALUES:
+        child.observe(v)
+        tally.observe(v)
+    assert exposition(tallied) != exposition(direct)  # nothing shows before the flush
+    metrics.flush()
+    assert exposition(tallied) == exposition(direct)
+    metrics.flush()  # a second flush adds nothing
+    assert exposition(tallied) == exposition(direct)
+    tally.observe(0.5)
+    child.observe(0.5)
+    metrics.flush()
+    assert exposition(tallied) == exposition(direct)
+
+
+def test_a_count_tally_adds_its_increments_once() -> None:
+    direct, child, tallied, other = pair(Counter)
+    tally = CountTally(other)
+    for n in (1, 5, 2):
+        child.inc(n)
+        tally.n += n
+    metrics.flush()
+    metrics.flush()
+    assert exposition(tallied) == exposition(direct)
+
+
+@pytest.mark.parametrize("moves", [[1, 1, -1], [1, -1], [3, -1, -1, -1]])
+def test_a_level_tally_sets_the_gauge_to_its_level(moves: list[int]) -> None:
+    direct, child, tallied, other = pair(Gauge)
+    tally = LevelTally(other)
+    for n in moves:
+        child.inc(n)
+        tally.n += n
+    metrics.flush()
+    assert exposition(tallied) == exposition(direct)
