@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied
+from gateway.core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Principal:
     key_id: str
     team: str

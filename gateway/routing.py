@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.core.errors import NoHealthyTarget, NotFound
+from gateway.core.records import record
 from gateway.core.upstream import Upstream
 
 FAILURES_TO_COOL = 3
@@ -56,7 +57,7 @@ class Route:
         self.label = self.label or self.public
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resolved:
     route: Route
     adapter: str | None = None

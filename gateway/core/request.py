@@ -11,9 +11,11 @@ What does not belong here: any wire format, any web framework, any vendor name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any, Literal
+
+from gateway.core.records import record
 
 JSON = Any
 PromptItem = str | tuple[int, ...]
@@ -75,7 +77,7 @@ class Feature(StrEnum):
 StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StructuredOutput:
     """One output constraint. ``value`` is a JSON schema (object), a pattern, a grammar or choices."""
 
@@ -83,7 +85,7 @@ class StructuredOutput:
     value: JSON = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BeamSearch:
     num_beams: int
     length_penalty: float | None = None
@@ -91,7 +93,7 @@ class BeamSearch:
     search_type: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sampling:
     """Generation controls. ``None`` always means "not asked for": the target's own default."""
 
@@ -132,7 +134,7 @@ class Sampling:
     output_logits: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatMessage:
     role: str
     content: str | tuple[JSON, ...] | None
@@ -141,7 +143,7 @@ class ChatMessage:
     tool_call_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatOptions:
     """Chat-only controls, forwarded as given to targets that declare the feature."""
 
@@ -151,13 +153,13 @@ class ChatOptions:
     reasoning: Mapping[str, JSON] | None = None  # reasoning_effort, chat_template_kwargs, ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EmbeddingReplacement:
     positions: tuple[int, ...]
     values: tuple[float, ...]  # flattened rows, len = len(positions) * hidden size
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InternalRequest:
     operation: Operation
     model: str

@@ -13,11 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NewType
 
+from gateway.core.records import record
+
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "abort"]
 FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "content_filter", "tool_calls", "abort"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TokenLogprob:
     token: str
     logprob: float
@@ -25,7 +27,7 @@ class TokenLogprob:
     bytes: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -63,7 +65,7 @@ class Completion:
 # --- stream events -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StreamStart:
     """First event of every stream: the identity every chunk repeats."""
 
@@ -73,7 +75,7 @@ class StreamStart:
     system_fingerprint: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Delta:
     index: int
     text: str = ""
@@ -84,14 +86,14 @@ class Delta:
     reasoning: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finish:
     index: int
     reason: FinishReason
     seed: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageReport:
     usage: Usage
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.core.records import record
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Call:
     request_id: str
     deadline: float | None = None  # time.monotonic() value; None = no client deadline

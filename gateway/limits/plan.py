@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
 
 CHARS_PER_TOKEN = 4  # a deliberately generous estimate for reservation; settlement corrects it
@@ -26,7 +27,7 @@ class LimitValues:
     concurrency: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Check:
     key: str
     kind: str  # rpm | tpm | conc

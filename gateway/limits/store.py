@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.core.errors import GatewayError
+from gateway.core.records import record
 from gateway.limits import scripts
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
@@ -35,7 +36,7 @@ class LimitsUnavailable(GatewayError):
     retryable = True
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Settlement:
     """One finished request: its plan, the token correction (actual - estimate) and its usage."""
 
@@ -45,7 +46,7 @@ class Settlement:
     completion: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Refusal:
     check: Check
     retry_after: float | None  # seconds; None: the request can never fit this limit
