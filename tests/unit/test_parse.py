@@ -282,3 +282,14 @@ def test_explicit_nulls_mean_not_given() -> None:
     }
     r = parse(FRIENDLI_2024, body)
     assert r.features == frozenset() and r.sampling.n == 1
+
+
+@pytest.mark.parametrize("operation", [Operation.COMPLETION, Operation.CHAT])
+def test_a_body_without_vllm_sampling_fields_parses_as_one_that_names_them_null(operation: Operation) -> None:
+    """The shortcut for bodies that name none of vLLM's sampling extensions gives what the full
+    reading gives (a field sent as null takes the full reading)."""
+    base: dict[str, Any] = {"model": "m", "max_tokens": 5}
+    base |= {"prompt": "hi"} if operation is Operation.COMPLETION else {"messages": [{"role": "user", "content": "hi"}]}
+    nulls = dict.fromkeys(["top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "bad_words"], None)
+    nulls |= {"ignore_eos": None, "include_stop_str_in_output": None}
+    assert OPENAI.parse(operation, base, "") == OPENAI.parse(operation, base | nulls, "")

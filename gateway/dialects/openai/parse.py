@@ -114,7 +114,27 @@ def structured_from_format(rf: ResponseFormat | None, fs: FeatureSet) -> Structu
     raise InvalidRequest(f"'response_format.type' {rf.type!r} is not supported", param="response_format.type")
 
 
+VLLM_SAMPLING_FIELDS = frozenset(
+    {"top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "bad_words", "ignore_eos"}
+    | {"include_stop_str_in_output"}
+)
+NO_VLLM_SAMPLING: dict[str, Any] = {
+    "top_k": None,
+    "min_p": None,
+    "repetition_penalty": None,
+    "min_tokens": None,
+    "stop_token_sequences": (),
+    "bad_words": (),
+    "ignore_eos": False,
+    "include_stop_str_in_output": False,
+}
+
+
 def vllm_extras(b: VLLMExtras, fs: FeatureSet) -> dict[str, Any]:
+    """vLLM's sampling extensions; most requests name none of them (callers merge, never change, the
+    shared answer)."""
+    if VLLM_SAMPLING_FIELDS.isdisjoint(b.model_fields_set):
+        return NO_VLLM_SAMPLING
     fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))
     fs.use(Feature.MIN_P, "min_p", b.min_p not in (None, 0))
     fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
