@@ -75,7 +75,7 @@ def estimate_prompt(request: InternalRequest) -> int:
 
 
 def estimate_tokens(request: InternalRequest) -> int:
-    """The prompt plus the most the answer may use, for every choice."""
+    """The prompt plus the most the answer may use, for every choice (``build`` inlines it)."""
     most = request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
     return estimate_prompt(request) + most * request.choice_count
 
@@ -91,11 +91,24 @@ def checks_for(prefix: str, scope: str, values: LimitValues, estimate: int, leas
     return out
 
 
+_current_usage_keys: dict[str, tuple[int, str]] = {}  # team -> (hour, its key): one f-string an hour
+
+
+def current_usage_key(team: str) -> str:
+    hour = int(time.time() // USAGE_BUCKET_SECONDS)
+    known = _current_usage_keys.get(team)
+    if known is None or known[0] != hour:
+        known = _current_usage_keys[team] = (hour, usage_key(team, hour * USAGE_BUCKET_SECONDS))
+    return known[1]
+
+
 def build(
     team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues, request: InternalRequest, lease: str
 ) -> Plan:
-    estimate = estimate_tokens(request)
+    prompt = estimate_prompt(request)
+    estimate = prompt + (request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE) * request.choice_count
     base = tag(team)
     checks = checks_for(base, "team", team_limits, estimate, lease)
-    checks += checks_for(f"{base}:key:{key_id}", "key", key_limits, estimate, lease)
-    return Plan(team, key_id, checks, estimate, estimate_prompt(request), lease, usage_key(team))
+    if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits
+        checks += checks_for(f"{base}:key:{key_id}", "key", key_limits, estimate, lease)
+    return Plan(team, key_id, checks, estimate, prompt, lease, current_usage_key(team))

@@ -157,6 +157,9 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
+
+
 @dataclass(slots=True)
 class LocalLimiter:
     """The same algorithms in process memory. ``divisor`` shares each limit among replicas."""
@@ -166,6 +169,7 @@ class LocalLimiter:
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     leases: dict[str, dict[str, float]] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
 
     def _limit(self, check: Check) -> int:
         return max(1, math.ceil(check.limit / self.divisor))
@@ -220,10 +224,14 @@ class LocalLimiter:
             elif c.kind == "conc":
                 self.leases.get(c.key, {}).pop(c.param, None)
         counts = self.counters.setdefault(plan.usage_key, {})
-        for name, value in (("requests", 1), ("prompt_tokens", prompt), ("completion_tokens", completion)):
+        names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
+        for (name, kname), value in zip(names, (1, prompt, completion), strict=True):
             counts[name] = counts.get(name, 0) + value
-            kname = f"key:{plan.key_id}:{name}"
             counts[kname] = counts.get(kname, 0) + value
+
+    def _key_names(self, key_id: str) -> list[tuple[str, str]]:
+        names = self._names[key_id] = [(name, f"key:{key_id}:{name}") for name in USAGE_FIELDS]
+        return names
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         now = time.monotonic() * 1000
