@@ -10,7 +10,6 @@ stream has produced its first event, the client owns it: errors after that go ou
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gateway.capabilities import fit
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
+from gateway.core.records import replace
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
@@ -49,8 +49,7 @@ def _seeded(request: InternalRequest, upstream: Upstream) -> InternalRequest:
     so the reported seed is the one the upstream really used."""
     if not request.want_seed or request.sampling.seeds is not None or Feature.SEED not in upstream.features:
         return request
-    sampling = dataclasses.replace(request.sampling, seeds=(random.getrandbits(31),))
-    return dataclasses.replace(request, sampling=sampling)
+    return replace(request, sampling=replace(request.sampling, seeds=(random.getrandbits(31),)))
 
 
 def _candidates(

@@ -293,3 +293,13 @@ def test_a_body_without_vllm_sampling_fields_parses_as_one_that_names_them_null(
     nulls = dict.fromkeys(["top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "bad_words"], None)
     nulls |= {"ignore_eos": None, "include_stop_str_in_output": None}
     assert OPENAI.parse(operation, base, "") == OPENAI.parse(operation, base | nulls, "")
+
+
+def test_friendli_bodies_without_token_lists_or_lengths_parse_as_ones_naming_them_null() -> None:
+    base: dict[str, Any] = {"model": "m", "prompt": "hi", "max_tokens": 5}
+    names = ["stop_tokens", "bad_word_tokens", "bad_words", "forced_output_tokens", "stop", "max_total_tokens"]
+    names += ["min_total_tokens", "min_tokens", "no_repeat_ngram", "encoder_repetition_penalty"]
+    nulls = dict.fromkeys([*names, "encoder_no_repeat_ngram"], None)
+    assert FRIENDLI.parse(Operation.COMPLETION, base, "serverless") == FRIENDLI.parse(
+        Operation.COMPLETION, base | nulls, "serverless"
+    )

@@ -155,7 +155,26 @@ def _samplers(b: FriendliCompletionBody | FriendliChatBody, fs: FeatureSet) -> d
     }
 
 
+TOKEN_LIST_FIELDS = frozenset({"stop_tokens", "bad_word_tokens", "bad_words", "forced_output_tokens", "stop"})
+NO_TOKEN_LISTS: dict[str, Any] = {
+    "stop": (),
+    "stop_token_sequences": (),
+    "bad_words": (),
+    "bad_word_tokens": (),
+    "forced_output_tokens": (),
+}
+LENGTH_FIELDS = frozenset(
+    {"max_total_tokens", "min_total_tokens", "min_tokens", "no_repeat_ngram", "encoder_repetition_penalty"}
+    | {"encoder_no_repeat_ngram"}
+)
+NO_LENGTHS: dict[str, Any] = dict.fromkeys(
+    ["max_total_tokens", "min_total_tokens", "no_repeat_ngram", "encoder_repetition_penalty", "encoder_no_repeat_ngram"]
+)
+
+
 def _token_lists(b: FriendliCompletionBody, fs: FeatureSet) -> dict[str, Any]:
+    if TOKEN_LIST_FIELDS.isdisjoint(b.model_fields_set):  # most bodies: the shared answer, merged not changed
+        return NO_TOKEN_LISTS
     stop_seqs = tuple(tuple(s.tokens) for s in b.stop_tokens or ())
     bad_seqs = tuple(tuple(s.tokens) for s in b.bad_word_tokens or ())
     fs.use(Feature.STOP_TOKEN_IDS, "stop_tokens", stop_seqs and all(len(s) == 1 for s in stop_seqs))
@@ -174,6 +193,8 @@ def _token_lists(b: FriendliCompletionBody, fs: FeatureSet) -> dict[str, Any]:
 
 
 def _lengths(b: FriendliCompletionBody, fs: FeatureSet, so: StructuredOutput | None) -> dict[str, Any]:
+    if LENGTH_FIELDS.isdisjoint(b.model_fields_set):  # only max_tokens, if anything: nothing to cross-check
+        return {"max_tokens": b.max_tokens} | NO_LENGTHS
     exclusive(b, "max_tokens", "max_total_tokens")
     exclusive(b, "min_tokens", "min_total_tokens")
     if so is not None and b.min_tokens:
