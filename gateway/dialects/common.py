@@ -67,6 +67,11 @@ def invalid_from(exc: pydantic.ValidationError) -> InvalidRequest:
     return InvalidRequest(f"'{field}': {err['msg']}", param=field or None)
 
 
+def without(body: M, name: str) -> M:
+    """``body`` with the field ``name`` unset, copied only when it is set (a copy costs microseconds)."""
+    return body if getattr(body, name) is None else body.model_copy(update={name: None})
+
+
 def validate(model: type[M], data: JSON) -> M:
     try:
         return model.model_validate(data)

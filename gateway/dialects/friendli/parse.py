@@ -19,7 +19,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, exclusive, stop_list, validate
+from gateway.dialects.common import FeatureSet, exclusive, stop_list, validate, without
 from gateway.dialects.friendli.schema import (
     FriendliChatBody,
     FriendliCompletionBody,
@@ -271,7 +271,7 @@ def parse_chat(data: dict[str, JSON], flavour: str) -> InternalRequest:
     fs = FeatureSet()
     model, adapter = model_and_adapter(b.model, flavour)
     fs.use(Feature.ADAPTER, "model", adapter)
-    kw = oai.chat_sampling(b.model_copy(update={"response_format": None}), fs) | _samplers(b, fs)
+    kw = oai.chat_sampling(without(b, "response_format"), fs) | _samplers(b, fs)
     kw["structured"] = structured(b.response_format, fs)
     if kw["structured"] is not None and b.tools:
         # Friendli refuses this pair with 422 (dialects.md §2.5)

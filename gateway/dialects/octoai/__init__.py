@@ -16,7 +16,7 @@ from pydantic import Field
 from gateway.core.errors import GatewayError, InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import FeatureSet, validate
+from gateway.dialects.common import FeatureSet, validate, without
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
 from gateway.dialects.openai.schema import ChatBody, CompletionBody, ResponseFormat
@@ -59,7 +59,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     b = validate(OctoExtras, data)
     fs = FeatureSet()
     items = oai.prompts(b.prompt, fs)
-    kw = oai.completion_sampling(b.model_copy(update={"best_of": None}), fs) | oai.vllm_extras(b, fs)
+    kw = oai.completion_sampling(without(b, "best_of"), fs) | oai.vllm_extras(b, fs)
     if b.best_of is not None:  # OctoAI allows best_of == n (seed 003)
         oai.choices(b.n, b.best_of, bool(b.stream), fs)
         kw["best_of"] = b.best_of
@@ -85,7 +85,7 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
     b = validate(OctoChatBody, data)
     fs = FeatureSet()
     rf = b.response_format
-    kw = oai.chat_sampling(b.model_copy(update={"response_format": None}), fs) | _common(b, fs)
+    kw = oai.chat_sampling(without(b, "response_format"), fs) | _common(b, fs)
     if rf is not None and rf.type == "json_object" and isinstance(rf.schema_, dict):
         # OctoAI's JSON mode carries the schema inline as an object (dialects.md §4.6)
         fs.use(Feature.JSON_SCHEMA, "response_format")

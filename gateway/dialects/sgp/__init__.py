@@ -17,7 +17,7 @@ from pydantic import Field
 from gateway.core.errors import GatewayError, InvalidRequest, RequestError
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import Body, FeatureSet, dumps, stop_list, validate
+from gateway.dialects.common import Body, FeatureSet, dumps, stop_list, validate, without
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
 from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, Penalty, ResponseFormat
@@ -198,7 +198,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
 def parse_chat(data: dict[str, JSON]) -> InternalRequest:
     b = validate(SGPChatBody, data)
     fs = FeatureSet()
-    kw = oai.chat_sampling(b.model_copy(update={"response_format": None}), fs)
+    kw = oai.chat_sampling(without(b, "response_format"), fs)
     kw["structured"] = guided(b, b.response_format, fs)
     fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))
     kw["top_k"] = b.top_k if b.top_k not in (None, 0, -1) else None
