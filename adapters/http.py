@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import pydantic_core
 
-from adapters.timers import Bound, wheel
 from gateway.config import Target
 from gateway.core.errors import (
     DeadlineExceeded,
@@ -31,6 +30,7 @@ from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
+from gateway.timers import Bound, wheel
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")

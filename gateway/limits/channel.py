@@ -12,12 +12,15 @@ own. redis-py still connects, authenticates, selects the database, times out and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.metrics import REDIS_ROUND_TRIPS
+from gateway.timers import Bound
 
 _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
@@ -33,6 +36,8 @@ def pack(*parts: bytes) -> bytes:
 class ScriptChannel:
     def __init__(self, client: Any) -> None:
         self._pool = client.connection_pool
+        # redis-py's per-read bound (the configured Redis timeout) becomes this channel's per round trip
+        self._timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
         self._conn: Any = None
         self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._sending = False  # a sender is scheduled or running: it takes everything queued
@@ -83,16 +88,24 @@ class ScriptChannel:
         try:
             if self._conn is None:
                 # held for good: the pool's disconnect() at shutdown closes it with the rest
-                self._conn = await self._pool.get_connection()
-            await self._conn.send_packed_command(b"".join([command for command, _ in batch]), check_health=False)
-            for _, future in batch:
-                try:
-                    reply = await self._conn.read_response()
-                except ResponseError as exc:  # read whole: the connection stays in step
-                    reply = exc
-                if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
-                    future.set_result(reply)
-        except Exception as exc:  # redis-py has disconnected; the next round trip connects again
+                conn = await self._pool.get_connection()
+                # The round trip is bounded as a whole: redis-py would arm a loop timer for each reply
+                # read and make a task for each send (wait_for).
+                conn.socket_timeout = None
+                self._conn = conn
+            with Bound(self._timeout) if self._timeout else contextlib.nullcontext():
+                await self._conn.send_packed_command(b"".join([command for command, _ in batch]), check_health=False)
+                for _, future in batch:
+                    try:
+                        reply = await self._conn.read_response()
+                    except ResponseError as exc:  # read whole: the connection stays in step
+                        reply = exc
+                    if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
+                        future.set_result(reply)
+        except Exception as exc:  # redis-py has disconnected (a bound cut the read short, too); the
+            # next round trip connects again
+            if isinstance(exc, TimeoutError):  # the bound's: told as redis-py tells its own
+                exc = RedisTimeoutError(f"Redis round trip over {self._timeout} s")
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)

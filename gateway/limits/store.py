@@ -10,7 +10,6 @@ with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
@@ -18,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import pydantic_core
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.core.errors import GatewayError
@@ -65,7 +65,7 @@ class Limiter(Protocol):
 
 
 def _args(plan: Plan, *extra: str | int) -> bytes:
-    return json.dumps([*([c.kind, c.limit, c.param] for c in plan.checks), *extra]).encode()
+    return pydantic_core.to_json([*([c.kind, c.limit, c.param] for c in plan.checks), *extra])
 
 
 class RedisLimiter:
