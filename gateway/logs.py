@@ -31,7 +31,7 @@ import pydantic_core
 from gateway import metrics as m
 from gateway.auth import Principal
 from gateway.core.errors import GatewayError
-from gateway.core.response import Completion, Delta, StreamEvent, UsageReport
+from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
 from gateway.dispatch import Attempt
 from gateway.limits.plan import Plan
 
@@ -228,9 +228,9 @@ class RequestLog:
         now = 0.0
         for event in events:
             chunks = 1
-            if isinstance(event, bytes):  # a relayed Frame: one or more chunks, each a one-line SSE event
+            if isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
                 # not looked into: one token per chunk, as a delta without ids
-                tokens = chunks = event.count(b"\n") // 2
+                tokens = chunks = event.chunks
             elif isinstance(event, Delta):
                 tokens = len(event.token_ids) or 1
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NewType
+from typing import Any, Literal
 
 from gateway.core.records import record
 
@@ -98,12 +98,20 @@ class UsageReport:
     usage: Usage
 
 
-# Upstream chunks already in the client's own stream format (``InternalRequest.relay``), framed and
-# written as they came: a same-format stream skips decoding and re-encoding. One frame holds one or
-# more whole one-line SSE events, one chunk each (half its newlines). Finishes, usage and
-# errors never come as frames, so what is accounted for still arrives as events. Plain bytes (a
-# wrapper per chunk would cost as much as the checks that let it through).
-Frame = NewType("Frame", bytes)
+class Frame(bytes):
+    """Upstream chunks already in the client's own stream format (``InternalRequest.relay``), framed
+    and written as they came: a same-format stream skips decoding and re-encoding. One frame holds one
+    or more whole one-line SSE events, one chunk each: ``chunks`` (counted once, where the frame is
+    cut; counting again costs a scan of the frame). Finishes, usage and errors never come as frames,
+    so what is accounted for still arrives as events."""
+
+    chunks: int = 1
+
+    @classmethod
+    def of(cls, data: bytes, chunks: int) -> Frame:
+        frame = cls(data)
+        frame.chunks = chunks
+        return frame
 
 
 StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame

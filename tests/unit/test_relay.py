@@ -12,7 +12,7 @@ import pytest
 from adapters.http import HTTPUpstream, _first_apart
 from gateway.config import parse_config
 from gateway.core.request import InternalRequest, Operation, Sampling
-from gateway.core.response import StreamEvent, UsageReport
+from gateway.core.response import Frame, StreamEvent, UsageReport
 from gateway.core.upstream import Upstream
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
@@ -142,8 +142,9 @@ def test_a_whole_stream_in_one_read_decodes_its_first_and_last_chunks_and_runs_t
     decoder, parser, batch = OPENAI_WIRE.reader(request), SSEParser(), cast(list[StreamEvent], [])
     read = sse(PLAIN, PLAIN, PLAIN, FINISH, USAGE) + b"data: [DONE]\n\n"
     assert upstream._take(read[:-5], parser, decoder, batch) is False  # "[DONE]" cut short
-    assert [type(e).__name__ for e in batch] == ["StreamStart", "Delta", "bytes", "Finish"]
+    assert [type(e).__name__ for e in batch] == ["StreamStart", "Delta", "Frame", "Finish"]
     assert batch[2] == sse(*[PLAIN.replace(',"usage":null', "")] * 2)  # the client asked for no usage
+    assert cast(Frame, batch[2]).chunks == 2  # counted where it was cut, for the log and the token count
     assert upstream._take(read[-5:], parser, decoder, batch) is True
     assert isinstance(batch[-1], UsageReport) and batch[-1].usage.completion_tokens == 2
 

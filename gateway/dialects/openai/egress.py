@@ -300,7 +300,7 @@ class ChunkDecoder:
             return None
         if self.strip_usage:
             run = run.replace(b',"usage":null', b"")
-        return Frame(run), end
+        return Frame.of(run, newlines // 2), end
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):
