@@ -321,9 +321,10 @@ class HTTPUpstream:
 
     def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
         """Decode one network read's events into ``batch``; True when the stream's end was seen."""
+        relaying = decoder.relaying  # most decoded streams never relay: no call per chunk to learn it
         for event in events:
             data = event.data
-            if event.event is None:
+            if event.event is None and relaying:
                 frame = decoder.relay(data)
                 if frame is not None:
                     batch.append(frame)
