@@ -30,6 +30,30 @@ class SSEParser:
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:  # CRLF framing; a CR ending the buffer stays in the unfinished line
             buffer = buffer.replace(b"\r\n", b"\n")
+        if not self._data and self._event is None:
+            events = self._one_line_events(buffer)
+            if events is not None:
+                return events
+        return self._lines(buffer)
+
+    def _one_line_events(self, buffer: bytes) -> list[Event] | None:
+        """What nearly every upstream sends, read event by event: each whole event one ``data: `` line
+        (half the splits and tests of reading line by line). None, with nothing consumed, when any
+        whole event in ``buffer`` is framed otherwise: the line reader then takes the buffer."""
+        pieces = buffer.split(b"\n\n")
+        rest = pieces.pop()  # the unfinished event waits for the rest
+        # The whole events' newlines are exactly their separators: no event has a second line.
+        if buffer.count(b"\n", 0, len(buffer) - len(rest)) != 2 * len(pieces):
+            return None
+        events: list[Event] = []
+        for piece in pieces:
+            if not piece.startswith(b"data: "):
+                return None
+            events.append(tuple.__new__(Event, (piece[6:], None)))
+        self._buffer = rest
+        return events
+
+    def _lines(self, buffer: bytes) -> list[Event]:
         # One split per network read, not a slice per line: a read can carry a whole stream's events.
         lines = buffer.split(b"\n")
         self._buffer = lines.pop()  # the unfinished last line waits for the rest
@@ -54,9 +78,9 @@ class SSEParser:
 
     def close(self) -> list[Event]:
         """The stream ended: a final event not followed by a blank line still counts."""
-        events = self.feed(b"\n") if self._buffer else []
+        events = self._lines((self._buffer + b"\n").replace(b"\r\n", b"\n")) if self._buffer else []
         if self._data:
-            events += self.feed(b"\n")  # the blank line the stream never sent
+            events += self._lines(b"\n")  # the blank line the stream never sent
         return events
 
     def _field(self, line: bytes) -> None:

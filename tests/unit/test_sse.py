@@ -36,3 +36,50 @@ def test_any_split_gives_the_same_events(payloads: list[str], eol: bytes, data: 
         last = cut
     events += parser.close()
     assert [e.data.decode() for e in events] == payloads
+
+
+LINE = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+KIND = st.one_of(
+    st.tuples(st.just("data"), LINE),
+    st.tuples(st.just("lines"), st.lists(LINE, min_size=2, max_size=3)),
+    st.tuples(st.just("named"), st.text(alphabet="abcxyz_", min_size=1, max_size=6), LINE),
+    st.tuples(st.just("comment"), LINE, LINE),
+    st.tuples(st.just("ping"), LINE),
+    st.tuples(st.just("nospace"), LINE),
+)
+
+
+@given(st.lists(KIND, max_size=10), st.sampled_from([b"\n", b"\r\n"]), st.data())
+def test_one_line_events_and_every_other_framing_mixed_in_any_split(
+    kinds: list[tuple[object, ...]], eol: bytes, data: st.DataObject
+) -> None:
+    """Reads of one-line events take the event-by-event path; anything else in a read sends the whole
+    read through the line reader: the events are the same, however the stream is cut."""
+    raw, want = b"", []
+    for kind, *parts in kinds:
+        if kind == "data":
+            raw += b"data: " + str(parts[0]).encode() + eol + eol
+            want.append(Event(str(parts[0]).encode()))
+        elif kind == "lines":
+            lines = [str(p).encode() for p in parts[0]]  # type: ignore[attr-defined]
+            raw += b"".join(b"data: " + line + eol for line in lines) + eol
+            want.append(Event(b"\n".join(lines)))
+        elif kind == "named":
+            raw += b"event: " + str(parts[0]).encode() + eol + b"data: " + str(parts[1]).encode() + eol + eol
+            want.append(Event(str(parts[1]).encode(), str(parts[0])))
+        elif kind == "comment":  # a comment line, then a one-line event
+            raw += b": " + str(parts[0]).encode() + eol + b"data: " + str(parts[1]).encode() + eol + eol
+            want.append(Event(str(parts[1]).encode()))
+        elif kind == "ping":  # a keep-alive comment on its own: no event
+            raw += b": " + str(parts[0]).encode() + eol + eol
+        else:  # "data:" without the space: the same value (a space after the colon is dropped, not needed)
+            payload = str(parts[0]).encode()
+            raw += b"data:" + payload + eol + eol
+            want.append(Event(payload[1:] if payload.startswith(b" ") else payload))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    parser, events, last = SSEParser(), [], 0
+    for cut in [*cuts, len(raw)]:
+        events += parser.feed(raw[last:cut])
+        last = cut
+    events += parser.close()
+    assert events == want
