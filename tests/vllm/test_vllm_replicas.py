@@ -56,8 +56,14 @@ async def pool(vllm_server: VLLM, vllm_second: VLLM) -> AsyncIterator[Pool]:
         "name": "tiny-pool",
         "replicas": [vllm_server.url, vllm_second.url, dead],
         # a busy engine's /metrics can take seconds on this crowded 2-core host: a short timeout would
-        # leave the pool with no gauges at all, which is not what these tests are about
-        "balance": {"scrape_interval": 0.2, "scrape_timeout": 15.0, "stale_after": 30.0},
+        # leave the pool with no gauges at all, which is not what these tests are about; and scrapes of
+        # it can keep timing out for a minute after one showed the load (seen: the gauges were 71 s old
+        # when the pool chose), so gauges stay valid long enough for the choices to be made on them
+        "balance": {"scrape_interval": 0.2, "scrape_timeout": 15.0, "stale_after": 600.0},
+        # likewise a connection to the idle engine: once, in a clean-clone CI run, connecting took over
+        # the default 5 s while both engines and 24 busy requests crowded this process off the cores, and
+        # the pool rightly fell back to the busy replica
+        "timeouts": {"connect": 30.0},
     }
     cfg = parse_config(
         {
