@@ -7,7 +7,8 @@ the replies read in order on a connection this channel keeps. Under load the bat
 themselves (one round trip out at a time); a lone call goes at once. A call that may wait
 (settling a finished request) waits for the next round trip, or ``DEFER_SECONDS``: at low load a
 request's settlement then shares the next request's admission instead of costing a round trip of its
-own. redis-py still connects, authenticates, selects the database, times out and parses (hiredis)."""
+own. redis-py still connects, authenticates, selects the database and parses (hiredis); the configured
+Redis timeout bounds each round trip as a whole (``gateway.timers``), not each reply read."""
 
 from __future__ import annotations
 

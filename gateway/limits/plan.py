@@ -74,10 +74,10 @@ def estimate_prompt(request: InternalRequest) -> int:
     return sum(len(p) // CHARS_PER_TOKEN + 1 if isinstance(p, str) else len(p) for p in request.prompts)
 
 
-def estimate_tokens(request: InternalRequest) -> int:
-    """The prompt plus the most the answer may use, for every choice (``build`` inlines it)."""
+def estimate_tokens(request: InternalRequest, prompt: int) -> int:
+    """The prompt's estimate plus the most the answer may use, for every choice."""
     most = request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
-    return estimate_prompt(request) + most * request.choice_count
+    return prompt + most * request.choice_count
 
 
 def checks_for(prefix: str, scope: str, values: LimitValues, estimate: int, lease: str) -> list[Check]:
@@ -106,7 +106,7 @@ def build(
     team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues, request: InternalRequest, lease: str
 ) -> Plan:
     prompt = estimate_prompt(request)
-    estimate = prompt + (request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE) * request.choice_count
+    estimate = estimate_tokens(request, prompt)
     base = tag(team)
     checks = checks_for(base, "team", team_limits, estimate, lease)
     if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits

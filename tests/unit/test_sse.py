@@ -8,6 +8,16 @@ from hypothesis import strategies as st
 from gateway.dialects.sse import Event, SSEParser
 
 
+def fed_in_pieces(raw: bytes, data: st.DataObject) -> list[Event]:
+    """What a parser makes of ``raw`` fed in pieces cut where Hypothesis chooses, then closed."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    parser, events, last = SSEParser(), [], 0
+    for cut in [*cuts, len(raw)]:
+        events += parser.feed(raw[last:cut])
+        last = cut
+    return events + parser.close()
+
+
 def test_events_comments_names_crlf() -> None:
     raw = b': ping\r\ndata: {"a":1}\r\n\r\nevent: error\ndata: x\ndata: y\n\ndata: [DONE]\n\n'
     assert SSEParser().feed(raw) == [Event(b'{"a":1}'), Event(b"x\ny", "error"), Event(b"[DONE]")]
@@ -29,13 +39,7 @@ def test_unterminated_last_event_counts_at_close() -> None:
 )
 def test_any_split_gives_the_same_events(payloads: list[str], eol: bytes, data: st.DataObject) -> None:
     raw = b"".join(b"data: " + p.encode() + eol + eol for p in payloads)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
-    parser, events, last = SSEParser(), [], 0
-    for cut in [*cuts, len(raw)]:
-        events += parser.feed(raw[last:cut])
-        last = cut
-    events += parser.close()
-    assert [e.data.decode() for e in events] == payloads
+    assert [e.data.decode() for e in fed_in_pieces(raw, data)] == payloads
 
 
 LINE = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
@@ -76,10 +80,4 @@ def test_one_line_events_and_every_other_framing_mixed_in_any_split(
             payload = str(parts[0]).encode()
             raw += b"data:" + payload + eol + eol
             want.append(Event(payload[1:] if payload.startswith(b" ") else payload))
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
-    parser, events, last = SSEParser(), [], 0
-    for cut in [*cuts, len(raw)]:
-        events += parser.feed(raw[last:cut])
-        last = cut
-    events += parser.close()
-    assert events == want
+    assert fed_in_pieces(raw, data) == want
