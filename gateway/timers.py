@@ -84,12 +84,6 @@ class Wheel:
         for item in expired:
             item.expire()
 
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._armed = math.inf
-
 
 _wheels: dict[asyncio.AbstractEventLoop, Wheel] = {}
 

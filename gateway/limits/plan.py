@@ -91,14 +91,15 @@ def checks_for(prefix: str, scope: str, values: LimitValues, estimate: int, leas
     return out
 
 
-_current_usage_keys: dict[str, tuple[int, str]] = {}  # team -> (hour, its key): one f-string an hour
+_current_usage_keys: dict[str, tuple[int, str]] = {}  # team -> (bucket, its key): one f-string a bucket
 
 
 def current_usage_key(team: str) -> str:
-    hour = int(time.time() // USAGE_BUCKET_SECONDS)
+    """``usage_key(team)`` for now, built once per usage bucket instead of once per request."""
+    bucket = int(time.time() // USAGE_BUCKET_SECONDS)
     known = _current_usage_keys.get(team)
-    if known is None or known[0] != hour:
-        known = _current_usage_keys[team] = (hour, usage_key(team, hour * USAGE_BUCKET_SECONDS))
+    if known is None or known[0] != bucket:
+        known = _current_usage_keys[team] = (bucket, usage_key(team, bucket * USAGE_BUCKET_SECONDS))
     return known[1]
 
 
