@@ -177,8 +177,8 @@ class InternalRequest:
     extra_headers: Mapping[str, str] | None = None
     want_token_ids: bool = False  # the client's dialect returns output token ids
     want_seed: bool = False  # the client's dialect returns the seed used per choice
-    # The stream format the client's dialect writes upstream chunks in unchanged, when an upstream
-    # speaks it too (e.g. "openai"); None: every chunk is decoded and re-encoded.
+    # The stream format in which the client's dialect takes an upstream's content chunks as they came
+    # (e.g. "openai"), when the upstream speaks it too; None: every chunk is decoded and re-encoded.
     relay: str | None = None
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)

@@ -1,5 +1,6 @@
 """Same-format streams: an OpenAI (or Scale SGP) client's stream from an OpenAI-compatible upstream gets the
-upstream's content chunks byte for byte, while the stream's identity, finishes, usage and errors still
+upstream's content chunks byte for byte (Friendli and OctoAI clients get them retouched into their own
+style, in bytes), while the stream's identity, finishes, usage and errors still
 go through the gateway's own codec (and are accounted for)."""
 
 from __future__ import annotations
@@ -107,17 +108,32 @@ async def test_scale_clients_take_openai_chunks_too(gateway: GatewayFactory, ups
         assert answer.usage["completion_tokens"] == 4
 
 
+def octoai_style(line: bytes) -> bytes:
+    # OctoAI's chunks need a fingerprint (octoai drops chunks without one) and carry usage only last
+    return b'{"system_fingerprint":"fp_llm_gateway",' + line[1:].replace(b',"usage":null', b"")
+
+
 @PROMPTS
-async def test_dialects_with_their_own_chunks_are_never_relayed(
+async def test_friendli_and_octoai_clients_take_openai_chunks_retouched(
     gateway: GatewayFactory, upstream: Any, prompt: str
 ) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    for name in ("friendli", "friendli2024", "octoai"):
-        answer = await gw.send(BY_NAME[name], "m", prompt, True)
-        assert answer.status == 200 and not any(relayed(server, answer.raw)), name
-        # a burst's first chunk goes out ahead of the rest of its read; the answer is the same
-        assert answer.text == "".join(vendors.generate(prompt, 4)[0]), name
+    words = "".join(vendors.generate(prompt, 4)[0])
+    answer = await gw.send(BY_NAME["friendli"], "m", prompt, True)
+    # OpenAI's content chunks less a fingerprint (it sends none here) are Friendli's, less a token
+    assert answer.status == 200 and relayed(server, answer.raw) == [False, True, True, True, False, False]
+    assert answer.text == words and answer.usage["completion_tokens"] == 4
+    answer = await gw.send(BY_NAME["octoai"], "m", prompt, True)
+    sent = [b"data: " + octoai_style(line) + b"\n\n" in answer.raw for line in server.v.sent]
+    assert answer.status == 200 and sent == [False, True, True, True, False, False]
+    assert answer.text == words and answer.usage["completion_tokens"] == 4
+    last = json.loads(frames(answer.raw)[-2])  # usage rides on the last chunk, the finish
+    assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["completion_tokens"] == 4
+    # friendli-client's 2024 completion stream is lines of its own, never OpenAI's chunks
+    answer = await gw.send(BY_NAME["friendli2024"], "m", prompt, True)
+    assert answer.status == 200 and not any(relayed(server, answer.raw))
+    assert answer.text == words
 
 
 async def test_an_in_band_error_after_relayed_chunks_ends_the_stream_in_dialect(

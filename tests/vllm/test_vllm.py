@@ -90,6 +90,13 @@ async def test_dialects_whole_and_streamed_agree(gw: GW, vllm_server: VLLM, dial
     if dialect == "friendli":
         choice = whole["choices"][0]
         assert isinstance(choice["seed"], int) and len(choice["tokens"]) == whole["usage"]["completion_tokens"]
+        # vLLM's chunks, relayed, are Friendli's: one sampled "token" per chunk, no fingerprint, no lists
+        streamed_ids = [ch["token"] for c in chunks for ch in c["choices"] if "token" in ch]
+        assert streamed_ids == choice["tokens"]
+        assert not any("token_ids" in ch for c in chunks for ch in c["choices"])
+        assert not any("system_fingerprint" in c for c in chunks)
+    if dialect == "octoai":
+        assert all(c["system_fingerprint"] for c in chunks)  # octoai drops a chunk without one
 
 
 async def test_bad_words_never_appear(gw: GW) -> None:

@@ -26,6 +26,7 @@ from gateway.dialects.friendli.schema import (
     FriendliResponseFormat,
 )
 from gateway.dialects.openai import parse as oai
+from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 
@@ -224,7 +225,7 @@ def _grpc_only(b: FriendliCompletionBody) -> None:
             raise InvalidRequest(f"'{name}' is only available over Friendli's gRPC API", param=name)
 
 
-def parse_completion(data: dict[str, JSON], flavour: str) -> InternalRequest:
+def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = STREAM_FORMAT) -> InternalRequest:
     b = validate(FriendliCompletionBody, data)
     _grpc_only(b)
     fs = FeatureSet()
@@ -261,6 +262,7 @@ def parse_completion(data: dict[str, JSON], flavour: str) -> InternalRequest:
         timeout=b.timeout_microseconds / 1e6 if b.timeout_microseconds else None,
         want_token_ids=True,
         want_seed=True,
+        relay=oai.relay_for(stream, logprobs, relay),
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -294,6 +296,7 @@ def parse_chat(data: dict[str, JSON], flavour: str) -> InternalRequest:
         adapter=adapter,
         timeout=b.timeout_microseconds / 1e6 if b.timeout_microseconds else None,
         user=b.user,
+        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,
     )

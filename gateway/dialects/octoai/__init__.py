@@ -19,7 +19,7 @@ from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
 from gateway.dialects.common import FeatureSet, validate, without
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
-from gateway.dialects.openai.schema import ChatBody, CompletionBody, ResponseFormat
+from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, CompletionBody, ResponseFormat
 
 JSON = Any
 DEFAULT_MAX_TOKENS = 512  # seed 003
@@ -76,6 +76,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=oai.stream_usage(stream, b.stream_options),
         adapter=b.peft,
         user=b.user,
+        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -109,6 +110,7 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=oai.stream_usage(stream, b.stream_options),
         adapter=b.peft,
         user=b.user,
+        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,
     )

@@ -243,22 +243,20 @@ class ChunkDecoder:
     the last content chunk (OctoAI) or on every chunk (vLLM continuous stats): the last one wins and
     is reported once, at the end.
 
-    Relaying (the client speaks this format too), a chunk that only carries content goes out as it
-    came (``relay``); the first chunk (the stream's identity), finishes (whose reasons are mapped),
+    Relaying (the client's stream is OpenAI-shaped too), a chunk that only carries content goes out as
+    it came (``relay``), for the client's encoder to retouch into its style in bytes; the first chunk
+    (the stream's identity), finishes (whose reasons are mapped),
     usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
     outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    __slots__ = ("chat", "finished", "relaying", "started", "strip_usage", "usage")
+    __slots__ = ("chat", "finished", "relaying", "started", "usage")
 
-    def __init__(self, operation: Operation, relay: bool = False, stream_usage: bool = True) -> None:
+    def __init__(self, operation: Operation, relay: bool = False) -> None:
         self.chat = operation is Operation.CHAT
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
         self.relaying = relay
-        # The gateway always asks for usage (to settle token limits); OpenAI then writes "usage":null
-        # on every chunk (dialects.md §1), which a client that did not ask for usage does not get.
-        self.strip_usage = not stream_usage
 
     def relay(self, data: bytes) -> Frame | None:
         """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
@@ -270,8 +268,6 @@ class ChunkDecoder:
             or ACCOUNTED.search(data) is not None
         ):
             return None
-        if self.strip_usage:
-            data = data.replace(b',"usage":null', b"")
         return Frame(b"data: " + data + b"\n\n")
 
     def relay_run(self, buffer: bytes) -> tuple[Frame, int] | None:
@@ -298,8 +294,6 @@ class ChunkDecoder:
             or run.count(b"}\n\ndata: {") != newlines // 2 - 1
         ):
             return None
-        if self.strip_usage:
-            run = run.replace(b',"usage":null', b"")
         return Frame.of(run, newlines // 2), end
 
     def decode(self, data: JSON) -> list[StreamEvent]:
@@ -382,7 +376,7 @@ class OpenAIWire:
         return decode(data, request.operation)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        return ChunkDecoder(request.operation, request.relay == STREAM_FORMAT, request.stream_usage)
+        return ChunkDecoder(request.operation, request.relay == STREAM_FORMAT)
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)

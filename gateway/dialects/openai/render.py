@@ -19,6 +19,7 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
+from gateway.dialects.openai.relay import FINGERPRINT, Retouch, without_key
 
 JSON = Any
 
@@ -107,9 +108,26 @@ def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]
     return out
 
 
+def retouch_for(style: Style, start: StreamStart, want_usage: bool) -> Retouch:
+    """What relayed chunks of the upstream that began with ``start`` need to be in ``style``."""
+    drop: list[tuple[bytes, bytes]] = []
+    head = b""
+    upstream_fp = to_json(start.system_fingerprint)
+    if style.fingerprint is None:
+        drop += without_key(b"system_fingerprint", upstream_fp)
+    elif style.fingerprint and not start.system_fingerprint:  # the style's own stands in
+        drop += without_key(b"system_fingerprint", upstream_fp)
+        head = FINGERPRINT + to_json(style.fingerprint) + b","
+    if not want_usage or style.usage_on_last_chunk:
+        drop += without_key(b"usage", b"null")
+    return Retouch(tuple(drop), head, style.token_ids)
+
+
 class ChunkEncoder:
     """OpenAI-shaped stream chunks. Keeps per-choice logprob text offsets and, for dialects that put
-    usage on the last content chunk (OctoAI, seed 003), holds that chunk back until usage is known."""
+    usage on the last chunk (OctoAI, seed 003), holds each finish chunk back until it is known whether
+    usage follows (it always follows the finishes); content goes out as it comes. Relayed frames (the
+    upstream's OpenAI chunks) are retouched into the style in bytes."""
 
     def __init__(self, style: Style, req: InternalRequest) -> None:
         self.style = style
@@ -118,27 +136,32 @@ class ChunkEncoder:
         self.want_ids = style.token_ids or req.want_token_ids
         self.head: dict[str, JSON] = {}
         self.offsets: dict[int, int] = {}
-        self.held: dict[str, JSON] | None = None
+        self.held: dict[str, JSON] | None = None  # a finish chunk that usage may still join
+        self.retouch = Retouch()
         self.sent_role: set[int] = set()
         self.relayed = False  # relayed frames carried the upstream's own roles
         # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
-        # its choice, not a copy and re-encoding of the head (styles that hold chunks back use dicts).
-        self.framed = not style.usage_on_last_chunk
+        # its choice, not a copy and re-encoding of the head.
+        self.null_usage = self.want_usage and not style.usage_on_last_chunk
         self.prefix = b'data: {"choices":['
-        self.suffix = b"]" + (b',"usage":null' if self.want_usage and self.framed else b"") + b"}\n\n"
+        self.suffix = b"]" + (b',"usage":null' if self.null_usage else b"") + b"}\n\n"
 
     def _chunk(self, choices: list[dict[str, JSON]]) -> dict[str, JSON]:
         out = dict(self.head)
         out["choices"] = choices
-        if self.want_usage and not self.style.usage_on_last_chunk:
+        if self.null_usage:
             out["usage"] = None
         return out
 
-    def _emit(self, chunk: dict[str, JSON]) -> bytes:
-        if not self.style.usage_on_last_chunk:
-            return sse(chunk)
-        held, self.held = self.held, chunk
+    def _release(self) -> bytes:
+        held, self.held = self.held, None
         return sse(held) if held is not None else b""
+
+    def _relayed(self, frame: bytes) -> bytes:
+        self.relayed = True
+        if self.retouch:
+            frame = self.retouch(frame)
+        return frame if self.held is None else self._release() + frame
 
     def _delta(self, ev: Delta) -> dict[str, JSON]:
         choice: dict[str, JSON] = {"index": ev.index}
@@ -174,14 +197,12 @@ class ChunkEncoder:
         return choice
 
     def _one(self, choice: dict[str, JSON]) -> bytes:
-        if self.framed:
-            return self.prefix + to_json(choice) + self.suffix
-        return self._emit(self._chunk([choice]))
+        out = self.prefix + to_json(choice) + self.suffix
+        return out if self.held is None else self._release() + out
 
     def event(self, ev: StreamEvent) -> bytes:
         if isinstance(ev, bytes):  # a Frame: most chunks of a relayed stream
-            self.relayed = True
-            return ev
+            return self._relayed(ev)
         if isinstance(ev, Delta):
             return self._one(self._delta(ev))
         if isinstance(ev, Finish):
@@ -192,6 +213,10 @@ class ChunkEncoder:
                 last["text"] = ""
             last["logprobs"] = None
             last["finish_reason"] = self.style.finish_reason(ev.reason)
+            if self.style.usage_on_last_chunk:
+                out = self._release()
+                self.held = self._chunk([last])
+                return out
             return self._one(last)
         if isinstance(ev, UsageReport):
             if not self.want_usage:
@@ -220,13 +245,11 @@ class ChunkEncoder:
             head["system_fingerprint"] = ev.system_fingerprint or self.style.fingerprint or None
         self.head = head
         self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
+        self.retouch = retouch_for(self.style, ev, self.want_usage)
 
     def end(self) -> bytes:
-        held, self.held = self.held, None
-        out = sse(held) if held is not None else b""
+        out = self._release()
         return out + DONE if self.style.done else out
 
     def error(self, err: GatewayError) -> bytes:
-        held, self.held = self.held, None
-        out = sse(held) if held is not None else b""
-        return out + sse(self.style.stream_error(err))
+        return self._release() + sse(self.style.stream_error(err))

@@ -14,8 +14,9 @@ from pydantic import Field
 from gateway.dialects.common import Body, OpenPart, Part
 
 JSON = Any
-# The name both ends of a same-format stream share (``InternalRequest.relay``): an OpenAI client's
-# stream takes an OpenAI-compatible upstream's chunks as they come.
+# The name both ends of a same-format stream share (``InternalRequest.relay``): an OpenAI-shaped
+# client stream (OpenAI, SGP, Friendli, OctoAI) takes an OpenAI-compatible upstream's content chunks as
+# they come, retouched in bytes where its style differs (``openai/relay.py``).
 STREAM_FORMAT = "openai"
 Penalty = Annotated[float, Field(ge=-2, le=2)]
 TokenIds = list[Annotated[int, Field(ge=0)]]

@@ -1,0 +1,58 @@
+"""Relayed upstream chunks (OpenAI's shape, a ``Frame``) turned into another OpenAI-shaped style's
+chunks, in bytes.
+
+A content-only chunk differs between OpenAI-shaped styles in a few keys (Friendli has no
+``system_fingerprint`` and a ``token`` where vLLM writes ``token_ids``; OctoAI needs a fingerprint and
+puts no ``usage`` on content chunks). Rewriting those keys costs a few scans of a whole run of chunks,
+where decoding and re-encoding each chunk costs microseconds.
+
+Each pattern holds a quote right after ``{`` or ``,`` or right before ``:``. Inside a JSON string
+every quote is escaped (``\\"``), so a pattern can only match a key of the chunk object, never text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# vLLM's ids sampled for a chunk, or none (the key goes, with the comma on one side of it).
+TOKEN_IDS = re.compile(rb'"token_ids":\[(?:\d+,)*(\d+)\]|,"token_ids":(?:\[\]|null)|"token_ids":(?:\[\]|null),')
+FINGERPRINT = b'"system_fingerprint":'
+CHUNK = b"data: {"
+BOUNDARY = b"\n\n" + CHUNK  # newlines inside a JSON string are escaped: only events are cut here
+
+
+def _token(match: re.Match[bytes]) -> bytes:
+    # A stream choice carries the one token it sampled (dialects.md §2.7): the last of the list.
+    last = match.group(1)
+    return b'"token":' + last if last is not None else b""
+
+
+def without_key(key: bytes, value: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    """The replacements that drop ``"key":value`` wherever it stands in an object."""
+    pair = b'"' + key + b'":' + value
+    return ((b"," + pair, b""), (pair + b",", b""))
+
+
+@dataclass(frozen=True, slots=True)
+class Retouch:
+    """One stream's rewrite of relayed frames: built when the stream starts (its first chunk is
+    always decoded), applied to every frame after."""
+
+    drop: tuple[tuple[bytes, bytes], ...] = ()  # literal replacements, in order
+    head: bytes = b""  # keys written first in every chunk
+    token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
+
+    def __call__(self, frame: bytes) -> bytes:
+        for old, new in self.drop:
+            frame = frame.replace(old, new)
+        if self.token_ids and b'"token_ids":' in frame:
+            frame = TOKEN_IDS.sub(_token, frame)
+        if self.head:
+            # A frame is whole events, each one line "data: {...}": every chunk opens the frame or
+            # follows a boundary.
+            frame = CHUNK + self.head + frame[len(CHUNK) :].replace(BOUNDARY, BOUNDARY + self.head)
+        return frame
+
+    def __bool__(self) -> bool:
+        return bool(self.drop or self.head or self.token_ids)

@@ -1,0 +1,182 @@
+"""A relayed stream reaches every OpenAI-shaped dialect as its decoded twin would: the same chunks,
+key for key, whatever the texts spell and wherever the network cuts the reads. The relayed path
+writes the upstream's content chunks retouched in bytes (``gateway/dialects/openai/relay.py``); the
+decoded path parses and re-encodes each one."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.http import HTTPUpstream
+from gateway.config import parse_config
+from gateway.core.records import replace
+from gateway.core.request import Operation
+from gateway.core.response import Frame, StreamEvent
+from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
+from gateway.dialects.openai.egress import VLLM_WIRE
+from gateway.dialects.openai.relay import Retouch
+from gateway.dialects.sse import SSEParser
+
+JSON = Any
+CFG = parse_config({"models": [{"name": "m", "targets": [{"provider": "vllm", "base_url": "http://u"}]}]})
+UPSTREAM = HTTPUpstream(CFG.models[0].targets[0], "m", VLLM_WIRE)
+DIALECTS: dict[str, tuple[Dialect, str, str]] = {  # dialect, model name, flavour
+    "openai": (OPENAI, "m", ""),
+    "sgp": (SGP_V5, "openai/m", ""),
+    "friendli": (FRIENDLI, "m", "serverless"),
+    "friendli2024": (FRIENDLI_2024, "m", "serverless"),
+    "octoai": (OCTOAI, "m", ""),
+}
+# Texts that spell what the retouch looks for, with quotes, escapes and newlines around it.
+TEXTS = st.lists(
+    st.sampled_from(['"system_fingerprint":null,', ',"usage":null', '"token_ids":[1]', "data: {", "\n\n", '\\"', "é"])
+    | st.text(min_size=1, max_size=8),
+    min_size=1,
+    max_size=4,
+).map("".join)
+
+
+def upstream_stream(chat: bool, texts: list[str], fp: str | None, fp_key: bool, usage_key: bool, ids: bool) -> bytes:
+    def chunk(choice: dict[str, JSON], usage: JSON = None) -> bytes:
+        head: dict[str, JSON] = {"id": "c1", "object": "chat.completion.chunk" if chat else "text_completion"}
+        head |= {"created": 1, "model": "m"}
+        if fp_key:
+            head["system_fingerprint"] = fp
+        body = head | {"choices": [choice] if choice else []}
+        if usage_key or usage is not None:
+            body["usage"] = usage
+        return b"data: " + json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+    def choice(text: str, finish: str | None = None, token: int | None = None) -> dict[str, JSON]:
+        out: dict[str, JSON] = {"index": 0}
+        out |= {"delta": {"content": text}} if chat else {"text": text}
+        out |= {"logprobs": None, "finish_reason": finish}
+        if ids and token is not None:
+            out["token_ids"] = [token - 1, token] if token % 3 == 0 else [token]
+        return out
+
+    first = choice("")
+    if chat:
+        first["delta"] = {"role": "assistant", "content": ""}
+    body = chunk(first) + b"".join(chunk(choice(t, token=10 + i)) for i, t in enumerate(texts))
+    body += chunk(choice("", "length")) + chunk({}, {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5})
+    return body + b"data: [DONE]\n\n"
+
+
+def client_stream(dialect: Dialect, body: dict[str, JSON], flavour: str, read: list[bytes], relay: bool) -> bytes:
+    op = Operation.CHAT if "messages" in body else Operation.COMPLETION
+    request = dialect.parse(op, body, flavour)
+    assert (request.relay is not None) == (dialect is not FRIENDLI_2024 or op is Operation.CHAT)
+    if not relay:
+        request = replace(request, relay=None)
+    decoder, encoder, parser = VLLM_WIRE.reader(request), dialect.encoder(request), SSEParser()
+    batch: list[StreamEvent] = []
+    for piece in read:
+        if UPSTREAM._take(piece, parser, decoder, batch):
+            break
+    assert not relay or request.relay is None or any(isinstance(e, Frame) for e in batch)
+    return b"".join(encoder.event(e) for e in batch) + encoder.end()
+
+
+def chunks(stream: bytes) -> list[JSON]:
+    events = [e for e in stream.split(b"\n\n") if e]
+    assert all(e.startswith(b"data: ") and b"\n" not in e for e in events)
+    return [json.loads(e[6:]) for e in events if e != b"data: [DONE]"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(sorted(DIALECTS)),
+    chat=st.booleans(),
+    texts=st.lists(TEXTS, min_size=1, max_size=6),
+    fp=st.sampled_from([None, "", "fp_up", 'f"p']),
+    fp_key=st.booleans(),
+    usage_key=st.booleans(),
+    include_usage=st.sampled_from([None, True, False]),
+    ids=st.booleans(),
+    cuts=st.lists(st.integers(0, 4000), max_size=6),
+)
+def test_a_relayed_stream_matches_its_decoded_twin(
+    name: str,
+    chat: bool,
+    texts: list[str],
+    fp: str | None,
+    fp_key: bool,
+    usage_key: bool,
+    include_usage: bool | None,
+    ids: bool,
+    cuts: list[int],
+) -> None:
+    dialect, model, flavour = DIALECTS[name]
+    body: dict[str, JSON] = {"model": model, "stream": True}
+    body |= {"messages": [{"role": "user", "content": "p"}]} if chat else {"prompt": "p"}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    # token ids come only from upstreams asked for them: for clients whose dialect returns them
+    ids = ids and ((name.startswith("friendli") and not chat) or name == "openai")
+    if ids and name == "openai":
+        body["return_token_ids"] = True
+    stream = upstream_stream(chat, texts, fp, fp_key, usage_key, ids)
+    bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    read = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+    relayed = client_stream(dialect, body, flavour, read, relay=True)
+    decoded = client_stream(dialect, body, flavour, read, relay=False)
+    assert relayed.endswith(b"data: [DONE]\n\n") == decoded.endswith(b"data: [DONE]\n\n")
+    ours, twins = chunks(relayed), chunks(decoded)
+    if name == "friendli":
+        assert all("system_fingerprint" not in c for c in ours)  # Friendli's chunks have none (§2.7)
+    if name == "octoai":
+        assert all(c["system_fingerprint"] for c in ours)  # octoai drops chunks without one
+        assert sum("usage" in c for c in ours) == (include_usage is True)  # on the last content chunk
+    if not include_usage and name != "sgp":
+        assert all("usage" not in c or c["usage"] for c in ours)
+
+    def same(chunk: JSON) -> JSON:
+        # The relay passes what the upstream wrote where the decoded path writes null for nothing: an
+        # absent (or empty) fingerprint stays so for OpenAI's style, an absent usage stays absent.
+        return {k: v for k, v in chunk.items() if v not in (None, "") or k not in ("system_fingerprint", "usage")}
+
+    assert [same(c) for c in ours] == [same(c) for c in twins]
+
+
+def test_the_retouch_rewrites_keys_and_never_text() -> None:
+    retouch = Retouch(((b',"usage":null', b""),), b'"system_fingerprint":"fp",', token_ids=True)
+    text = json.dumps('x,"usage":null "token_ids":[1] \n\ndata: {')
+    frame = b"".join(
+        b'data: {"choices":[{"index":0,"text":' + text.encode() + b',"token_ids":[4,5]}],"usage":null}\n\n'
+        for _ in range(2)
+    )
+    out = chunks(retouch(frame))
+    assert out == [{"system_fingerprint": "fp", "choices": [{"index": 0, "text": json.loads(text), "token": 5}]}] * 2
+
+
+def test_empty_token_lists_are_dropped_with_their_comma() -> None:
+    for value in (b"[]", b"null"):
+        for chunk in (b'{"index":0,"token_ids":' + value + b"}", b'{"token_ids":' + value + b',"index":0}'):
+            assert json.loads(Retouch(token_ids=True)(chunk)) == {"index": 0}
+
+
+def test_octoai_holds_back_only_the_finish_chunk_that_usage_joins() -> None:
+    request = OCTOAI.parse(Operation.COMPLETION, {"model": "m", "prompt": "p", "stream": True}, "")
+    request = replace(request, stream_usage=True)
+    stream = upstream_stream(False, ["a", "b"], "fp", True, True, False)
+    decoder, encoder, parser = VLLM_WIRE.reader(request), OCTOAI.encoder(request), SSEParser()
+    batch: list[StreamEvent] = []
+    out = []
+    for event in stream.split(b"\n\n")[:-1]:  # one event per read, as a slow upstream sends them
+        before = len(batch)
+        UPSTREAM._take(event + b"\n\n", parser, decoder, batch)
+        out.append(b"".join(encoder.event(e) for e in batch[before:]))
+    out.append(encoder.end())
+    first, a, b, finish, usage, done, end = out
+    assert first == b""  # an empty text: nothing to say yet
+    assert [c["choices"][0]["text"] for c in chunks(a) + chunks(b)] == ["a", "b"]  # each out as it came
+    assert finish == usage == b"" and done == b""  # the finish chunk waits for the usage
+    (last,) = chunks(end)
+    assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["total_tokens"] == 5
