@@ -149,6 +149,9 @@ class HTTPUpstream:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
                 auto_decompress=True,
+                # Every team's requests share this session: a cookie one answer set (OpenAI's
+                # Cloudflare sets two) must not ride along on the next request.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 
@@ -159,6 +162,7 @@ class HTTPUpstream:
             self._fresh = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, force_close=True),
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._fresh
 

@@ -72,6 +72,8 @@ class Server:
             self.app.router.add_post(path, self.handle)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_get("/v5/models", self.models)
+        if vendor.kind == "openai":
+            self.app.on_response_prepare.append(self._cloudflare_cookies)
         self.runner: web.AppRunner | None = None
         self.url = ""
 
@@ -95,6 +97,14 @@ class Server:
     async def close(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
+
+    @staticmethod
+    async def _cloudflare_cookies(request: web.Request, response: web.StreamResponse) -> None:
+        # OpenAI's API sits behind Cloudflare, which sets these on every answer (per-client state:
+        # a gateway must not hand one team's cookies to the next team's requests)
+        # (as headers: this hook runs after aiohttp has turned ``response.cookies`` into headers)
+        response.headers.add("Set-Cookie", "__cf_bm=bm; Path=/; HttpOnly")
+        response.headers.add("Set-Cookie", "_cfuvid=uvid; Path=/; HttpOnly")
 
     # --- errors in each vendor's envelope ----------------------------------------------------------
 
