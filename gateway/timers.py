@@ -43,7 +43,9 @@ class Wheel:
 
     def add(self, item: Expiring, when: float, length: float) -> float:
         """File ``item`` to expire at ``when`` (loop time) or up to a grain later; returns its slot."""
-        grain = max(MIN_GRAIN, length * GRAIN_SHARE)
+        grain = length * GRAIN_SHARE
+        if grain < MIN_GRAIN:
+            grain = MIN_GRAIN
         due = math.ceil(when / grain) * grain
         slot = self._slots.get(due)
         if slot is None:
@@ -88,9 +90,10 @@ class Wheel:
 _wheels: dict[asyncio.AbstractEventLoop, Wheel] = {}
 
 
-def wheel() -> Wheel:
+def wheel(loop: asyncio.AbstractEventLoop | None = None) -> Wheel:
     """The running loop's wheel (tests run many loops; a closed loop's wheel is dropped with it)."""
-    loop = asyncio.get_running_loop()
+    if loop is None:
+        loop = asyncio.get_running_loop()
     found = _wheels.get(loop)
     if found is None:
         for old in [lp for lp in _wheels if lp.is_closed()]:
@@ -111,13 +114,14 @@ class Bound:
         self._expired = False
 
     def __enter__(self) -> Bound:
-        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("Bound must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
-        self._wheel = w = wheel()
-        self._due = w.add(self, w.loop.time() + self.seconds, self.seconds)
+        self._wheel = w = _wheels.get(loop) or wheel(loop)
+        self._due = w.add(self, loop.time() + self.seconds, self.seconds)
         return self
 
     def reschedule(self, seconds: float) -> None:
