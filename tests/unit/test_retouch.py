@@ -41,7 +41,9 @@ TEXTS = st.lists(
 ).map("".join)
 
 
-def upstream_stream(chat: bool, texts: list[str], fp: str | None, fp_key: bool, usage_key: bool, ids: bool) -> bytes:
+def upstream_stream(
+    chat: bool, texts: list[str], fp: str | None, fp_key: bool, usage_key: bool, ids: bool, reasoning: bool = False
+) -> bytes:
     def chunk(choice: dict[str, JSON], usage: JSON = None) -> bytes:
         head: dict[str, JSON] = {"id": "c1", "object": "chat.completion.chunk" if chat else "text_completion"}
         head |= {"created": 1, "model": "m"}
@@ -54,7 +56,8 @@ def upstream_stream(chat: bool, texts: list[str], fp: str | None, fp_key: bool, 
 
     def choice(text: str, finish: str | None = None, token: int | None = None) -> dict[str, JSON]:
         out: dict[str, JSON] = {"index": 0}
-        out |= {"delta": {"content": text}} if chat else {"text": text}
+        thinking = reasoning and token is not None and token % 2 == 0  # vLLM's name for it
+        out |= {"delta": {"reasoning" if thinking else "content": text}} if chat else {"text": text}
         out |= {"logprobs": None, "finish_reason": finish}
         if ids and token is not None:
             out["token_ids"] = [token - 1, token] if token % 3 == 0 else [token]
@@ -99,6 +102,7 @@ def chunks(stream: bytes) -> list[JSON]:
     usage_key=st.booleans(),
     include_usage=st.sampled_from([None, True, False]),
     ids=st.booleans(),
+    reasoning=st.booleans(),
     cuts=st.lists(st.integers(0, 4000), max_size=6),
 )
 def test_a_relayed_stream_matches_its_decoded_twin(
@@ -110,6 +114,7 @@ def test_a_relayed_stream_matches_its_decoded_twin(
     usage_key: bool,
     include_usage: bool | None,
     ids: bool,
+    reasoning: bool,
     cuts: list[int],
 ) -> None:
     dialect, model, flavour = DIALECTS[name]
@@ -121,7 +126,7 @@ def test_a_relayed_stream_matches_its_decoded_twin(
     ids = ids and ((name.startswith("friendli") and not chat) or name == "openai")
     if ids and name == "openai":
         body["return_token_ids"] = True
-    stream = upstream_stream(chat, texts, fp, fp_key, usage_key, ids)
+    stream = upstream_stream(chat, texts, fp, fp_key, usage_key, ids, reasoning)
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
     read = [stream[a:b] for a, b in itertools.pairwise(bounds)]
 
@@ -139,8 +144,16 @@ def test_a_relayed_stream_matches_its_decoded_twin(
 
     def same(chunk: JSON) -> JSON:
         # The relay passes what the upstream wrote where the decoded path writes null for nothing: an
-        # absent (or empty) fingerprint stays so for OpenAI's style, an absent usage stays absent.
+        # absent (or empty) fingerprint stays so for OpenAI's style, an absent usage stays absent; a
+        # reasoning delta has no content beside it, where the decoded path writes "".
+        for c in chunk.get("choices") or ():
+            delta = c.get("delta") or {}
+            if "reasoning_content" in delta and delta.get("content") == "":
+                del delta["content"]
         return {k: v for k, v in chunk.items() if v not in (None, "") or k not in ("system_fingerprint", "usage")}
+
+    if reasoning and chat:
+        assert all("reasoning" not in c["delta"] for x in ours for c in x["choices"])
 
     assert [same(c) for c in ours] == [same(c) for c in twins]
 

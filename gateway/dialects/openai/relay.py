@@ -3,8 +3,10 @@ chunks, in bytes.
 
 A content-only chunk differs between OpenAI-shaped styles in a few keys (Friendli has no
 ``system_fingerprint`` and a ``token`` where vLLM writes ``token_ids``; OctoAI needs a fingerprint and
-puts no ``usage`` on content chunks). Rewriting those keys costs a few scans of a whole run of chunks,
-where decoding and re-encoding each chunk costs microseconds.
+puts no ``usage`` on content chunks; every style names a chat delta's reasoning ``reasoning_content``,
+where vLLM writes ``reasoning``), so a relayed chunk reads as its decoded twin would. Rewriting those
+keys costs a few scans of a whole run of chunks, where decoding and re-encoding each chunk costs
+microseconds.
 
 Each pattern holds a quote right after ``{`` or ``,`` or right before ``:``. Inside a JSON string
 every quote is escaped (``\\"``), so a pattern can only match a key of the chunk object, never text.
@@ -39,12 +41,12 @@ class Retouch:
     """One stream's rewrite of relayed frames: built when the stream starts (its first chunk is
     always decoded), applied to every frame after."""
 
-    drop: tuple[tuple[bytes, bytes], ...] = ()  # literal replacements, in order
+    literal: tuple[tuple[bytes, bytes], ...] = ()  # replacements, in order
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
 
     def __call__(self, frame: bytes) -> bytes:
-        for old, new in self.drop:
+        for old, new in self.literal:
             frame = frame.replace(old, new)
         if self.token_ids and b'"token_ids":' in frame:
             frame = TOKEN_IDS.sub(_token, frame)
@@ -55,4 +57,4 @@ class Retouch:
         return frame
 
     def __bool__(self) -> bool:
-        return bool(self.drop or self.head or self.token_ids)
+        return bool(self.literal or self.head or self.token_ids)

@@ -108,19 +108,21 @@ def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]
     return out
 
 
-def retouch_for(style: Style, start: StreamStart, want_usage: bool) -> Retouch:
+def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) -> Retouch:
     """What relayed chunks of the upstream that began with ``start`` need to be in ``style``."""
-    drop: list[tuple[bytes, bytes]] = []
+    literal: list[tuple[bytes, bytes]] = []
     head = b""
     upstream_fp = to_json(start.system_fingerprint)
     if style.fingerprint is None:
-        drop += without_key(b"system_fingerprint", upstream_fp)
+        literal += without_key(b"system_fingerprint", upstream_fp)
     elif style.fingerprint and not start.system_fingerprint:  # the style's own stands in
-        drop += without_key(b"system_fingerprint", upstream_fp)
+        literal += without_key(b"system_fingerprint", upstream_fp)
         head = FINGERPRINT + to_json(style.fingerprint) + b","
     if not want_usage or style.usage_on_last_chunk:
-        drop += without_key(b"usage", b"null")
-    return Retouch(tuple(drop), head, style.token_ids)
+        literal += without_key(b"usage", b"null")
+    if chat:  # vLLM's name for a delta's reasoning; the decoded path writes reasoning_content
+        literal.append((b'"reasoning":', b'"reasoning_content":'))
+    return Retouch(tuple(literal), head, style.token_ids)
 
 
 class ChunkEncoder:
@@ -245,7 +247,7 @@ class ChunkEncoder:
             head["system_fingerprint"] = ev.system_fingerprint or self.style.fingerprint or None
         self.head = head
         self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
-        self.retouch = retouch_for(self.style, ev, self.want_usage)
+        self.retouch = retouch_for(self.style, ev, self.want_usage, self.chat)
 
     def end(self) -> bytes:
         out = self._release()
