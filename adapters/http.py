@@ -207,17 +207,25 @@ class HTTPUpstream:
         headers["X-Request-Id"] = call.request_id
         url, data = self.target.base_url + path, pydantic_core.to_json(body)
         try:
+            # Redirects are not followed: an API's POST is never redirected in normal operation, and
+            # aiohttp would carry a vendor's key header (SGP's x-api-key) to wherever one points.
             try:
-                resp = await self.session.post(url, data=data, headers=headers)
+                resp = await self.session.post(url, data=data, headers=headers, allow_redirects=False)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError):
                     raise
                 # A pooled connection the server closed as we sent on it (its keep-alive ran out while
                 # this loop was busy): the request never got a hearing. Once more, on a new connection:
                 # the pool's other idle ones have idled as long and may be closing too.
-                resp = await self.fresh_session.post(url, data=data, headers=headers)
+                resp = await self.fresh_session.post(url, data=data, headers=headers, allow_redirects=False)
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
+        if 300 <= resp.status < 400:
+            resp.release()
+            raise UpstreamFailed(
+                f"target '{self.name}' answered with a redirect (HTTP {resp.status}), which the gateway does "
+                "not follow: point its base_url at the new address"
+            )
         if resp.status >= 400:
             raw = await resp.read()
             resp.release()
