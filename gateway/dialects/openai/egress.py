@@ -93,23 +93,28 @@ def _xargs(s: Sampling) -> dict[str, JSON]:
     return xargs
 
 
+PLAIN_SAMPLING = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "min_tokens",
+    "suffix",
+    "prompt_logprobs",
+)
+
+
 def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
     s = req.sampling
     chat = req.operation is Operation.CHAT
-    plain = {
-        "max_tokens": s.max_tokens,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "presence_penalty": s.presence_penalty,
-        "frequency_penalty": s.frequency_penalty,
-        "top_k": s.top_k,
-        "min_p": s.min_p,
-        "repetition_penalty": s.repetition_penalty,
-        "min_tokens": s.min_tokens,
-        "suffix": s.suffix,
-        "prompt_logprobs": s.prompt_logprobs,
-    }
-    body.update((k, v) for k, v in plain.items() if v is not None)
+    for name in PLAIN_SAMPLING:  # same name both sides, sent when set
+        value = getattr(s, name)
+        if value is not None:
+            body[name] = value
     if s.n > 1:
         body["n"] = s.n
     if s.best_of is not None and s.best_of > s.n:
@@ -207,21 +212,27 @@ def finish_from(value: JSON) -> FinishReason | None:
 def decode(data: JSON, operation: Operation) -> Completion:
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         raise UpstreamFailed("upstream answer is not a completion object")
+    chat = operation is Operation.CHAT
     choices = []
     for i, c in enumerate(data["choices"]):
-        msg = c.get("message") or {}
-        text = msg.get("content") if operation is Operation.CHAT else c.get("text")
+        if chat:
+            msg = c.get("message") or {}
+            text, role, tools = msg.get("content"), msg.get("role"), msg.get("tool_calls") or None
+            reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        else:
+            text, role, tools, reasoning = c.get("text"), None, None, None
+        lps = c.get("logprobs")
         choices.append(
-            Choice(
-                index=int(c.get("index", i)),
-                text=text or "",
-                finish_reason=finish_from(c.get("finish_reason")) or "stop",
-                token_ids=c.get("token_ids") or c.get("tokens"),
-                logprobs=logprobs_from(c.get("logprobs")),
-                seed=c.get("seed"),
-                role=msg.get("role"),
-                tool_calls=msg.get("tool_calls") or None,
-                reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+            Choice(  # positional, in field order: one decode per request
+                int(c.get("index", i)),
+                text or "",
+                finish_from(c.get("finish_reason")) or "stop",
+                c.get("token_ids") or c.get("tokens"),
+                logprobs_from(lps) if lps is not None else None,
+                c.get("seed"),
+                role,
+                tools,
+                reasoning,
             )
         )
     return Completion(
