@@ -34,6 +34,11 @@ from gateway.timers import Bound, wheel
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
+# What one upstream may make the gateway hold: a whole answer (or error body), and one stream event
+# waiting for its end. Far above any real answer; a broken or hostile upstream fails instead of
+# growing the gateway's memory.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
 def upstream_message(body: bytes) -> tuple[str, str | None]:
@@ -90,6 +95,23 @@ class IdleWatch:
 
     def cancel(self) -> None:
         self._wheel.discard(self, self._due)
+
+
+async def _body(resp: aiohttp.ClientResponse, name: str) -> bytes:
+    """The whole body, up to ``MAX_ANSWER_BYTES``."""
+    length = resp.content_length
+    if length is not None and length <= MAX_ANSWER_BYTES:
+        return await resp.read()
+    parts, size = [], 0
+    if length is None:  # chunked: counted as it comes
+        while chunk := await resp.content.readany():
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                break
+            parts.append(chunk)
+        else:
+            return b"".join(parts)
+    raise UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
 
 
 def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:
@@ -227,8 +249,10 @@ class HTTPUpstream:
                 "not follow: point its base_url at the new address"
             )
         if resp.status >= 400:
-            raw = await resp.read()
-            resp.release()
+            try:
+                raw = await _body(resp, self.name)
+            finally:
+                resp.release()
             message, param = upstream_message(raw)
             if resp.status in (401, 403):
                 # The upstream refused the gateway's own credentials: a deployment fault, not the client's.
@@ -258,7 +282,7 @@ class HTTPUpstream:
                 headers_in = True
                 bound.reschedule(self._timeout(call, self.target.timeouts.total))
                 try:
-                    raw = await resp.read()
+                    raw = await _body(resp, self.name)
                 finally:
                     resp.release()
         except TimeoutError:
@@ -329,7 +353,12 @@ class HTTPUpstream:
             if run is not None:
                 batch.append(run[0])
                 chunk = chunk[run[1] :]
-        return self._read(parser.feed(chunk), decoder, batch) if chunk else False
+        if not chunk:
+            return False
+        done = self._read(parser.feed(chunk), decoder, batch)
+        if parser.pending > MAX_EVENT_BYTES:
+            raise UpstreamFailed(f"target '{self.name}' sent a stream event of more than {MAX_EVENT_BYTES} bytes")
+        return done
 
     def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
         """Decode one network read's events into ``batch``; True when the stream's end was seen."""

@@ -19,12 +19,18 @@ class Event(NamedTuple):
 
 
 class SSEParser:
-    __slots__ = ("_buffer", "_data", "_event")
+    __slots__ = ("_buffer", "_data", "_data_bytes", "_event")
 
     def __init__(self) -> None:
         self._buffer = b""
         self._data: list[bytes] = []
+        self._data_bytes = 0  # what _data holds: an event's lines wait there for its end
         self._event: str | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes of the unfinished event: the reader's bound on what an upstream may make it hold."""
+        return len(self._buffer) + self._data_bytes
 
     def feed(self, chunk: bytes) -> list[Event]:
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -69,6 +75,7 @@ class SSEParser:
                 events.append(tuple.__new__(Event, (data[0] if len(data) == 1 else b"\n".join(data), self._event)))
                 data = self._data = []
                 self._event = None
+        self._data_bytes = sum(map(len, data)) if data else 0
         return events
 
     @property

@@ -1,10 +1,12 @@
 """What the gateway's upstream calls never carry along: cookies an upstream set (every team's requests
 share the gateway's connections to an upstream, and OpenAI's Cloudflare sets two on every answer), and
 its credentials to wherever a redirect points (aiohttp drops ``Authorization`` on a redirect to another
-host, not SGP's ``x-api-key``; an API's POST is never redirected in normal operation)."""
+host, not SGP's ``x-api-key``; an API's POST is never redirected in normal operation). And what an
+upstream may make the gateway hold: a broken or hostile one fails instead of growing its memory."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+import adapters.http
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME
 
@@ -58,3 +61,54 @@ async def test_redirects_are_not_followed(
     assert answer.status == 502, answer.raw
     assert "redirect" in answer.raw.decode() and "307" in answer.raw.decode()
     assert elsewhere.v.headers == []  # the upstream key never left for the other host
+
+
+# --- what an upstream may make the gateway hold ---------------------------------------------------
+
+CAP = 64 * 1024
+
+
+@pytest.fixture
+async def oversized() -> AsyncIterator[TestServer]:
+    """An OpenAI-compatible upstream that answers too much: a chunked body past the cap, a body whose
+    length is past it, or a stream whose first event never ends."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body.get("stream"):
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b'data: {"id":"x","choices":[{"index":0,"text":"')
+            for _ in range(4):
+                await resp.write(b"x" * (CAP // 2))  # no end of line, ever
+            await asyncio.sleep(30)
+            return resp
+        if body.get("prompt") == "length":
+            return web.Response(body=b" " * (2 * CAP), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for _ in range(4):
+            await resp.write(b" " * (CAP // 2))
+        await resp.write_eof(b"{}")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+@pytest.mark.parametrize("prompt", ["chunked", "length", "stream"])
+async def test_an_upstream_that_answers_too_much_fails_in_dialect(
+    gateway: GatewayFactory, oversized: TestServer, monkeypatch: pytest.MonkeyPatch, prompt: str
+) -> None:
+    monkeypatch.setattr(adapters.http, "MAX_ANSWER_BYTES", CAP)
+    monkeypatch.setattr(adapters.http, "MAX_EVENT_BYTES", CAP)
+    base = str(oversized.make_url("/v1"))
+    gw = await gateway(config([{"name": "m", "targets": [{"provider": "openai", "base_url": base}]}]))
+    answer = await gw.send(BY_NAME["openai"], "m", prompt, prompt == "stream")
+    assert answer.status == 502, answer.raw
+    assert f"more than {CAP} bytes" in answer.raw.decode()

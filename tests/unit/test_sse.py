@@ -81,3 +81,13 @@ def test_one_line_events_and_every_other_framing_mixed_in_any_split(
             raw += b"data:" + payload + eol + eol
             want.append(Event(payload[1:] if payload.startswith(b" ") else payload))
     assert fed_in_pieces(raw, data) == want
+
+
+def test_pending_counts_the_unfinished_event_only() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: a\n\ndata: bb") == [Event(b"a")] and p.pending == len(b"data: bb")
+    assert p.feed(b"b\ndata: cc\n") == [] and p.pending == len(b"data: bbb\ndata: cc\n")
+    assert p.feed(b"\n") == [Event(b"bbb\ncc")] and p.pending == 0
+    # read line by line (a named event first): the unfinished event's lines wait as data
+    assert p.feed(b"event: e\ndata: a\n\ndata: b\ndata: cc\n") == [Event(b"a", "e")] and p.pending == 3
+    assert p.feed(b"\n") == [Event(b"b\ncc")] and p.pending == 0
