@@ -98,12 +98,14 @@ class IdleWatch:
 
 
 async def _body(resp: aiohttp.ClientResponse, name: str) -> bytes:
-    """The whole body, up to ``MAX_ANSWER_BYTES``."""
+    """The whole body, up to ``MAX_ANSWER_BYTES`` (decompressed: a small compressed body may expand
+    without bound, so a compressed one is counted as it comes, like a chunked one)."""
     length = resp.content_length
-    if length is not None and length <= MAX_ANSWER_BYTES:
+    compressed = "Content-Encoding" in resp.headers
+    if length is not None and length <= MAX_ANSWER_BYTES and not compressed:
         return await resp.read()
     parts, size = [], 0
-    if length is None:  # chunked: counted as it comes
+    if length is None or compressed:  # counted as it comes
         while chunk := await resp.content.readany():
             size += len(chunk)
             if size > MAX_ANSWER_BYTES:

@@ -7,6 +7,7 @@ upstream may make the gateway hold: a broken or hostile one fails instead of gro
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -71,7 +72,8 @@ CAP = 64 * 1024
 @pytest.fixture
 async def oversized() -> AsyncIterator[TestServer]:
     """An OpenAI-compatible upstream that answers too much: a chunked body past the cap, a body whose
-    length is past it, or a stream whose first event never ends."""
+    length is past it, a small gzip body that expands past it, or a stream whose first event never
+    ends."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -85,6 +87,10 @@ async def oversized() -> AsyncIterator[TestServer]:
             return resp
         if body.get("prompt") == "length":
             return web.Response(body=b" " * (2 * CAP), content_type="application/json")
+        if body.get("prompt") == "gzip":  # a few hundred bytes on the wire
+            packed = gzip.compress(b" " * (4 * CAP) + b"{}")
+            headers = {"Content-Encoding": "gzip"}
+            return web.Response(body=packed, content_type="application/json", headers=headers)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -101,7 +107,7 @@ async def oversized() -> AsyncIterator[TestServer]:
     await server.close()
 
 
-@pytest.mark.parametrize("prompt", ["chunked", "length", "stream"])
+@pytest.mark.parametrize("prompt", ["chunked", "length", "gzip", "stream"])
 async def test_an_upstream_that_answers_too_much_fails_in_dialect(
     gateway: GatewayFactory, oversized: TestServer, monkeypatch: pytest.MonkeyPatch, prompt: str
 ) -> None:
