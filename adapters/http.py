@@ -397,6 +397,7 @@ class HTTPUpstream:
                 self.target.base_url + self.wire.path(Operation.COMPLETION).replace("completions", "models"),
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=3),
+                allow_redirects=False,  # the probe carries the wire's key headers too
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamFailed(f"target '{self.name}': /models answered {resp.status}")

@@ -68,14 +68,15 @@ class SSEParser:
         for raw in lines:
             if raw.startswith(b"data: "):  # nearly every line
                 data.append(raw[6:])
+                self._data_bytes += len(raw) + 1  # the line as read: empty data lines count too
             elif raw:
                 self._field(raw)
             elif data or self._event:
                 # tuple.__new__: the NamedTuple constructor is a Python-level call, twice the cost
                 events.append(tuple.__new__(Event, (data[0] if len(data) == 1 else b"\n".join(data), self._event)))
                 data = self._data = []
+                self._data_bytes = 0
                 self._event = None
-        self._data_bytes = sum(map(len, data)) if data else 0
         return events
 
     @property
@@ -98,5 +99,6 @@ class SSEParser:
             value = value[1:]
         if name == b"data":
             self._data.append(value)
+            self._data_bytes += len(line) + 1
         elif name == b"event":
             self._event = value.decode("utf-8", errors="replace")

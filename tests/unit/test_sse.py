@@ -88,6 +88,9 @@ def test_pending_counts_the_unfinished_event_only() -> None:
     assert p.feed(b"data: a\n\ndata: bb") == [Event(b"a")] and p.pending == len(b"data: bb")
     assert p.feed(b"b\ndata: cc\n") == [] and p.pending == len(b"data: bbb\ndata: cc\n")
     assert p.feed(b"\n") == [Event(b"bbb\ncc")] and p.pending == 0
-    # read line by line (a named event first): the unfinished event's lines wait as data
-    assert p.feed(b"event: e\ndata: a\n\ndata: b\ndata: cc\n") == [Event(b"a", "e")] and p.pending == 3
+    # read line by line (a named event first): the unfinished event's lines wait as data, counted as read
+    assert p.feed(b"event: e\ndata: a\n\ndata: b\ndata: cc\n") == [Event(b"a", "e")]
+    assert p.pending == len(b"data: b\ndata: cc\n")
     assert p.feed(b"\n") == [Event(b"b\ncc")] and p.pending == 0
+    # empty data lines hold a list entry each: they count as the bytes they came in
+    assert p.feed(b"event: e\ndata: a\n\n" + b"data:\n" * 1000) == [Event(b"a", "e")] and p.pending == 6000

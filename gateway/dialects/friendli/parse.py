@@ -296,6 +296,7 @@ def parse_chat(data: dict[str, JSON], flavour: str) -> InternalRequest:
         adapter=adapter,
         timeout=b.timeout_microseconds / 1e6 if b.timeout_microseconds else None,
         user=b.user,
+        want_token_ids=True,  # stream chunks carry the sampled "token", answers "tokens", from vLLM
         relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,

@@ -169,10 +169,11 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
     _sampling(req, body)
     if req.user is not None:
         body["user"] = req.user
-    # vLLM answers an echo with an empty prompt text when token ids are asked for (it returns the
-    # prompt's ids instead), so they are asked for with echo only when the client's dialect needs them;
-    # nor for a relayed stream, whose chunks the client gets as they are.
-    if req.want_token_ids or (token_ids and not req.sampling.echo and req.relay != STREAM_FORMAT):
+    # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
+    # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
+    # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
+    # none, whose chunks the client gets as they are.
+    if token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT)):
         body["return_token_ids"] = True
     if req.stream:
         body["stream"] = True
@@ -274,8 +275,9 @@ class ChunkDecoder:
         if (
             not self.started
             or not self.relaying
-            or data[:1] != b"{"
+            or data[:2] != b'{"'  # an object with keys ({} carries nothing to relay)
             or data[-1:] != b"}"
+            or b"\n" in data  # an event over several data: lines is written as one
             or ACCOUNTED.search(data) is not None
         ):
             return None
@@ -295,14 +297,14 @@ class ChunkDecoder:
         if end < 2:
             return None
         run = buffer[:end] if end < len(buffer) else buffer
-        # Every event one line "data: {...}": with 2k newlines, k - 1 boundaries "}\n\ndata: {" and the
-        # final "}\n\n" hold them all ([DONE], comments, "event:" and CRLF framing all fail this).
+        # Every event one line 'data: {"...}': with 2k newlines, k - 1 boundaries '}\n\ndata: {"' and the
+        # final "}\n\n" hold them all ([DONE], {}, comments, "event:" and CRLF framing all fail this).
         newlines = run.count(b"\n")  # a one-byte needle: the cheapest of the scans
         if (
             newlines % 2
-            or not run.startswith(b"data: {")
+            or not run.startswith(b'data: {"')
             or not run.endswith(b"}\n\n")
-            or run.count(b"}\n\ndata: {") != newlines // 2 - 1
+            or run.count(b'}\n\ndata: {"') != newlines // 2 - 1
         ):
             return None
         return Frame.of(run, newlines // 2), end

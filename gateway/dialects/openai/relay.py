@@ -20,6 +20,10 @@ from dataclasses import dataclass
 # vLLM's ids sampled for a chunk, or none (the key goes, with the comma on one side of it).
 TOKEN_IDS = re.compile(rb'"token_ids":\[(?:\d+,)*(\d+)\]|,"token_ids":(?:\[\]|null)|"token_ids":(?:\[\]|null),')
 FINGERPRINT = b'"system_fingerprint":'
+# Any fingerprint, with the comma on one side of it (a chunk's may differ from the first chunk's).
+ANY_FINGERPRINT = re.compile(
+    rb',"system_fingerprint":(?:null|"(?:[^"\\]|\\.)*")|"system_fingerprint":(?:null|"(?:[^"\\]|\\.)*"),'
+)
 CHUNK = b"data: {"
 BOUNDARY = b"\n\n" + CHUNK  # newlines inside a JSON string are escaped: only events are cut here
 
@@ -44,12 +48,19 @@ class Retouch:
     literal: tuple[tuple[bytes, bytes], ...] = ()  # replacements, in order
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
+    fingerprints: bool = False  # every fingerprint goes (``literal`` drops the usual one cheaply)
+    reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
 
     def __call__(self, frame: bytes) -> bytes:
         for old, new in self.literal:
             frame = frame.replace(old, new)
+        if self.fingerprints and FINGERPRINT in frame:
+            frame = ANY_FINGERPRINT.sub(b"", frame)
         if self.token_ids and b'"token_ids":' in frame:
             frame = TOKEN_IDS.sub(_token, frame)
+        # (a delta that already names it reasoning_content keeps it; the other is an extra)
+        if self.reasoning and b'"reasoning":' in frame and b'"reasoning_content":' not in frame:
+            frame = frame.replace(b'"reasoning":', b'"reasoning_content":')
         if self.head:
             # A frame is whole events, each one line "data: {...}": every chunk opens the frame or
             # follows a boundary.
@@ -57,4 +68,4 @@ class Retouch:
         return frame
 
     def __bool__(self) -> bool:
-        return bool(self.literal or self.head or self.token_ids)
+        return bool(self.literal or self.head or self.token_ids or self.fingerprints or self.reasoning)

@@ -109,20 +109,18 @@ def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]
 
 
 def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) -> Retouch:
-    """What relayed chunks of the upstream that began with ``start`` need to be in ``style``."""
+    """What relayed chunks of the upstream that began with ``start`` need to be in ``style``: what
+    the decoded path would write (it writes the first chunk's identity on every chunk)."""
     literal: list[tuple[bytes, bytes]] = []
     head = b""
-    upstream_fp = to_json(start.system_fingerprint)
-    if style.fingerprint is None:
-        literal += without_key(b"system_fingerprint", upstream_fp)
-    elif style.fingerprint and not start.system_fingerprint:  # the style's own stands in
-        literal += without_key(b"system_fingerprint", upstream_fp)
-        head = FINGERPRINT + to_json(style.fingerprint) + b","
+    own = style.fingerprint is None or style.fingerprint  # the style decides the fingerprint
+    if own:
+        literal += without_key(b"system_fingerprint", to_json(start.system_fingerprint))
+    if style.fingerprint:  # the first chunk's, else the style's own
+        head = FINGERPRINT + to_json(start.system_fingerprint or style.fingerprint) + b","
     if not want_usage or style.usage_on_last_chunk:
         literal += without_key(b"usage", b"null")
-    if chat:  # vLLM's name for a delta's reasoning; the decoded path writes reasoning_content
-        literal.append((b'"reasoning":', b'"reasoning_content":'))
-    return Retouch(tuple(literal), head, style.token_ids)
+    return Retouch(tuple(literal), head, style.token_ids, fingerprints=bool(own), reasoning=chat)
 
 
 class ChunkEncoder:
