@@ -16,6 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import adapters.http
+from gateway.app import build_upstream
+from gateway.core.errors import UpstreamFailed
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME
 
@@ -36,14 +38,14 @@ async def test_cookies_an_upstream_sets_are_not_sent_back(gateway: GatewayFactor
 
 @pytest.fixture
 async def redirector() -> AsyncIterator[TestServer]:
-    """Answers every POST with a 307 to the same path on the host set in ``app[TO]["url"]``."""
+    """Answers every request with a 307 to the same path on the host set in ``app[TO]["url"]``."""
 
     async def redirect(request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(request.app[TO]["url"] + request.path)
 
     app = web.Application()
     app[TO] = {}
-    app.router.add_post("/{tail:.*}", redirect)
+    app.router.add_route("*", "/{tail:.*}", redirect)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     yield server
@@ -62,6 +64,20 @@ async def test_redirects_are_not_followed(
     assert answer.status == 502, answer.raw
     assert "redirect" in answer.raw.decode() and "307" in answer.raw.decode()
     assert elsewhere.v.headers == []  # the upstream key never left for the other host
+
+
+async def test_the_model_list_probe_follows_no_redirect(upstream: Any, redirector: TestServer) -> None:
+    elsewhere = await upstream("sgp")
+    redirector.app[TO]["url"] = elsewhere.url.replace("127.0.0.1", "localhost")
+    moved = {**target(elsewhere, "sgp"), "base_url": str(redirector.make_url("")).rstrip("/")}
+    cfg = config([{"name": "m", "targets": [moved]}])
+    probe = build_upstream(cfg.models[0].targets[0], "m")
+    try:
+        # followed, the other host would have answered its model list (and seen the key header)
+        with pytest.raises(UpstreamFailed):
+            await probe.list_models()
+    finally:
+        await probe.close()
 
 
 # --- what an upstream may make the gateway hold ---------------------------------------------------
