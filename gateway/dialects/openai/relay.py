@@ -48,19 +48,25 @@ class Retouch:
     literal: tuple[tuple[bytes, bytes], ...] = ()  # replacements, in order
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
-    fingerprints: bool = False  # every fingerprint goes (``literal`` drops the usual one cheaply)
+    fingerprints: tuple[tuple[bytes, bytes], ...] | None = None  # all go: the usual one, then any left
+    kept: bytes = b""  # a fingerprint every chunk may keep where it stands (no fingerprint work then)
     reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
 
     def __call__(self, frame: bytes) -> bytes:
         for old, new in self.literal:
             frame = frame.replace(old, new)
-        if self.fingerprints and FINGERPRINT in frame:
-            frame = ANY_FINGERPRINT.sub(b"", frame)
         if self.token_ids and b'"token_ids":' in frame:
             frame = TOKEN_IDS.sub(_token, frame)
         # (a delta that already names it reasoning_content keeps it; the other is an extra)
         if self.reasoning and b'"reasoning":' in frame and b'"reasoning_content":' not in frame:
             frame = frame.replace(b'"reasoning":', b'"reasoning_content":')
+        if self.kept and frame.count(self.kept) == frame.count(b"\n\n"):
+            return frame  # every chunk already names the fingerprint it should (two scans, no copies)
+        if self.fingerprints is not None:
+            for old, new in self.fingerprints:
+                frame = frame.replace(old, new)
+            if FINGERPRINT in frame:
+                frame = ANY_FINGERPRINT.sub(b"", frame)
         if self.head:
             # A frame is whole events, each one line "data: {...}": every chunk opens the frame or
             # follows a boundary.
@@ -68,4 +74,4 @@ class Retouch:
         return frame
 
     def __bool__(self) -> bool:
-        return bool(self.literal or self.head or self.token_ids or self.fingerprints or self.reasoning)
+        return bool(self.literal or self.head or self.token_ids or self.fingerprints is not None or self.reasoning)

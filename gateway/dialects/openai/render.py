@@ -112,15 +112,15 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
     """What relayed chunks of the upstream that began with ``start`` need to be in ``style``: what
     the decoded path would write (it writes the first chunk's identity on every chunk)."""
     literal: list[tuple[bytes, bytes]] = []
-    head = b""
-    own = style.fingerprint is None or style.fingerprint  # the style decides the fingerprint
-    if own:
-        literal += without_key(b"system_fingerprint", to_json(start.system_fingerprint))
+    fingerprints, head, kept = None, b"", b""
+    if style.fingerprint is None or style.fingerprint:  # the style decides the fingerprint
+        fingerprints = without_key(b"system_fingerprint", to_json(start.system_fingerprint))
     if style.fingerprint:  # the first chunk's, else the style's own
         head = FINGERPRINT + to_json(start.system_fingerprint or style.fingerprint) + b","
+        kept = head[:-1] if start.system_fingerprint else b""
     if not want_usage or style.usage_on_last_chunk:
         literal += without_key(b"usage", b"null")
-    return Retouch(tuple(literal), head, style.token_ids, fingerprints=bool(own), reasoning=chat)
+    return Retouch(tuple(literal), head, style.token_ids, fingerprints, kept, reasoning=chat)
 
 
 class ChunkEncoder:
