@@ -19,10 +19,16 @@ class Event(NamedTuple):
 
 
 class SSEParser:
-    __slots__ = ("_buffer", "_data", "_data_bytes", "_event")
+    __slots__ = ("_buffer", "_data", "_data_bytes", "_event", "_more", "_more_bytes")
+
+    # An unfinished line or event longer than this waits in pieces, joined once its end arrives:
+    # joining and re-scanning it on every read would cost quadratic time in its length.
+    LONG = 64 * 1024
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._more: list[bytes] = []  # what came after _buffer while a long line or event waits
+        self._more_bytes = 0
         self._data: list[bytes] = []
         self._data_bytes = 0  # what _data holds: an event's lines wait there for its end
         self._event: str | None = None
@@ -30,9 +36,20 @@ class SSEParser:
     @property
     def pending(self) -> int:
         """Bytes of the unfinished event: the reader's bound on what an upstream may make it hold."""
-        return len(self._buffer) + self._data_bytes
+        return len(self._buffer) + self._more_bytes + self._data_bytes
 
     def feed(self, chunk: bytes) -> list[Event]:
+        if self._more or len(self._buffer) > self.LONG:
+            # Nothing comes out before an event's end (a blank line, maybe cut between two reads); a
+            # CR may be half of one (CRLF framing): then everything is joined as usual.
+            last = self._more[-1] if self._more else self._buffer
+            seam = chunk[:1] == b"\n" and last[-1:] == b"\n"
+            if b"\n\n" not in chunk and not seam and b"\r" not in chunk:
+                self._more.append(chunk)
+                self._more_bytes += len(chunk)
+                return []
+            self._buffer += b"".join(self._more)
+            self._more, self._more_bytes = [], 0
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:  # CRLF framing; a CR ending the buffer stays in the unfinished line
             buffer = buffer.replace(b"\r\n", b"\n")
@@ -86,6 +103,9 @@ class SSEParser:
 
     def close(self) -> list[Event]:
         """The stream ended: a final event not followed by a blank line still counts."""
+        if self._more:
+            self._buffer += b"".join(self._more)
+            self._more, self._more_bytes = [], 0
         events = self._lines((self._buffer + b"\n").replace(b"\r\n", b"\n")) if self._buffer else []
         if self._data:
             events += self._lines(b"\n")  # the blank line the stream never sent

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.dialects.sse import Event, SSEParser
+
+
+@pytest.fixture(autouse=True, params=[SSEParser.LONG, 3], ids=["long-64k", "long-3"])
+def long_line(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test also runs with lines and events past 3 bytes waiting in pieces (the quadratic guard),
+    which a real stream reaches only past 64 KiB."""
+    saved = SSEParser.LONG
+    SSEParser.LONG = request.param
+    yield
+    SSEParser.LONG = saved
 
 
 def fed_in_pieces(raw: bytes, data: st.DataObject) -> list[Event]:
