@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -154,9 +155,21 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     metrics.flush()
-    await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
-    if gw.redis is not None:
-        await gw.redis.aclose()
+    try:
+        await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
+    finally:
+        if gw.redis is not None:
+            await close_redis(gw.redis)
+
+
+async def close_redis(client: Any) -> None:
+    await client.aclose()
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is not None:
+        # A cluster client whose start-up failed (Redis down) counts as never initialized, and its
+        # aclose() then closes nothing: its nodes' connections are closed here either way.
+        await nodes.aclose()
+        await nodes.aclose("startup_nodes")
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
