@@ -46,6 +46,7 @@ class Feature(StrEnum):
     STOP_TOKEN_IDS = "stop_token_ids"
     STOP_TOKEN_SEQUENCES = "stop_token_sequences"
     INCLUDE_STOP_STR = "include_stop_str_in_output"
+    TOKEN_IDS = "return_token_ids"  # the output's token ids, asked for by the client
     IGNORE_EOS = "ignore_eos"
     BAD_WORDS = "bad_words"
     BAD_WORD_TOKENS = "bad_word_tokens"

@@ -77,6 +77,22 @@ async def test_unsupported_feature_names_field_and_target(gw: Any) -> None:
     assert (await post(gw, path, headers, body))[0] == 200
 
 
+async def test_token_ids_are_asked_only_of_targets_that_return_them(gateway: GatewayFactory, upstream: Any) -> None:
+    """vLLM's ``return_token_ids``: OpenAI's API refuses the field, so an OpenAI target refuses it here,
+    by name, instead of forwarding it; a vLLM target is asked for the ids."""
+    server = await upstream("openai")
+    models = [{"name": "m", "targets": [target(server, "openai")]}, {"name": "v", "targets": [target(server, "vllm")]}]
+    gw = await gateway(config(models))
+    ingress = BY_NAME["openai"]
+    path, headers, body = ingress.request("m", "x", False, return_token_ids=True)
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status == 400 and reply["error"]["param"] == "return_token_ids", reply
+    assert server.v.requests == []
+    path, headers, body = ingress.request("v", "x", False, return_token_ids=True)
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status == 200 and server.v.requests[-1]["return_token_ids"] is True, reply
+
+
 async def test_vendor_model_names_and_adapters_resolve(gw: Any) -> None:
     sgp = BY_NAME["sgp"]
     for model, expected in (("meta/local", 200), ("meta/local/lora1", 200), ("meta/local/other", 422), ("x/m", 200)):

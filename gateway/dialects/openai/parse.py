@@ -198,6 +198,7 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
     items = prompts(b.prompt, fs)
     kw = completion_sampling(b, fs) | vllm_extras(b, fs)
     kw["structured"] = structured_from_vllm(b.structured_outputs, fs)
+    fs.use(Feature.TOKEN_IDS, "return_token_ids", b.return_token_ids)  # vLLM's; OpenAI refuses it
     stream = bool(b.stream)
     return InternalRequest(
         operation=Operation.COMPLETION,
@@ -272,6 +273,7 @@ def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalReque
     extra = {name: getattr(b, name) for name in PLATFORM_FIELDS if getattr(b, name) is not None}
     for name in extra:
         fs.use(Feature.EXTRA_BODY, name)
+    fs.use(Feature.TOKEN_IDS, "return_token_ids", b.return_token_ids)
     stream = bool(b.stream)
     return InternalRequest(
         operation=Operation.CHAT,
