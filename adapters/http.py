@@ -100,20 +100,19 @@ class IdleWatch:
 async def _body(resp: aiohttp.ClientResponse, name: str) -> bytes:
     """The whole body, up to ``MAX_ANSWER_BYTES`` (decompressed: a small compressed body may expand
     without bound, so a compressed one is counted as it comes, like a chunked one)."""
+    too_large = UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
     length = resp.content_length
-    compressed = "Content-Encoding" in resp.headers
-    if length is not None and length <= MAX_ANSWER_BYTES and not compressed:
+    if length is not None and "Content-Encoding" not in resp.headers:
+        if length > MAX_ANSWER_BYTES:
+            raise too_large
         return await resp.read()
-    parts, size = [], 0
-    if length is None or compressed:  # counted as it comes
-        while chunk := await resp.content.readany():
-            size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                break
-            parts.append(chunk)
-        else:
-            return b"".join(parts)
-    raise UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
+    parts, size = [], 0  # chunked or compressed: counted as it comes
+    while chunk := await resp.content.readany():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise too_large
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
@@ -22,7 +21,7 @@ from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashe
 from gateway.core.upstream import Upstream
 from gateway.handlers import make_handler
 from gateway.keystore import Authenticator, LocalStore, RedisStore
-from gateway.limits import build_admission, redis_client
+from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
 from gateway.metrics import REDIS_UP
 from gateway.routes import MODEL_LIST_PATHS, ROUTES
@@ -160,16 +159,6 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     finally:
         if gw.redis is not None:
             await close_redis(gw.redis)
-
-
-async def close_redis(client: Any) -> None:
-    await client.aclose()
-    nodes = getattr(client, "nodes_manager", None)
-    if nodes is not None:
-        # A cluster client whose start-up failed (Redis down) counts as never initialized, and its
-        # aclose() then closes nothing: its nodes' connections are closed here either way.
-        await nodes.aclose()
-        await nodes.aclose("startup_nodes")
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:

@@ -29,6 +29,17 @@ def redis_client(cfg: RedisConfig) -> Any:
     return aioredis.Redis.from_url(cfg.url, retry_on_timeout=False, **options)
 
 
+async def close_redis(client: Any) -> None:
+    """Close what ``redis_client`` made."""
+    await client.aclose()
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is not None:
+        # A cluster client whose start-up failed (Redis down) counts as never initialized, and its
+        # aclose() then closes nothing (redis-py 7.4): its nodes' connections are closed here either way.
+        await nodes.aclose()
+        await nodes.aclose("startup_nodes")
+
+
 def values(limits: Limits) -> LimitValues:
     return LimitValues(limits.rpm, limits.rpm_burst, limits.tpm, limits.concurrency)
 

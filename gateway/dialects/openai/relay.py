@@ -72,6 +72,3 @@ class Retouch:
             # follows a boundary.
             frame = CHUNK + self.head + frame[len(CHUNK) :].replace(BOUNDARY, BOUNDARY + self.head)
         return frame
-
-    def __bool__(self) -> bool:
-        return bool(self.literal or self.head or self.token_ids or self.fingerprints is not None or self.reasoning)

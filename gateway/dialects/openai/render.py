@@ -108,9 +108,10 @@ def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]
     return out
 
 
-def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) -> Retouch:
+def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) -> Retouch | None:
     """What relayed chunks of the upstream that began with ``start`` need to be in ``style``: what
-    the decoded path would write (it writes the first chunk's identity on every chunk)."""
+    the decoded path would write (it writes the first chunk's identity on every chunk); None: they are
+    written as they came."""
     literal: list[tuple[bytes, bytes]] = []
     fingerprints, head, kept = None, b"", b""
     if style.fingerprint is None or style.fingerprint:  # the style decides the fingerprint
@@ -120,6 +121,8 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
         kept = head[:-1] if start.system_fingerprint else b""
     if not want_usage or style.usage_on_last_chunk:
         literal += without_key(b"usage", b"null")
+    if not (literal or fingerprints or style.token_ids or chat):
+        return None
     return Retouch(tuple(literal), head, style.token_ids, fingerprints, kept, reasoning=chat)
 
 
@@ -137,7 +140,7 @@ class ChunkEncoder:
         self.head: dict[str, JSON] = {}
         self.offsets: dict[int, int] = {}
         self.held: dict[str, JSON] | None = None  # a finish chunk that usage may still join
-        self.retouch = Retouch()
+        self.retouch: Retouch | None = None
         self.sent_role: set[int] = set()
         self.relayed = False  # relayed frames carried the upstream's own roles
         # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
@@ -159,7 +162,7 @@ class ChunkEncoder:
 
     def _relayed(self, frame: bytes) -> bytes:
         self.relayed = True
-        if self.retouch:
+        if self.retouch is not None:
             frame = self.retouch(frame)
         return frame if self.held is None else self._release() + frame
 
