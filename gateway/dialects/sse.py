@@ -48,8 +48,7 @@ class SSEParser:
                 self._more.append(chunk)
                 self._more_bytes += len(chunk)
                 return []
-            self._buffer += b"".join(self._more)
-            self._more, self._more_bytes = [], 0
+            self._gather()
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:  # CRLF framing; a CR ending the buffer stays in the unfinished line
             buffer = buffer.replace(b"\r\n", b"\n")
@@ -103,13 +102,17 @@ class SSEParser:
 
     def close(self) -> list[Event]:
         """The stream ended: a final event not followed by a blank line still counts."""
-        if self._more:
-            self._buffer += b"".join(self._more)
-            self._more, self._more_bytes = [], 0
+        self._gather()
         events = self._lines((self._buffer + b"\n").replace(b"\r\n", b"\n")) if self._buffer else []
         if self._data:
             events += self._lines(b"\n")  # the blank line the stream never sent
         return events
+
+    def _gather(self) -> None:
+        """The pieces of a long line or event, back in the buffer."""
+        if self._more:
+            self._buffer += b"".join(self._more)
+            self._more, self._more_bytes = [], 0
 
     def _field(self, line: bytes) -> None:
         if line.startswith(b":"):  # a comment (keep-alive pings)
