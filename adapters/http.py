@@ -26,7 +26,7 @@ from gateway.core.errors import (
     UpstreamTimeout,
 )
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import Completion, StreamEvent
+from gateway.core.response import Completion, LastBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
@@ -332,10 +332,12 @@ class HTTPUpstream:
                         if batch:  # what arrived before the failure still reaches the client
                             yield batch
                         raise
+                    if done:
+                        if batch:
+                            yield LastBatch(batch)
+                        return
                     if batch:
                         yield batch
-                    if done:
-                        return
         finally:
             watch.cancel()
             # Closing (not releasing) drops the connection, which is how vLLM learns to abort.

@@ -124,7 +124,7 @@ async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
     try:
         async for batch in batches:
             if seeds:
-                batch = [
+                batch[:] = [  # in place: a LastBatch stays one
                     Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
                     if isinstance(ev, Finish) and ev.seed is None
                     else ev

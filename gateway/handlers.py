@@ -22,7 +22,7 @@ from gateway import dispatch
 from gateway.auth import Principal
 from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import StreamEvent
+from gateway.core.response import LastBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
@@ -43,6 +43,15 @@ class RouteSpec:
     dialect: Dialect
     operation: Operation
     flavour: str = ""
+
+
+class EventStream(web.StreamResponse):
+    """An SSE answer whose head waits for its first write, as aiohttp does for whole answers: the head
+    and the first events (a burst: the whole stream and its end) leave in one send instead of two or
+    three, and a client has nothing to read before the first event anyway. The answer is prepared only
+    once that event is in hand, so the head is never held back waiting on the upstream."""
+
+    _send_headers_immediately = False
 
 
 def request_id(headers: Mapping[str, str]) -> str:
@@ -91,19 +100,23 @@ async def relay(
     first, events = opened
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
-    resp = web.StreamResponse(headers=headers)
+    resp = EventStream(headers=headers)
     await resp.prepare(request)
     encoder = dialect.encoder(ireq)
     try:
         out = b"".join([encoder.event(ev) for ev in first])
-        if out:
-            await resp.write(out)
-        async for batch in events:
-            log.observe(batch)
-            out = b"".join([encoder.event(ev) for ev in batch])
-            if out:
-                await resp.write(out)
-        tail = encoder.end()
+        if not isinstance(first, LastBatch):
+            await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
+            out = b""
+            async for batch in events:
+                log.observe(batch)
+                out = b"".join([encoder.event(ev) for ev in batch])
+                if isinstance(batch, LastBatch):
+                    break  # written with the stream's end
+                if out:
+                    await resp.write(out)
+                out = b""
+        tail = out + encoder.end()
     except GatewayError as err:
         log.failed(err)
         tail = encoder.error(err)

@@ -117,6 +117,14 @@ class Frame(bytes):
 StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame
 
 
+class LastBatch(list[StreamEvent]):
+    """A stream's final batch, marked by an upstream that saw the stream's end in the same read:
+    nothing follows it, so the client's answer can end in the same write as its last events (one
+    send, not two). Unmarked batches stay correct: the end is then learnt when the stream stops."""
+
+    __slots__ = ()
+
+
 @dataclass(slots=True)
 class Accumulator:
     """Folds stream events into a ``Completion``: used to answer dialects whose final event repeats

@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from aiohttp import http_writer, web_protocol
+from yarl import URL
 
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
@@ -146,3 +148,53 @@ async def test_an_in_band_error_after_relayed_chunks_ends_the_stream_in_dialect(
     assert relayed(server, answer.raw)[1]  # the second chunk went out as it came
     last = json.loads(frames(answer.raw)[-1])
     assert last["error"]["code"] == "upstream_failed"
+
+
+def record_sends(monkeypatch: pytest.MonkeyPatch, port: int) -> list[bytes]:
+    """What the gateway's server side (listening on ``port``) hands its transport, one item per send
+    (the upstream stand-in's answers and the gateway's requests to it use the same writer class)."""
+    sends: list[bytes] = []
+    write, writelines = http_writer.StreamWriter._write, http_writer.StreamWriter._writelines
+
+    def ours(writer: http_writer.StreamWriter) -> bool:
+        transport = writer.transport
+        return (
+            isinstance(writer.protocol, web_protocol.RequestHandler)
+            and transport is not None
+            and transport.get_extra_info("sockname")[1] == port
+        )
+
+    def _write(self: http_writer.StreamWriter, chunk: Any) -> None:
+        if ours(self):
+            sends.append(bytes(chunk))
+        write(self, chunk)
+
+    def _writelines(self: http_writer.StreamWriter, chunks: Any) -> None:
+        chunks = list(chunks)
+        if ours(self):
+            sends.append(b"".join(chunks))
+        writelines(self, chunks)
+
+    monkeypatch.setattr(http_writer.StreamWriter, "_write", _write)
+    monkeypatch.setattr(http_writer.StreamWriter, "_writelines", _writelines)
+    return sends
+
+
+@PROMPTS
+@pytest.mark.parametrize("ingress", ["openai", "friendli", "octoai", "sgp", "friendli2024"])
+async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
+    gateway: GatewayFactory, upstream: Any, monkeypatch: pytest.MonkeyPatch, ingress: str, prompt: str
+) -> None:
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    sends = record_sends(monkeypatch, URL(gw.url).port or 0)
+    answer = await gw.send(BY_NAME[ingress], "m", prompt, True)
+    assert answer.status == 200 and answer.text == "".join(vendors.generate(prompt, 4)[0])
+    assert sends[0].startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in sends[0]
+    assert b"data:" in sends[0].split(b"\r\n\r\n", 1)[1]  # not the head alone
+    assert sends[-1].endswith(b"0\r\n\r\n")  # the chunked body's end
+    if "[[burst]]" in prompt:  # the whole stream arrived in one read: head, events and end in one send
+        # (a decoded stream sends its first event apart, without waiting for the work on the rest)
+        assert len(sends) == (2 if ingress == "friendli2024" else 1), sends
+    else:  # one send per upstream read: the last events leave with the end
+        assert len(sends) < len(server.v.sent) + 2, sends
