@@ -133,6 +133,19 @@ async def ttft(url: str, dialect: Dialect, samples: int) -> dict[str, Any]:
     return {"samples": samples, "head_ms": ms(head), "first_token_ms": ms(first), "stream_end_ms": ms(last)}
 
 
+async def pacing(upstream: str, ttft_ms: float, gap_ms: float) -> dict[str, float]:
+    """Sets how the fake upstream paces the streams that follow; returns the pacing it replaced."""
+    body = {"ttft_ms": ttft_ms, "gap_ms": gap_ms}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+        session.post(upstream + "/bench/pacing", json=body) as resp,
+    ):
+        if resp.status != 200:
+            raise BenchError(f"the fake upstream refused its pacing: HTTP {resp.status} {await resp.text()}")
+        before: dict[str, float] = await resp.json()
+        return before
+
+
 def run_async(coro: Any) -> Any:
     try:
         import uvloop

@@ -11,6 +11,8 @@ once and cached, so the upstream costs a few microseconds per request and the su
         ``stream_options.include_usage``, then ``data: [DONE]``; ``--ttft-ms`` before the first chunk,
         ``--gap-ms`` between chunks (0 and 0: the whole stream in one write)
     GET /v1/models, GET /health
+    POST /bench/pacing ``{"ttft_ms": 0, "gap_ms": 1}``: the benchmark runner paces the streams that
+        follow (answers with the pacing it replaced, for the runner to put back)
 
 Not a faithful OpenAI (``n``, logprobs, tools are ignored); the tests have faithful stand-ins.
 
@@ -300,13 +302,28 @@ class HttpProtocol(asyncio.Protocol):
                 return stream
             self.send(sse_head(close) + stream.joined)
             return None
-        if method == b"GET" and path == b"/v1/models":
+        if method == b"POST" and path == b"/bench/pacing":
+            self.send(self.pacing(body, close))
+        elif method == b"GET" and path == b"/v1/models":
             self.send(whole(200, MODELS, close))
         elif method == b"GET" and path == b"/health":
             self.send(whole(200, HEALTH, close))
         else:
             self.send(error(404, "no such route", close))
         return None
+
+    def pacing(self, body: bytes, close: bool) -> bytes:
+        settings = self.settings
+        before = {"ttft_ms": settings.ttft * 1000, "gap_ms": settings.gap * 1000}
+        try:
+            data = json.loads(body)
+            ttft, gap = float(data.get("ttft_ms", 0.0)), float(data.get("gap_ms", 0.0))
+        except (ValueError, TypeError, AttributeError):
+            return error(400, "pacing needs a JSON object with numbers ttft_ms and gap_ms", close)
+        if not (0 <= ttft <= 10_000 and 0 <= gap <= 1_000):
+            return error(400, "ttft_ms must be within 0..10000 and gap_ms within 0..1000", close)
+        settings.ttft, settings.gap = ttft / 1000, gap / 1000
+        return whole(200, _dumps(before), close)
 
     async def paced(self, stream: Stream, close: bool) -> None:
         try:

@@ -219,6 +219,7 @@ def render(report: Result) -> str:
     meta, results, soak, settings = report["meta"], report["results"], report["soak"], report["settings"]
     concurrencies = settings["concurrencies"]
     direct = next((r for r in results if r["subject"] == "direct"), None)
+    yard = next((r for r in results if r["subject"] == "yardstick"), None)
     lines = [
         f"# Gateway overhead benchmark, {meta['date']}",
         "",
@@ -311,6 +312,29 @@ def render(report: Result) -> str:
             f"| {tt['head_ms']['p50']:.3f} | {tt['first_token_ms']['p50']:.3f} | {tt['first_token_ms']['p90']:.3f} "
             f"| {cell(added, 3)} | {tt['stream_end_ms']['p50']:.3f} | {s['errors']} |"
         )
+    paced = [r for r in results if get(r, "runs", "stream_paced")]
+    if paced:
+        gap, pconns = settings.get("paced_gap_ms"), settings.get("paced_connections")
+        yard_cpu = get(yard, "runs", "stream_paced", "server_cpu_us_per_req")
+        lines += [
+            "",
+            f"## Paced streams ({chunks} chunks {gap} ms apart, {pconns} connections)",
+            "",
+            "Each upstream read carries one chunk, as from a model writing tokens. CPU µs/chunk: the stream's CPU "
+            "over its chunks (its fixed cost included).",
+            "",
+            "| subject | dialect | streams/s | CPU µs/stream | CPU µs/chunk | streams per core vs yardstick | errors |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in paced:
+            run = r["runs"]["stream_paced"]
+            cpu = run.get("server_cpu_us_per_req")
+            per_core = None if r is direct or r is yard else ratio(yard_cpu, cpu)
+            lines.append(
+                f"| {r['subject']} | {r['dialect']} | {run['rps']:.0f} | {cell(cpu, 1)} "
+                f"| {cell(cpu / chunks if cpu else None, 1)} | {cell(per_core * 100 if per_core else None, 0, '%')} "
+                f"| {run['errors']} |"
+            )
     fixed = [r for r in results if get(r, "runs", "fixed_rate")]
     if fixed:
         lines += [

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from benchmarks.clients import CHUNKS, DIALECTS, KEY, OPENAI, TEAM, Dialect, preflight, run_async, ttft
+from benchmarks.clients import CHUNKS, DIALECTS, KEY, OPENAI, TEAM, Dialect, pacing, preflight, run_async, ttft
 from benchmarks.machine import ensure_wrk, machine_meta
 from benchmarks.procs import (
     BenchError,
@@ -63,6 +63,10 @@ VENV = ROOT / ".venv" / "bin"
 PY = str(VENV / "python") if (VENV / "python").exists() else sys.executable
 CONCURRENCIES = (1, 8, 64)
 STREAM_CONNECTIONS = 64
+# Paced streams: chunks 1 ms apart, as a model writes tokens (a fast one); each read then carries one
+# chunk, so the per-chunk relay cost shows. 16 streams at once stay within one core's capacity.
+PACED_GAP_MS = 1.0
+PACED_CONNECTIONS = 16
 OPEN_LOOP_CONNECTIONS = 64  # at most; an open-loop run opens what its rate needs
 SOAK_CONNECTIONS = 64
 WRK_TIMEOUT_S = 5
@@ -202,6 +206,7 @@ def measure(
     dialect: Dialect,
     probe: Probe,
     rate: int,
+    upstream: str,
 ) -> dict[str, Any]:
     label = f"{subject}/{dialect.name}"
     out: dict[str, Any] = {"subject": subject, "dialect": dialect.name, "url": url}
@@ -217,6 +222,12 @@ def measure(
         runs[f"c{c}"] = load.wrk(url, dialect, c, profile.run_s, probe)
     log(f"{label}: streams, {STREAM_CONNECTIONS} connections, {profile.stream_s} s")
     runs["stream"] = load.wrk(url, dialect, STREAM_CONNECTIONS, profile.stream_s, probe, stream=True)
+    log(f"{label}: paced streams ({PACED_GAP_MS} ms apart), {PACED_CONNECTIONS} connections, {profile.stream_s} s")
+    before = run_async(pacing(upstream, 0.0, PACED_GAP_MS))
+    try:
+        runs["stream_paced"] = load.wrk(url, dialect, PACED_CONNECTIONS, profile.stream_s, probe, stream=True)
+    finally:
+        run_async(pacing(upstream, before["ttft_ms"], before["gap_ms"]))
     if rate:
         log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
         runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
@@ -362,14 +373,16 @@ def main(argv: list[str] | None = None) -> int:
         up_url = f"http://127.0.0.1:{up_port}"
         procs.wait_http("upstream", up_url + "/health", 30)
 
-        results.append(measure(load, profile, "direct", up_url, OPENAI, Probe(None, upstream.pid), rate))
+        results.append(measure(load, profile, "direct", up_url, OPENAI, Probe(None, upstream.pid), rate, up_url))
 
         yard_port = free_port()
         yard_args = [PY, "-m", "benchmarks.yardstick_proxy", "--port", str(yard_port), "--upstream", up_url]
         yard = procs.start("yardstick", cores.pin(cores.subject, yard_args))
         yard_url = f"http://127.0.0.1:{yard_port}"
         procs.wait_http("yardstick", yard_url + "/health", 30)
-        results.append(measure(load, profile, "yardstick", yard_url, OPENAI, Probe(yard.pid, upstream.pid), rate))
+        results.append(
+            measure(load, profile, "yardstick", yard_url, OPENAI, Probe(yard.pid, upstream.pid), rate, up_url)
+        )
         procs.stop("yardstick")
 
         if not args.no_gateway:
@@ -406,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                 requests_before = 0
                 for name in dialects:
                     dialect = next(d for d in DIALECTS if d.name == name)
-                    r = measure(load, profile, subject, gw_url, dialect, probe, rate)
+                    r = measure(load, profile, subject, gw_url, dialect, probe, rate, up_url)
                     results.append(r)
                     requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
                 if subject == "gateway" and soak_requests > 0:
@@ -445,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         "profile": profile.__dict__,
         "concurrencies": CONCURRENCIES,
         "stream_connections": STREAM_CONNECTIONS,
+        "paced_gap_ms": PACED_GAP_MS,
+        "paced_connections": PACED_CONNECTIONS,
         "soak_connections": SOAK_CONNECTIONS,
         "chunks": CHUNKS,
         "soak_requests": soak_requests,
