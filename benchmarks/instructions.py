@@ -95,7 +95,7 @@ def count(
                 raise BenchError(f"{name}: callgrind wrote no dump")
             time.sleep(0.2)
         time.sleep(0.5)  # the dump is written whole before the next poll in practice; be sure
-        return total_ir(dumps[-1]) / a.requests
+        return total_ir(dumps[-1]) / int(a.requests)
     finally:
         procs.stop(name)
 

@@ -9,6 +9,7 @@ or against the bare aiohttp ``yardstick`` (ratios).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,9 +61,19 @@ def diff(a: float | None, b: float | None) -> float | None:
     return a - b if a is not None and b is not None else None
 
 
+def median_of_rounds(node: Result | None, key: str) -> float | None:
+    values = [v for v in get(node, "rounds", key) or () if v is not None]
+    return statistics.median(values) if values else None
+
+
 def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> dict[str, float | None]:
+    # The ratio targets come from the interleaved rounds when there are some (see ``interleaved`` in
+    # run.py), else from the subjects' single runs.
+    cpu = ratio(median_of_rounds(subject, "cpu_us"), median_of_rounds(yard, "cpu_us"))
+    streams = ratio(median_of_rounds(subject, "stream_rps"), median_of_rounds(yard, "stream_rps"))
     return {
-        "cpu_ratio": ratio(
+        "cpu_ratio": cpu
+        or ratio(
             get(subject, "runs", "c64", "server_cpu_us_per_req"), get(yard, "runs", "c64", "server_cpu_us_per_req")
         ),
         "added_p50_c1": diff(
@@ -71,7 +82,7 @@ def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> 
         "p99_ratio": ratio(
             get(subject, "runs", "c64", "latency_ms", "p99"), get(yard, "runs", "c64", "latency_ms", "p99")
         ),
-        "stream_ratio": ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
+        "stream_ratio": streams or ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
         "added_ttft": diff(get(subject, "ttft", "first_token_ms", "p50"), get(direct, "ttft", "first_token_ms", "p50")),
     }
 
@@ -167,6 +178,10 @@ def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -
         "'direct' puts all of its work on that one core, so it is a latency floor, not a throughput ceiling.",
         "CPU µs per request: the subject's utime+stime (process tree, /proc, 10 ms ticks) over a run, divided "
         "by the requests wrk completed in it; the requests still in flight when wrk stops add a little noise.",
+        "The CPU and streams/s targets are read from the interleaved rounds (every subject in turn, several "
+        "short rounds in alternating order), not from the single runs in the tables: this VM's speed drifts by "
+        "tens of percent over minutes (a neighbour on the host), and one long run per subject lets a slow spell "
+        "land on one subject only. The single runs of one subject can differ from its rounds for that reason.",
         "The fake upstream answers from a cache in a few µs. A real model server's time hides most of the "
         "relative overhead: these numbers are the gateway's own cost, not what a user would notice.",
         "TTFT is measured at concurrency 1 with an aiohttp client on core 1 (its own cost is in every subject "
@@ -312,6 +327,28 @@ def render(report: Result) -> str:
             f"| {tt['head_ms']['p50']:.3f} | {tt['first_token_ms']['p50']:.3f} | {tt['first_token_ms']['p90']:.3f} "
             f"| {cell(added, 3)} | {tt['stream_end_ms']['p50']:.3f} | {s['errors']} |"
         )
+    rounded = [r for r in results if get(r, "rounds")]
+    if rounded:
+        lines += [
+            "",
+            f"## Interleaved rounds ({settings.get('rounds')} rounds of {settings.get('round_s')} s per column, "
+            "alternating order): the CPU and streams targets",
+            "",
+            "| subject | dialect | CPU µs/req (c64) per round | median | vs yardstick | streams/s (c64) per round "
+            "| median | vs yardstick |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        base_cpu, base_streams = median_of_rounds(yard, "cpu_us"), median_of_rounds(yard, "stream_rps")
+        for r in rounded:
+            cpu, streams = median_of_rounds(r, "cpu_us"), median_of_rounds(r, "stream_rps")
+            per_cpu = " ".join(cell(v, 0) for v in r["rounds"]["cpu_us"])
+            per_stream = " ".join(cell(v, 0) for v in r["rounds"]["stream_rps"])
+            cpu_vs = ratio(cpu, base_cpu)
+            stream_vs = ratio(streams, base_streams)
+            lines.append(
+                f"| {r['subject']} | {r['dialect']} | {per_cpu} | {cell(cpu, 1)} | {cell(cpu_vs, 2, 'x')} "
+                f"| {per_stream} | {cell(streams, 0)} | {cell(stream_vs * 100 if stream_vs else None, 0, '%')} |"
+            )
     paced = [r for r in results if get(r, "runs", "stream_paced")]
     if paced:
         gap, pconns = settings.get("paced_gap_ms"), settings.get("paced_connections")
@@ -349,10 +386,10 @@ def render(report: Result) -> str:
         for r in fixed:
             run = r["runs"]["fixed_rate"]
             lat = run["latency_ms"]
-            added = (None, None) if r is direct or not base else (lat["p50"] - base["p50"], lat["p99"] - base["p99"])
+            gaps = (None, None) if r is direct or not base else (lat["p50"] - base["p50"], lat["p99"] - base["p99"])
             lines.append(
                 f"| {r['subject']} | {r['dialect']} | {run['fixed_rate']} | {run['rps']:.0f} "
-                f"| {lat['p50']:.3f} | {lat['p99']:.3f} | {cell(added[0], 3)} | {cell(added[1], 3)} "
+                f"| {lat['p50']:.3f} | {lat['p99']:.3f} | {cell(gaps[0], 3)} | {cell(gaps[1], 3)} "
                 f"| {cell(run.get('server_cpu_us_per_req'), 1)} | {run['errors']} |"
             )
     lines += ["", "## Memory", "", "| subject | after dialect | VmHWM MiB | VmRSS MiB |", "|---|---|---|---|"]

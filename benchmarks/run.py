@@ -81,10 +81,24 @@ class Profile:
     ttft_samples: int
     soak_requests: int
     soak_cap_s: int
+    rounds: int  # interleaved rounds for the ratio targets
+    round_s: int
 
 
-QUICK = Profile("quick", warmup_s=1, run_s=2, stream_s=2, ttft_samples=100, soak_requests=20_000, soak_cap_s=90)
-FULL = Profile("full", warmup_s=2, run_s=10, stream_s=10, ttft_samples=400, soak_requests=200_000, soak_cap_s=600)
+QUICK = Profile(
+    "quick", warmup_s=1, run_s=2, stream_s=2, ttft_samples=100, soak_requests=20_000, soak_cap_s=90, rounds=2, round_s=1
+)
+FULL = Profile(
+    "full",
+    warmup_s=2,
+    run_s=10,
+    stream_s=10,
+    ttft_samples=400,
+    soak_requests=200_000,
+    soak_cap_s=600,
+    rounds=5,
+    round_s=3,
+)
 
 
 # --- load: wrk -----------------------------------------------------------------------------------
@@ -239,6 +253,32 @@ def measure(
     return out
 
 
+Column = tuple[str, str, Dialect, Probe]  # subject, url, dialect, probe
+
+
+def interleaved(load: Load, profile: Profile, columns: list[Column]) -> dict[str, dict[str, Any]]:
+    """CPU per request (c64) and streams/s (c64) of every column in turn, ``profile.rounds`` rounds in
+    alternating order. The machine is shared and its speed drifts by tens of percent over minutes: one
+    long run per subject lets a slow spell land on one subject only, while rounds spread it over all of
+    them. The ratio targets are read from these rounds' medians."""
+    out: dict[str, dict[str, Any]] = {
+        f"{s}/{d.name}": {"cpu_us": [], "stream_rps": [], "stream_cpu_us": [], "requests": 0} for s, _, d, _ in columns
+    }
+    for i in range(profile.rounds):
+        log(f"interleaved round {i + 1} of {profile.rounds}: {len(columns)} columns")
+        for subject, url, dialect, probe in columns if i % 2 == 0 else columns[::-1]:
+            slot = out[f"{subject}/{dialect.name}"]
+            plain = load.wrk(url, dialect, 64, profile.round_s, probe)
+            stream = load.wrk(url, dialect, STREAM_CONNECTIONS, profile.round_s, probe, stream=True)
+            slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
+            slot["stream_rps"].append(round(stream["rps"], 1))
+            slot["stream_cpu_us"].append(stream.get("server_cpu_us_per_req"))
+            slot["requests"] += plain["requests"] + stream["requests"]
+            if plain["errors"] or stream["errors"]:
+                raise BenchError(f"{subject}/{dialect.name}: errors in an interleaved round")
+    return out
+
+
 def soak(load: Load, profile: Profile, url: str, probe: Probe, requests: int, rps: float) -> dict[str, Any]:
     """Non-streaming requests at 64 connections in wrk rounds (wrk runs for a time, not a count) until
     ``requests`` are done or the time cap is reached; the worker's RSS after each round. ``rps`` is the
@@ -380,11 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         yard = procs.start("yardstick", cores.pin(cores.subject, yard_args))
         yard_url = f"http://127.0.0.1:{yard_port}"
         procs.wait_http("yardstick", yard_url + "/health", 30)
-        results.append(
-            measure(load, profile, "yardstick", yard_url, OPENAI, Probe(yard.pid, upstream.pid), rate, up_url)
-        )
-        procs.stop("yardstick")
+        yard_probe = Probe(yard.pid, upstream.pid)
 
+        # Every subject starts now and stays up (idle but in its turn) until it has been measured in
+        # full: the interleaved rounds need them all at once.
+        gateways: list[tuple[str, str, Probe, list[str], bool]] = []  # subject, url, probe, dialects, redis
         if not args.no_gateway:
             gw_runs: list[tuple[str, str | None, list[str]]] = [("gateway", None, args.dialect_list)]
             if args.redis:
@@ -415,29 +455,38 @@ def main(argv: list[str] | None = None) -> int:
                 gw = procs.start(subject, cores.pin(cores.subject, gateway_command(config, gw_port)))
                 gw_url = f"http://127.0.0.1:{gw_port}"
                 procs.wait_http(subject, gw_url + "/health", 60)
-                probe = Probe(gw.pid, upstream.pid, extra)
-                requests_before = 0
-                for name in dialects:
-                    dialect = next(d for d in DIALECTS if d.name == name)
-                    r = measure(load, profile, subject, gw_url, dialect, probe, rate, up_url)
-                    results.append(r)
-                    requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
-                if subject == "gateway" and soak_requests > 0:
-                    log(f"soak: {soak_requests} requests at {SOAK_CONNECTIONS} connections")
-                    guess = next(
-                        (r["runs"]["c64"]["rps"] for r in results if r["subject"] == subject and "runs" in r), 0
-                    )
-                    soak_result = soak(load, profile, gw_url, probe, soak_requests, guess or 1000.0)
-                    soak_result["requests_before_soak"] = requests_before
-                    requests_before += soak_result["requests"]
-                procs.stop(subject)
-                server_logs[subject] = {
-                    "bytes": procs.log_bytes(subject),
-                    "bytes_per_request": round(procs.log_bytes(subject) / max(1, requests_before), 1),
-                    "error_lines": procs.count_lines(subject, '"level":"error"'),
-                }
-                if redis:
-                    procs.stop("redis")
+                gateways.append((subject, gw_url, Probe(gw.pid, upstream.pid, extra), dialects, redis is not None))
+
+        columns: list[Column] = [("yardstick", yard_url, OPENAI, yard_probe)]
+        for subject, gw_url, probe, dialects, _ in gateways:
+            columns += [(subject, gw_url, next(d for d in DIALECTS if d.name == n), probe) for n in dialects]
+        rounds = interleaved(load, profile, columns) if profile.rounds else {}
+
+        r = measure(load, profile, "yardstick", yard_url, OPENAI, yard_probe, rate, up_url)
+        results.append({**r, "rounds": rounds.get("yardstick/openai")})
+        procs.stop("yardstick")
+
+        for subject, gw_url, probe, dialects, with_redis in gateways:
+            requests_before = sum(v["requests"] for k, v in rounds.items() if k.startswith(subject + "/"))
+            for name in dialects:
+                dialect = next(d for d in DIALECTS if d.name == name)
+                r = measure(load, profile, subject, gw_url, dialect, probe, rate, up_url)
+                results.append({**r, "rounds": rounds.get(f"{subject}/{name}")})
+                requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
+            if subject == "gateway" and soak_requests > 0:
+                log(f"soak: {soak_requests} requests at {SOAK_CONNECTIONS} connections")
+                guess = next((r["runs"]["c64"]["rps"] for r in results if r["subject"] == subject and "runs" in r), 0)
+                soak_result = soak(load, profile, gw_url, probe, soak_requests, guess or 1000.0)
+                soak_result["requests_before_soak"] = requests_before
+                requests_before += soak_result["requests"]
+            procs.stop(subject)
+            server_logs[subject] = {
+                "bytes": procs.log_bytes(subject),
+                "bytes_per_request": round(procs.log_bytes(subject) / max(1, requests_before), 1),
+                "error_lines": procs.count_lines(subject, '"level":"error"'),
+            }
+            if with_redis:
+                procs.stop("redis")
     finally:
         procs.stop_all()
         if args.keep_logs:
@@ -460,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         "stream_connections": STREAM_CONNECTIONS,
         "paced_gap_ms": PACED_GAP_MS,
         "paced_connections": PACED_CONNECTIONS,
+        "rounds": profile.rounds,
+        "round_s": profile.round_s,
         "soak_connections": SOAK_CONNECTIONS,
         "chunks": CHUNKS,
         "soak_requests": soak_requests,
