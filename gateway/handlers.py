@@ -83,6 +83,17 @@ def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Respons
     return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
 
 
+async def answer(request: web.Request, resp: web.Response, log: RequestLog) -> web.Response:
+    """Sends ``resp`` now rather than after the handler returns: settling, metrics and the access log
+    (the handler's ``finally`` blocks) then run once the client has its answer, not before it."""
+    try:
+        await resp.prepare(request)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away before its answer
+        log.gone()
+    return resp
+
+
 def admit(gw: Gateway, principal: Principal, request: InternalRequest) -> None:
     allowed = gw.team_models.get(principal.team)
     if allowed is not None and request.model not in allowed:
@@ -184,13 +195,15 @@ def make_handler(spec: RouteSpec) -> Handler:
                 log.completed(completion)
                 body = dumps(dialect.render(ireq, completion))
                 headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
-                return web.Response(body=body, content_type="application/json", headers=headers)
+                return await answer(
+                    request, web.Response(body=body, content_type="application/json", headers=headers), log
+                )
             finally:
                 prompt, completion_tokens = log.usage(plan)
                 gw.admission.release(plan, prompt, completion_tokens)
         except GatewayError as err:
             log.failed(err)
-            return error_response(dialect, err, rid)
+            return await answer(request, error_response(dialect, err, rid), log)
         except (ConnectionResetError, asyncio.CancelledError):
             # The client went away (mid-stream, or aiohttp cancelled the handler): nothing left to
             # answer; the log line says so.

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
+from gateway.logs import RequestLog
 from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME
@@ -143,8 +144,13 @@ async def test_client_disconnect_closes_upstream(
     assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
 
 
-async def test_a_client_gone_at_the_stream_s_last_write_is_no_error(
-    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+async def test_a_client_gone_at_the_answer_s_last_write_is_no_error(
+    gateway: GatewayFactory,
+    upstream: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: bool,
 ) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
@@ -158,11 +164,36 @@ async def test_a_client_gone_at_the_stream_s_last_write_is_no_error(
     monkeypatch.setattr(web.StreamResponse, "write_eof", gone)
     with caplog.at_level(logging.INFO):
         with contextlib.suppress(aiohttp.ClientError):
-            await gw.send(OPENAI, "m", "hello", True)
+            await gw.send(OPENAI, "m", "hello", stream)
         await asyncio.sleep(0.1)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     access = [r for r in caplog.records if r.name == "gateway.access"]
     assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
+
+
+async def test_whole_answers_leave_before_their_bookkeeping(
+    gateway: GatewayFactory, upstream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settling, metrics and the access line run once the client has its answer, not before it."""
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    order: list[str] = []
+    write_eof, emit = web.StreamResponse.write_eof, RequestLog.emit
+
+    async def sent(self: web.StreamResponse, data: bytes = b"") -> None:
+        await write_eof(self, data)
+        if "X-Request-Id" in self.headers:  # the gateway's answer, not the fake upstream's
+            order.append("sent")
+
+    def logged(self: RequestLog) -> None:
+        order.append("logged")
+        emit(self)
+
+    monkeypatch.setattr(web.StreamResponse, "write_eof", sent)
+    monkeypatch.setattr(RequestLog, "emit", logged)
+    assert (await gw.send(OPENAI, "m", "hello", False)).status == 200
+    assert (await gw.send(OPENAI, "no-such-model", "hello", False)).status == 404
+    assert order == ["sent", "logged", "sent", "logged"]
 
 
 async def test_streams_and_whole_answers_agree(gateway: GatewayFactory, upstream: Any) -> None:
