@@ -73,7 +73,8 @@ def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> 
     streams = ratio(median_of_rounds(subject, "stream_rps"), median_of_rounds(yard, "stream_rps"))
     return {
         "cpu_ratio": cpu
-        or ratio(
+        if cpu is not None
+        else ratio(
             get(subject, "runs", "c64", "server_cpu_us_per_req"), get(yard, "runs", "c64", "server_cpu_us_per_req")
         ),
         "added_p50_c1": diff(
@@ -82,7 +83,9 @@ def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> 
         "p99_ratio": ratio(
             get(subject, "runs", "c64", "latency_ms", "p99"), get(yard, "runs", "c64", "latency_ms", "p99")
         ),
-        "stream_ratio": streams or ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
+        "stream_ratio": streams
+        if streams is not None
+        else ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
         "added_ttft": diff(get(subject, "ttft", "first_token_ms", "p50"), get(direct, "ttft", "first_token_ms", "p50")),
     }
 
@@ -181,7 +184,9 @@ def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -
         "The CPU and streams/s targets are read from the interleaved rounds (every subject in turn, several "
         "short rounds in alternating order), not from the single runs in the tables: this VM's speed drifts by "
         "tens of percent over minutes (a neighbour on the host), and one long run per subject lets a slow spell "
-        "land on one subject only. The single runs of one subject can differ from its rounds for that reason.",
+        "land on one subject only. The single runs of one subject can differ from its rounds for that reason. "
+        "Every subject is up during the rounds, which come first: a gateway's memory after its first dialect "
+        "already includes every dialect's rounds.",
         "The fake upstream answers from a cache in a few µs. A real model server's time hides most of the "
         "relative overhead: these numbers are the gateway's own cost, not what a user would notice.",
         "TTFT is measured at concurrency 1 with an aiohttp client on core 1 (its own cost is in every subject "
@@ -335,8 +340,8 @@ def render(report: Result) -> str:
             "alternating order): the CPU and streams targets",
             "",
             "| subject | dialect | CPU µs/req (c64) per round | median | vs yardstick | streams/s (c64) per round "
-            "| median | vs yardstick |",
-            "|---|---|---|---|---|---|---|---|",
+            "| median | vs yardstick | errors |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         base_cpu, base_streams = median_of_rounds(yard, "cpu_us"), median_of_rounds(yard, "stream_rps")
         for r in rounded:
@@ -347,7 +352,8 @@ def render(report: Result) -> str:
             stream_vs = ratio(streams, base_streams)
             lines.append(
                 f"| {r['subject']} | {r['dialect']} | {per_cpu} | {cell(cpu, 1)} | {cell(cpu_vs, 2, 'x')} "
-                f"| {per_stream} | {cell(streams, 0)} | {cell(stream_vs * 100 if stream_vs else None, 0, '%')} |"
+                f"| {per_stream} | {cell(streams, 0)} | {cell(stream_vs * 100 if stream_vs else None, 0, '%')} "
+                f"| {sum(r['rounds'].get('errors') or ())} |"
             )
     paced = [r for r in results if get(r, "runs", "stream_paced")]
     if paced:

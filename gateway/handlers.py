@@ -46,10 +46,11 @@ class RouteSpec:
 
 
 class EventStream(web.StreamResponse):
-    """An SSE answer whose head waits for its first write, as aiohttp does for whole answers: the head
-    and the first events (a burst: the whole stream and its end) leave in one send instead of two or
-    three, and a client has nothing to read before the first event anyway. The answer is prepared only
-    once that event is in hand, so the head is never held back waiting on the upstream."""
+    """An SSE answer whose head waits for its first write, as aiohttp (3.12 on, aio-libs/aiohttp#10991)
+    does for whole answers: the head and the first events (a burst: the whole stream and its end) leave
+    in one send instead of two or three, and a client has nothing to read before the first event anyway.
+    The answer is prepared only once that event is in hand, so the head is never held back waiting on
+    the upstream."""
 
     _send_headers_immediately = False
 
@@ -111,9 +112,9 @@ async def relay(
     first, events = opened
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+    encoder = dialect.encoder(ireq)
     resp = EventStream(headers=headers)
     await resp.prepare(request)
-    encoder = dialect.encoder(ireq)
     try:
         out = b"".join([encoder.event(ev) for ev in first])
         if not isinstance(first, LastBatch):
@@ -139,6 +140,11 @@ async def relay(
     except asyncio.CancelledError:
         log.gone()
         raise
+    except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
+        logging.getLogger("gateway").exception("unexpected error relaying %s", rid)
+        internal = GatewayError("internal error in the gateway")
+        log.failed(internal)
+        tail = encoder.error(internal)
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
@@ -213,7 +219,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             logging.getLogger("gateway").exception("unexpected error serving %s", rid)
             internal = GatewayError("internal error in the gateway")
             log.failed(internal)
-            return error_response(dialect, internal, rid)
+            return await answer(request, error_response(dialect, internal, rid), log)
         finally:
             in_flight.n -= 1
             log.emit()

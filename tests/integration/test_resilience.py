@@ -16,10 +16,11 @@ import pytest
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
+from gateway.dialects.openai.render import ChunkEncoder
 from gateway.logs import RequestLog
 from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import BY_NAME
+from tests.integration.dialect_clients import BY_NAME, frames
 from tests.upstreams import vendors
 
 OPENAI = BY_NAME["openai"]
@@ -169,6 +170,28 @@ async def test_a_client_gone_at_the_answer_s_last_write_is_no_error(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     access = [r for r in caplog.records if r.name == "gateway.access"]
     assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
+
+
+async def test_a_fault_of_ours_mid_stream_ends_the_stream_in_its_dialect(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the head went out, a bug in the gateway cannot answer 500 any more: the stream ends with
+    an in-band error, as an upstream's failure would end it."""
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+
+    def broken(self: ChunkEncoder) -> bytes:
+        raise RuntimeError("a bug at the stream's end")
+
+    monkeypatch.setattr(ChunkEncoder, "end", broken)
+    with caplog.at_level(logging.INFO):
+        answer = await gw.send(OPENAI, "m", "hello", True)
+    assert answer.status == 200
+    last = json.loads(frames(answer.raw)[-1])
+    assert last["error"]["message"] == "internal error in the gateway"
+    assert any("unexpected error relaying" in r.getMessage() for r in caplog.records)
+    access = [r for r in caplog.records if r.name == "gateway.access"]
+    assert [r.fields["error"] for r in access] == ["internal_error"]  # type: ignore[attr-defined]
 
 
 async def test_whole_answers_leave_before_their_bookkeeping(
