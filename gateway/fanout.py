@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import Completion, Delta, Finish, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.core.upstream import Call, Upstream
 
 
@@ -126,7 +126,7 @@ class FanOut:
                         completion += ev.usage.completion_tokens
                 if out:
                     yield out
-            yield [UsageReport(Usage(prompt, completion))]
+            yield LastBatch([UsageReport(Usage(prompt, completion))])  # the answer ends in the same send
         finally:
             for task in tasks:
                 task.cancel()

@@ -40,7 +40,7 @@ from gateway.core.errors import (
     UpstreamTimeout,
 )
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Accumulator, Completion, StreamEvent, StreamStart, UsageReport
+from gateway.core.response import Accumulator, Completion, LastBatch, StreamEvent, StreamStart, UsageReport
 from gateway.core.upstream import Call
 from gateway.dialects.common import invalid_from
 from gateway.dialects.openai.egress import VLLM_WIRE
@@ -223,6 +223,6 @@ class VLLMEngine:
                 if batch:
                     yield batch
                     batch = []
-            yield [*batch, UsageReport(reader.usage())]
+            yield LastBatch([*batch, UsageReport(reader.usage())])  # the answer ends in the same send
         finally:
             await outputs.aclose()

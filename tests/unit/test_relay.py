@@ -5,6 +5,7 @@ finish, usage or error, so the tests lean on the second)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
@@ -12,8 +13,8 @@ import pytest
 from adapters.http import HTTPUpstream, _first_apart
 from gateway.config import parse_config
 from gateway.core.request import InternalRequest, Operation, Sampling
-from gateway.core.response import Frame, StreamEvent, UsageReport
-from gateway.core.upstream import Upstream
+from gateway.core.response import Delta, Finish, Frame, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.upstream import Call, Upstream
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
@@ -96,6 +97,23 @@ def test_fanned_out_parts_are_never_relayed() -> None:
     request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True, relay="openai")
     parts = FanOut(cast(Upstream, None))._parts(request)
     assert [(p.relay, p.sampling.seeds, p.sampling.n) for _, p in parts] == [(None, (1,), 1), (None, (2,), 1)]
+
+
+class Parts:
+    """An inner upstream whose every call ends with a marked last batch, as HTTPUpstream's may."""
+
+    async def stream(self, request: InternalRequest, call: object) -> AsyncIterator[list[StreamEvent]]:
+        yield [StreamStart("c", 1, "m", None), Delta(0, "hi")]
+        yield LastBatch([Finish(0, "length"), UsageReport(Usage(1, 2))])
+
+
+async def test_fanned_out_streams_end_on_one_marked_batch() -> None:
+    # a part's last batch is not the merged stream's: only the merged end is marked
+    sampling = Sampling(n=2, seeds=(1, 2))
+    request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True)
+    batches = [b async for b in FanOut(cast(Upstream, Parts())).stream(request, cast(Call, None))]
+    assert [isinstance(b, LastBatch) for b in batches] == [False] * (len(batches) - 1) + [True]
+    assert batches[-1] == [UsageReport(Usage(2, 4))]  # summed over the two calls
 
 
 # A network read can carry many chunks: the content chunks it opens with go out as one frame.
