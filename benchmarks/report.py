@@ -162,6 +162,10 @@ def cell(v: Any, digits: int = 0, suffix: str = "") -> str:
     return f"{v}{suffix}"
 
 
+def percent(v: float | None) -> str:
+    return cell(v * 100 if v is not None else None, 0, "%")
+
+
 def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -> list[str]:
     out = []
     out.append(
@@ -334,9 +338,10 @@ def render(report: Result) -> str:
         )
     rounded = [r for r in results if get(r, "rounds")]
     if rounded:
+        profile = settings.get("profile") or {}
         lines += [
             "",
-            f"## Interleaved rounds ({settings.get('rounds')} rounds of {settings.get('round_s')} s per column, "
+            f"## Interleaved rounds ({profile.get('rounds')} rounds of {profile.get('round_s')} s per column, "
             "alternating order): the CPU and streams targets",
             "",
             "| subject | dialect | CPU µs/req (c64) per round | median | vs yardstick | streams/s (c64) per round "
@@ -352,7 +357,7 @@ def render(report: Result) -> str:
             stream_vs = ratio(streams, base_streams)
             lines.append(
                 f"| {r['subject']} | {r['dialect']} | {per_cpu} | {cell(cpu, 1)} | {cell(cpu_vs, 2, 'x')} "
-                f"| {per_stream} | {cell(streams, 0)} | {cell(stream_vs * 100 if stream_vs else None, 0, '%')} "
+                f"| {per_stream} | {cell(streams, 0)} | {percent(stream_vs)} "
                 f"| {sum(r['rounds'].get('errors') or ())} |"
             )
     paced = [r for r in results if get(r, "runs", "stream_paced")]
@@ -375,7 +380,7 @@ def render(report: Result) -> str:
             per_core = None if r is direct or r is yard else ratio(yard_cpu, cpu)
             lines.append(
                 f"| {r['subject']} | {r['dialect']} | {run['rps']:.0f} | {cell(cpu, 1)} "
-                f"| {cell(cpu / chunks if cpu else None, 1)} | {cell(per_core * 100 if per_core else None, 0, '%')} "
+                f"| {cell(cpu / chunks if cpu else None, 1)} | {percent(per_core)} "
                 f"| {run['errors']} |"
             )
     fixed = [r for r in results if get(r, "runs", "fixed_rate")]

@@ -269,7 +269,7 @@ def interleaved(load: Load, profile: Profile, columns: list[Column]) -> dict[str
         if run_async(preflight(url, dialect))["ok"]:
             load.wrk(url, dialect, 8, profile.warmup_s, probe)  # warm-up, not kept: round 1 is not a cold one
             measured.append(column)
-    keys = ("cpu_us", "stream_rps", "stream_cpu_us", "errors", "foreign_pct_subject_core", "foreign_pct_load_core")
+    keys = ("cpu_us", "stream_rps", "errors", "foreign_pct_subject_core", "foreign_pct_load_core")
     out: dict[str, dict[str, Any]] = {
         f"{s}/{d.name}": {k: [] for k in keys} | {"requests": 0} for s, _, d, _ in measured
     }
@@ -281,7 +281,6 @@ def interleaved(load: Load, profile: Profile, columns: list[Column]) -> dict[str
             stream = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
             slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
             slot["stream_rps"].append(round(stream["rps"], 1))
-            slot["stream_cpu_us"].append(stream.get("server_cpu_us_per_req"))
             slot["errors"].append(plain["errors"] + stream["errors"])
             for key in ("foreign_pct_subject_core", "foreign_pct_load_core"):
                 slot[key].append(max(plain.get(key, 0.0), stream.get(key, 0.0)))
@@ -467,9 +466,10 @@ def main(argv: list[str] | None = None) -> int:
                 procs.wait_http(subject, gw_url + "/health", 60)
                 gateways.append((subject, gw_url, Probe(gw.pid, upstream.pid, extra), dialects, redis is not None))
 
+        by_name = {d.name: d for d in DIALECTS}
         columns: list[Column] = [("yardstick", yard_url, OPENAI, yard_probe)]
         for subject, gw_url, probe, dialects, _ in gateways:
-            columns += [(subject, gw_url, next(d for d in DIALECTS if d.name == n), probe) for n in dialects]
+            columns += [(subject, gw_url, by_name[n], probe) for n in dialects]
         rounds = interleaved(load, profile, columns) if profile.rounds else {}
 
         r = measure(load, profile, "yardstick", yard_url, OPENAI, yard_probe, rate, up_url)
@@ -479,8 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         for subject, gw_url, probe, dialects, with_redis in gateways:
             requests_before = sum(v["requests"] for k, v in rounds.items() if k.startswith(subject + "/"))
             for name in dialects:
-                dialect = next(d for d in DIALECTS if d.name == name)
-                r = measure(load, profile, subject, gw_url, dialect, probe, rate, up_url)
+                r = measure(load, profile, subject, gw_url, by_name[name], probe, rate, up_url)
                 results.append({**r, "rounds": rounds.get(f"{subject}/{name}")})
                 requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
             if subject == "gateway" and soak_requests > 0:
@@ -524,8 +523,6 @@ def main(argv: list[str] | None = None) -> int:
         "stream_connections": STREAM_CONNECTIONS,
         "paced_gap_ms": PACED_GAP_MS,
         "paced_connections": PACED_CONNECTIONS,
-        "rounds": profile.rounds,
-        "round_s": profile.round_s,
         "soak_connections": SOAK_CONNECTIONS,
         "chunks": CHUNKS,
         "soak_requests": soak_requests,

@@ -95,6 +95,15 @@ async def answer(request: web.Request, resp: web.Response, log: RequestLog) -> w
     return resp
 
 
+def internal_error(log: RequestLog, doing: str) -> GatewayError:
+    """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
+    client's dialect answers a server error, without the details."""
+    logging.getLogger("gateway").exception("unexpected error %s %s", doing, log.rid)
+    err = GatewayError("internal error in the gateway")
+    log.failed(err)
+    return err
+
+
 def admit(gw: Gateway, principal: Principal, request: InternalRequest) -> None:
     allowed = gw.team_models.get(principal.team)
     if allowed is not None and request.model not in allowed:
@@ -122,12 +131,12 @@ async def relay(
             out = b""
             async for batch in events:
                 log.observe(batch)
-                out = b"".join([encoder.event(ev) for ev in batch])
+                encoded = b"".join([encoder.event(ev) for ev in batch])
                 if isinstance(batch, LastBatch):
-                    break  # written with the stream's end
-                if out:
-                    await resp.write(out)
-                out = b""
+                    out = encoded  # written with the stream's end
+                    break
+                if encoded:
+                    await resp.write(encoded)
         tail = out + encoder.end()
     except GatewayError as err:
         log.failed(err)
@@ -141,10 +150,7 @@ async def relay(
         log.gone()
         raise
     except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
-        logging.getLogger("gateway").exception("unexpected error relaying %s", rid)
-        internal = GatewayError("internal error in the gateway")
-        log.failed(internal)
-        tail = encoder.error(internal)
+        tail = encoder.error(internal_error(log, "relaying"))
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
@@ -216,10 +222,7 @@ def make_handler(spec: RouteSpec) -> Handler:
             log.gone()
             raise
         except Exception:
-            logging.getLogger("gateway").exception("unexpected error serving %s", rid)
-            internal = GatewayError("internal error in the gateway")
-            log.failed(internal)
-            return await answer(request, error_response(dialect, internal, rid), log)
+            return await answer(request, error_response(dialect, internal_error(log, "serving"), rid), log)
         finally:
             in_flight.n -= 1
             log.emit()
