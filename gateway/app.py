@@ -23,6 +23,7 @@ from gateway.handlers import make_handler
 from gateway.keystore import Authenticator, LocalStore, RedisStore
 from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
+from gateway.logs import BACKLOG
 from gateway.metrics import REDIS_UP
 from gateway.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.routing import ModelTable, Route
@@ -137,6 +138,7 @@ async def connect_redis(gw: Gateway) -> None:
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
+    BACKLOG.drain()  # left by an app on an earlier loop (tests), whose timer will never fire
     await connect_redis(gw)
     await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
     await ops.probe(gw)
@@ -153,6 +155,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    BACKLOG.drain()
     metrics.flush()
     try:
         await asyncio.gather(*(u.close() for u in gw.models.upstreams()))

@@ -225,6 +225,6 @@ def make_handler(spec: RouteSpec) -> Handler:
             return await answer(request, error_response(dialect, internal_error(log, "serving"), rid), log)
         finally:
             in_flight.n -= 1
-            log.emit()
+            log.close()
 
     return handle

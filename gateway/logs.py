@@ -3,6 +3,12 @@
 ``RequestLog`` gathers the fields of one request as the data path runs (dialect, team, model,
 target, status, tokens, timings). Keys, prompts and completions never enter a record.
 
+A request's line and metrics are not made when it ends but in batches (``Backlog``): its record
+waits, with its end time taken, for at most ``BACKLOG_SECONDS``, and a batch is done in one go
+before the metrics are scraped and at shutdown too. Done one request at a time, right after the
+answer's write, this code ran on caches the kernel's network path had just cooled: knocking the
+whole of it out saved 14 µs of CPU per request in the benchmark, batching it ~7.
+
 One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
 line is its whole dict of fields appended to a deque (the writer's Python work takes the GIL from
 the loop on the same core, so it is one ``to_json`` a line and nothing more), drained every
@@ -17,6 +23,7 @@ long, lines past ``MAX_PENDING`` are counted and dropped rather than held withou
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
@@ -39,6 +46,7 @@ ACCESS_LOGGER = "gateway.access"
 WRITE_BATCH = 256
 FLUSH_SECONDS = 0.05
 MAX_PENDING = 100_000
+BACKLOG_SECONDS = 0.02
 _sink: LogSink | None = None  # the writer's, once ``configure`` has run
 
 
@@ -181,6 +189,7 @@ class RequestLog:
         "chunks",
         "completion_tokens",
         "dialect",
+        "ended",
         "error",
         "last_chunk",
         "logger",
@@ -194,6 +203,7 @@ class RequestLog:
         "streamed",
         "ttfb",
         "ttft",
+        "wall",
     )
 
     def __init__(self, logger: logging.Logger, rid: str, dialect: str) -> None:
@@ -201,6 +211,8 @@ class RequestLog:
         self.rid = rid
         self.dialect = dialect
         self.started = time.perf_counter()
+        self.ended = 0.0  # set by ``close``
+        self.wall = 0.0
         self.attempt = Attempt()
         self.principal: Principal | None = None
         self.model: str | None = None
@@ -220,7 +232,7 @@ class RequestLog:
 
     def overhead(self) -> float:
         """Our own time so far: everything but the wait on upstreams (up to the first byte, for streams)."""
-        upto = self.ttfb if self.ttfb is not None else time.perf_counter() - self.started
+        upto = self.ttfb if self.ttfb is not None else (self.ended or time.perf_counter()) - self.started
         return max(0.0, upto - self.attempt.upstream_seconds)
 
     def observe(self, events: list[StreamEvent]) -> None:
@@ -266,14 +278,21 @@ class RequestLog:
     def gone(self) -> None:
         self.error = "client_gone"
 
+    def close(self) -> None:
+        """The request is over: its line and metrics are made with the next batch (``Backlog``)."""
+        self.ended = time.perf_counter()
+        self.wall = time.time()
+        BACKLOG.add(self)
+
     def emit(self) -> None:
-        duration = time.perf_counter() - self.started
+        """The log line and the metrics, now."""
+        duration = (self.ended or time.perf_counter()) - self.started
         overhead = self.overhead()
         self._metrics(duration, overhead)
         if not self.logger.isEnabledFor(logging.INFO):
             return
         fields: dict[str, object] = {
-            "ts": round(time.time(), 3),
+            "ts": round(self.wall or time.time(), 3),
             "level": "info",
             "logger": ACCESS_LOGGER,
             "event": "request",
@@ -325,3 +344,34 @@ class RequestLog:
             m.COOLDOWNS.labels(target).inc()
         for feature in self.attempt.dropped:
             m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
+
+
+class Backlog:
+    """Ended requests waiting for their lines and metrics, done in one batch per ``BACKLOG_SECONDS``
+    (one loop timer per batch, armed by its first request), or sooner by ``drain``."""
+
+    __slots__ = ("items", "timer")
+
+    def __init__(self) -> None:
+        self.items: list[RequestLog] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, log: RequestLog) -> None:
+        self.items.append(log)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(BACKLOG_SECONDS, self.drain)
+
+    def drain(self) -> None:
+        """Every waiting request's line and metrics, now (before a scrape, at shutdown)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        items, self.items = self.items, []
+        for log in items:
+            try:
+                log.emit()
+            except Exception:  # one bad record must not lose the batch's other lines
+                logging.getLogger("gateway").exception("request %s could not be logged", log.rid)
+
+
+BACKLOG = Backlog()

@@ -14,6 +14,7 @@ from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
 from gateway.dialects.common import dumps
 from gateway.handlers import credentials, error_response, request_id
+from gateway.logs import BACKLOG
 from gateway.metrics import TARGET_UP, exposition, flush
 from gateway.state import GATEWAY, Gateway
 
@@ -86,6 +87,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    BACKLOG.drain()  # the requests that ended since the last batch count too
     flush()  # this worker's tallies, on the loop that keeps them; the rendering, off it
     body, content_type = await asyncio.to_thread(exposition)
     return web.Response(body=body, headers={"Content-Type": content_type})

@@ -4,6 +4,7 @@ instead of holding them without bound."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -97,3 +98,49 @@ def test_a_line_that_cannot_be_formatted_does_not_end_logging() -> None:
     writer.stop()
     got = lines_of(out.getvalue())
     assert got[0]["msg"].startswith("log line dropped") and got[1]["n"] == 1  # type: ignore[union-attr]
+
+
+async def test_ended_requests_are_logged_in_one_batch_within_the_backlog_interval() -> None:
+    out = io.StringIO()
+    writer = logs.configure("INFO", out)
+    try:
+        for i in range(3):
+            RequestLog(logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").close()
+        timer = logs.BACKLOG.timer
+        assert timer is not None and len(logs.BACKLOG.items) == 3  # one timer for the batch
+        await asyncio.sleep(logs.BACKLOG_SECONDS * 3)
+        assert not logs.BACKLOG.items and logs.BACKLOG.timer is None
+    finally:
+        writer.stop()
+    assert [g["request_id"] for g in lines_of(out.getvalue())] == ["rid-0", "rid-1", "rid-2"]
+
+
+async def test_a_request_is_timed_when_it_ends_not_when_its_batch_is_done() -> None:
+    log = RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-t", "openai")
+    log.close()
+    ended, wall = log.ended, log.wall
+    out = io.StringIO()
+    writer = logs.configure("INFO", out)
+    try:
+        await asyncio.sleep(0.05)  # the batch is done later than the request ended
+        logs.BACKLOG.drain()
+    finally:
+        writer.stop()
+    (line,) = lines_of(out.getvalue())
+    assert line["duration_ms"] == round((ended - log.started) * 1000, 3) < 50
+    assert line["ts"] == round(wall, 3)
+
+
+async def test_one_record_that_cannot_be_logged_does_not_lose_its_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    emitted: list[str] = []
+
+    def emit(self: RequestLog) -> None:
+        if self.rid == "bad":
+            raise RuntimeError("broken record")
+        emitted.append(self.rid)
+
+    monkeypatch.setattr(RequestLog, "emit", emit)
+    for rid in ("a", "bad", "b"):
+        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), rid, "openai").close()
+    logs.BACKLOG.drain()
+    assert emitted == ["a", "b"] and logs.BACKLOG.timer is None
