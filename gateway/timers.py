@@ -107,7 +107,7 @@ class Bound:
     ``TimeoutError`` instead, like ``asyncio.timeout`` (a plain context manager: entering and leaving
     need no await); ``reschedule`` moves the bound."""
 
-    __slots__ = ("_cancelling", "_due", "_expired", "_task", "_wheel", "seconds")
+    __slots__ = ("_cancelling", "_due", "_expired", "_task", "_wheel", "_when", "seconds")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -121,16 +121,24 @@ class Bound:
         self._task = task
         self._cancelling = task.cancelling()
         self._wheel = w = _wheels.get(loop) or wheel(loop)
-        self._due = w.add(self, loop.time() + self.seconds, self.seconds)
+        self._when = when = loop.time() + self.seconds
+        self._due = w.add(self, when, self.seconds)
         return self
 
     def reschedule(self, seconds: float) -> None:
-        """From now, ``seconds`` more (the next hop's bound)."""
-        self._wheel.discard(self, self._due)
+        """From now, ``seconds`` more (the next hop's bound). A bound moved later stays in its slot
+        and is re-filed only if that slot comes due (``expire``): most calls end long before, and
+        moving it on every call's second hop cost a set's discard and insert on cold memory."""
         self.seconds = seconds
-        self._due = self._wheel.add(self, self._wheel.loop.time() + seconds, seconds)
+        self._when = when = self._wheel.loop.time() + seconds
+        if when < self._due:  # sooner than its slot: moved now
+            self._wheel.discard(self, self._due)
+            self._due = self._wheel.add(self, when, seconds)
 
     def expire(self) -> None:
+        if self._wheel.loop.time() < self._when:  # moved later since it was filed
+            self._due = self._wheel.add(self, self._when, self.seconds)
+            return
         self._expired = True
         self._task.cancel()
 

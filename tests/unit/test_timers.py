@@ -77,3 +77,26 @@ async def test_concurrent_bounds_each_fire_for_their_own_task_only() -> None:
 
     results = await asyncio.gather(*(work(0.1 if i % 2 else 0.01, 0.05) for i in range(20)))
     assert results == ["done", "timeout"] * 10
+
+
+async def test_a_bound_moved_later_stays_in_its_slot_until_that_comes_due() -> None:
+    loop = asyncio.get_running_loop()
+    w = wheel()
+    began = loop.time()
+    with pytest.raises(TimeoutError), Bound(0.05) as bound:
+        due = bound._due
+        bound.reschedule(0.2)  # later: not moved yet
+        assert bound._due == due and sum(map(len, w._slots.values())) == 1
+        await asyncio.sleep(0.1)  # its old slot came due: re-filed, not fired
+        assert bound._due > due
+        await asyncio.sleep(5)
+    assert 0.2 <= loop.time() - began < 0.2 + MIN_GRAIN + 0.05
+
+
+async def test_a_bound_moved_sooner_is_moved_at_once() -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(TimeoutError), Bound(5) as bound:
+        bound.reschedule(0.05)
+        await asyncio.sleep(5)
+    assert 0.05 <= loop.time() - began < 0.05 + MIN_GRAIN + 0.05
