@@ -43,7 +43,10 @@ class Settings:
     lease_ttl: float = 30.0
 
 
-NO_POLICY = TeamPolicy()
+def _limits_any(policy: TeamPolicy) -> bool:
+    return any(values.rpm or values.tpm or values.concurrency for values in (policy.limits, policy.key_limits))
+
+
 HEADER_KIND = {"rpm": "Requests", "tpm": "Tokens", "conc": "Concurrency"}
 
 
@@ -107,10 +110,15 @@ class Admission:
     def __init__(self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings) -> None:
         self.limiter = limiter
         self.teams = teams
+        self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
         self.live: dict[str, Plan] = {}
         self.pending: list[Settlement] = []
+        # Usage of requests with no limit to settle, summed per usage hash and key until the settler
+        # runs: one settlement per team key and round instead of one per request.
+        self.usage: dict[tuple[str, str], list[int]] = {}
+        self.usage_plans: dict[tuple[str, str], Plan] = {}
         self.flush = asyncio.Event()
         self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
@@ -121,7 +129,9 @@ class Admission:
         return time.monotonic() + seconds if seconds else None
 
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
-        policy = self.teams.get(team) or NO_POLICY
+        if team not in self.limited:
+            return planning.unlimited(team, key_id, request)
+        policy = self.teams[team]
         plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, f"{getrandbits(96):024x}")
         if not plan.checks:
             return plan
@@ -161,11 +171,21 @@ class Admission:
             return
         plan.settled = True
         self.live.pop(plan.lease, None)
+        if not plan.checks:
+            where = (plan.usage_key, plan.key_id)
+            sums = self.usage.get(where)
+            if sums is None:
+                sums = self.usage[where] = [0, 0, 0]
+                self.usage_plans[where] = plan
+            sums[0] += 1
+            sums[1] += prompt or 0
+            sums[2] += completion or 0
+            self.flush.set()
+            return
         actual = (prompt or 0) + (completion or 0)
         correction = actual - plan.estimate if prompt is not None or completion is not None else 0
-        if plan.checks or prompt is not None:
-            self.pending.append(Settlement(plan, correction, prompt or 0, completion or 0))
-            self.flush.set()
+        self.pending.append(Settlement(plan, correction, prompt or 0, completion or 0))
+        self.flush.set()
         if plan.concurrency_keys:
             self.waiters.wake_next()
 
@@ -173,13 +193,17 @@ class Admission:
         """Settles what finished since the last round, in one batch (one Redis round trip, shared with
         the admissions of the moment). Stops, once nothing is pending, after ``stopping`` is set: never
         cancelled mid-call, which would fail the calls sharing its round trip."""
-        while not (self.stopping and not self.pending):
+        while not (self.stopping and not self.pending and not self.usage):
             await self.flush.wait()
             await self._settle_pending()
 
     async def _settle_pending(self) -> None:
         self.flush.clear()
         batch, self.pending = self.pending, []
+        if self.usage:
+            plans, self.usage_plans = self.usage_plans, {}
+            sums, self.usage = self.usage, {}
+            batch += [Settlement(plans[where], 0, p, c, n) for where, (n, p, c) in sums.items()]
         if not batch:
             return
         try:

@@ -103,6 +103,11 @@ def current_usage_key(team: str) -> str:
     return known[1]
 
 
+def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
+    """The plan of a team with no limits: nothing to check or reserve, only the usage to count."""
+    return Plan(team, key_id, [], 0, estimate_prompt(request), "", current_usage_key(team))
+
+
 def build(
     team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues, request: InternalRequest, lease: str
 ) -> Plan:

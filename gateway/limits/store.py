@@ -38,12 +38,14 @@ class LimitsUnavailable(GatewayError):
 
 @record
 class Settlement:
-    """One finished request: its plan, the token correction (actual - estimate) and its usage."""
+    """Finished requests of one plan (or, with no limits to correct, of one team key and hour summed):
+    the token correction (actual - estimate) and their usage."""
 
     plan: Plan
     correction: int
     prompt: int
     completion: int
+    requests: int = 1
 
 
 @record
@@ -119,7 +121,7 @@ class RedisLimiter:
         calls = [
             (
                 [c.key for c in s.plan.checks] + [s.plan.usage_key],
-                _args(s.plan, s.correction, 1, s.prompt, s.completion, s.plan.key_id, USAGE_TTL_SECONDS),
+                _args(s.plan, s.correction, s.requests, s.prompt, s.completion, s.plan.key_id, USAGE_TTL_SECONDS),
             )
             for s in items
         ]
@@ -214,9 +216,9 @@ class LocalLimiter:
 
     async def settle(self, items: list[Settlement]) -> None:
         for s in items:
-            self._settle_one(s.plan, s.correction, s.prompt, s.completion)
+            self._settle_one(s.plan, s.correction, s.prompt, s.completion, s.requests)
 
-    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int) -> None:
+    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int, requests: int = 1) -> None:
         now = time.monotonic() * 1000
         for c in plan.checks:
             if c.kind == "tpm" and correction:
@@ -225,7 +227,7 @@ class LocalLimiter:
                 self.leases.get(c.key, {}).pop(c.param, None)
         counts = self.counters.setdefault(plan.usage_key, {})
         names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
-        for (name, kname), value in zip(names, (1, prompt, completion), strict=True):
+        for (name, kname), value in zip(names, (requests, prompt, completion), strict=True):
             counts[name] = counts.get(name, 0) + value
             counts[kname] = counts.get(kname, 0) + value
 

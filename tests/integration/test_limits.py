@@ -162,3 +162,22 @@ async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: An
             assert "failure policy in force" not in (await resp.json())["limits"]
     finally:
         redis.close()
+
+
+async def test_usage_of_a_team_without_limits_is_summed_per_key_and_round(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Nothing to correct: the requests of one round settle as one sum per key (one script call),
+    and the hash holds the same totals as request-by-request settling would."""
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    gw = await gateway(limited(server, redis_server.url, team))
+    answers = await burst(gw, 8) + [await gw.send(OPENAI, "m", "x", True)]
+    await asyncio.sleep(0.1)
+    client = aioredis.Redis.from_url(redis_server.url)
+    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
+    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
+    await client.aclose()
+    assert usage["requests"] == 9 and usage["key:k1:requests"] == 9
+    assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
+    assert usage["prompt_tokens"] == sum(a.usage["prompt_tokens"] for a in answers)

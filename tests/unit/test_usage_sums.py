@@ -1,0 +1,48 @@
+"""A team without limits has nothing to reserve or correct: its plan is built without checks, and its
+requests' usage settles as one sum per usage hash and key per settler round."""
+
+from __future__ import annotations
+
+from gateway.core.request import InternalRequest, Operation
+from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.plan import LimitValues
+from gateway.limits.store import LocalLimiter, Settlement
+
+
+class Recording(LocalLimiter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[Settlement]] = []
+
+    async def settle(self, items: list[Settlement]) -> None:
+        self.batches.append(items)
+        await super().settle(items)
+
+
+async def test_requests_without_limits_settle_as_one_sum_per_key() -> None:
+    limiter = Recording()
+    admission = Admission(limiter, {"capped": TeamPolicy(limits=LimitValues(rpm=1000))}, Settings())
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
+    for key, prompt, completion in [("k1", 3, 5), ("k1", 4, None), ("k2", 1, 1)]:
+        plan = await admission.admit("free", key, request, None)
+        assert not plan.checks and plan.prompt_estimate == 11
+        admission.release(plan, prompt, completion)
+    capped = await admission.admit("capped", "k1", request, None)
+    assert capped.checks
+    admission.release(capped, 2, 2)
+    await admission._settle_pending()
+    (batch,) = limiter.batches
+    sums = {(s.plan.team, s.plan.key_id): (s.requests, s.prompt, s.completion) for s in batch}
+    assert sums == {("free", "k1"): (2, 7, 5), ("free", "k2"): (1, 1, 1), ("capped", "k1"): (1, 2, 2)}
+    (free_usage,) = [v for k, v in limiter.counters.items() if "{free}" in k]
+    assert free_usage["requests"] == 3 and free_usage["key:k1:requests"] == 2
+    assert free_usage["prompt_tokens"] == 8 and free_usage["completion_tokens"] == 6
+    assert not admission.usage  # nothing left for the next round
+
+
+async def test_a_plan_is_released_once() -> None:
+    admission = Admission(Recording(), {}, Settings())
+    plan = await admission.admit("free", "k1", InternalRequest(Operation.COMPLETION, model="m"), None)
+    admission.release(plan, 1, 1)
+    admission.release(plan, 1, 1)
+    assert admission.usage[(plan.usage_key, "k1")] == [1, 1, 1]
