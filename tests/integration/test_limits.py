@@ -44,6 +44,16 @@ def limited(server: Any, redis_url: str | None, team: str, cluster: bool = False
     return parse_config(data)
 
 
+async def usage_hash(url: str, team: str) -> dict[str, int]:
+    """The team's usage hash, once the settler has had its round."""
+    await asyncio.sleep(0.1)
+    client = aioredis.Redis.from_url(url)
+    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
+    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
+    await client.aclose()
+    return usage
+
+
 async def burst(gw: Any, n: int, prompt: str = "x", ingress: Any = OPENAI, **fields: Any) -> list[Any]:
     return list(await asyncio.gather(*(gw.send(ingress, "m", prompt, False, **fields) for _ in range(n))))
 
@@ -121,11 +131,7 @@ async def test_usage_is_accounted(gateway: GatewayFactory, upstream: Any, redis_
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team, limits={"rpm": 1000}))
     answers = await burst(gw, 5) + [await gw.send(OPENAI, "m", "x", True)]
-    await asyncio.sleep(0.1)
-    client = aioredis.Redis.from_url(redis_server.url)
-    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
-    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
-    await client.aclose()
+    usage = await usage_hash(redis_server.url, team)
     assert usage["requests"] == 6 and usage["key:k1:requests"] == 6
     assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
 
@@ -173,11 +179,7 @@ async def test_usage_of_a_team_without_limits_is_summed_per_key_and_round(
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team))
     answers = await burst(gw, 8) + [await gw.send(OPENAI, "m", "x", True)]
-    await asyncio.sleep(0.1)
-    client = aioredis.Redis.from_url(redis_server.url)
-    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
-    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
-    await client.aclose()
+    usage = await usage_hash(redis_server.url, team)
     assert usage["requests"] == 9 and usage["key:k1:requests"] == 9
     assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
     assert usage["prompt_tokens"] == sum(a.usage["prompt_tokens"] for a in answers)
