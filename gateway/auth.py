@@ -8,13 +8,35 @@ first team. A key used for a team it does not belong to is refused with 403.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied
 from gateway.core.records import record
+
+
+def _sha256() -> Callable[[bytes], Any]:
+    """CPython's own SHA-256 (``_sha2`` from 3.12, ``_sha256`` before), else hashlib's. Every request
+    hashes its key: hashlib's goes through OpenSSL's EVP layer, a large body of code that is cold
+    again by each request on a busy core (3.5 µs of CPU per request in the benchmark, against 0.3 µs
+    in a tight loop); the built-in one is a few compact functions and gives the same digest."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found]
+        except ImportError:  # pragma: no cover - a Python built without its own hashes
+            from hashlib import sha256
+    return sha256  # type: ignore[no-any-return]
+
+
+SHA256 = _sha256()
+
+
+def key_digest(token: str) -> bytes:
+    return SHA256(token.encode()).digest()  # type: ignore[no-any-return]
 
 
 @record
@@ -67,7 +89,7 @@ class KeyRing:
             return ANONYMOUS
         if not token:
             raise AuthenticationFailed("missing API key")
-        digest = hashlib.sha256(token.encode()).digest()
+        digest = key_digest(token)
         record = self._by_digest.get(digest)
         if record is None or not hmac.compare_digest(record.digest, digest):
             raise AuthenticationFailed("invalid API key")

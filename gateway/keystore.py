@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from gateway.auth import KeyRing, Principal, select_team
+from gateway.auth import KeyRing, Principal, key_digest, select_team
 from gateway.core.errors import AuthenticationFailed, GatewayError
 
 PREFIX = "gwk_"
@@ -109,7 +109,7 @@ class Authenticator:
             return self.static.authenticate(token, team)
         key_id = token[len(PREFIX) :].split("_", 1)[0]
         record = await self._record(key_id)
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        digest = key_digest(token).hex()
         if record is None or not hmac.compare_digest(record.digest, digest):
             return self.static.authenticate(token, team)  # may still be a static key of that shape
         if record.revoked:
