@@ -55,9 +55,12 @@ def _seeded(request: InternalRequest, upstream: Upstream) -> InternalRequest:
 def _candidates(
     table: ModelTable, route: Route, request: InternalRequest, attempt: Attempt
 ) -> list[tuple[Upstream, InternalRequest]]:
+    order = table.order(route)
+    if len(order) == 1 and not request.want_seed and request.features <= order[0].features:
+        return [(order[0], request)]  # one target that serves it all: nothing to fit, fan out or seed
     fitted: list[tuple[Upstream, InternalRequest]] = []
     refusal: UnsupportedFeature | None = None
-    for upstream in table.order(route):
+    for upstream in order:
         droppable = getattr(getattr(upstream, "target", None), "drop_unsupported", ())
         judged = request
         if needs_fan_out(request, upstream):

@@ -95,6 +95,12 @@ class ModelTable:
 
     def order(self, route: Route) -> list[Upstream]:
         """Targets to try: one weighted pick first, then the rest by weight; cooling ones last-resort."""
+        if len(route.upstreams) == 1:  # most routes: no pick, and no clock unless it ever cooled
+            only = route.upstreams[0]
+            health = self.health.get(only.name)
+            if health is None or not health.cool_until or health.available(time.monotonic()):
+                return [only]
+            raise NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
         now = time.monotonic()
         ready = [(u, w) for u, w in zip(route.upstreams, route.weights, strict=True) if self._health(u).available(now)]
         if not ready:
