@@ -56,8 +56,8 @@ def _candidates(
     table: ModelTable, route: Route, request: InternalRequest, attempt: Attempt
 ) -> list[tuple[Upstream, InternalRequest]]:
     order = table.order(route)
-    if len(order) == 1 and not request.want_seed and request.features <= order[0].features:
-        return [(order[0], request)]  # one target that serves it all: nothing to fit, fan out or seed
+    if len(order) == 1 and request.features <= order[0].features:
+        return [(order[0], _seeded(request, order[0]))]  # one target that serves it all: nothing to fit
     fitted: list[tuple[Upstream, InternalRequest]] = []
     refusal: UnsupportedFeature | None = None
     for upstream in order:
