@@ -227,6 +227,9 @@ def _grpc_only(b: FriendliCompletionBody) -> None:
 
 def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = STREAM_FORMAT) -> InternalRequest:
     b = validate(FriendliCompletionBody, data)
+    if oai.is_plain(b) and model_and_adapter(b.model, flavour)[1] is None:
+        stream_usage = oai.stream_usage(bool(b.stream), b.stream_options)
+        return oai.plain_completion(b, b.max_tokens, stream_usage, relay, want_token_ids=True, want_seed=True)
     _grpc_only(b)
     fs = FeatureSet()
     model, adapter = model_and_adapter(b.model, flavour)

@@ -57,6 +57,9 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     if isinstance(data.get("logit_bias"), dict):
         data = {**data, "logit_bias": {k: v for k, v in data["logit_bias"].items() if v is not None}}
     b = validate(OctoExtras, data)
+    if oai.is_plain(b):
+        stream_usage = oai.stream_usage(bool(b.stream), b.stream_options)
+        return oai.plain_completion(b, b.max_tokens or DEFAULT_MAX_TOKENS, stream_usage, STREAM_FORMAT)
     fs = FeatureSet()
     items = oai.prompts(b.prompt, fs)
     kw = oai.completion_sampling(without(b, "best_of"), fs) | oai.vllm_extras(b, fs)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import (
     ChatMessage,
@@ -187,6 +189,35 @@ def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
     }
 
 
+# The body most clients send: a model, one text prompt, a length, perhaps temperature, top_p and a
+# stream. Such a body is built by ``plain_completion`` without the full parse's walk over every field
+# of every dialect (helpers, a FeatureSet, a Sampling of 35 keyword arguments: ~3 µs of a ~7 µs
+# parse in a tight loop, about three times that on a busy core). Each dialect's full parser is the
+# reference: tests/unit/test_plain_parse.py generates bodies and checks both give the same request.
+PLAIN_FIELDS = frozenset({"model", "prompt", "max_tokens", "temperature", "top_p", "stream", "stream_options"})
+
+
+def is_plain(b: BaseModel, fields: frozenset[str] = PLAIN_FIELDS) -> bool:
+    return b.model_fields_set <= fields and isinstance(getattr(b, "prompt", None), str)
+
+
+def plain_completion(
+    b: Any, max_tokens: int | None, stream_usage: bool, relay: str | None, **flags: Any
+) -> InternalRequest:
+    """A plain body's request (``is_plain``); ``flags``: the dialect's own constant fields."""
+    stream = bool(b.stream)
+    return InternalRequest(
+        operation=Operation.COMPLETION,
+        model=b.model,
+        prompts=(b.prompt,),
+        sampling=Sampling(max_tokens=max_tokens, temperature=b.temperature, top_p=b.top_p),
+        stream=stream,
+        stream_usage=stream_usage,
+        relay=relay if stream else None,
+        **flags,
+    )
+
+
 def relay_for(stream: bool, logprobs: int | None, relay: str | None) -> str | None:
     """Logprobs are re-encoded even between same-format ends: their text offsets are recomputed."""
     return relay if stream and logprobs is None else None
@@ -194,6 +225,8 @@ def relay_for(stream: bool, logprobs: int | None, relay: str | None) -> str | No
 
 def parse_completion(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
     b = validate(CompletionBody, data)
+    if is_plain(b):
+        return plain_completion(b, b.max_tokens, stream_usage(bool(b.stream), b.stream_options), relay)
     fs = FeatureSet()
     items = prompts(b.prompt, fs)
     kw = completion_sampling(b, fs) | vllm_extras(b, fs)

@@ -138,8 +138,11 @@ def passthrough(b: Guided, fs: FeatureSet) -> tuple[dict[str, JSON], dict[str, s
 
 def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     b = validate(SGPCompletionBody, data)
-    fs = FeatureSet()
     stream = bool(b.stream)
+    if oai.is_plain(b):
+        stream_usage = stream and bool((b.stream_options or {}).get("include_usage", True))
+        return oai.plain_completion(b, max_new_tokens(b), stream_usage, STREAM_FORMAT)
+    fs = FeatureSet()
     if b.top_logprobs is not None and b.logprobs is not True:
         raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
     if b.logprobs is True or (b.logprobs is None and b.return_token_log_probs):

@@ -1,0 +1,76 @@
+"""Each dialect builds a plain completion body (a model, one text prompt, a length, temperature, top_p,
+a stream and its options) by a short path (``plain_completion``). Its full parser is the reference:
+for generated bodies, both paths give the same internal request, or the same error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.errors import GatewayError
+from gateway.core.request import InternalRequest
+from gateway.dialects.friendli import parse as friendli
+from gateway.dialects.octoai import parse_completion as octoai_completion
+from gateway.dialects.openai import parse as oai
+from gateway.dialects.openai.schema import STREAM_FORMAT
+from gateway.dialects.sgp import parse_completion as sgp_completion
+
+PARSERS: dict[str, Callable[[dict[str, Any]], InternalRequest]] = {
+    "openai": lambda body: oai.parse_completion(body, STREAM_FORMAT),
+    "friendli": lambda body: friendli.parse_completion(body, "serverless", STREAM_FORMAT),
+    "friendli-dedicated": lambda body: friendli.parse_completion(body, "dedicated", STREAM_FORMAT),
+    "friendli-2024": lambda body: friendli.parse_completion(body, "serverless", None),
+    "sgp": sgp_completion,
+    "octoai": octoai_completion,
+}
+
+numbers = st.one_of(st.none(), st.integers(-1, 3), st.floats(-0.5, 2.5, allow_nan=False))
+bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["tiny", "openai/tiny", "ep-1:adapter", ""]), "prompt": st.text(max_size=8)},
+    optional={
+        "max_tokens": st.one_of(st.none(), st.integers(-1, 5000)),
+        "temperature": numbers,
+        "top_p": numbers,
+        "stream": st.one_of(st.none(), st.booleans()),
+        "stream_options": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"include_usage": st.booleans()})),
+    },
+)
+
+
+def outcome(parse: Callable[[dict[str, Any]], InternalRequest], body: dict[str, Any]) -> object:
+    try:
+        return parse(body)
+    except GatewayError as err:
+        return (type(err), err.message, getattr(err, "param", None))
+
+
+@pytest.mark.parametrize("dialect", sorted(PARSERS))
+@settings(max_examples=300, deadline=None)
+@given(body=bodies)
+def test_the_plain_path_builds_what_the_full_parser_builds(dialect: str, body: dict[str, Any]) -> None:
+    parse = PARSERS[dialect]
+    short = outcome(parse, body)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(oai, "is_plain", lambda *_: False)
+        full = outcome(parse, body)
+    assert short == full
+
+
+@pytest.mark.parametrize("dialect", sorted(PARSERS))
+def test_a_plain_body_takes_the_plain_path(dialect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: list[InternalRequest] = []
+    plain = oai.plain_completion
+
+    def spy(*args: Any, **kwargs: Any) -> InternalRequest:
+        taken.append(plain(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(oai, "plain_completion", spy)
+    body = {"model": "tiny", "prompt": "Say hello", "max_tokens": 16, "stream": True}
+    assert PARSERS[dialect](body) == taken[0]
+    PARSERS[dialect]({**body, "n": 2})  # any other field: the full parser
+    assert len(taken) == 1
