@@ -19,7 +19,7 @@ from gateway.core.request import Operation
 from gateway.core.response import Frame, StreamEvent
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
 from gateway.dialects.openai.egress import VLLM_WIRE
-from gateway.dialects.openai.relay import Retouch
+from gateway.dialects.openai.relay import Retouch, without_key
 from gateway.dialects.sse import SSEParser
 
 JSON = Any
@@ -224,3 +224,16 @@ def test_octoai_holds_back_only_the_finish_chunk_that_usage_joins() -> None:
     assert finish == usage == b"" and done == b""  # the finish chunk waits for the usage
     (last,) = chunks(end)
     assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["total_tokens"] == 5
+
+
+def test_a_frame_is_retouched_as_its_bytes_are() -> None:
+    """A frame carries its event count (counted where it was cut): the retouch trusts it instead of
+    counting again, and must come to what the same bytes come to."""
+    kept = b'"system_fingerprint":"fp"'
+    retouch = Retouch(fingerprints=without_key(b"system_fingerprint", b'"fp"'), head=kept + b",", kept=kept)
+    same = b'data: {"id":"a","system_fingerprint":"fp","choices":[]}\n\n' * 3
+    mixed = same + b'data: {"id":"a","system_fingerprint":"other","choices":[]}\n\n'
+    for run in (same, mixed):
+        frame = Frame.of(run, run.count(b"\n\n"))
+        assert retouch(frame) == retouch(bytes(run))
+    assert retouch(Frame.of(same, 3)) == same  # every chunk names it already: untouched

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gateway.core.response import Frame
+
 # vLLM's ids sampled for a chunk, or none (the key goes, with the comma on one side of it).
 TOKEN_IDS = re.compile(rb'"token_ids":\[(?:\d+,)*(\d+)\]|,"token_ids":(?:\[\]|null)|"token_ids":(?:\[\]|null),')
 FINGERPRINT = b'"system_fingerprint":'
@@ -53,6 +55,8 @@ class Retouch:
     reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
 
     def __call__(self, frame: bytes) -> bytes:
+        # the events a frame holds were counted where it was cut (a plain bytes' are counted here)
+        chunks = frame.chunks if isinstance(frame, Frame) else frame.count(b"\n\n")
         for old, new in self.literal:
             frame = frame.replace(old, new)
         if self.token_ids and b'"token_ids":' in frame:
@@ -60,8 +64,8 @@ class Retouch:
         # (a delta that already names it reasoning_content keeps it; the other is an extra)
         if self.reasoning and b'"reasoning":' in frame and b'"reasoning_content":' not in frame:
             frame = frame.replace(b'"reasoning":', b'"reasoning_content":')
-        if self.kept and frame.count(self.kept) == frame.count(b"\n\n"):
-            return frame  # every chunk already names the fingerprint it should (two scans, no copies)
+        if self.kept and frame.count(self.kept) == chunks:
+            return frame  # every chunk already names the fingerprint it should (a scan, no copies)
         if self.fingerprints is not None:
             # The usual spelling, where upstreams write it (after other keys), in one pass; any left
             # (first in its object, another value) found by one more scan. Each scan of a burst's
