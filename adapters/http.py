@@ -8,9 +8,11 @@ What a vendor's upstream is sent and how its answers read is its ``Wire`` (sans-
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from collections.abc import AsyncIterator
+from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -63,23 +65,62 @@ class StreamIdle(Exception):
     """Set on a stream's reader by ``IdleWatch``: no bytes for too long, or the deadline passed."""
 
 
-class IdleWatch:
-    """A stream's idle bound without a timer per read (a stream is hundreds of reads): filed once in
-    the loop's ``Wheel``, re-filed only when it comes due. A read waiting longer than ``idle``, or any
-    moment past the request's deadline, fails the reader with ``StreamIdle``. Time the consumer
-    spends between reads (a slow client) does not count as idle."""
+class StreamWatch:
+    """A stream's time bounds in one entry of the loop's ``Wheel``, filed once and re-filed only when
+    it comes due (a stream is hundreds of reads; a timer per read, or a bound per hop, costs more than
+    a short stream's relay). Until the response head is in (``with watch:``), the first-byte bound: the
+    task is cancelled and the block raises ``TimeoutError``, as ``Bound`` does. Then, from
+    ``reading``, the body's: a read waiting longer than ``idle``, or any moment past the request's
+    deadline, fails the reader with ``StreamIdle``. Time the consumer spends between reads (a slow
+    client) does not count as idle."""
 
-    __slots__ = ("_due", "_hard", "_idle", "_reader", "_wheel", "loop", "since")
+    __slots__ = (
+        "_cancelling",
+        "_due",
+        "_expired",
+        "_hard",
+        "_head_due",
+        "_idle",
+        "_reader",
+        "_task",
+        "_wheel",
+        "loop",
+        "since",
+    )
 
-    def __init__(self, reader: aiohttp.StreamReader, idle: float, remaining: float | None) -> None:
-        self._wheel = wheel()
-        self.loop = self._wheel.loop
-        now = self.loop.time()
-        self.since: float | None = None  # when the pending read began; None between reads
-        self._reader = reader
+    def __init__(self, first_byte: float, idle: float, remaining: float | None) -> None:
+        self.loop = loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("StreamWatch must be used inside a task")
+        self._task, self._cancelling = task, task.cancelling()
+        self._wheel = wheel(loop)
+        now = loop.time()
         self._idle = idle
+        self._head_due = now + first_byte
         self._hard = None if remaining is None else now + max(remaining, 0.0)
-        self._file(now)
+        self._reader: aiohttp.StreamReader | None = None
+        self._expired = False
+        self.since: float | None = None  # when the pending read began; None between reads
+        # No later than the first idle bound or the deadline can fall: moving sooner means re-filing
+        due = min(self._head_due, now + idle)
+        self._due = self._wheel.add(self, due if self._hard is None else min(due, self._hard), idle)
+
+    def __enter__(self) -> StreamWatch:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            return
+        self.cancel()  # no stream to watch
+        if self._expired and exc_type is asyncio.CancelledError and self._task.uncancel() <= self._cancelling:
+            raise TimeoutError from exc
+
+    def reading(self, reader: aiohttp.StreamReader) -> None:
+        """The head is in: from now on, the body's bounds."""
+        self._reader = reader
 
     def _file(self, start: float) -> None:
         due = start + self._idle
@@ -87,6 +128,13 @@ class IdleWatch:
 
     def expire(self) -> None:
         now = self.loop.time()
+        if self._reader is None:  # waiting for the head
+            if now >= self._head_due:
+                self._expired = True
+                self._task.cancel()
+            else:
+                self._due = self._wheel.add(self, self._head_due, self._idle)
+            return
         since = self.since
         if (self._hard is not None and now >= self._hard) or (since is not None and now >= since + self._idle):
             self._reader.set_exception(StreamIdle())
@@ -299,14 +347,16 @@ class HTTPUpstream:
         return self.wire.decode(data, request)
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        first_byte = self._timeout(call, self.target.timeouts.first_byte)
+        watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining())
         try:
-            with Bound(self._timeout(call, self.target.timeouts.first_byte)):
+            with watch:
                 resp = await self._post(request, call)
         except TimeoutError:
             raise self._expired(call, "no response headers in time") from None
+        watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)
-        watch = IdleWatch(resp.content, self.target.timeouts.idle, call.remaining())
         try:
             while True:
                 watch.since = watch.loop.time()

@@ -1,4 +1,5 @@
-"""The stream idle bound: one timer per stream, not per read."""
+"""A stream's bounds in one wheel entry: the first byte (as ``Bound``), then idle between reads and the
+deadline; one entry per stream, not a timer per read."""
 
 from __future__ import annotations
 
@@ -8,16 +9,23 @@ from unittest import mock
 import aiohttp
 import pytest
 
-from adapters.http import IdleWatch, StreamIdle
+from adapters.http import StreamIdle, StreamWatch
+from gateway.timers import MIN_GRAIN, wheel
 
 
 def reader() -> aiohttp.StreamReader:
     return aiohttp.StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
 
 
+def reading(r: aiohttp.StreamReader, idle: float, remaining: float | None = None) -> StreamWatch:
+    watch = StreamWatch(first_byte=5, idle=idle, remaining=remaining)
+    watch.reading(r)
+    return watch
+
+
 async def test_a_read_waiting_longer_than_idle_fails() -> None:
     r = reader()
-    watch = IdleWatch(r, idle=0.05, remaining=None)
+    watch = reading(r, idle=0.05)
     watch.since = watch.loop.time()
     with pytest.raises(StreamIdle):
         await asyncio.wait_for(r.readany(), 1)
@@ -26,7 +34,7 @@ async def test_a_read_waiting_longer_than_idle_fails() -> None:
 
 async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive() -> None:
     r = reader()
-    watch = IdleWatch(r, idle=0.05, remaining=None)
+    watch = reading(r, idle=0.05)
     await asyncio.sleep(0.15)  # the consumer was busy: three idle periods with no read pending
     for _ in range(4):
         watch.since = watch.loop.time()
@@ -34,13 +42,44 @@ async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive() -> None:
         assert await asyncio.wait_for(r.readany(), 1) == b"x"
         watch.since = None
     watch.cancel()
+    assert not wheel()._slots
 
 
 async def test_the_deadline_ends_the_stream_even_between_reads() -> None:
     r = reader()
-    watch = IdleWatch(r, idle=10, remaining=0.05)
+    watch = reading(r, idle=10, remaining=0.05)
     await asyncio.sleep(0.1)
     watch.since = watch.loop.time()
     with pytest.raises(StreamIdle):
         await asyncio.wait_for(r.readany(), 1)
     watch.cancel()
+
+
+async def test_a_head_later_than_the_first_byte_bound_is_a_timeout() -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    watch = StreamWatch(first_byte=0.05, idle=10, remaining=None)
+    with pytest.raises(TimeoutError), watch:
+        await asyncio.sleep(5)
+    assert 0.05 <= loop.time() - began < 0.05 + MIN_GRAIN + 0.05
+    assert not wheel()._slots
+
+
+async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited_for() -> None:
+    r = reader()
+    watch = StreamWatch(first_byte=0.2, idle=0.05, remaining=None)
+    with watch:
+        await asyncio.sleep(0.1)  # past the idle bound: the head phase is not idle-bound
+    watch.reading(r)
+    watch.since = watch.loop.time()
+    asyncio.get_running_loop().call_later(0.02, r.feed_data, b"x")
+    assert await asyncio.wait_for(r.readany(), 1) == b"x"
+    watch.cancel()
+    await asyncio.sleep(0.15)  # nothing fires for a cancelled watch
+    assert not wheel()._slots
+
+
+async def test_an_error_before_the_head_ends_the_watch() -> None:
+    with pytest.raises(KeyError), StreamWatch(first_byte=5, idle=5, remaining=None):
+        raise KeyError("x")
+    assert not wheel()._slots
