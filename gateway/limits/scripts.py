@@ -72,8 +72,9 @@ return {0}
 """
 
 # KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
-# admitted, then the correction (actual - estimate) tokens, requests, prompt and completion counts
-# for usage, the key id, and the usage bucket's TTL (s).
+# admitted (a concurrency triple's param: one lease, or a list of the leases of every request
+# settled together), then the correction (actual - estimate) tokens, requests, prompt and completion
+# counts for usage, the key id, and the usage bucket's TTL (s).
 SETTLE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,7 +82,7 @@ local a = cjson.decode(ARGV[1])
 local n = #KEYS - 1
 local correction = tonumber(a[n + 1])
 for i = 1, n do
-  local kind, limit, param = a[i][1], tonumber(a[i][2]), tostring(a[i][3])
+  local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
   if kind == 'tpm' and correction ~= 0 then
     local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
     local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
@@ -89,7 +90,13 @@ for i = 1, n do
     redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
     redis.call('PEXPIRE', KEYS[i], 120000)
   elseif kind == 'conc' then
-    redis.call('ZREM', KEYS[i], param)
+    if type(param) == 'table' then
+      for j = 1, #param, 1000 do
+        redis.call('ZREM', KEYS[i], unpack(param, j, math.min(j + 999, #param)))
+      end
+    else
+      redis.call('ZREM', KEYS[i], tostring(param))
+    end
   end
 end
 local usage = KEYS[n + 1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -110,3 +111,31 @@ async def test_a_settlement_waits_briefly_for_the_next_admission(client: aioredi
     # and with no admission to share, it goes alone once DEFER_SECONDS have passed
     await asyncio.wait_for(limiter.settle([Settlement(second, 0, 1, 1)]), 0.5)
     assert limiter.batches == before + 2
+
+
+async def test_settlements_of_one_team_key_are_summed_into_one_call(client: aioredis.Redis) -> None:
+    """One script call settles them all: every lease released, the token corrections and the usage
+    summed, as one call per request would leave them."""
+    limiter = RedisLimiter(client)
+    batch = plans(5, rpm=100, tpm=10_000, concurrency=10)
+    assert all(r is None for r in await asyncio.gather(*(limiter.admit(p, 30_000) for p in batch)))
+    conc_key = next(c.key for c in batch[0].checks if c.kind == "conc")
+    tpm_key = next(c.key for c in batch[0].checks if c.kind == "tpm")
+    assert await client.zcard(conc_key) == 5
+    level_before = float((await client.hget(tpm_key, "level")) or 0)
+    sent: list[object] = []
+    send = limiter._send
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(args)
+        return send(*args, **kwargs)
+
+    limiter._send = counting  # type: ignore[method-assign]
+    await limiter.settle([Settlement(p, -100, 3, 5) for p in batch])
+    assert len(sent) == 1
+    assert await client.zcard(conc_key) == 0
+    level_after = float((await client.hget(tpm_key, "level")) or 0)
+    assert level_after >= level_before + 500  # five refunds of 100 (plus what refilled meanwhile)
+    [usage] = await limiter.usage([batch[0].usage_key])
+    assert usage["requests"] == 5 and usage["prompt_tokens"] == 15 and usage["completion_tokens"] == 25
+    assert usage["key:k:requests"] == 5
