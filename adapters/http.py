@@ -32,7 +32,7 @@ from gateway.core.response import Completion, LastBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
-from gateway.timers import Bound, wheel
+from gateway.timers import Bound, current_task, timed_out, wheel
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
@@ -90,10 +90,7 @@ class StreamWatch:
 
     def __init__(self, first_byte: float, idle: float, remaining: float | None) -> None:
         self.loop = loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("StreamWatch must be used inside a task")
-        self._task, self._cancelling = task, task.cancelling()
+        self._task, self._cancelling = current_task(loop, "StreamWatch")
         self._wheel = wheel(loop)
         now = loop.time()
         self._idle = idle
@@ -115,7 +112,7 @@ class StreamWatch:
         if exc_type is None:
             return
         self.cancel()  # no stream to watch
-        if self._expired and exc_type is asyncio.CancelledError and self._task.uncancel() <= self._cancelling:
+        if timed_out(self._task, self._cancelling, self._expired, exc_type):
             raise TimeoutError from exc
 
     def reading(self, reader: aiohttp.StreamReader) -> None:

@@ -63,6 +63,10 @@ class Resolved:
     adapter: str | None = None
 
 
+def _all_cooling(route: Route) -> NoHealthyTarget:
+    return NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
+
+
 @dataclass(slots=True)
 class ModelTable:
     routes: dict[str, Route]
@@ -100,11 +104,11 @@ class ModelTable:
             health = self.health.get(only.name)
             if health is None or not health.cool_until or health.available(time.monotonic()):
                 return [only]
-            raise NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
+            raise _all_cooling(route)
         now = time.monotonic()
         ready = [(u, w) for u, w in zip(route.upstreams, route.weights, strict=True) if self._health(u).available(now)]
         if not ready:
-            raise NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
+            raise _all_cooling(route)
         if len(ready) == 1:
             return [ready[0][0]]
         pool = list(ready)

@@ -102,6 +102,20 @@ def wheel(loop: asyncio.AbstractEventLoop | None = None) -> Wheel:
     return found
 
 
+def current_task(loop: asyncio.AbstractEventLoop, what: str) -> tuple[asyncio.Task[object], int]:
+    """The task a bound cancels, and its cancellation count when the bound began."""
+    task = asyncio.current_task(loop)
+    if task is None:
+        raise RuntimeError(f"{what} must be used inside a task")
+    return task, task.cancelling()
+
+
+def timed_out(task: asyncio.Task[object], cancelling: int, expired: bool, exc_type: type[BaseException] | None) -> bool:
+    """A cancellation leaving a bounded block is the bound's own when the bound fired and no one else
+    cancelled the task too (``asyncio.timeout``'s rule)."""
+    return expired and exc_type is asyncio.CancelledError and task.uncancel() <= cancelling
+
+
 class Bound:
     """``with Bound(seconds):`` the block is cancelled when it runs past the bound and raises
     ``TimeoutError`` instead, like ``asyncio.timeout`` (a plain context manager: entering and leaving
@@ -115,11 +129,7 @@ class Bound:
 
     def __enter__(self) -> Bound:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("Bound must be used inside a task")
-        self._task = task
-        self._cancelling = task.cancelling()
+        self._task, self._cancelling = current_task(loop, "Bound")
         self._wheel = w = _wheels.get(loop) or wheel(loop)
         self._when = when = loop.time() + self.seconds
         self._due = w.add(self, when, self.seconds)
@@ -146,6 +156,5 @@ class Bound:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._wheel.discard(self, self._due)
-        # Ours when this bound cancelled the task and no one else did too (asyncio.timeout's rule).
-        if self._expired and exc_type is asyncio.CancelledError and self._task.uncancel() <= self._cancelling:
+        if timed_out(self._task, self._cancelling, self._expired, exc_type):
             raise TimeoutError from exc

@@ -116,9 +116,8 @@ class Admission:
         self.live: dict[str, Plan] = {}
         self.pending: list[Settlement] = []
         # Usage of requests with no limit to settle, summed per usage hash and key until the settler
-        # runs: one settlement per team key and round instead of one per request.
-        self.usage: dict[tuple[str, str], list[int]] = {}
-        self.usage_plans: dict[tuple[str, str], Plan] = {}
+        # runs (no Settlement per request; with limits, the Redis limiter merges a round's calls).
+        self.usage: dict[tuple[str, str], tuple[Plan, list[int]]] = {}
         self.flush = asyncio.Event()
         self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
@@ -173,10 +172,10 @@ class Admission:
         self.live.pop(plan.lease, None)
         if not plan.checks:
             where = (plan.usage_key, plan.key_id)
-            sums = self.usage.get(where)
-            if sums is None:
-                sums = self.usage[where] = [0, 0, 0]
-                self.usage_plans[where] = plan
+            summed = self.usage.get(where)
+            if summed is None:
+                summed = self.usage[where] = (plan, [0, 0, 0])
+            sums = summed[1]
             sums[0] += 1
             sums[1] += prompt or 0
             sums[2] += completion or 0
@@ -201,9 +200,8 @@ class Admission:
         self.flush.clear()
         batch, self.pending = self.pending, []
         if self.usage:
-            plans, self.usage_plans = self.usage_plans, {}
-            sums, self.usage = self.usage, {}
-            batch += [Settlement(plans[where], 0, p, c, n) for where, (n, p, c) in sums.items()]
+            summed, self.usage = self.usage, {}
+            batch += [Settlement(plan, 0, p, c, n) for plan, (n, p, c) in summed.values()]
         if not batch:
             return
         try:

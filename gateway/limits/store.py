@@ -76,12 +76,12 @@ def _merged(items: list[Settlement]) -> list[tuple[list[str], Plan, tuple[int, i
     corrections and usage add up, and the concurrency leases go in one list. A settlement per
     request cost ~12 µs of the gateway's CPU per request under load (argument JSON, the call's
     packing and reply), more than the rest of its limits."""
-    groups: dict[tuple[str, ...], tuple[Plan, list[int], list[str]]] = {}
+    groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str]]] = {}
     for s in items:
-        keys = (*(c.key for c in s.plan.checks), s.plan.usage_key, s.plan.key_id)
-        group = groups.get(keys)
+        same = (tuple(c.key for c in s.plan.checks), s.plan.usage_key, s.plan.key_id)
+        group = groups.get(same)
         if group is None:
-            group = groups[keys] = (s.plan, [0, 0, 0, 0], [])
+            group = groups[same] = (s.plan, [0, 0, 0, 0], [])
         totals = group[1]
         totals[0] += s.correction
         totals[1] += s.requests
@@ -89,11 +89,11 @@ def _merged(items: list[Settlement]) -> list[tuple[list[str], Plan, tuple[int, i
         totals[3] += s.completion
         group[2].extend(c.param for c in s.plan.checks if c.kind == "conc")
     out = []
-    for keys, (plan, totals, leases) in groups.items():
+    for (keys, _, _), (plan, totals, leases) in groups.items():
         if leases:  # the leases of all, as one param (the script takes a list)
             checks = [replace(c, param=leases) if c.kind == "conc" else c for c in plan.checks]
             plan = dataclasses.replace(plan, checks=checks)
-        out.append((list(keys[:-2]), plan, (totals[0], totals[1], totals[2], totals[3])))
+        out.append((list(keys), plan, (totals[0], totals[1], totals[2], totals[3])))
     return out
 
 

@@ -197,8 +197,8 @@ def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
 PLAIN_FIELDS = frozenset({"model", "prompt", "max_tokens", "temperature", "top_p", "stream", "stream_options"})
 
 
-def is_plain(b: BaseModel, fields: frozenset[str] = PLAIN_FIELDS) -> bool:
-    return b.model_fields_set <= fields and isinstance(getattr(b, "prompt", None), str)
+def is_plain(b: BaseModel) -> bool:
+    return b.model_fields_set <= PLAIN_FIELDS and isinstance(getattr(b, "prompt", None), str)
 
 
 def plain_completion(

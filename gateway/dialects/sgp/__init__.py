@@ -136,12 +136,17 @@ def passthrough(b: Guided, fs: FeatureSet) -> tuple[dict[str, JSON], dict[str, s
     return extra, headers or None
 
 
+def stream_usage(b: SGPCompletionBody) -> bool:
+    """SGP's SDKs read usage from a stream's final chunk (dialects.md §3.5): sent unless the client
+    turns it off."""
+    return bool(b.stream) and bool((b.stream_options or {}).get("include_usage", True))
+
+
 def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     b = validate(SGPCompletionBody, data)
     stream = bool(b.stream)
     if oai.is_plain(b):
-        stream_usage = stream and bool((b.stream_options or {}).get("include_usage", True))
-        return oai.plain_completion(b, max_new_tokens(b), stream_usage, STREAM_FORMAT)
+        return oai.plain_completion(b, max_new_tokens(b), stream_usage(b), STREAM_FORMAT)
     fs = FeatureSet()
     if b.top_logprobs is not None and b.logprobs is not True:
         raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
@@ -187,7 +192,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
             structured=guided(b, b.response_format, fs),
         ),
         stream=stream,
-        stream_usage=stream and bool((b.stream_options or {}).get("include_usage", True)),
+        stream_usage=stream_usage(b),
         relay=oai.relay_for(stream, logprobs, STREAM_FORMAT),  # SGP streams OpenAI's chunks (§3.5)
         timeout=timeout(b.inference_timeout),
         user=b.user,
