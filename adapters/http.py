@@ -62,7 +62,7 @@ def upstream_message(body: bytes) -> tuple[str, str | None]:
 
 
 class StreamIdle(Exception):
-    """Set on a stream's reader by ``IdleWatch``: no bytes for too long, or the deadline passed."""
+    """Set on a stream's reader by ``StreamWatch``: no bytes for too long, or the deadline passed."""
 
 
 class StreamWatch:

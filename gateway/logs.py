@@ -7,7 +7,7 @@ A request's line and metrics are not made when it ends but in batches (``Backlog
 waits, with its end time taken, for at most ``BACKLOG_SECONDS``, and a batch is done in one go
 before the metrics are scraped and at shutdown too. Done one request at a time, right after the
 answer's write, this code ran on caches the kernel's network path had just cooled: knocking the
-whole of it out saved 14 µs of CPU per request in the benchmark, batching it ~7.
+whole of it out saved 14 µs of CPU per request in the benchmark, batching it 8.
 
 One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
 line is its whole dict of fields appended to a deque (the writer's Python work takes the GIL from

@@ -230,7 +230,7 @@ def test_a_frame_is_retouched_as_its_bytes_are() -> None:
     """A frame carries its event count (counted where it was cut): the retouch trusts it instead of
     counting again, and must come to what the same bytes come to."""
     kept = b'"system_fingerprint":"fp"'
-    retouch = Retouch(fingerprints=without_key(b"system_fingerprint", b'"fp"'), head=kept + b",", kept=kept)
+    retouch = Retouch(fingerprint=without_key(b"system_fingerprint", b'"fp"')[0], head=kept + b",", kept=kept)
     same = b'data: {"id":"a","system_fingerprint":"fp","choices":[]}\n\n' * 3
     mixed = same + b'data: {"id":"a","system_fingerprint":"other","choices":[]}\n\n'
     for run in (same, mixed):

@@ -36,7 +36,7 @@ def _token(match: re.Match[bytes]) -> bytes:
     return b'"token":' + last if last is not None else b""
 
 
-def without_key(key: bytes, value: bytes) -> tuple[tuple[bytes, bytes], ...]:
+def without_key(key: bytes, value: bytes) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
     """The replacements that drop ``"key":value`` wherever it stands in an object."""
     pair = b'"' + key + b'":' + value
     return ((b"," + pair, b""), (pair + b",", b""))
@@ -50,7 +50,9 @@ class Retouch:
     literal: tuple[tuple[bytes, bytes], ...] = ()  # replacements, in order
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
-    fingerprints: tuple[tuple[bytes, bytes], ...] | None = None  # all go: the usual one, then any left
+    # Fingerprints all go: this pair removes the usual one (the first chunk's value, after other keys),
+    # a scan and the regex any left
+    fingerprint: tuple[bytes, bytes] | None = None
     kept: bytes = b""  # a fingerprint every chunk may keep where it stands (no fingerprint work then)
     reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
 
@@ -66,11 +68,11 @@ class Retouch:
             frame = frame.replace(b'"reasoning":', b'"reasoning_content":')
         if self.kept and frame.count(self.kept) == chunks:
             return frame  # every chunk already names the fingerprint it should (a scan, no copies)
-        if self.fingerprints is not None:
-            # The usual spelling, where upstreams write it (after other keys), in one pass; any left
-            # (first in its object, another value) found by one more scan. Each scan of a burst's
-            # run is microseconds: the other literal spelling is not looked for on its own.
-            frame = frame.replace(*self.fingerprints[0])
+        if self.fingerprint is not None:
+            # The usual spelling in one pass; any left (first in its object, another value) found by
+            # one more scan. Each scan of a burst's run is microseconds: the other literal spelling
+            # is not looked for on its own.
+            frame = frame.replace(*self.fingerprint)
             if FINGERPRINT in frame:
                 frame = ANY_FINGERPRINT.sub(b"", frame)
         if self.head:
