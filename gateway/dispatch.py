@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -44,12 +43,12 @@ class Attempt:
 DropHook = Callable[[str, list[Feature]], None]
 
 
-def _seeded(request: InternalRequest, upstream: Upstream) -> InternalRequest:
-    """Dialects that report the seed used (Friendli) get one chosen here when the client gave none,
-    so the reported seed is the one the upstream really used."""
-    if not request.want_seed or request.sampling.seeds is not None or Feature.SEED not in upstream.features:
+def _for(request: InternalRequest, upstream: Upstream) -> InternalRequest:
+    """The request as ``upstream`` gets it: a seed the gateway drew (for a dialect that reports the
+    seed used) only goes to a target that takes seeds, so a reported seed is one really used."""
+    if not request.seed_drawn or Feature.SEED in upstream.features:
         return request
-    return replace(request, sampling=replace(request.sampling, seeds=(random.getrandbits(31),)))
+    return replace(request, sampling=replace(request.sampling, seeds=None), seed_drawn=False)
 
 
 def _candidates(
@@ -57,7 +56,7 @@ def _candidates(
 ) -> list[tuple[Upstream, InternalRequest]]:
     order = table.order(route)
     if len(order) == 1 and request.features <= order[0].features:
-        return [(order[0], _seeded(request, order[0]))]  # one target that serves it all: nothing to fit
+        return [(order[0], _for(request, order[0]))]  # one target that serves it all: nothing to fit
     fitted: list[tuple[Upstream, InternalRequest]] = []
     refusal: UnsupportedFeature | None = None
     for upstream in order:
@@ -72,7 +71,7 @@ def _candidates(
             continue
         if dropped:
             attempt.dropped = dropped
-        fitted.append((upstream, _seeded(req, upstream)))
+        fitted.append((upstream, _for(req, upstream)))
     if not fitted:
         assert refusal is not None
         raise refusal

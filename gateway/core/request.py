@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import field
 from enum import StrEnum
+from random import getrandbits
 from typing import Any, Literal
 
 from gateway.core.records import record
@@ -178,6 +179,9 @@ class InternalRequest:
     extra_headers: Mapping[str, str] | None = None
     want_token_ids: bool = False  # the client's dialect returns output token ids
     want_seed: bool = False  # the client's dialect returns the seed used per choice
+    # ``sampling.seeds`` was drawn by the gateway (the client gave none; its dialect reports the seed
+    # used): it goes to targets that take a seed, and is taken off for the others (``dispatch``).
+    seed_drawn: bool = False
     # The stream format in which the client's dialect takes an upstream's content chunks as they came
     # (e.g. "openai"), when the upstream speaks it too; None: every chunk is decoded and re-encoded.
     relay: str | None = None
@@ -190,3 +194,9 @@ class InternalRequest:
     @property
     def choice_count(self) -> int:
         return max(1, len(self.prompts)) * self.sampling.n
+
+
+def drawn_seed() -> tuple[int, ...]:
+    """The seed a dialect that reports seeds sends when its client gave none (``seed_drawn``).
+    Drawn while parsing, in the request as built: no copy of the request and its sampling per call."""
+    return (getrandbits(31),)

@@ -53,8 +53,9 @@ def outcome(parse: Callable[[dict[str, Any]], InternalRequest], body: dict[str, 
 @given(body=bodies)
 def test_the_plain_path_builds_what_the_full_parser_builds(dialect: str, body: dict[str, Any]) -> None:
     parse = PARSERS[dialect]
-    short = outcome(parse, body)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(friendli, "drawn_seed", lambda: (7,))  # the seed Friendli's parse draws, the same in both
+        short = outcome(parse, body)
         mp.setattr(oai, "is_plain", lambda *_: False)
         full = outcome(parse, body)
     assert short == full

@@ -18,6 +18,7 @@ from gateway.core.request import (
     PromptItem,
     Sampling,
     StructuredOutput,
+    drawn_seed,
 )
 from gateway.dialects.common import FeatureSet, exclusive, stop_list, validate, without
 from gateway.dialects.friendli.schema import (
@@ -229,7 +230,9 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
     b = validate(FriendliCompletionBody, data)
     if oai.is_plain(b) and model_and_adapter(b.model, flavour)[1] is None:
         stream_usage = oai.stream_usage(bool(b.stream), b.stream_options)
-        return oai.plain_completion(b, b.max_tokens, stream_usage, relay, want_token_ids=True, want_seed=True)
+        return oai.plain_completion(
+            b, b.max_tokens, stream_usage, relay, drawn_seed(), want_token_ids=True, want_seed=True, seed_drawn=True
+        )
     _grpc_only(b)
     fs = FeatureSet()
     model, adapter = model_and_adapter(b.model, flavour)
@@ -237,6 +240,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
     items = _prompts(b, fs)
     so = structured(b.response_format, fs)
     seed_values, n = seeds(b.seed, b.n, fs)
+    seed_drawn = seed_values is None  # Friendli's answers report the seed used: one is chosen here
     fs.use(Feature.N, "n", n > 1)
     logprobs = b.logprobs if b.logprobs is not None else (0 if b.include_output_logprobs else None)
     fs.use(Feature.LOGPROBS, "logprobs" if b.logprobs is not None else "include_output_logprobs", logprobs is not None)
@@ -246,7 +250,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
         **_token_lists(b, fs),
         **_lengths(b, fs, so),
         n=n,
-        seeds=seed_values,
+        seeds=drawn_seed() if seed_drawn else seed_values,
         logprobs=logprobs,
         structured=so,
         beam=beam(b, fs),
@@ -265,6 +269,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
         timeout=b.timeout_microseconds / 1e6 if b.timeout_microseconds else None,
         want_token_ids=True,
         want_seed=True,
+        seed_drawn=seed_drawn,
         relay=oai.relay_for(stream, logprobs, relay),
         features=fs.frozen(),
         fields=fs.fields,

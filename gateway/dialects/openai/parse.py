@@ -202,15 +202,21 @@ def is_plain(b: BaseModel) -> bool:
 
 
 def plain_completion(
-    b: Any, max_tokens: int | None, stream_usage: bool, relay: str | None, **flags: Any
+    b: Any,
+    max_tokens: int | None,
+    stream_usage: bool,
+    relay: str | None,
+    seeds: tuple[int, ...] | None = None,
+    **flags: Any,
 ) -> InternalRequest:
-    """A plain body's request (``is_plain``); ``flags``: the dialect's own constant fields."""
+    """A plain body's request (``is_plain``); ``seeds``: one the dialect drew; ``flags``: the
+    dialect's own constant fields."""
     stream = bool(b.stream)
     return InternalRequest(
         operation=Operation.COMPLETION,
         model=b.model,
         prompts=(b.prompt,),
-        sampling=Sampling(max_tokens=max_tokens, temperature=b.temperature, top_p=b.top_p),
+        sampling=Sampling(max_tokens=max_tokens, temperature=b.temperature, top_p=b.top_p, seeds=seeds),
         stream=stream,
         stream_usage=stream_usage,
         relay=relay if stream else None,

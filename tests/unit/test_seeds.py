@@ -1,0 +1,49 @@
+"""The seed a Friendli client is told is the one its target used: drawn while parsing when the client
+gave none, sent to a target that takes seeds, taken off for one that does not (then none is reported)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway import dispatch
+from gateway.core.request import Feature, InternalRequest, Operation
+from gateway.core.response import Choice, Completion, Usage
+from gateway.dialects import FRIENDLI
+
+
+@dataclass
+class Target:
+    features: frozenset[Feature]
+
+
+def parsed(body: dict[str, object]) -> InternalRequest:
+    return FRIENDLI.parse(Operation.COMPLETION, {"model": "m", "prompt": "hi", **body}, "serverless")
+
+
+def answer() -> Completion:
+    return Completion("id", 1, "m", [Choice(0, "x", "length", token_ids=[])], Usage(1, 1))
+
+
+def test_a_seed_is_drawn_when_the_client_gave_none_and_reported_as_sent() -> None:
+    for body in ({}, {"n": 1, "top_k": 3}):  # the plain path and the full parser
+        req = parsed(body)
+        assert req.seed_drawn and req.sampling.seeds is not None and len(req.sampling.seeds) == 1
+        assert Feature.SEED not in req.features  # not the client's: no target is refused for it
+        sent = dispatch._for(req, Target(frozenset({Feature.SEED})))  # type: ignore[arg-type]
+        assert sent is req  # no copy on the common path
+        seed = dispatch._with_seeds(answer(), sent).choices[0].seed
+        assert seed == req.sampling.seeds[0]
+
+
+def test_a_target_without_seeds_gets_none_and_none_is_reported() -> None:
+    req = parsed({})
+    sent = dispatch._for(req, Target(frozenset()))  # type: ignore[arg-type]
+    assert sent.sampling.seeds is None and not sent.seed_drawn
+    assert req.sampling.seeds is not None  # the parsed request itself is unchanged
+    assert dispatch._with_seeds(answer(), sent).choices[0].seed is None
+
+
+def test_the_clients_own_seed_is_kept() -> None:
+    req = parsed({"seed": 42})
+    assert not req.seed_drawn and req.sampling.seeds == (42,) and Feature.SEED in req.features
+    assert dispatch._for(req, Target(frozenset())) is req  # type: ignore[arg-type]  # fit() judges it
