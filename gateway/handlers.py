@@ -47,8 +47,8 @@ class RouteSpec:
 
 class EventStream(web.StreamResponse):
     """An SSE answer whose head waits for its first write, as aiohttp (3.12 on, aio-libs/aiohttp#10991)
-    does for whole answers: the head and the first events (a burst: the whole stream and its end) leave
-    in one send instead of two or three, and a client has nothing to read before the first event anyway.
+    does for whole answers: the head and the first event leave in one send instead of two, and a client
+    has nothing to read before the first event anyway.
     The answer is prepared only once that event is in hand, so the head is never held back waiting on
     the upstream."""
 

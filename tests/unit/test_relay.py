@@ -165,7 +165,9 @@ def test_a_whole_stream_in_one_read_decodes_its_first_and_last_chunks_and_runs_t
     request = parse(Operation.COMPLETION, {"model": "m", "prompt": "p", "stream": True})
     decoder, parser, batch = OPENAI_WIRE.reader(request), SSEParser(), cast(list[StreamEvent], [])
     read = sse(PLAIN, PLAIN, PLAIN, FINISH, USAGE) + b"data: [DONE]\n\n"
-    assert upstream._take(read[:-5], parser, decoder, batch) is False  # "[DONE]" cut short
+    pieces = _first_apart(read[:-5], decoder)  # "[DONE]" cut short
+    assert pieces == (sse(PLAIN), read[len(sse(PLAIN)) : -5])  # the first chunk goes out on its own
+    assert [upstream._take(piece, parser, decoder, batch) for piece in pieces] == [False, False]
     assert [type(e).__name__ for e in batch] == ["StreamStart", "Delta", "Frame", "Finish"]
     assert batch[2] == sse(PLAIN, PLAIN)
     assert cast(Frame, batch[2]).chunks == 2  # counted where it was cut, for the log and the token count
@@ -173,13 +175,14 @@ def test_a_whole_stream_in_one_read_decodes_its_first_and_last_chunks_and_runs_t
     assert isinstance(batch[-1], UsageReport) and batch[-1].usage.completion_tokens == 2
 
 
-def test_a_decoded_stream_s_first_chunk_goes_out_apart_from_the_rest_of_its_read() -> None:
+def test_a_stream_s_first_chunk_goes_out_apart_from_the_rest_of_its_read() -> None:
     read = sse(PLAIN, PLAIN, FINISH)
     first = len(sse(PLAIN))
     decoding = ChunkDecoder(Operation.COMPLETION)
     assert _first_apart(read, decoding) == (read[:first], read[first:])
     assert _first_apart(sse(PLAIN), decoding) == (sse(PLAIN),)  # nothing more in this read
     assert _first_apart(b"data: {", decoding) == (b"data: {",)  # no whole event yet
-    assert _first_apart(read, ChunkDecoder(Operation.COMPLETION, relay=True)) == (read,)  # a relay: one cheap frame
+    relaying = ChunkDecoder(Operation.COMPLETION, relay=True)
+    assert _first_apart(read, relaying) == (read[:first], read[first:])  # relayed: the rest is work too
     decoding.decode(json.loads(PLAIN))
     assert _first_apart(read, decoding) == (read,)  # past the first chunk
