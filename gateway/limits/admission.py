@@ -21,7 +21,7 @@ from random import getrandbits
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
-from gateway.limits.plan import LimitValues, Plan
+from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.store import Limiter, Refusal, Settlement
 from gateway.metrics import ADMISSION_WAIT, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
@@ -111,6 +111,7 @@ class Admission:
         self.limiter = limiter
         self.teams = teams
         self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
+        self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
         self.live: dict[str, Plan] = {}
@@ -130,8 +131,11 @@ class Admission:
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
         if team not in self.limited:
             return planning.unlimited(team, key_id, request)
-        policy = self.teams[team]
-        plan = planning.build(team, key_id, policy.limits, policy.key_limits, request, f"{getrandbits(96):024x}")
+        limits = self.layouts.get((team, key_id))
+        if limits is None:
+            policy = self.teams[team]
+            limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
+        plan = planning.planned(team, key_id, limits, request, f"{getrandbits(96):024x}")
         if not plan.checks:
             return plan
         began = time.monotonic()

@@ -29,9 +29,11 @@ _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps o
 DEFER_SECONDS = 0.01
 
 
-def pack(*parts: bytes) -> bytes:
-    """One command in RESP: an array of bulk strings."""
-    return b"*%d\r\n" % len(parts) + b"".join([b"$%d\r\n%s\r\n" % (len(p), p) for p in parts])
+def head(sha: bytes, keys: list[bytes], args: int) -> bytes:
+    """A script call in RESP (an array of bulk strings) up to its ``args`` arguments: the same for
+    every call of the script on these keys, so a caller may pack it once."""
+    parts = (b"EVALSHA", sha, b"%d" % len(keys), *keys)
+    return b"*%d\r\n" % (len(parts) + args) + b"".join([b"$%d\r\n%s\r\n" % (len(p), p) for p in parts])
 
 
 class ScriptChannel:
@@ -49,9 +51,13 @@ class ScriptChannel:
         """The script's reply, or the ``ResponseError`` Redis answered (NOSCRIPT among them) as the
         result; a connection failure or timeout as the exception. ``defer``: the call may wait up to
         ``DEFER_SECONDS`` for a round trip to share."""
+        return self.call(head(sha, keys, 1), args, defer)
+
+    def call(self, packed: bytes, args: bytes, defer: bool = False) -> asyncio.Future[Any]:
+        """``evalsha`` of a call whose ``head`` (one argument) was packed already."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((pack(b"EVALSHA", sha, b"%d" % len(keys), *keys, args), future))
+        self._queue.append((packed + b"$%d\r\n%s\r\n" % (len(args), args), future))
         if self._sending:
             return future
         if not defer:

@@ -8,7 +8,7 @@ has separate budgets in each). Sans-IO: no Redis here.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
@@ -29,10 +29,13 @@ class LimitValues:
 
 @record
 class Check:
+    """One limit of a team or a key: built once per team key (``Layout``); what a request reserves
+    under it (its token estimate, its lease) is on its ``Plan``."""
+
     key: str
     kind: str  # rpm | tpm | conc
     limit: int
-    param: str
+    burst: str  # rpm: the requests that may arrive at once; "" for the other kinds
     scope: str  # "team" or "key": for refusal messages and metrics
 
     @property
@@ -40,21 +43,38 @@ class Check:
         return f"{self.scope}_{self.kind}"
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The limits that apply to one team key, in check order, with their keys (the scripts' KEYS):
+    the same for each of its requests, so built once (``Admission`` keeps them) rather than per request."""
+
+    checks: tuple[Check, ...] = ()
+    keys: tuple[str, ...] = ()
+    concurrency_keys: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class Plan:
     team: str
     key_id: str
-    checks: list[Check]
+    layout: Layout
     estimate: int
     prompt_estimate: int
     lease: str
     usage_key: str
     settled: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
-    def concurrency_keys(self) -> list[str]:
-        return [c.key for c in self.checks if c.kind == "conc"]
+    def checks(self) -> tuple[Check, ...]:
+        return self.layout.checks
+
+    @property
+    def concurrency_keys(self) -> tuple[str, ...]:
+        return self.layout.concurrency_keys
+
+    def param(self, check: Check) -> str:
+        """What this request puts under ``check``: its burst (rpm), token estimate (tpm) or lease (conc)."""
+        return check.burst if check.kind == "rpm" else str(self.estimate) if check.kind == "tpm" else self.lease
 
 
 def tag(team: str) -> str:
@@ -80,15 +100,23 @@ def estimate_tokens(request: InternalRequest, prompt: int) -> int:
     return prompt + most * request.choice_count
 
 
-def checks_for(prefix: str, scope: str, values: LimitValues, estimate: int, lease: str) -> list[Check]:
+def checks_for(prefix: str, scope: str, values: LimitValues) -> list[Check]:
     out: list[Check] = []
     if values.rpm:
         out.append(Check(f"{prefix}:rpm", "rpm", values.rpm, str(values.rpm_burst or values.rpm), scope))
     if values.tpm:
-        out.append(Check(f"{prefix}:tpm", "tpm", values.tpm, str(estimate), scope))
+        out.append(Check(f"{prefix}:tpm", "tpm", values.tpm, "", scope))
     if values.concurrency:
-        out.append(Check(f"{prefix}:conc", "conc", values.concurrency, lease, scope))
+        out.append(Check(f"{prefix}:conc", "conc", values.concurrency, "", scope))
     return out
+
+
+def layout(team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues) -> Layout:
+    base = tag(team)
+    checks = checks_for(base, "team", team_limits)
+    if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits
+        checks += checks_for(f"{base}:key:{key_id}", "key", key_limits)
+    return Layout(tuple(checks), tuple(c.key for c in checks), tuple(c.key for c in checks if c.kind == "conc"))
 
 
 _current_usage_keys: dict[str, tuple[int, str]] = {}  # team -> (bucket, its key): one f-string a bucket
@@ -103,18 +131,21 @@ def current_usage_key(team: str) -> str:
     return known[1]
 
 
+NO_LIMITS = Layout()
+
+
 def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
     """The plan of a team with no limits: nothing to check or reserve, only the usage to count."""
-    return Plan(team, key_id, [], 0, estimate_prompt(request), "", current_usage_key(team))
+    return Plan(team, key_id, NO_LIMITS, 0, estimate_prompt(request), "", current_usage_key(team))
+
+
+def planned(team: str, key_id: str, limits: Layout, request: InternalRequest, lease: str) -> Plan:
+    prompt = estimate_prompt(request)
+    return Plan(team, key_id, limits, estimate_tokens(request, prompt), prompt, lease, current_usage_key(team))
 
 
 def build(
     team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues, request: InternalRequest, lease: str
 ) -> Plan:
-    prompt = estimate_prompt(request)
-    estimate = estimate_tokens(request, prompt)
-    base = tag(team)
-    checks = checks_for(base, "team", team_limits, estimate, lease)
-    if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits
-        checks += checks_for(f"{base}:key:{key_id}", "key", key_limits, estimate, lease)
-    return Plan(team, key_id, checks, estimate, prompt, lease, current_usage_key(team))
+    """A one-off plan (its layout built for it)."""
+    return planned(team, key_id, layout(team, key_id, team_limits, key_limits), request, lease)

@@ -10,11 +10,10 @@ with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,9 +21,10 @@ import pydantic_core
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.core.errors import GatewayError
-from gateway.core.records import record, replace
+from gateway.core.records import record
 from gateway.limits import scripts
 from gateway.limits.channel import ScriptChannel
+from gateway.limits.channel import head as pack_head
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
 from gateway.metrics import REDIS_ROUND_TRIPS, REDIS_UP
 
@@ -67,34 +67,38 @@ class Limiter(Protocol):
     async def usage(self, keys: list[str]) -> list[dict[str, int]]: ...
 
 
-def _args(plan: Plan, *extra: str | int) -> bytes:
-    return pydantic_core.to_json([*([c.kind, c.limit, c.param] for c in plan.checks), *extra])
+def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> bytes:
+    """ARGV[1] (``scripts``): a [kind, limit, param] triple per check, then ``extra``; ``leases``: the
+    concurrency param of settlements merged into one call."""
+    triples = [
+        [c.kind, c.limit, leases if leases is not None and c.kind == "conc" else plan.param(c)] for c in plan.checks
+    ]
+    return pydantic_core.to_json([*triples, *extra])
 
 
-def _merged(items: list[Settlement]) -> list[tuple[list[str], Plan, tuple[int, int, int, int]]]:
+def _merged(items: list[Settlement]) -> list[tuple[Plan, list[str] | None, tuple[int, int, int, int]]]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
     corrections and usage add up, and the concurrency leases go in one list. A settlement per
     request cost ~12 µs of the gateway's CPU per request under load (argument JSON, the call's
     packing and reply), more than the rest of its limits."""
     groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str]]] = {}
     for s in items:
-        same = (tuple(c.key for c in s.plan.checks), s.plan.usage_key, s.plan.key_id)
+        plan = s.plan
+        same = (plan.layout.keys, plan.usage_key, plan.key_id)
         group = groups.get(same)
         if group is None:
-            group = groups[same] = (s.plan, [0, 0, 0, 0], [])
+            group = groups[same] = (plan, [0, 0, 0, 0], [])
         totals = group[1]
         totals[0] += s.correction
         totals[1] += s.requests
         totals[2] += s.prompt
         totals[3] += s.completion
-        group[2].extend(c.param for c in s.plan.checks if c.kind == "conc")
-    out = []
-    for (keys, _, _), (plan, totals, leases) in groups.items():
-        if leases:  # the leases of all, as one param (the script takes a list)
-            checks = [replace(c, param=leases) if c.kind == "conc" else c for c in plan.checks]
-            plan = dataclasses.replace(plan, checks=checks)
-        out.append((list(keys), plan, (totals[0], totals[1], totals[2], totals[3])))
-    return out
+        if plan.layout.concurrency_keys:
+            group[2].append(plan.lease)
+    return [
+        (plan, leases if plan.layout.concurrency_keys else None, (totals[0], totals[1], totals[2], totals[3]))
+        for plan, totals, leases in groups.values()
+    ]
 
 
 class RedisLimiter:
@@ -110,6 +114,7 @@ class RedisLimiter:
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
         self._channel = None if self.cluster else ScriptChannel(client)
+        self._heads: dict[tuple[str, ...], bytes] = {}  # admissions' packed heads, by their keys
 
     @property
     def batches(self) -> int:
@@ -117,13 +122,20 @@ class RedisLimiter:
         return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        result = await self._run(self._admit, [c.key for c in plan.checks], _args(plan, lease_ttl_ms))
+        keys, args = plan.layout.keys, _args(plan, lease_ttl_ms)
+        if self._channel is None:
+            result = await self._run(self._admit, keys, args)
+        else:
+            packed = self._heads.get(keys)
+            if packed is None:  # one per team key: its command up to ARGV, packed once
+                packed = self._heads[keys] = pack_head(self._admit.sha.encode(), [k.encode() for k in keys], 1)
+            result = await self._reply(self._admit, keys, args, self._channel.call(packed, args))
         if int(result[0]) == 0:
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    async def _run(self, script: Any, keys: list[str], args: bytes) -> Any:
+    async def _run(self, script: Any, keys: Sequence[str], args: bytes) -> Any:
         if self._channel is None:
             began = time.perf_counter()
             result = await script(keys=keys, args=[args])
@@ -131,12 +143,12 @@ class RedisLimiter:
             return result
         return await self._reply(script, keys, args, self._send(script, keys, args))
 
-    def _send(self, script: Any, keys: list[str], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
+    def _send(self, script: Any, keys: Sequence[str], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
         assert self._channel is not None
         return self._channel.evalsha(script.sha.encode(), [k.encode() for k in keys], args, defer)
 
     @staticmethod
-    async def _reply(script: Any, keys: list[str], args: bytes, sent: asyncio.Future[Any]) -> Any:
+    async def _reply(script: Any, keys: Sequence[str], args: bytes, sent: asyncio.Future[Any]) -> Any:
         result = await sent
         if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
             return await script(keys=keys, args=[args])
@@ -146,8 +158,8 @@ class RedisLimiter:
 
     async def settle(self, items: list[Settlement]) -> None:
         calls = [
-            ([*keys, plan.usage_key], _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS))
-            for keys, plan, totals in _merged(items)
+            ([*plan.layout.keys, plan.usage_key], _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
+            for plan, leases, totals in _merged(items)
         ]
         if self.cluster:
             # keys of different teams live on different nodes: one call each
@@ -169,7 +181,7 @@ class RedisLimiter:
         for plan in plans:
             keys = plan.concurrency_keys
             if keys:
-                await self._renew(keys=keys, args=[plan.lease, lease_ttl_ms])
+                await self._renew(keys=list(keys), args=[plan.lease, lease_ttl_ms])
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
         out = []
@@ -206,13 +218,13 @@ class LocalLimiter:
         for c in plan.checks:
             limit = self._limit(c)
             if c.kind == "rpm":
-                period, burst = 60000 / limit, max(1, math.ceil(int(c.param) / self.divisor))
+                period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
                 new_tat = max(self.values.get(c.key, 0.0), now) + period
                 if new_tat - now > burst * period:
                     return Refusal(c, (new_tat - now - burst * period) / 1000)
                 staged.append((c, new_tat))
             elif c.kind == "tpm":
-                want = int(c.param)
+                want = plan.estimate
                 if want > limit:
                     return Refusal(c, None)
                 level = self._level(c.key, limit, now)
@@ -231,7 +243,7 @@ class LocalLimiter:
             elif c.kind == "tpm":
                 self.buckets[c.key] = (value, now)
             else:
-                self.leases[c.key][c.param] = value
+                self.leases[c.key][plan.lease] = value
         return None
 
     def _level(self, key: str, limit: int, now: float) -> float:
@@ -248,7 +260,7 @@ class LocalLimiter:
             if c.kind == "tpm" and correction:
                 self.buckets[c.key] = (self._level(c.key, self._limit(c), now) - correction, now)
             elif c.kind == "conc":
-                self.leases.get(c.key, {}).pop(c.param, None)
+                self.leases.get(c.key, {}).pop(plan.lease, None)
         counts = self.counters.setdefault(plan.usage_key, {})
         names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
         for (name, kname), value in zip(names, (requests, prompt, completion), strict=True):
