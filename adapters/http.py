@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pydantic_core
 
+from adapters import pool
 from gateway.config import Target
 from gateway.core.errors import (
     DeadlineExceeded,
@@ -210,14 +211,13 @@ class HTTPUpstream:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             # Created lazily inside the running loop, once; every request shares its pool.
-            connector = aiohttp.TCPConnector(
-                limit=0,
-                ttl_dns_cache=300,
-                enable_cleanup_closed=True,
-                keepalive_timeout=self.target.timeouts.keepalive,
-            )
             self._session = aiohttp.ClientSession(
-                connector=connector,
+                connector=pool.connector(
+                    limit=0,
+                    ttl_dns_cache=300,
+                    enable_cleanup_closed=True,
+                    keepalive_timeout=self.target.timeouts.keepalive,
+                ),
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
                 auto_decompress=True,
                 # Every team's requests share this session: a cookie one answer set (OpenAI's
@@ -231,7 +231,7 @@ class HTTPUpstream:
         """Never reuses a connection: for the rare retry after a pooled one was found closed."""
         if self._fresh is None:
             self._fresh = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                connector=pool.connector(limit=0, force_close=True),
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )

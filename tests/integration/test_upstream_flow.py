@@ -1,0 +1,81 @@
+"""Flow control on upstream connections: a long stream that the client reads slowly fills the
+gateway's buffers until the upstream connection is paused, and it is resumed (``adapters.pool``
+skips only the resumes of connections that were not paused)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.test_utils import TestServer
+
+from adapters import pool
+from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, config
+from tests.integration.dialect_clients import BEARER
+
+EVENTS = 30_000  # ~4 MB: more than the sockets and aiohttp's buffers hold while the client waits
+TEXT = " word" * 20
+
+
+def chunk(i: int) -> bytes:
+    body = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "up-model"}
+    finish = "length" if i == EVENTS - 1 else None
+    body["choices"] = [{"index": 0, "text": TEXT, "logprobs": None, "finish_reason": finish}]
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+@pytest.fixture
+async def long_upstream() -> AsyncIterator[str]:
+    async def completions(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(EVENTS):  # one HTTP chunk per event, as model servers write them
+            await resp.write(chunk(i))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("/v1"))
+    await server.close()
+
+
+def counting(resume: Any, tally: dict[str, int]) -> Any:
+    def counted(self: ResponseHandler, *args: Any, **kwargs: Any) -> None:
+        if isinstance(self, pool.ChunkedReader):  # the gateway's upstream connections (not the test client's)
+            tally["paused" if self._reading_paused else "reading"] += 1
+        resume(self, *args, **kwargs)
+
+    return counted
+
+
+async def test_a_paused_upstream_connection_is_resumed(
+    gateway: GatewayFactory, long_upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = {"paused": 0, "reading": 0}  # resumes the stream reader asked of the connection
+    done = {"paused": 0, "reading": 0}  # and those that reached aiohttp's protocol
+    for cls, tally in ((pool.ChunkedReader, asked), (ResponseHandler, done)):
+        monkeypatch.setattr(cls, "resume_reading", counting(cls.resume_reading, tally))
+    target = {"provider": "openai", "base_url": long_upstream, "model": "up-model", "api_key_env": UPSTREAM_KEY_ENV}
+    gw = await gateway(config([{"name": "m", "targets": [target]}]))
+    body = {"model": "m", "prompt": "p", "stream": True}
+    async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status == 200
+        await asyncio.sleep(1.0)  # meanwhile the upstream writes on, until every buffer is full
+        async with asyncio.timeout(30):  # a connection left paused would never end the stream
+            raw = await resp.read()
+    events = [line[6:] for line in raw.split(b"\n\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    choices = [json.loads(event)["choices"][0] for event in events[:-1]]
+    assert [c["text"] for c in choices].count(TEXT) == EVENTS  # every chunk, none lost while paused
+    assert choices[-1]["finish_reason"] == "length"
+    assert asked["paused"] == done["paused"] > 0  # the connection was paused, and resumed
+    assert asked["reading"] > 0 and done["reading"] == 0  # resumes of a reading one were skipped
