@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -378,6 +379,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run every benchmark process at this niceness (e.g. -10, as root) to push other work on a shared "
         "machine aside; default 0",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="interleaved rounds for the CPU and streams/s ratios (default 5, --quick 2): more of them on a "
+        "machine whose speed drifts",
+    )
     p.add_argument("--out", type=Path, default=RESULTS, help="where latest.json and latest.md go")
     p.add_argument("--keep-logs", action="store_true", help="keep the temporary directory (config, process logs)")
     a = p.parse_args(argv)
@@ -395,6 +402,8 @@ def _terminate(signum: int, frame: Any) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     profile = QUICK if args.quick else FULL
+    if args.rounds is not None:
+        profile = dataclasses.replace(profile, rounds=args.rounds)
     soak_requests = profile.soak_requests if args.soak_requests is None else args.soak_requests
     signal.signal(signal.SIGTERM, _terminate)
     ensure_wrk()
