@@ -18,7 +18,7 @@ from adapters import pool
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, config
 from tests.integration.dialect_clients import BEARER
 
-EVENTS = 30_000  # ~4 MB: more than the sockets and aiohttp's buffers hold while the client waits
+EVENTS = 30_000  # 7.5 MB: more than the sockets (a send buffer grows to 4 MB here) and aiohttp hold meanwhile
 TEXT = " word" * 20
 
 
