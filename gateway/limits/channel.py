@@ -47,14 +47,11 @@ class ScriptChannel:
         self._held: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
-    def evalsha(self, sha: bytes, keys: list[bytes], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
-        """The script's reply, or the ``ResponseError`` Redis answered (NOSCRIPT among them) as the
-        result; a connection failure or timeout as the exception. ``defer``: the call may wait up to
-        ``DEFER_SECONDS`` for a round trip to share."""
-        return self.call(head(sha, keys, 1), args, defer)
-
-    def call(self, packed: bytes, args: bytes, defer: bool = False) -> asyncio.Future[Any]:
-        """``evalsha`` of a call whose ``head`` (one argument) was packed already."""
+    def evalsha(self, packed: bytes, args: bytes, defer: bool = False) -> asyncio.Future[Any]:
+        """A script call, its ``head`` (for one argument) ``packed``: the script's reply, or the
+        ``ResponseError`` Redis answered (NOSCRIPT among them) as the result; a connection failure or
+        timeout as the exception. ``defer``: the call may wait up to ``DEFER_SECONDS`` for a round
+        trip to share."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((packed + b"$%d\r\n%s\r\n" % (len(args), args), future))

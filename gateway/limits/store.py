@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -114,7 +114,8 @@ class RedisLimiter:
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
         self._channel = None if self.cluster else ScriptChannel(client)
-        self._heads: dict[tuple[str, ...], bytes] = {}  # admissions' packed heads, by their keys
+        # The admission's command up to its argument, packed once per team key (its keys)
+        self._admit_heads: dict[tuple[str, ...], bytes] = {}
 
     @property
     def batches(self) -> int:
@@ -122,33 +123,41 @@ class RedisLimiter:
         return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        keys, args = plan.layout.keys, _args(plan, lease_ttl_ms)
-        if self._channel is None:
-            result = await self._run(self._admit, keys, args)
-        else:
-            packed = self._heads.get(keys)
-            if packed is None:  # one per team key: its command up to ARGV, packed once
-                packed = self._heads[keys] = pack_head(self._admit.sha.encode(), [k.encode() for k in keys], 1)
-            result = await self._reply(self._admit, keys, args, self._channel.call(packed, args))
+        result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
         if int(result[0]) == 0:
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    async def _run(self, script: Any, keys: Sequence[str], args: bytes) -> Any:
+    async def _run(
+        self, script: Any, keys: tuple[str, ...], args: bytes, heads: dict[tuple[str, ...], bytes] | None = None
+    ) -> Any:
         if self._channel is None:
             began = time.perf_counter()
             result = await script(keys=keys, args=[args])
             REDIS_ROUND_TRIPS.observe(time.perf_counter() - began)
             return result
-        return await self._reply(script, keys, args, self._send(script, keys, args))
+        return await self._reply(script, keys, args, self._send(script, keys, args, heads=heads))
 
-    def _send(self, script: Any, keys: Sequence[str], args: bytes, defer: bool = False) -> asyncio.Future[Any]:
+    def _send(
+        self,
+        script: Any,
+        keys: tuple[str, ...],
+        args: bytes,
+        defer: bool = False,
+        heads: dict[tuple[str, ...], bytes] | None = None,
+    ) -> asyncio.Future[Any]:
+        """``heads``: packed command heads of this script to reuse, by keys (the keys that recur)."""
         assert self._channel is not None
-        return self._channel.evalsha(script.sha.encode(), [k.encode() for k in keys], args, defer)
+        packed = heads.get(keys) if heads is not None else None
+        if packed is None:
+            packed = pack_head(script.sha.encode(), [k.encode() for k in keys], 1)
+            if heads is not None:
+                heads[keys] = packed
+        return self._channel.evalsha(packed, args, defer)
 
     @staticmethod
-    async def _reply(script: Any, keys: Sequence[str], args: bytes, sent: asyncio.Future[Any]) -> Any:
+    async def _reply(script: Any, keys: tuple[str, ...], args: bytes, sent: asyncio.Future[Any]) -> Any:
         result = await sent
         if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
             return await script(keys=keys, args=[args])
@@ -158,7 +167,7 @@ class RedisLimiter:
 
     async def settle(self, items: list[Settlement]) -> None:
         calls = [
-            ([*plan.layout.keys, plan.usage_key], _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
+            ((*plan.layout.keys, plan.usage_key), _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
             for plan, leases, totals in _merged(items)
         ]
         if self.cluster:
