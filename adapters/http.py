@@ -354,6 +354,7 @@ class HTTPUpstream:
                 resp = await self._post(request, call)
         except TimeoutError:
             raise self._expired(call, "no response headers in time") from None
+        pool.drain_whole(resp.content)
         watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)

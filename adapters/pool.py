@@ -1,5 +1,6 @@
 """Upstream connection pools: aiohttp connectors whose connections read answers through
-``ChunkedReader``, aiohttp's client protocol less a no-op it makes for every HTTP chunk it hands out.
+``ChunkedReader``, aiohttp's client protocol less a no-op it makes for every HTTP chunk it hands out;
+and ``drain_whole``, which has a streamed body's reads take every buffered chunk at once.
 
 aiohttp 3.14's ``StreamReader`` calls its protocol's ``resume_reading()`` for each chunk a read takes
 while the buffer is below its low-water mark, paused or not (``_read_nowait_chunk``). Unpaused, the
@@ -16,6 +17,7 @@ from typing import Any, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.streams import StreamReader
 
 
 class ChunkedReader(ResponseHandler):
@@ -35,3 +37,45 @@ def connector(**options: Any) -> aiohttp.TCPConnector:
     if isinstance(getattr(made, "_factory", None), functools.partial):
         made._factory = functools.partial(cast(type[ResponseHandler], ChunkedReader), loop=asyncio.get_running_loop())
     return made
+
+
+class WholeReads(StreamReader):
+    """``readany()`` that takes every buffered chunk in one join. aiohttp's takes them one by one
+    (``_read_nowait_chunk``: slicing, counters, the chunk-split queue and a resume check per chunk),
+    and an SSE upstream writes one HTTP chunk per event: a read under load holds dozens. One join, then
+    the same bookkeeping once: 339 -> 326 µs of CPU per relayed 64-event burst (interleaved A/B at
+    concurrency 64)."""
+
+    __slots__ = ()
+
+    def _read_nowait(self, n: int) -> bytes:
+        buffer = self._buffer
+        if n != -1 or len(buffer) < 2 or self._buffer_offset:
+            return super()._read_nowait(n)
+        self._timer.assert_timeout()
+        # Only what is buffered now (as aiohttp's own, aio-libs/aiohttp#12828): a resume below may refill the buffer
+        # re-entrantly, and that waits for the next read.
+        data = b"".join(buffer)
+        buffer.clear()
+        self._size -= len(data)
+        self._cursor = cursor = self._cursor + len(data)
+        splits = self._http_chunk_splits
+        while splits and splits[0] < cursor:
+            splits.popleft()
+        if self._size < self._low_water and (splits is None or len(splits) < self._low_water_chunks):
+            self._protocol.resume_reading()
+        return data
+
+
+# What WholeReads uses of aiohttp's reader (private), checked once
+_USES = {"_buffer", "_buffer_offset", "_timer", "_size", "_cursor", "_http_chunk_splits", "_low_water", "_protocol"}
+_WHOLE = (_USES | {"_low_water_chunks"}) <= set(getattr(StreamReader, "__slots__", ()))
+
+
+def drain_whole(content: StreamReader) -> None:
+    """Has ``content`` (a response body) read as ``WholeReads`` does. The class changes in place: aiohttp's
+    parser made the reader and feeds it, and only it can (its reader class is compiled in). An aiohttp
+    whose reader lacks what ``WholeReads`` relies on, or a body that is not a plain reader (an empty
+    one), reads as before."""
+    if _WHOLE and type(content) is StreamReader:
+        content.__class__ = WholeReads
