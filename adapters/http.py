@@ -358,6 +358,7 @@ class HTTPUpstream:
         watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)
+        ended = False
         try:
             while True:
                 watch.since = watch.loop.time()
@@ -384,6 +385,7 @@ class HTTPUpstream:
                             yield batch
                         raise
                     if done:
+                        ended = True
                         if batch:
                             yield LastBatch(batch)
                         return
@@ -391,8 +393,11 @@ class HTTPUpstream:
                         yield batch
         finally:
             watch.cancel()
-            # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
-            resp.close()
+            if ended:
+                pool.finish(resp)
+            else:
+                # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
+                resp.close()
 
     def _take(self, chunk: bytes, parser: SSEParser, decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
         """One network read into ``batch``; True when the stream's end was seen. Relaying, the chunks

@@ -1,6 +1,7 @@
-"""Flow control on upstream connections: a long stream that the client reads slowly fills the
-gateway's buffers until the upstream connection is paused, and it is resumed (``adapters.pool``
-skips only the resumes of connections that were not paused)."""
+"""Upstream connections: a long stream that the client reads slowly fills the gateway's buffers until
+the upstream connection is paused, and it is resumed (``adapters.pool`` skips only the resumes of
+connections that were not paused); a complete stream's connection is kept for the next request, also
+when the upstream ends its body after the stream's last event (as model servers do)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,64 @@ async def test_a_paused_upstream_connection_is_resumed(
     assert choices[-1]["finish_reason"] == "length"
     assert asked["paused"] == done["paused"] > 0  # the connection was paused, and resumed
     assert asked["reading"] > 0 and done["reading"] == 0  # resumes of a reading one were skipped
+
+
+SEEN = web.AppKey("seen", dict[str, Any])  # "peers": each request's client port; "lag": see below
+
+
+@pytest.fixture
+async def lagging_upstream() -> AsyncIterator[TestServer]:
+    """Ends each stream's body ``lag`` seconds after its [DONE] (vLLM's server writes the end in a write
+    of its own); notes the client port of every request."""
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        request.app[SEEN]["peers"].append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(EVENTS - 3, EVENTS):
+            await resp.write(chunk(i))
+        await resp.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(request.app[SEEN]["lag"])
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app[SEEN] = {"peers": [], "lag": 0.05}
+    app.router.add_post("/v1/completions", completions)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+async def stream_through(gateway: GatewayFactory, upstream: TestServer, times: int) -> list[float]:
+    """Streams ``times`` answers in a row; how long each took the client."""
+    url = str(upstream.make_url("/v1"))
+    target = {"provider": "openai", "base_url": url, "model": "up-model", "api_key_env": UPSTREAM_KEY_ENV}
+    gw = await gateway(config([{"name": "m", "targets": [target]}]))
+    body = {"model": "m", "prompt": "p", "stream": True}
+    took, loop = [], asyncio.get_running_loop()
+    for _ in range(times):
+        started = loop.time()
+        async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
+            raw = await resp.read()
+        took.append(loop.time() - started)
+        assert raw.endswith(b'"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+        await asyncio.sleep(upstream.app[SEEN]["lag"] + 0.1)
+    return took
+
+
+async def test_a_complete_stream_keeps_its_connection(gateway: GatewayFactory, lagging_upstream: TestServer) -> None:
+    await stream_through(gateway, lagging_upstream, 4)
+    peers = lagging_upstream.app[SEEN]["peers"]
+    assert len(peers) == 4 and len(set(peers)) == 1  # one connection for all four
+
+
+async def test_a_body_that_does_not_end_loses_its_connection(
+    gateway: GatewayFactory, lagging_upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool, "FINISH_SECONDS", 0.4)
+    lagging_upstream.app[SEEN]["lag"] = 0.6  # longer than the gateway waits for the body's end
+    took = await stream_through(gateway, lagging_upstream, 2)
+    assert max(took) < 0.3  # the client's answer did not wait for it either
+    assert len(set(lagging_upstream.app[SEEN]["peers"])) == 2  # the first was closed: the second came on a new one
