@@ -21,8 +21,8 @@ from gateway.dialects.sgp import parse_completion as sgp_completion
 
 PARSERS: dict[str, Callable[[dict[str, Any]], InternalRequest]] = {
     "openai": lambda body: oai.parse_completion(body, STREAM_FORMAT),
-    "friendli": lambda body: friendli.parse_completion(body, "serverless", STREAM_FORMAT),
-    "friendli-dedicated": lambda body: friendli.parse_completion(body, "dedicated", STREAM_FORMAT),
+    "friendli": lambda body: friendli.parse_completion(body, "serverless"),
+    "friendli-dedicated": lambda body: friendli.parse_completion(body, "dedicated"),
     "friendli-2024": lambda body: friendli.parse_completion(body, "serverless", None),
     "sgp": sgp_completion,
     "octoai": octoai_completion,

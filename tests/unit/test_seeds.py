@@ -1,5 +1,6 @@
 """The seed a Friendli client is told is the one its target used: drawn while parsing when the client
-gave none, sent to a target that takes seeds, taken off for one that does not (then none is reported)."""
+gave none, sent to a target that takes seeds, taken off for one that does not (then none is reported).
+A stream that reports no seed (today's chunks) is given none."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from gateway import dispatch
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Choice, Completion, Usage
-from gateway.dialects import FRIENDLI
+from gateway.dialects import FRIENDLI, FRIENDLI_2024
 
 
 @dataclass
@@ -47,3 +48,13 @@ def test_the_clients_own_seed_is_kept() -> None:
     req = parsed({"seed": 42})
     assert not req.seed_drawn and req.sampling.seeds == (42,) and Feature.SEED in req.features
     assert dispatch._for(req, Target(frozenset())) is req  # type: ignore[arg-type]  # fit() judges it
+
+
+def test_a_stream_that_reports_no_seed_is_given_none() -> None:
+    for body in ({"stream": True}, {"stream": True, "n": 1, "top_k": 3}):  # the plain path and the full parser
+        req = parsed(body)
+        assert not req.want_seed and not req.seed_drawn and req.sampling.seeds is None
+        assert parsed({**body, "seed": 7}).sampling.seeds == (7,)  # the client's own still goes
+    # friendli-client's 2024 stream ends with the whole answer, seeds and all
+    legacy = FRIENDLI_2024.parse(Operation.COMPLETION, {"model": "m", "prompt": "hi", "stream": True}, "serverless")
+    assert legacy.want_seed and legacy.seed_drawn and legacy.sampling.seeds is not None

@@ -19,7 +19,6 @@ from gateway.dialects.common import DONE, sse
 from gateway.dialects.friendli.parse import parse_chat, parse_completion
 from gateway.dialects.friendli.schema import LEGACY_FIELDS
 from gateway.dialects.openai.render import ChunkEncoder, Style, error_object, render
-from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 
@@ -82,7 +81,7 @@ class FriendliDialect:
     def parse(self, operation: Operation, body: dict[str, JSON], flavour: str) -> InternalRequest:
         if operation is Operation.COMPLETION:
             # friendli-client's stream is 2024 lines, not chunks (``Legacy2024Encoder``)
-            return parse_completion(body, flavour, relay=None if self.legacy else STREAM_FORMAT)
+            return parse_completion(body, flavour, legacy=self.legacy)
         return parse_chat(body, flavour)
 
     def render(self, request: InternalRequest, completion: Completion) -> JSON:

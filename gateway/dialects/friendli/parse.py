@@ -226,12 +226,18 @@ def _grpc_only(b: FriendliCompletionBody) -> None:
             raise InvalidRequest(f"'{name}' is only available over Friendli's gRPC API", param=name)
 
 
-def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = STREAM_FORMAT) -> InternalRequest:
+def parse_completion(data: dict[str, JSON], flavour: str, legacy: bool = False) -> InternalRequest:
+    """``legacy``: friendli-client's 2024 stream (its last line, the whole answer, reports seeds)."""
     b = validate(FriendliCompletionBody, data)
+    relay = None if legacy else STREAM_FORMAT
+    # Answers report the seed used per choice, and so does the 2024 stream; today's stream chunks do
+    # not (dialects.md §2.7): a stream that will not report one is not given a seed of ours.
+    reported = legacy or not b.stream
     if oai.is_plain(b) and model_and_adapter(b.model, flavour)[1] is None:
         stream_usage = oai.stream_usage(bool(b.stream), b.stream_options)
+        seed = drawn_seed() if reported else None
         return oai.plain_completion(
-            b, b.max_tokens, stream_usage, relay, drawn_seed(), want_token_ids=True, want_seed=True, seed_drawn=True
+            b, b.max_tokens, stream_usage, relay, seed, want_token_ids=True, want_seed=reported, seed_drawn=reported
         )
     _grpc_only(b)
     fs = FeatureSet()
@@ -240,7 +246,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
     items = _prompts(b, fs)
     so = structured(b.response_format, fs)
     seed_values, n = seeds(b.seed, b.n, fs)
-    seed_drawn = seed_values is None  # Friendli's answers report the seed used: one is chosen here
+    seed_drawn = seed_values is None and reported  # the seed to report, when the client gave none
     fs.use(Feature.N, "n", n > 1)
     logprobs = b.logprobs if b.logprobs is not None else (0 if b.include_output_logprobs else None)
     fs.use(Feature.LOGPROBS, "logprobs" if b.logprobs is not None else "include_output_logprobs", logprobs is not None)
@@ -268,7 +274,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, relay: str | None = ST
         embedding_replacement=_embedding(b, fs),
         timeout=b.timeout_microseconds / 1e6 if b.timeout_microseconds else None,
         want_token_ids=True,
-        want_seed=True,
+        want_seed=reported,
         seed_drawn=seed_drawn,
         relay=oai.relay_for(stream, logprobs, relay),
         features=fs.frozen(),
