@@ -22,7 +22,7 @@ from gateway import dispatch
 from gateway.auth import Principal
 from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import LastBatch, StreamEvent
+from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
@@ -125,13 +125,15 @@ async def relay(
     resp = EventStream(headers=headers)
     await resp.prepare(request)
     try:
-        out = b"".join([encoder.event(ev) for ev in first])
+        out = b"".join([encoder.event(ev) for ev in first])  # (written with the head)
         if not isinstance(first, LastBatch):
-            await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
-            out = b""
+            if not (isinstance(first, SplitBatch) and busy()):
+                await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
+                out = b""
             async for batch in events:
                 log.observe(batch)
-                encoded = b"".join([encoder.event(ev) for ev in batch])
+                encoded = out + b"".join([encoder.event(ev) for ev in batch])
+                out = b""
                 if isinstance(batch, LastBatch):
                     out = encoded  # written with the stream's end
                     break
@@ -162,6 +164,14 @@ async def relay(
 
 
 _IN_FLIGHT: dict[str, LevelTally] = {}
+
+
+def busy() -> bool:
+    """Other requests are in flight in this process. A split read's first events then wait for the
+    rest of their read (``SplitBatch``), to go in one send: under load every send costs CPU that other
+    requests wait for (interleaved A/B at concurrency 64, 64-event bursts: 316 -> 293 µs of CPU per
+    stream), while a lone request's first token goes out at once (~0.1 ms sooner at concurrency 1)."""
+    return sum(tally.n for tally in _IN_FLIGHT.values()) > 1
 
 
 def _in_flight(dialect: str) -> LevelTally:

@@ -125,6 +125,14 @@ class LastBatch(list[StreamEvent]):
     __slots__ = ()
 
 
+class SplitBatch(list[StreamEvent]):
+    """The first events of a network read that was cut after them: the rest of the read follows at
+    once, with no wait on the upstream. The client's writer may send them at once (the first token
+    sooner) or hold them for that rest (one send, not two). Unmarked, they are sent at once."""
+
+    __slots__ = ()
+
+
 @dataclass(slots=True)
 class Accumulator:
     """Folds stream events into a ``Completion``: used to answer dialects whose final event repeats

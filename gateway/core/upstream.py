@@ -51,10 +51,10 @@ class Upstream(Protocol):
 
     def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         """Events of one answer, in batches: all that one network read brought, so the client gets one
-        write per read (the stream's first event in a batch of its own, out without waiting for the
-        rest of its read). Errors before the first batch may be retried elsewhere. A batch may come as a
-        ``LastBatch`` only if nothing follows it: the client's answer then ends with it, and the stream
-        is closed unread. A wrapper keeps the mark on the batch it was given or drops it."""
+        write per read (the stream's first event may come in a ``SplitBatch`` of its own, the rest of
+        its read right after). Errors before the first batch may be retried elsewhere. A batch may come
+        as a ``LastBatch`` only if nothing follows it: the client's answer then ends with it, and the
+        stream is closed unread. A wrapper keeps the mark on the batch it was given or drops it."""
         ...
 
     async def start(self) -> None:

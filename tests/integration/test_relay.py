@@ -5,6 +5,7 @@ go through the gateway's own codec (and are accounted for)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -181,21 +182,35 @@ def record_sends(monkeypatch: pytest.MonkeyPatch, port: int) -> list[bytes]:
 
 
 @PROMPTS
+@pytest.mark.parametrize("busy", [False, True], ids=["alone", "busy"])
 @pytest.mark.parametrize("ingress", ["openai", "friendli", "octoai", "sgp", "friendli2024"])
 async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
-    gateway: GatewayFactory, upstream: Any, monkeypatch: pytest.MonkeyPatch, ingress: str, prompt: str
+    gateway: GatewayFactory, upstream: Any, monkeypatch: pytest.MonkeyPatch, ingress: str, prompt: str, busy: bool
 ) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     sends = record_sends(monkeypatch, URL(gw.url).port or 0)
+    other = None
+    if busy:  # another request in flight: its upstream holds its headers back for a while
+        other = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "x [[hang=0.5]]", False))
+        for _ in range(100):
+            if server.v.requests:
+                break
+            await asyncio.sleep(0.01)
     answer = await gw.send(BY_NAME[ingress], "m", prompt, True)
     assert answer.status == 200 and answer.text == "".join(vendors.generate(prompt, 4)[0])
+    sends = list(sends)  # this stream's (the other answers later)
     assert sends[0].startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in sends[0]
     assert b"data:" in sends[0].split(b"\r\n\r\n", 1)[1]  # not the head alone
     assert sends[-1].endswith(b"0\r\n\r\n")  # the chunked body's end
-    if "[[burst]]" in prompt:  # the whole stream arrived in one read: head and first event in one send,
-        # without waiting for the work on the rest; the rest and the end in another
+    if "[[burst]]" in prompt and busy:  # the whole stream in one read, and in one send: every send
+        # costs CPU the other requests wait for
+        assert len(sends) == 1, sends
+    elif "[[burst]]" in prompt:  # alone: head and first event in one send, without waiting for the
+        # work on the rest; the rest and the end in another
         assert len(sends) == 2, sends
         assert sends[0].count(b"data:") == 1 and b"0\r\n\r\n" not in sends[0]
     else:  # at most one send per upstream read, the first with the head (the stand-in writes [DONE] apart)
         assert len(sends) < len(server.v.sent) + 2, sends
+    if other is not None:
+        assert (await other).status == 200
