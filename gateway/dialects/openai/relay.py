@@ -51,16 +51,18 @@ class Retouch:
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
     # Fingerprints all go: this pair removes the usual one (the first chunk's value, after other keys),
-    # a scan and the regex any left
+    # the regex any left
     fingerprint: tuple[bytes, bytes] | None = None
     kept: bytes = b""  # a fingerprint every chunk may keep where it stands (no fingerprint work then)
     reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
+    guard: bytes = b""  # what every ``literal`` old value holds: a frame without it is not scanned for them
 
     def __call__(self, frame: bytes) -> bytes:
         # the events a frame holds were counted where it was cut (a plain bytes' are counted here)
         chunks = frame.chunks if isinstance(frame, Frame) else frame.count(b"\n\n")
-        for old, new in self.literal:
-            frame = frame.replace(old, new)
+        if not self.guard or self.guard in frame:  # one scan, where each replacement is one
+            for old, new in self.literal:
+                frame = frame.replace(old, new)
         if self.token_ids and b'"token_ids":' in frame:
             frame = TOKEN_IDS.sub(_token, frame)
         # (a delta that already names it reasoning_content keeps it; the other is an extra)
@@ -69,11 +71,13 @@ class Retouch:
         if self.kept and frame.count(self.kept) == chunks:
             return frame  # every chunk already names the fingerprint it should (a scan, no copies)
         if self.fingerprint is not None:
-            # The usual spelling in one pass; any left (first in its object, another value) found by
-            # one more scan. Each scan of a burst's run is microseconds: the other literal spelling
-            # is not looked for on its own.
+            # The usual spelling in one pass. A chunk names its fingerprint once (an object's keys are
+            # unique), so when the pass took one per chunk, none is left; else any left (first in its
+            # object, another value, a chunk without) are looked for. Each scan of a burst's run is
+            # microseconds: the other literal spelling is not looked for on its own.
+            usual, size = self.fingerprint[0], len(frame)
             frame = frame.replace(*self.fingerprint)
-            if FINGERPRINT in frame:
+            if size - len(frame) != chunks * len(usual) and FINGERPRINT in frame:
                 frame = ANY_FINGERPRINT.sub(b"", frame)
         if self.head:
             # A frame is whole events, each one line "data: {...}": every chunk opens the frame or

@@ -113,7 +113,7 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
     the decoded path would write (it writes the first chunk's identity on every chunk); None: they are
     written as they came."""
     literal: list[tuple[bytes, bytes]] = []
-    fingerprint, head, kept = None, b"", b""
+    fingerprint, head, kept, guard = None, b"", b"", b""
     if style.fingerprint is None or style.fingerprint:  # the style decides the fingerprint
         fingerprint = without_key(b"system_fingerprint", to_json(start.system_fingerprint))[0]
     if style.fingerprint:  # the first chunk's, else the style's own
@@ -121,9 +121,10 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
         kept = head[:-1] if start.system_fingerprint else b""
     if not want_usage or style.usage_on_last_chunk:
         literal += without_key(b"usage", b"null")
+        guard = b'"usage":null'
     if not (literal or fingerprint or style.token_ids or chat):
         return None
-    return Retouch(tuple(literal), head, style.token_ids, fingerprint, kept, reasoning=chat)
+    return Retouch(tuple(literal), head, style.token_ids, fingerprint, kept, reasoning=chat, guard=guard)
 
 
 class ChunkEncoder:
