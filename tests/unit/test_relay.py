@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream, _first_apart
 from gateway.config import parse_config
@@ -18,7 +20,7 @@ from gateway.core.upstream import Call, Upstream
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
-from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
+from gateway.dialects.openai.egress import ACCOUNTED, OPENAI_WIRE, ChunkDecoder
 from gateway.dialects.openai.parse import parse
 from gateway.dialects.sgp import SGP_V5
 from gateway.dialects.sse import SSEParser
@@ -132,6 +134,36 @@ def test_a_run_of_content_chunks_is_one_frame_up_to_what_must_be_decoded() -> No
     assert started().relay_run(read) == (sse(PLAIN, PLAIN, PLAIN), len(sse(PLAIN, PLAIN, PLAIN)))
     partial = sse(PLAIN, PLAIN) + b"data: " + PLAIN.encode()[:20]  # the rest of the last one comes later
     assert started().relay_run(partial) == (sse(PLAIN, PLAIN), len(sse(PLAIN, PLAIN)))
+
+
+# Keys a chunk may carry, in the spellings the run's scans must tell apart
+KEYS = [
+    '"finish_reason":null',
+    '"finish_reason":"stop"',
+    '"finish_reason": null',
+    '"stop_reason":null',
+    '"stop_reason":"</s>"',
+    '"usage":null',
+    '"usage":{"prompt_tokens":1}',
+    '"usage" :null',
+    '"error":null',
+    '"error":{"message":"x"}',
+    '"text":"\\"usage\\":{} \\"error\\":1 _reason\\":2"',  # spelled in a text: escaped, not keys
+]
+
+
+@given(st.lists(st.lists(st.sampled_from(KEYS), max_size=3), min_size=1, max_size=12))
+def test_a_run_stops_before_the_first_event_that_must_be_decoded(events: list[list[str]]) -> None:
+    chunks = [HEAD + '"choices":[{"index":0,' + ",".join(['"text":"x"', *keys]) + "}]}" for keys in events]
+    read = sse(*chunks, FINISH)  # a finish always follows: a run never takes the whole read here
+
+    def stops(chunk: str) -> bool:  # a key with a value (or vLLM's stop reason's) must be decoded
+        return ACCOUNTED.search(chunk.encode()) is not None or '_reason":"' in chunk
+
+    taken = next(i for i, chunk in enumerate([*chunks, FINISH]) if stops(chunk))
+    run = started().relay_run(read)
+    assert run == (None if taken == 0 else (sse(*chunks[:taken]), len(sse(*chunks[:taken]))))
+    assert run is None or run[0].chunks == taken
 
 
 @pytest.mark.parametrize(

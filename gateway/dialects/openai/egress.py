@@ -248,6 +248,11 @@ def decode(data: JSON, operation: Operation) -> Completion:
 
 # A key whose value the gateway must see (a finish reason, usage, an error), unless it is null.
 ACCOUNTED = re.compile(rb'"(?:finish_reason|usage|error)"(?!:null)')
+# The same over a run of chunks, a scan each: a pattern that opens with a quote is tried at every
+# quote of a run (18 µs per 12 KB); one that opens with a rarer literal is found by a fast search
+# (~5 µs). ``_reason"`` takes vLLM's ``stop_reason`` too: a stop reason's chunk is decoded.
+FINISHED = re.compile(rb'_reason"(?!:null)')
+USAGE_OR_ERROR = ((b'"usage"', re.compile(rb'"usage"(?!:null)')), (b'"error"', re.compile(rb'"error"(?!:null)')))
 
 
 class ChunkDecoder:
@@ -291,23 +296,27 @@ class ChunkDecoder:
         if not self.started or not self.relaying:
             return None
         end = buffer.rfind(b"\n\n") + 2  # whole events only: a partial one waits for the parser
-        accounted = ACCOUNTED.search(buffer, 0, end)
-        if accounted is not None:  # the run stops before the event that holds it
-            end = buffer.rfind(b"\n\n", 0, accounted.start()) + 2
+        cut = end  # where the first accounted key is (``ACCOUNTED``'s matches, found faster)
+        if finished := FINISHED.search(buffer, 0, cut):
+            cut = finished.start()
+        for key, pattern in USAGE_OR_ERROR:  # mostly absent: a find, the pattern only from a key found
+            if (at := buffer.find(key, 0, cut)) >= 0 and (found := pattern.search(buffer, at, cut)):
+                cut = found.start()
+        if cut < end:  # the run stops before the event that holds it
+            end = buffer.rfind(b"\n\n", 0, cut) + 2
         if end < 2:
             return None
-        run = buffer[:end] if end < len(buffer) else buffer
         # Every event one line 'data: {"...}': with 2k newlines, k - 1 boundaries '}\n\ndata: {"' and the
         # final "}\n\n" hold them all ([DONE], {}, comments, "event:" and CRLF framing all fail this).
-        newlines = run.count(b"\n")  # a one-byte needle: the cheapest of the scans
+        newlines = buffer.count(b"\n", 0, end)  # a one-byte needle: the cheapest of the scans
         if (
             newlines % 2
-            or not run.startswith(b'data: {"')
-            or not run.endswith(b"}\n\n")
-            or run.count(b'}\n\ndata: {"') != newlines // 2 - 1
+            or not buffer.startswith(b'data: {"')
+            or not buffer.endswith(b"}\n\n", 0, end)
+            or buffer.count(b'}\n\ndata: {"', 0, end) != newlines // 2 - 1
         ):
             return None
-        return Frame.of(run, newlines // 2), end
+        return Frame.of(buffer[:end] if end < len(buffer) else buffer, newlines // 2), end
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):
