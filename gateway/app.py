@@ -24,7 +24,7 @@ from gateway.keystore import Authenticator, LocalStore, RedisStore
 from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
 from gateway.logs import BACKLOG
-from gateway.metrics import REDIS_UP
+from gateway.metrics import REDIS_STATE
 from gateway.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.routing import ModelTable, Route
 from gateway.state import GATEWAY, Gateway
@@ -129,10 +129,10 @@ async def connect_redis(gw: Gateway) -> None:
         if hasattr(gw.redis, "initialize"):
             await gw.redis.initialize()  # a cluster client learns its slots once, not per request
         await gw.redis.ping()
-        REDIS_UP.set(1)
+        REDIS_STATE.n = 1
         log.info("redis reachable")
     except Exception as exc:  # serve anyway: limits follow their failure policy
-        REDIS_UP.set(0)
+        REDIS_STATE.n = 0
         log.warning("redis unreachable at start-up (%s): limits follow their failure policy", type(exc).__name__)
 
 

@@ -192,4 +192,6 @@ async def flusher() -> None:
 
 # Updated per request or per Redis round trip outside ``gateway.logs``.
 ADMITTED = CountTally(RATE_LIMIT.labels("all", "admit"))
+ADMISSION_WAITS = HistogramTally(ADMISSION_WAIT)
 REDIS_ROUND_TRIPS = HistogramTally(REDIS_LATENCY)
+REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the gauge's file on change only

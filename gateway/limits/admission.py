@@ -23,7 +23,7 @@ from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.store import Limiter, Refusal, Settlement
-from gateway.metrics import ADMISSION_WAIT, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
+from gateway.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
@@ -145,7 +145,7 @@ class Admission:
             if refusal is None:
                 ADMITTED.n += 1
                 if began != time.monotonic():
-                    ADMISSION_WAIT.observe(time.monotonic() - began)
+                    ADMISSION_WAITS.observe(time.monotonic() - began)
                 if plan.concurrency_keys:
                     self.live[plan.lease] = plan
                 return plan
@@ -154,7 +154,7 @@ class Admission:
                 raise refusal_error(refusal)
             remaining = wait_until - time.monotonic()
             if remaining <= 0:
-                ADMISSION_WAIT.observe(time.monotonic() - began)
+                ADMISSION_WAITS.observe(time.monotonic() - began)
                 if deadline is not None:
                     raise DeadlineExceeded("the request's deadline expired while waiting for a concurrency slot")
                 raise refusal_error(refusal)

@@ -26,7 +26,7 @@ from gateway.limits import scripts
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
-from gateway.metrics import REDIS_ROUND_TRIPS, REDIS_UP
+from gateway.metrics import REDIS_ROUND_TRIPS, REDIS_STATE
 
 log = logging.getLogger("gateway.limits")
 
@@ -315,7 +315,7 @@ class FailoverLimiter:
         if self.up:
             log.warning("redis unavailable (%s): limits follow the failure policy", type(exc).__name__)
         self.down_until = time.monotonic() + self.retry_seconds
-        REDIS_UP.set(0)
+        REDIS_STATE.n = 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if self.up:
@@ -324,7 +324,7 @@ class FailoverLimiter:
             except REDIS_FAILURES as exc:
                 self._failed(exc)
             else:
-                REDIS_UP.set(1)
+                REDIS_STATE.n = 1
                 return result
         closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
         if closed:

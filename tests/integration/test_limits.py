@@ -152,6 +152,7 @@ async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: An
         assert sorted(a.status for a in during) == [200] * 3 + [429] * 3
         async with gw_open.session.get(gw_open.url + "/ready") as resp:
             assert "failure policy in force" in (await resp.json())["limits"]
+        assert await redis_up(gw_open) == 0
         cfg = limited(server, redis.url, closed_team, limits={"rpm": 3})
         cfg = cfg.model_copy(update={"redis": cfg.redis.model_copy(update={"on_failure": {"rpm": "closed"}})})
         gw_closed = await gateway(cfg)
@@ -166,8 +167,16 @@ async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: An
         assert sorted(a.status for a in again) == [200] * 3 + [429] * 2
         async with gw_open.session.get(gw_open.url + "/ready") as resp:
             assert "failure policy in force" not in (await resp.json())["limits"]
+        assert await redis_up(gw_open) == 1
     finally:
         redis.close()
+
+
+async def redis_up(gw: Any) -> float:
+    """``gateway_redis_up`` as the gateway's /metrics shows it."""
+    async with gw.session.get(gw.url + "/metrics") as resp:
+        text = await resp.text()
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("gateway_redis_up ")))
 
 
 async def test_usage_of_a_team_without_limits_is_summed_per_key_and_round(
