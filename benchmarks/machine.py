@@ -60,7 +60,8 @@ def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> d
         cwd=ROOT,
         check=False,
     ).stdout.strip()
-    command = " ".join(["scripts/bench", *sys.argv[1:]])
+    # as typed: scripts/bench adds --redis (its default) to the runner's own arguments
+    command = os.environ.get("BENCH_COMMAND") or " ".join(["scripts/bench", *sys.argv[1:]])
     load_model = "closed loop at fixed concurrencies 1, 8 and 64 (wrk, one thread)" + (
         f", and open loop at {args.rate} requests/s (benchmarks/openloop.py: arrivals at a fixed rate, latency "
         "from each request's issue, so a stall is not hidden by a client that waits)."
