@@ -142,7 +142,7 @@ async def relay(
         tail = out + encoder.end()
     except GatewayError as err:
         log.failed(err)
-        tail = encoder.error(err)
+        tail = out + encoder.error(err)  # first events held for the rest of their read go first
     except ConnectionResetError:
         # The client went away mid-stream: a normal end for a stream, not a server error (aiohttp
         # logs an exception that escapes the handler with its traceback, and answers 500 to no one).
@@ -152,7 +152,7 @@ async def relay(
         log.gone()
         raise
     except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
-        tail = encoder.error(internal_error(log, "relaying"))
+        tail = out + encoder.error(internal_error(log, "relaying"))
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]

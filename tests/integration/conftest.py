@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
@@ -82,3 +84,19 @@ async def upstream() -> AsyncIterator[Callable[..., Awaitable[vendors.Server]]]:
     yield make
     for s in started:
         await s.close()
+
+
+@contextlib.asynccontextmanager
+async def completions_server(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], app: web.Application | None = None
+) -> AsyncIterator[TestServer]:
+    """A stand-in upstream answering POST /v1/completions with ``handler`` on a free loopback port
+    (``app``: one whose state the caller set up)."""
+    app = app or web.Application()
+    app.router.add_post("/v1/completions", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield server
+    finally:
+        await server.close()

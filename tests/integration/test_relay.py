@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import http_writer, web_protocol
+from aiohttp import http_writer, web, web_protocol
+from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.conftest import GatewayFactory, completions_server, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
 from tests.upstreams import vendors
 
@@ -214,3 +216,53 @@ async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
         assert len(sends) < len(server.v.sent) + 2, sends
     if other is not None:
         assert (await other).status == 200
+
+
+@pytest.fixture
+async def failing_upstream() -> AsyncIterator[TestServer]:
+    """One write: a content chunk, then an in-band error (as vLLM reports a failure after its 200).
+    A prompt with "hang" waits half a second first, and answers whole."""
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if "hang" in body["prompt"]:
+            await asyncio.sleep(0.5)
+            return web.json_response(
+                {
+                    "id": "c",
+                    "object": "text_completion",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [{"index": 0, "text": "late", "finish_reason": "stop"}],
+                }
+            )
+        chunk = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+        events = [
+            {**chunk, "choices": [{"index": 0, "text": t, "logprobs": None, "finish_reason": None}]}
+            for t in (" first",)
+        ]
+        events.append({"error": {"message": "engine died", "type": "InternalServerError", "code": 500}})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))
+        await resp.write_eof()
+        return resp
+
+    async with completions_server(completions) as server:
+        yield server
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["alone", "busy"])
+async def test_first_events_held_for_their_read_still_reach_the_client_when_it_fails(
+    gateway: GatewayFactory, failing_upstream: TestServer, busy: bool
+) -> None:
+    url = str(failing_upstream.make_url("/v1"))
+    gw = await gateway(config([{"name": "m", "targets": [{"provider": "openai", "base_url": url, "model": "m"}]}]))
+    other = asyncio.create_task(post(gw, "/v1/completions", {"model": "m", "prompt": "hang"})) if busy else None
+    await asyncio.sleep(0.1 if busy else 0)  # the other request is in flight
+    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": "p", "stream": True})
+    events = [json.loads(f) for f in frames(raw) if f != "[DONE]"]
+    assert "".join(e["choices"][0]["text"] for e in events if e.get("choices")) == " first"
+    assert "engine died" in events[-1]["error"]["message"]
+    if other is not None:
+        assert b"late" in await other

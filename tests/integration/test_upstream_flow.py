@@ -16,7 +16,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.test_utils import TestServer
 
 from adapters import pool
-from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, config
+from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, completions_server, config
 from tests.integration.dialect_clients import BEARER
 
 EVENTS = 30_000  # 7.5 MB: more than the sockets (a send buffer grows to 4 MB here) and aiohttp hold meanwhile
@@ -41,12 +41,8 @@ async def long_upstream() -> AsyncIterator[str]:
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("/v1"))
-    await server.close()
+    async with completions_server(completions) as server:
+        yield str(server.make_url("/v1"))
 
 
 def counting(resume: Any, tally: dict[str, int]) -> Any:
@@ -103,11 +99,8 @@ async def lagging_upstream() -> AsyncIterator[TestServer]:
 
     app = web.Application()
     app[SEEN] = {"peers": [], "lag": 0.05}
-    app.router.add_post("/v1/completions", completions)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    yield server
-    await server.close()
+    async with completions_server(completions, app) as server:
+        yield server
 
 
 async def stream_through(gateway: GatewayFactory, upstream: TestServer, times: int) -> list[float]:
