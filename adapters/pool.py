@@ -55,8 +55,8 @@ class WholeReads(StreamReader):
         if n != -1 or len(buffer) < 2 or self._buffer_offset:
             return super()._read_nowait(n)
         self._timer.assert_timeout()
-        # Only what is buffered now (as aiohttp's own, aio-libs/aiohttp#12828): a resume below may refill the buffer
-        # re-entrantly, and that waits for the next read.
+        # Only what is buffered now, as aiohttp's own (aio-libs/aiohttp#12828): a resume below may
+        # refill the buffer re-entrantly, and that waits for the next read.
         data = b"".join(buffer)
         buffer.clear()
         self._size -= len(data)
