@@ -125,20 +125,19 @@ async def relay(
     resp = EventStream(headers=headers)
     await resp.prepare(request)
     try:
-        out = b"".join([encoder.event(ev) for ev in first])  # (written with the head)
+        out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written
         if not isinstance(first, LastBatch):
             if not (isinstance(first, SplitBatch) and busy()):
                 await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
                 out = b""
             async for batch in events:
                 log.observe(batch)
-                encoded = out + b"".join([encoder.event(ev) for ev in batch])
-                out = b""
+                out += b"".join([encoder.event(ev) for ev in batch])
                 if isinstance(batch, LastBatch):
-                    out = encoded  # written with the stream's end
-                    break
-                if encoded:
-                    await resp.write(encoded)
+                    break  # written with the stream's end
+                if out:
+                    await resp.write(out)
+                    out = b""
         tail = out + encoder.end()
     except GatewayError as err:
         log.failed(err)
