@@ -73,6 +73,9 @@ class StreamStart:
     created: int
     model: str
     system_fingerprint: str | None = None
+    # The upstream's chunks may carry vLLM's ``token_ids`` (it was asked for them): when not, a relayed
+    # frame is not searched for them.
+    token_ids: bool = True
 
 
 @record

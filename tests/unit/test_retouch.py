@@ -16,10 +16,10 @@ from adapters.http import HTTPUpstream
 from gateway.config import parse_config
 from gateway.core.records import replace
 from gateway.core.request import Operation
-from gateway.core.response import Frame, StreamEvent
+from gateway.core.response import Frame, StreamEvent, StreamStart
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
-from gateway.dialects.openai.egress import VLLM_WIRE
-from gateway.dialects.openai.relay import Retouch, without_key
+from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
+from gateway.dialects.openai.relay import Retouch, removal
 from gateway.dialects.sse import SSEParser
 
 JSON = Any
@@ -230,10 +230,28 @@ def test_a_frame_is_retouched_as_its_bytes_are() -> None:
     """A frame carries its event count (counted where it was cut): the retouch trusts it instead of
     counting again, and must come to what the same bytes come to."""
     kept = b'"system_fingerprint":"fp"'
-    retouch = Retouch(fingerprint=without_key(b"system_fingerprint", b'"fp"')[0], head=kept + b",", kept=kept)
+    retouch = Retouch(fingerprint=removal(b"system_fingerprint", b'"fp"'), head=kept + b",", kept=kept)
     same = b'data: {"id":"a","system_fingerprint":"fp","choices":[]}\n\n' * 3
     mixed = same + b'data: {"id":"a","system_fingerprint":"other","choices":[]}\n\n'
     for run in (same, mixed):
         frame = Frame.of(run, run.count(b"\n\n"))
         assert retouch(frame) == retouch(bytes(run))
     assert retouch(Frame.of(same, 3)) == same  # every chunk names it already: untouched
+
+
+def test_token_ids_are_looked_for_only_in_a_stream_whose_upstream_was_asked_for_them() -> None:
+    """vLLM returns output ids only when asked (and OpenAI is never asked): a relayed frame of an
+    upstream not asked is not searched for them, one asked has them turned into Friendli's token."""
+    request = FRIENDLI.parse(Operation.COMPLETION, {"model": "m", "prompt": "p", "stream": True}, "serverless")
+    head = b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+    first = head + b'"text":"","logprobs":null,"finish_reason":null}]}\n\n'
+    content = head + b'"text":"a","logprobs":null,"finish_reason":null,"token_ids":[7]}]}\n\n'
+    for wire, asked in ((VLLM_WIRE, True), (OPENAI_WIRE, False)):
+        assert ("return_token_ids" in wire.encode(request, "m")) is asked
+        decoder, encoder, batch = wire.reader(request), FRIENDLI.encoder(request), []
+        UPSTREAM._take(first + content, SSEParser(), decoder, batch)
+        start, frame = batch
+        assert isinstance(start, StreamStart) and start.token_ids is asked and isinstance(frame, Frame)
+        encoder.event(start)
+        (chunk,) = chunks(encoder.event(frame))
+        assert chunk["choices"][0].get("token") == (7 if asked else None)

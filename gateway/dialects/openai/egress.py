@@ -150,6 +150,16 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
         body["vllm_xargs"] = xargs
 
 
+def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
+    """Whether the upstream is asked for output token ids (``token_ids``: it can return them)."""
+    # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
+    # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
+    # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
+    # none, whose chunks the client gets as they are.
+    asked = token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
+    return asked or bool(req.extra_body and "return_token_ids" in req.extra_body)
+
+
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
     body: dict[str, JSON] = {"model": model}
     if req.operation is Operation.CHAT:
@@ -169,11 +179,7 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
     _sampling(req, body)
     if req.user is not None:
         body["user"] = req.user
-    # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
-    # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
-    # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
-    # none, whose chunks the client gets as they are.
-    if token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT)):
+    if asks_token_ids(req, token_ids):
         body["return_token_ids"] = True
     if req.stream:
         body["stream"] = True
@@ -267,14 +273,15 @@ class ChunkDecoder:
     usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
     outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    __slots__ = ("chat", "finished", "relaying", "started", "usage")
+    __slots__ = ("chat", "finished", "relaying", "started", "token_ids", "usage")
 
-    def __init__(self, operation: Operation, relay: bool = False) -> None:
+    def __init__(self, operation: Operation, relay: bool = False, token_ids: bool = True) -> None:
         self.chat = operation is Operation.CHAT
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
         self.relaying = relay
+        self.token_ids = token_ids  # chunks may carry them (the upstream was asked)
 
     def relay(self, data: bytes) -> Frame | None:
         """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
@@ -335,6 +342,7 @@ class ChunkDecoder:
                     int(data.get("created") or 0),
                     str(data.get("model") or ""),
                     data.get("system_fingerprint"),
+                    self.token_ids,
                 )
             )
         for c in data.get("choices") or ():
@@ -399,7 +407,8 @@ class OpenAIWire:
         return decode(data, request.operation)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        return ChunkDecoder(request.operation, request.relay == STREAM_FORMAT)
+        relay = request.relay == STREAM_FORMAT
+        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids))
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)

@@ -19,7 +19,7 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
-from gateway.dialects.openai.relay import FINGERPRINT, Retouch, without_key
+from gateway.dialects.openai.relay import FINGERPRINT, Retouch, removal, without_key
 
 JSON = Any
 
@@ -115,16 +115,17 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
     literal: list[tuple[bytes, bytes]] = []
     fingerprint, head, kept, guard = None, b"", b"", b""
     if style.fingerprint is None or style.fingerprint:  # the style decides the fingerprint
-        fingerprint = without_key(b"system_fingerprint", to_json(start.system_fingerprint))[0]
+        fingerprint = removal(b"system_fingerprint", to_json(start.system_fingerprint))
     if style.fingerprint:  # the first chunk's, else the style's own
         head = FINGERPRINT + to_json(start.system_fingerprint or style.fingerprint) + b","
         kept = head[:-1] if start.system_fingerprint else b""
     if not want_usage or style.usage_on_last_chunk:
         literal += without_key(b"usage", b"null")
         guard = b'"usage":null'
-    if not (literal or fingerprint or style.token_ids or chat):
+    token_ids = style.token_ids and start.token_ids
+    if not (literal or fingerprint or token_ids or chat):
         return None
-    return Retouch(tuple(literal), head, style.token_ids, fingerprint, kept, reasoning=chat, guard=guard)
+    return Retouch(tuple(literal), head, token_ids, fingerprint, kept, reasoning=chat, guard=guard)
 
 
 class ChunkEncoder:
