@@ -209,7 +209,8 @@ class Admission:
         if not batch:
             return
         try:
-            await self.limiter.settle(batch)
+            # a request waiting here for a slot must see the slots freed by its next admission
+            await self.limiter.settle(batch, urgent=self.waiters.size > 0)
         except Exception:  # the settler must outlive a bad batch
             log.exception("settling %d requests failed", len(batch))
         if any(s.plan.concurrency_keys for s in batch):

@@ -4,11 +4,14 @@ trip is out go together in the next one, admissions and settlements alike.
 Per round trip, the client's own cost (a pipeline object, a pool checkout, packing each argument
 through the encoder) is as large as the kernel's; here the commands are packed once as RESP bytes and
 the replies read in order on a connection this channel keeps. Under load the batches grow by
-themselves (one round trip out at a time); a lone call goes at once. A call that may wait
-(settling a finished request) waits for the next round trip, or ``DEFER_SECONDS``: at low load a
-request's settlement then shares the next request's admission instead of costing a round trip of its
-own. redis-py still connects, authenticates, selects the database and parses (hiredis); the configured
-Redis timeout bounds each round trip as a whole (``gateway.timers``), not each reply read."""
+themselves (one round trip out at a time); a lone call goes at once. A call that may wait (settling
+finished requests) is held for ``DEFER_SECONDS`` or until a round trip of two or more calls that
+may not wait takes it along, whichever comes first. Not with a lone admission: Redis runs every
+command of a read before it writes any reply, so a settlement's script would add its run time to
+that admission's answer; at low load the held settlements go on their own, a round trip per
+``DEFER_SECONDS`` for all the requests finished meanwhile. redis-py still connects, authenticates,
+selects the database and parses (hiredis); the configured Redis timeout bounds each round trip as a
+whole (``gateway.timers``), not each reply read."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps o
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
 # concurrency lease in Redis: other replicas poll for freed slots less often than this.
 DEFER_SECONDS = 0.01
+_Call = tuple[bytes, "asyncio.Future[Any]", bool]  # a packed command, its reply's future, whether it may wait
 
 
 def head(sha: bytes, keys: list[bytes], args: int) -> bytes:
@@ -42,9 +46,11 @@ class ScriptChannel:
         # redis-py's per-read bound (the configured Redis timeout) becomes this channel's per round trip
         self._timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
         self._conn: Any = None
-        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
-        self._sending = False  # a sender is scheduled or running: it takes everything queued
-        self._held: asyncio.TimerHandle | None = None
+        self._queue: list[_Call] = []
+        self._urgent = 0  # queued calls that may not wait
+        self._sending = False  # a sender is scheduled or running: it takes what ``_take`` gives it
+        self._held: asyncio.TimerHandle | None = None  # armed while a call that may wait is queued
+        self._due = False  # the held calls have waited long enough
         self.round_trips = 0
 
     def evalsha(self, packed: bytes, args: bytes, defer: bool = False) -> asyncio.Future[Any]:
@@ -54,40 +60,53 @@ class ScriptChannel:
         trip to share."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((packed + b"$%d\r\n%s\r\n" % (len(args), args), future))
-        if self._sending:
-            return future
-        if not defer:
-            self._sending = True
-            # after this loop turn's other callbacks have queued their calls too
-            loop.call_soon(self._start)
-        elif self._held is None:
-            self._held = loop.call_later(DEFER_SECONDS, self._release_held)
+        self._queue.append((packed + b"$%d\r\n%s\r\n" % (len(args), args), future, defer))
+        if defer:
+            if self._held is None:
+                self._held = loop.call_later(DEFER_SECONDS, self._release_held)
+        else:
+            self._urgent += 1
+            if not self._sending:
+                self._sending = True
+                # after this loop turn's other callbacks have queued their calls too
+                loop.call_soon(self._start)
         return future
 
     def _release_held(self) -> None:
         self._held = None
-        if not self._sending and self._queue:
+        self._due = True
+        if not self._sending:
             self._sending = True
             self._start()
 
     def _start(self) -> None:
-        if self._held is not None:  # what was held goes now
-            self._held.cancel()
-            self._held = None
         task = asyncio.ensure_future(self._send())
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)
 
     async def _send(self) -> None:
         try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._round_trip(batch)
+            while self._urgent or (self._due and self._queue):
+                await self._round_trip(self._take())
         finally:
             self._sending = False
 
-    async def _round_trip(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+    def _take(self) -> list[_Call]:
+        """The next round trip's calls: everything queued, but a lone call that may not wait goes
+        without the held ones (unless they are due)."""
+        batch, self._queue = self._queue, []
+        if self._urgent == 1 and not self._due and len(batch) > 1:
+            self._queue = [call for call in batch if call[2]]
+            batch = [call for call in batch if not call[2]]
+        else:  # nothing held is left
+            self._due = False
+            if self._held is not None:
+                self._held.cancel()
+                self._held = None
+        self._urgent = 0
+        return batch
+
+    async def _round_trip(self, batch: list[_Call]) -> None:
         began = time.perf_counter()
         try:
             if self._conn is None:
@@ -98,8 +117,8 @@ class ScriptChannel:
                 conn.socket_timeout = None
                 self._conn = conn
             with Bound(self._timeout) if self._timeout else contextlib.nullcontext():
-                await self._conn.send_packed_command(b"".join([command for command, _ in batch]), check_health=False)
-                for _, future in batch:
+                await self._conn.send_packed_command(b"".join([call[0] for call in batch]), check_health=False)
+                for _, future, _ in batch:
                     try:
                         reply = await self._conn.read_response()
                     except ResponseError as exc:  # read whole: the connection stays in step
@@ -110,11 +129,11 @@ class ScriptChannel:
             # next round trip connects again
             if isinstance(exc, TimeoutError):  # the bound's: told as redis-py tells its own
                 exc = RedisTimeoutError(f"Redis round trip over {self._timeout} s")
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
         except BaseException:  # cancelled (shutting down): so are the callers
-            for _, future in batch:
+            for _, future, _ in batch:
                 future.cancel()
             raise
         self.round_trips += 1

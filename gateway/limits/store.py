@@ -58,8 +58,9 @@ class Refusal:
 class Limiter(Protocol):
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None: ...
 
-    async def settle(self, items: list[Settlement]) -> None:
-        """Settle a batch of finished requests (one round trip for Redis)."""
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
+        """Settle a batch of finished requests (one round trip for Redis). ``urgent``: requests here
+        wait for the slots these free, so the round trip may not be put off."""
         ...
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...
@@ -165,7 +166,7 @@ class RedisLimiter:
             raise result
         return result
 
-    async def settle(self, items: list[Settlement]) -> None:
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         calls = [
             ((*plan.layout.keys, plan.usage_key), _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
             for plan, leases, totals in _merged(items)
@@ -175,8 +176,8 @@ class RedisLimiter:
             for keys, args in calls:
                 await self._run(self._settle, keys, args)
             return
-        # one round trip for all, shared with the next admissions if any come within DEFER_SECONDS
-        sent = [self._send(self._settle, keys, args, defer=True) for keys, args in calls]
+        # one round trip for all, shared with admissions under load (the channel holds them briefly)
+        sent = [self._send(self._settle, keys, args, defer=not urgent) for keys, args in calls]
         failure: Exception | None = None
         for (keys, args), future in zip(calls, sent, strict=True):
             try:  # every reply is awaited, so none is left unretrieved
@@ -259,7 +260,7 @@ class LocalLimiter:
         level, ts = self.buckets.get(key, (float(limit), now))
         return min(float(limit), level + (now - ts) * limit / 60000)
 
-    async def settle(self, items: list[Settlement]) -> None:
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         for s in items:
             self._settle_one(s.plan, s.correction, s.prompt, s.completion, s.requests)
 
@@ -332,7 +333,7 @@ class FailoverLimiter:
         self.via_local.add(plan.lease)
         return await self.local.admit(plan, lease_ttl_ms)
 
-    async def settle(self, items: list[Settlement]) -> None:
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         local = [s for s in items if s.plan.lease in self.via_local]
         remote = [s for s in items if s.plan.lease not in self.via_local]
         for s in local:
@@ -341,7 +342,7 @@ class FailoverLimiter:
         if not remote:
             return
         try:
-            await self.redis.settle(remote)
+            await self.redis.settle(remote, urgent)
         except REDIS_FAILURES as exc:
             self._failed(exc)  # leases expire by their TTL; usage of these requests is not recorded
             log.warning("settling %d requests failed: their usage is not recorded", len(remote))

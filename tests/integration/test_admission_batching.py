@@ -16,8 +16,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
+from gateway.limits.admission import Admission, Settings, TeamPolicy, running
 from gateway.limits.plan import LimitValues, Plan
-from gateway.limits.store import RedisLimiter, Settlement
+from gateway.limits.store import RedisLimiter, Refusal, Settlement
 from tests.redis_servers import free_port
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
@@ -97,8 +98,9 @@ async def test_settlements_ride_with_admissions_that_arrive_with_them(client: ai
     assert results[1:] == [None] * 4 and limiter.batches == before + 1  # one round trip for all eight
 
 
-async def test_a_settlement_waits_briefly_for_the_next_admission(client: aioredis.Redis) -> None:
-    # one request at a time: each request's settlement shares the next one's admission
+async def test_a_lone_admission_goes_without_the_held_settlements(client: aioredis.Redis) -> None:
+    # one request at a time: Redis runs a read's every script before it answers, so a settlement in
+    # front of the next admission would delay it; it goes on its own once DEFER_SECONDS have passed
     limiter = RedisLimiter(client)
     first, second = plans(2, rpm=100, tpm=10_000)
     assert await limiter.admit(first, 30_000) is None
@@ -106,11 +108,61 @@ async def test_a_settlement_waits_briefly_for_the_next_admission(client: aioredi
     settling = asyncio.create_task(limiter.settle([Settlement(first, 0, 1, 1)]))
     await asyncio.sleep(0.002)  # the next request arrives well within DEFER_SECONDS
     assert await limiter.admit(second, 30_000) is None
-    await settling
-    assert limiter.batches == before + 1
-    # and with no admission to share, it goes alone once DEFER_SECONDS have passed
-    await asyncio.wait_for(limiter.settle([Settlement(second, 0, 1, 1)]), 0.5)
+    assert limiter.batches == before + 1 and not settling.done()
+    await asyncio.wait_for(settling, 0.5)
     assert limiter.batches == before + 2
+    usage = await client.hgetall(first.usage_key)
+    assert usage[b"requests"] == b"1"
+
+
+async def test_settlements_held_together_share_one_round_trip(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    batch = plans(3, rpm=100, tpm=10_000)
+    for p in batch:
+        assert await limiter.admit(p, 30_000) is None
+    before = limiter.batches
+    await asyncio.gather(*(limiter.settle([Settlement(p, 0, 2, 3)]) for p in batch))
+    assert limiter.batches == before + 1  # one round trip when the hold is over, for all three
+    usage = await client.hgetall(batch[0].usage_key)
+    assert usage[b"requests"] == b"3" and usage[b"completion_tokens"] == b"9"
+
+
+async def test_an_urgent_settlement_goes_with_a_lone_admission_and_frees_its_slot(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client)
+    holder, waiter = plans(2, concurrency=1)
+    assert await limiter.admit(holder, 30_000) is None
+    refusal = await limiter.admit(waiter, 30_000)
+    assert refusal is not None and refusal.check.kind == "conc"
+    before = limiter.batches
+    _, admitted = await asyncio.gather(
+        limiter.settle([Settlement(holder, 0, 1, 1)], urgent=True), limiter.admit(waiter, 30_000)
+    )
+    assert admitted is None and limiter.batches == before + 1  # the settlement ran first, in the same read
+
+
+async def test_a_request_waiting_for_a_slot_is_admitted_with_the_release(client: aioredis.Redis) -> None:
+    """The request that frees a slot settles at once when another waits for it here: its release
+    and the waiter's next admission reach Redis together, in that order (no poll, no refusal)."""
+    calls: list[Refusal | None] = []
+
+    class Counting(RedisLimiter):
+        async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+            calls.append(result := await super().admit(plan, lease_ttl_ms))
+            return result
+
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    admission = Admission(Counting(client), {team: TeamPolicy(limits=LimitValues(concurrency=1))}, Settings())
+    async with running(admission):
+        holder = await admission.admit(team, "k", REQUEST, None)
+        waiting = asyncio.create_task(admission.admit(team, "k", REQUEST, None))
+        for _ in range(500):  # its first admission is refused; then it waits for a slot
+            if admission.waiters.size:
+                break
+            await asyncio.sleep(0.002)
+        admission.release(holder, 1, 1)
+        admitted = await asyncio.wait_for(waiting, 1)
+        admission.release(admitted, 1, 1)
+    assert [r is None for r in calls] == [True, False, True]
 
 
 async def test_settlements_of_one_team_key_are_summed_into_one_call(client: aioredis.Redis) -> None:

@@ -14,9 +14,9 @@ class Recording(LocalLimiter):
         super().__init__()
         self.batches: list[list[Settlement]] = []
 
-    async def settle(self, items: list[Settlement]) -> None:
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         self.batches.append(items)
-        await super().settle(items)
+        await super().settle(items, urgent)
 
 
 async def test_requests_without_limits_settle_as_one_sum_per_key() -> None:
