@@ -66,27 +66,40 @@ def median_of_rounds(node: Result | None, key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def added_in_rounds(subject: Result | None, direct: Result | None, key: str) -> float | None:
+    """The median over rounds of the subject's figure less direct's in the same round."""
+    ours, base = get(subject, "rounds", key), get(direct, "rounds", key)
+    if not ours or not base or len(ours) != len(base):
+        return None
+    added = [a - b for a, b in zip(ours, base, strict=True) if a is not None and b is not None]
+    return statistics.median(added) if added else None
+
+
 def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> dict[str, float | None]:
-    # The ratio targets come from the interleaved rounds when there are some (see ``interleaved`` in
+    # The targets come from the interleaved rounds when there are some (see ``interleaved`` in
     # run.py), else from the subjects' single runs.
     cpu = ratio(median_of_rounds(subject, "cpu_us"), median_of_rounds(yard, "cpu_us"))
     streams = ratio(median_of_rounds(subject, "stream_rps"), median_of_rounds(yard, "stream_rps"))
+    c1 = added_in_rounds(subject, direct, "c1_p50_ms")
+    ttft = added_in_rounds(subject, direct, "ttft_p50_ms")
     return {
         "cpu_ratio": cpu
         if cpu is not None
         else ratio(
             get(subject, "runs", "c64", "server_cpu_us_per_req"), get(yard, "runs", "c64", "server_cpu_us_per_req")
         ),
-        "added_p50_c1": diff(
-            get(subject, "runs", "c1", "latency_ms", "p50"), get(direct, "runs", "c1", "latency_ms", "p50")
-        ),
+        "added_p50_c1": c1
+        if c1 is not None
+        else diff(get(subject, "runs", "c1", "latency_ms", "p50"), get(direct, "runs", "c1", "latency_ms", "p50")),
         "p99_ratio": ratio(
             get(subject, "runs", "c64", "latency_ms", "p99"), get(yard, "runs", "c64", "latency_ms", "p99")
         ),
         "stream_ratio": streams
         if streams is not None
         else ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
-        "added_ttft": diff(get(subject, "ttft", "first_token_ms", "p50"), get(direct, "ttft", "first_token_ms", "p50")),
+        "added_ttft": ttft
+        if ttft is not None
+        else diff(get(subject, "ttft", "first_token_ms", "p50"), get(direct, "ttft", "first_token_ms", "p50")),
     }
 
 
@@ -185,8 +198,9 @@ def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -
         "'direct' puts all of its work on that one core, so it is a latency floor, not a throughput ceiling.",
         "CPU µs per request: the subject's utime+stime (process tree, /proc, 10 ms ticks) over a run, divided "
         "by the requests wrk completed in it; the requests still in flight when wrk stops add a little noise.",
-        "The CPU and streams/s targets are read from the interleaved rounds (every subject in turn, several "
-        "short rounds in alternating order), not from the single runs in the tables: this VM's speed drifts by "
+        "The CPU, streams/s, c1 latency and TTFT targets are read from the interleaved rounds (every subject in "
+        "turn, several short rounds in alternating order; direct too, the floor 'added' latency is measured from), "
+        "not from the single runs in the tables: this VM's speed drifts by "
         "tens of percent over minutes (a neighbour on the host), and one long run per subject lets a slow spell "
         "land on one subject only. The single runs of one subject can differ from its rounds for that reason. "
         "Every subject is up during the rounds, which come first: a gateway's memory after its first dialect "
@@ -336,7 +350,7 @@ def render(report: Result) -> str:
             f"| {tt['head_ms']['p50']:.3f} | {tt['first_token_ms']['p50']:.3f} | {tt['first_token_ms']['p90']:.3f} "
             f"| {cell(added, 3)} | {tt['stream_end_ms']['p50']:.3f} | {s['errors']} |"
         )
-    rounded = [r for r in results if get(r, "rounds")]
+    rounded = [r for r in results if get(r, "rounds", "cpu_us")]
     if rounded:
         profile = settings.get("profile") or {}
         lines += [
@@ -359,6 +373,30 @@ def render(report: Result) -> str:
                 f"| {r['subject']} | {r['dialect']} | {per_cpu} | {cell(cpu, 1)} | {cell(cpu_vs, 2, 'x')} "
                 f"| {per_stream} | {cell(streams, 0)} | {percent(stream_vs)} "
                 f"| {sum(r['rounds'].get('errors') or ())} |"
+            )
+    timed = [r for r in results if get(r, "rounds", "c1_p50_ms")]
+    if timed and direct is not None and direct in timed:
+        profile = settings.get("profile") or {}
+        lines += [
+            "",
+            "## Interleaved rounds: the latency targets (direct takes its turn too)",
+            "",
+            "p50 of one run per round at concurrency 1 (wrk, non-streaming) and TTFT p50 of "
+            f"{max(20, (profile.get('ttft_samples') or 0) // max(1, profile.get('rounds') or 1))} sequential "
+            "streams per round (aiohttp client); 'added' is the median over rounds of the subject's figure less "
+            "direct's in the same round.",
+            "",
+            "| subject | dialect | c1 p50 ms per round | added | TTFT p50 ms per round | added |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in timed:
+            c1s = " ".join(cell(v, 3) for v in r["rounds"]["c1_p50_ms"])
+            ttfts = " ".join(cell(v, 3) for v in r["rounds"]["ttft_p50_ms"])
+            own = r is direct
+            lines.append(
+                f"| {r['subject']} | {r['dialect']} | {c1s} "
+                f"| {'-' if own else cell(added_in_rounds(r, direct, 'c1_p50_ms'), 3)} | {ttfts} "
+                f"| {'-' if own else cell(added_in_rounds(r, direct, 'ttft_p50_ms'), 3)} |"
             )
     paced = [r for r in results if get(r, "runs", "stream_paced")]
     if paced:

@@ -65,6 +65,7 @@ PY = str(VENV / "python") if (VENV / "python").exists() else sys.executable
 CONCURRENCIES = (1, 8, 64)
 STREAM_CONNECTIONS = 64
 ROUND_CONNECTIONS = 64  # the interleaved rounds, plain and streamed: the targets' concurrency
+LATENCY_KEYS = ("c1_p50_ms", "ttft_p50_ms")  # the interleaved rounds' latency figures, per round
 # Paced streams: chunks 1 ms apart, as a model writes tokens (a fast one); each read then carries one
 # chunk, so the per-chunk relay cost shows. 16 streams at once stay within one core's capacity.
 PACED_GAP_MS = 1.0
@@ -258,34 +259,49 @@ def measure(
 Column = tuple[str, str, Dialect, Probe]  # subject, url, dialect, probe
 
 
-def interleaved(load: Load, profile: Profile, columns: list[Column]) -> dict[str, dict[str, Any]]:
-    """CPU per request (c64) and streams/s (c64) of every column in turn, ``profile.rounds`` rounds in
-    alternating order. The machine is shared and its speed drifts by tens of percent over minutes: one
-    long run per subject lets a slow spell land on one subject only, while rounds spread it over all of
-    them. The ratio targets are read from these rounds' medians. Columns that fail their preflight are
-    left out (reported as not measured, as their full runs are)."""
+def interleaved(
+    load: Load, profile: Profile, columns: list[Column], direct: Column | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every column in turn, ``profile.rounds`` rounds in alternating order: CPU per request (c64) and
+    streams/s (c64), and the two latency targets' figures (p50 at concurrency 1, TTFT p50 over
+    sequential streams), for which ``direct`` takes its turn too. The machine is shared and its speed
+    drifts by tens of percent over minutes: one long run per subject lets a slow spell land on one
+    subject only, while rounds spread it over all of them. The targets are read from these rounds
+    (ratios of medians; for latency, the median of each round's difference from direct's). Columns
+    that fail their preflight are left out (reported as not measured, as their full runs are)."""
     measured: list[Column] = []
     for column in columns:
         subject, url, dialect, probe = column
         if run_async(preflight(url, dialect))["ok"]:
             load.wrk(url, dialect, 8, profile.warmup_s, probe)  # warm-up, not kept: round 1 is not a cold one
             measured.append(column)
-    keys = ("cpu_us", "stream_rps", "errors", "foreign_pct_subject_core", "foreign_pct_load_core")
+    keys = ("cpu_us", "stream_rps", "errors", "foreign_pct_subject_core", "foreign_pct_load_core", *LATENCY_KEYS)
     out: dict[str, dict[str, Any]] = {
         f"{s}/{d.name}": {k: [] for k in keys} | {"requests": 0} for s, _, d, _ in measured
     }
+    turns = list(measured)
+    if direct is not None:
+        turns.insert(0, direct)
+        out[f"{direct[0]}/{direct[2].name}"] = {k: [] for k in LATENCY_KEYS}
+    samples = max(20, profile.ttft_samples // max(1, profile.rounds))
     for i in range(profile.rounds):
-        log(f"interleaved round {i + 1} of {profile.rounds}: {len(measured)} columns")
-        for subject, url, dialect, probe in measured if i % 2 == 0 else measured[::-1]:
+        log(f"interleaved round {i + 1} of {profile.rounds}: {len(turns)} columns")
+        for column in turns if i % 2 == 0 else turns[::-1]:
+            subject, url, dialect, probe = column
             slot = out[f"{subject}/{dialect.name}"]
+            alone = load.wrk(url, dialect, 1, profile.round_s, probe)
+            slot["c1_p50_ms"].append(alone["latency_ms"]["p50"])
+            slot["ttft_p50_ms"].append(run_async(ttft(url, dialect, samples))["first_token_ms"]["p50"])
+            if column is direct:
+                continue
             plain = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe)
             stream = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
             slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
             slot["stream_rps"].append(round(stream["rps"], 1))
-            slot["errors"].append(plain["errors"] + stream["errors"])
+            slot["errors"].append(alone["errors"] + plain["errors"] + stream["errors"])
             for key in ("foreign_pct_subject_core", "foreign_pct_load_core"):
-                slot[key].append(max(plain.get(key, 0.0), stream.get(key, 0.0)))
-            slot["requests"] += plain["requests"] + stream["requests"]
+                slot[key].append(max(run.get(key, 0.0) for run in (alone, plain, stream)))
+            slot["requests"] += alone["requests"] + plain["requests"] + stream["requests"]
     return out
 
 
@@ -479,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         columns: list[Column] = [("yardstick", yard_url, OPENAI, yard_probe)]
         for subject, gw_url, probe, dialects, _ in gateways:
             columns += [(subject, gw_url, by_name[n], probe) for n in dialects]
-        rounds = interleaved(load, profile, columns) if profile.rounds else {}
+        direct = ("direct", up_url, OPENAI, Probe(None, upstream.pid))
+        rounds = interleaved(load, profile, columns, direct) if profile.rounds else {}
+        results[0]["rounds"] = rounds.get("direct/openai")
 
         r = measure(load, profile, "yardstick", yard_url, OPENAI, yard_probe, rate, up_url)
         results.append({**r, "rounds": rounds.get("yardstick/openai")})
