@@ -1,7 +1,7 @@
 """The gateway's overhead benchmark, in one command (benchmarks/README.md).
 
-    scripts/bench            # full run, about 7 minutes (200k-request soak, capped at 10 minutes)
-    scripts/bench --quick    # about 1.5 minutes (20k-request soak)
+    scripts/bench            # full run, about 14 minutes (200k-request soak, capped at 10 minutes)
+    scripts/bench --quick    # about 3 minutes (20k-request soak)
     scripts/bench --redis    # adds a subject: the gateway with Redis-backed limits (private redis-server)
 
 Subjects, each measured the same way against one fake upstream (``fake_upstream.py``):
@@ -376,7 +376,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--quick", action="store_true", help="about 2 minutes: short runs, 20k-request soak")
+    p.add_argument("--quick", action="store_true", help="about 3 minutes: short runs, 20k-request soak")
     p.add_argument("--redis", action="store_true", help="also measure the gateway with Redis-backed team limits")
     p.add_argument("--no-gateway", action="store_true", help="only direct and the yardstick")
     p.add_argument(
