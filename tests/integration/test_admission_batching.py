@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.request import InternalRequest, Operation
+from gateway.limits import admission as admission_module
 from gateway.limits import plan as planning
 from gateway.limits.admission import Admission, Settings, TeamPolicy, running
 from gateway.limits.plan import LimitValues, Plan
@@ -140,9 +141,12 @@ async def test_an_urgent_settlement_goes_with_a_lone_admission_and_frees_its_slo
     assert admitted is None and limiter.batches == before + 1  # the settlement ran first, in the same read
 
 
-async def test_a_request_waiting_for_a_slot_is_admitted_with_the_release(client: aioredis.Redis) -> None:
+async def test_a_request_waiting_for_a_slot_is_admitted_with_the_release(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The request that frees a slot settles at once when another waits for it here: its release
     and the waiter's next admission reach Redis together, in that order (no poll, no refusal)."""
+    monkeypatch.setattr(admission_module, "POLL_SECONDS", 30.0)  # only the release wakes the waiter
     calls: list[Refusal | None] = []
 
     class Counting(RedisLimiter):
