@@ -376,13 +376,12 @@ def render(report: Result) -> str:
             )
     timed = [r for r in results if get(r, "rounds", "c1_p50_ms")]
     if timed and direct is not None and direct in timed:
-        profile = settings.get("profile") or {}
         lines += [
             "",
             "## Interleaved rounds: the latency targets (direct takes its turn too)",
             "",
             "p50 of one run per round at concurrency 1 (wrk, non-streaming) and TTFT p50 of "
-            f"{max(20, (profile.get('ttft_samples') or 0) // max(1, profile.get('rounds') or 1))} sequential "
+            f"{settings.get('round_ttft_samples') or 'the'} sequential "
             "streams per round (aiohttp client); 'added' is the median over rounds of the subject's figure less "
             "direct's in the same round.",
             "",

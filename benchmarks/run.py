@@ -259,6 +259,11 @@ def measure(
 Column = tuple[str, str, Dialect, Probe]  # subject, url, dialect, probe
 
 
+def round_ttft_samples(profile: Profile) -> int:
+    """Sequential streams timed per column per interleaved round: the profile's spread over them."""
+    return max(20, profile.ttft_samples // max(1, profile.rounds))
+
+
 def interleaved(
     load: Load, profile: Profile, columns: list[Column], direct: Column | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -283,7 +288,7 @@ def interleaved(
     if direct is not None:
         turns.insert(0, direct)
         out[f"{direct[0]}/{direct[2].name}"] = {k: [] for k in LATENCY_KEYS}
-    samples = max(20, profile.ttft_samples // max(1, profile.rounds))
+    samples = round_ttft_samples(profile)
     for i in range(profile.rounds):
         log(f"interleaved round {i + 1} of {profile.rounds}: {len(turns)} columns")
         for column in turns if i % 2 == 0 else turns[::-1]:
@@ -546,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["server_logs"] = server_logs
     settings = {
         "profile": profile.__dict__,
+        "round_ttft_samples": round_ttft_samples(profile),
         "concurrencies": CONCURRENCIES,
         "stream_connections": STREAM_CONNECTIONS,
         "paced_gap_ms": PACED_GAP_MS,

@@ -151,13 +151,15 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
 
 
 def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
-    """Whether the upstream is asked for output token ids (``token_ids``: it can return them)."""
+    """Whether the upstream's body asks for output token ids (``token_ids``: it can return them). A
+    client's own ``return_token_ids`` (in its extra body, merged last) has the last word."""
+    if req.extra_body and "return_token_ids" in req.extra_body:
+        return bool(req.extra_body["return_token_ids"])
     # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
     # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
     # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
     # none, whose chunks the client gets as they are.
-    asked = token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
-    return asked or bool(req.extra_body and "return_token_ids" in req.extra_body)
+    return token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
