@@ -51,7 +51,7 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
     else:
         policy = {KIND[k]: v for k, v in config.redis.on_failure.items()}
         limiter = FailoverLimiter(
-            RedisLimiter(client),
+            RedisLimiter(client, advance=config.limits.advance),
             LocalLimiter(divisor=config.limits.replicas),
             policy,
             retry_seconds=config.redis.retry_seconds,

@@ -243,3 +243,7 @@ async def running(admission: Admission) -> AsyncIterator[None]:
             await asyncio.wait_for(settler, 5)
         except TimeoutError:
             log.warning("settlements still pending at shutdown were dropped")
+        try:
+            await asyncio.wait_for(admission.limiter.close(), 5)
+        except Exception:  # shutting down: what is held ahead expires by itself
+            log.warning("admissions made ahead were not given back", exc_info=True)

@@ -51,6 +51,7 @@ class Layout:
     checks: tuple[Check, ...] = ()
     keys: tuple[str, ...] = ()
     concurrency_keys: tuple[str, ...] = ()
+    tokens: bool = False  # a tokens-per-minute limit applies (a reserve fits by token estimate)
 
 
 @dataclass(slots=True)
@@ -116,7 +117,12 @@ def layout(team: str, key_id: str, team_limits: LimitValues, key_limits: LimitVa
     checks = checks_for(base, "team", team_limits)
     if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits
         checks += checks_for(f"{base}:key:{key_id}", "key", key_limits)
-    return Layout(tuple(checks), tuple(c.key for c in checks), tuple(c.key for c in checks if c.kind == "conc"))
+    return Layout(
+        tuple(checks),
+        tuple(c.key for c in checks),
+        tuple(c.key for c in checks if c.kind == "conc"),
+        any(c.kind == "tpm" for c in checks),
+    )
 
 
 _current_usage_keys: dict[str, tuple[int, str]] = {}  # team -> (bucket, its key): one f-string a bucket

@@ -15,7 +15,9 @@ as the triples. Limit kinds:
   renewed within its TTL (a crashed gateway) stops counting.
 
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
-``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket).
+``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
+admission made ahead of its request (``gateway.limits.advance``: ``extra`` is ``[ttl, 1]``) is
+granted only if every limit keeps at least half its room after it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a = cjson.decode(ARGV[1])
 local n = #KEYS
 local ttl = tonumber(a[n + 1])
+local ahead = a[n + 2] == 1
 local state = {}
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), tostring(a[i][3])
@@ -35,8 +38,10 @@ for i = 1, n do
     local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
     if tat < now then tat = now end
     local new_tat = tat + period
-    if new_tat - now > burst * period then
-      return {1, i, math.ceil(new_tat - now - burst * period)}
+    local room = burst * period
+    if ahead then room = room / 2 end
+    if new_tat - now > room then
+      return {1, i, math.ceil(new_tat - now - room)}
     end
     state[i] = new_tat
   elseif kind == 'tpm' then
@@ -45,13 +50,14 @@ for i = 1, n do
     local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
     local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
     level = math.min(limit, level + (now - ts) * limit / 60000)
-    if level < want then
-      return {1, i, math.ceil((want - level) * 60000 / limit)}
+    if level < want or (ahead and (level - want) * 2 < limit) then
+      return {1, i, math.ceil(math.max(want - level, 1) * 60000 / limit)}
     end
     state[i] = level - want
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-    if redis.call('ZCARD', KEYS[i]) >= limit then
+    local held = redis.call('ZCARD', KEYS[i])
+    if held >= limit or (ahead and (held + 1) * 2 > limit) then
       return {1, i, 100}
     end
   end
@@ -109,6 +115,34 @@ redis.call('HINCRBY', usage, 'key:' .. key_id .. ':requests', requests)
 redis.call('HINCRBY', usage, 'key:' .. key_id .. ':prompt_tokens', prompt)
 redis.call('HINCRBY', usage, 'key:' .. key_id .. ':completion_tokens', completion)
 redis.call('EXPIRE', usage, tonumber(a[n + 6]))
+return 0
+"""
+
+# KEYS and ARGV[1]: an admission's (its extra: none). Undoes it: an admission made ahead that no
+# request took (``gateway.limits.advance``). An arrival under a requests-per-minute limit is taken back
+# unless time has already passed it.
+GIVE_BACK = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local a = cjson.decode(ARGV[1])
+for i = 1, #KEYS do
+  local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
+  if kind == 'rpm' then
+    local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if tat > now then
+      local back = math.max(now, tat - 60000 / limit)
+      redis.call('SET', KEYS[i], back, 'PX', math.ceil(back - now) + 1000)
+    end
+  elseif kind == 'tpm' then
+    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
+    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
+    level = math.min(limit, level + (now - ts) * limit / 60000 + tonumber(param))
+    redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
+    redis.call('PEXPIRE', KEYS[i], 120000)
+  else
+    redis.call('ZREM', KEYS[i], tostring(param))
+  end
+end
 return 0
 """
 

@@ -23,10 +23,11 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.core.errors import GatewayError
 from gateway.core.records import record
 from gateway.limits import scripts
+from gateway.limits.advance import RESERVE_SECONDS, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
-from gateway.metrics import REDIS_ROUND_TRIPS, REDIS_STATE
+from gateway.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS, REDIS_STATE
 
 log = logging.getLogger("gateway.limits")
 
@@ -67,6 +68,10 @@ class Limiter(Protocol):
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]: ...
 
+    async def close(self) -> None:
+        """Give back what is held ahead of requests (``gateway.limits.advance``)."""
+        ...
+
 
 def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> bytes:
     """ARGV[1] (``scripts``): a [kind, limit, param] triple per check, then ``extra``; ``leases``: the
@@ -106,17 +111,25 @@ class RedisLimiter:
     """The Lua scripts over one client. Script calls go through a ``ScriptChannel`` (group commit on
     one connection: the calls that arrive while a round trip is out share the next one, admissions and
     settlements alike); each script still runs on its own and atomically. Redis Cluster keeps one
-    call per admission through the cluster client (teams live on different nodes)."""
+    call per admission through the cluster client (teams live on different nodes).
 
-    def __init__(self, client: Any) -> None:
+    ``advance``: admit a team key's next request ahead while its requests come back to back
+    (``gateway.limits.advance``), taking the round trip off their path."""
+
+    def __init__(self, client: Any, advance: bool = False) -> None:
         self.client = client
         self.cluster = not hasattr(client, "connection_pool")
         self._admit = client.register_script(scripts.ADMIT)
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
+        self._give_back = client.register_script(scripts.GIVE_BACK)
         self._channel = None if self.cluster else ScriptChannel(client)
         # The admission's command up to its argument, packed once per team key (its keys)
         self._admit_heads: dict[tuple[str, ...], bytes] = {}
+        self.reserves = Reserves() if advance else None
+        self._sweep: asyncio.TimerHandle | None = None
+        self._lease_ttl_ms = 0
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def batches(self) -> int:
@@ -124,11 +137,83 @@ class RedisLimiter:
         return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        reserves = self.reserves
+        if reserves is not None and reserves.take(plan):
+            ADMITTED_AHEAD.n += 1
+            self._ask_ahead(reserves, plan, lease_ttl_ms)
+            return None
         result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
         if int(result[0]) == 0:
+            if reserves is not None:
+                self._ask_ahead(reserves, plan, lease_ttl_ms)
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
+
+    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int) -> None:
+        """Admit this team key's next request now, in the background, if its requests come back to back."""
+        ahead = reserves.wanted(plan, time.monotonic())
+        if ahead is None:
+            return
+        self._lease_ttl_ms = lease_ttl_ms
+        keys = ahead.layout.keys
+        args = _args(ahead, lease_ttl_ms, 1)
+        if self._channel is None:
+            self._spawn(self._ahead_alone(reserves, ahead, args))
+            return
+        sent = self._send(self._admit, keys, args, heads=self._admit_heads)
+        sent.add_done_callback(lambda done: self._answered(reserves, ahead, done))
+
+    async def _ahead_alone(self, reserves: Reserves, ahead: Plan, args: bytes) -> None:
+        try:
+            result = await self._run(self._admit, ahead.layout.keys, args)
+        except Exception:
+            result = None
+        self._granted(reserves, ahead, result)
+
+    def _answered(self, reserves: Reserves, ahead: Plan, done: asyncio.Future[Any]) -> None:
+        # A failed or refused call leaves no reserve: the next request is admitted on its path (and
+        # a script Redis lost is loaded again there).
+        result = None if done.cancelled() or done.exception() is not None else done.result()
+        self._granted(reserves, ahead, result)
+
+    def _granted(self, reserves: Reserves, ahead: Plan, result: Any) -> None:
+        granted = isinstance(result, list) and int(result[0]) == 0
+        reserves.answered(ahead, granted)
+        if granted and self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS, self._give_back_stale)
+
+    def _give_back_stale(self) -> None:
+        self._sweep = None
+        assert self.reserves is not None
+        stale = self.reserves.stale(time.monotonic())
+        if stale:
+            self._spawn(self._give_back_all(stale))
+        if self.reserves.ready:
+            self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS / 2, self._give_back_stale)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _give_back_all(self, plans: list[Plan]) -> None:
+        for plan in plans:
+            try:
+                await self._run(self._give_back, plan.layout.keys, _args(plan))
+            except REDIS_FAILURES as exc:  # what it holds expires: arrival and tokens with time, lease by TTL
+                log.debug("giving back an admission made ahead failed: %s", exc)
+            else:
+                GIVEN_BACK.n += 1
+
+    async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.reserves is not None:
+            await self._give_back_all(self.reserves.drain())
 
     async def _run(
         self, script: Any, keys: tuple[str, ...], args: bytes, heads: dict[tuple[str, ...], bytes] | None = None
@@ -291,6 +376,9 @@ class LocalLimiter:
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
         return [dict(self.counters.get(k, {})) for k in keys]
 
+    async def close(self) -> None:
+        return None
+
 
 # Anything a Redis call raises is an outage as far as limits go: a client-library bug must follow the
 # failure policy too, never become a 500.
@@ -362,3 +450,6 @@ class FailoverLimiter:
         except REDIS_FAILURES as exc:
             self._failed(exc)
             raise LimitsUnavailable("usage is unavailable while Redis is down") from None
+
+    async def close(self) -> None:
+        await self.redis.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -70,6 +71,14 @@ async def gateway() -> AsyncIterator[GatewayFactory]:
     await session.close()
     for s in servers:
         await s.close()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    """A client of the shared Redis (a database of its own) for tests of the limit scripts."""
+    redis = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
+    yield redis
+    await redis.aclose()
 
 
 @pytest.fixture

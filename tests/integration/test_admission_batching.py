@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,16 +24,10 @@ from tests.redis_servers import free_port
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
 
 
-def plans(n: int, **limits: int) -> list[Plan]:
-    team = f"t-{uuid.uuid4().hex[:8]}"
-    return [planning.build(team, "k", LimitValues(**limits), LimitValues(), REQUEST, f"lease{i}") for i in range(n)]
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
-    yield redis
-    await redis.aclose()
+def plans(n: int, team: str | None = None, request: InternalRequest = REQUEST, **limits: int) -> list[Plan]:
+    """``n`` requests of one team key (a new team unless ``team``), each with its lease."""
+    team = team or f"t-{uuid.uuid4().hex[:8]}"
+    return [planning.build(team, "k", LimitValues(**limits), LimitValues(), request, f"lease{i}") for i in range(n)]
 
 
 async def test_a_burst_is_pipelined_and_stays_exact(client: aioredis.Redis) -> None:

@@ -136,6 +136,34 @@ async def test_usage_is_accounted(gateway: GatewayFactory, upstream: Any, redis_
     assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
 
 
+@pytest.mark.parametrize("backend", ["redis", "cluster"])
+async def test_back_to_back_requests_are_admitted_ahead_and_nothing_is_left_held(
+    gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
+) -> None:
+    url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    limits = {"rpm": 60, "concurrency": 50}  # rpm: one arrival a second, none comes back during the test
+    gw = await gateway(limited(server, url, team, cluster=backend == "cluster", limits=limits))
+
+    async def admitted_ahead() -> float:
+        metrics = await (await gw.session.get(gw.url + "/metrics")).text()
+        return float(next(x for x in metrics.splitlines() if 'decision="admit_ahead"' in x).rsplit(" ", 1)[1])
+
+    before = await admitted_ahead()
+    for _ in range(6):
+        assert (await gw.send(OPENAI, "m", "x", False)).status == 200
+        await asyncio.sleep(0.02)  # the next admission, asked for ahead, is answered meanwhile
+    assert await admitted_ahead() - before == 4  # the first two on their path, then each on the one made ahead
+    await gw.server.close()  # shutting down gives back the admission made for a seventh request
+    client: Any = aioredis.RedisCluster.from_url(url) if backend == "cluster" else aioredis.Redis.from_url(url)
+    now_s, now_us = await client.time()
+    tat = float(await client.get(f"llmgw:{{{team}}}:rpm"))
+    assert 5000 - 1000 < tat - (now_s * 1000 + now_us // 1000) <= 6000  # six arrivals, not seven
+    assert await client.zcard(f"llmgw:{{{team}}}:conc") == 0
+    await client.aclose()
+
+
 async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: Any) -> None:
     redis = RedisServer().start()
     try:

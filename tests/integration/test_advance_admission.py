@@ -1,0 +1,129 @@
+"""Admissions made ahead (``gateway.limits.advance``) against a real Redis: a team key's back-to-back
+requests are admitted without a round trip on their path, limits stay exact across replicas, near a
+limit nothing is made ahead, and what nobody took is given back (after its time, and at shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.limits import advance, store
+from gateway.limits.plan import Plan
+from gateway.limits.store import RedisLimiter, Settlement
+from tests.integration import test_admission_batching as batching
+
+REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), sampling=Sampling(max_tokens=16))
+TTL = 30_000
+
+
+def plans(n: int, team: str | None = None, request: InternalRequest = REQUEST, **limits: int) -> list[Plan]:
+    return batching.plans(n, team, request, **limits)
+
+
+async def reserve_ready(limiter: RedisLimiter) -> None:
+    assert limiter.reserves is not None
+    for _ in range(200):
+        if limiter.reserves.ready and not limiter.reserves.asking:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("no admission was made ahead")
+
+
+async def test_back_to_back_requests_are_admitted_without_a_round_trip(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client, advance=True)
+    batch = plans(4, rpm=1000, tpm=100_000, concurrency=50)
+    for p in batch[:2]:  # the second comes back to back: the third is admitted ahead
+        assert await limiter.admit(p, TTL) is None
+    await reserve_ready(limiter)
+    before = limiter.batches
+    third = batch[2]
+    assert await limiter.admit(third, TTL) is None
+    assert limiter.batches == before  # answered at once, from the reserve
+    assert third.lease != "lease2"  # the lease Redis holds for it
+    conc = batch[0].layout.concurrency_keys[0]
+    assert await client.zscore(conc, third.lease) is not None
+    await reserve_ready(limiter)  # and the fourth is asked for meanwhile
+    assert await client.zcard(conc) == 4
+    await limiter.settle([Settlement(p, 0, 1, 1) for p in batch[:3]], urgent=True)
+    await limiter.close()  # the fourth, never taken, is given back
+    assert await client.zcard(conc) == 0
+    usage = await client.hgetall(batch[0].usage_key)
+    assert usage[b"requests"] == b"3"
+
+
+async def test_two_replicas_never_admit_more_than_the_limit(client: aioredis.Redis) -> None:
+    other = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
+    replicas = [RedisLimiter(client, advance=True), RedisLimiter(other, advance=True)]
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    admitted = 0
+    for i, p in enumerate(plans(40, team=team, rpm=20)):  # one arrival every 3 s: none comes back in the test
+        if await replicas[i % 2].admit(p, TTL) is None:
+            admitted += 1
+        await asyncio.sleep(0.003)  # the admissions asked ahead are answered
+    assert 16 <= admitted <= 20  # never more; fewer only by what replicas hold ahead
+    for limiter in replicas:
+        await limiter.close()
+    plain = RedisLimiter(client)
+    after = [await plain.admit(p, TTL) for p in plans(25, team=team, rpm=20)]
+    assert admitted + after.count(None) == 20  # what was held ahead was given back, exactly
+    await other.aclose()
+
+
+async def test_near_a_limit_each_request_is_admitted_on_its_path(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client, advance=True)
+    for limits in ({"concurrency": 3}, {"rpm": 5}, {"tpm": 60}):
+        for p in plans(3, **limits):
+            before = limiter.batches
+            refusal = await limiter.admit(p, TTL)
+            await asyncio.sleep(0.01)
+            assert limiter.reserves is not None and not limiter.reserves.ready, limits
+            assert limiter.batches >= before + 1
+            if refusal is not None:
+                break
+
+
+async def test_a_larger_request_is_not_admitted_on_a_smaller_reserve(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client, advance=True)
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    for p in plans(2, team=team, tpm=100_000):
+        assert await limiter.admit(p, TTL) is None
+    await reserve_ready(limiter)
+    bigger = dataclasses.replace(REQUEST, sampling=Sampling(max_tokens=64))
+    big = plans(1, team=team, request=bigger, tpm=100_000)[0]
+    estimate = big.estimate
+    before = limiter.batches
+    assert await limiter.admit(big, TTL) is None
+    assert limiter.batches > before and big.estimate == estimate  # its own estimate, on its own path
+    small = plans(1, team=team, tpm=100_000)[0]
+    reserved = next(iter(limiter.reserves.ready.values())).plan.estimate  # type: ignore[union-attr]
+    assert await limiter.admit(small, TTL) is None and small.estimate == reserved
+    await limiter.close()
+
+
+async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(advance, "RESERVE_SECONDS", 0.05)
+    monkeypatch.setattr(store, "RESERVE_SECONDS", 0.05)
+    limiter = RedisLimiter(client, advance=True)
+    batch = plans(2, rpm=100, tpm=10_000, concurrency=50)  # rpm: one arrival per 600 ms
+    for p in batch:
+        assert await limiter.admit(p, TTL) is None
+    await reserve_ready(limiter)
+    rpm, tpm, conc = batch[0].layout.keys
+    tat = float(await client.get(rpm))  # type: ignore[arg-type]
+    level, ts = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
+    assert await client.zcard(conc) == 3
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if await client.zcard(conc) == 2:
+            break
+    assert await client.zcard(conc) == 2 and limiter.reserves is not None and not limiter.reserves.ready
+    assert float(await client.get(rpm)) == tat - 600  # type: ignore[arg-type]
+    level_after, ts_after = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
+    refill = (ts_after - ts) * 10_000 / 60_000
+    assert level_after == pytest.approx(level + refill + batch[0].estimate)
+    await limiter.close()
