@@ -128,8 +128,8 @@ class RedisLimiter:
         self._admit_heads: dict[tuple[str, ...], bytes] = {}
         self.reserves = Reserves() if advance else None
         self._sweep: asyncio.TimerHandle | None = None
-        self._lease_ttl_ms = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._asks: set[asyncio.Future[Any]] = set()  # admissions asked ahead, unanswered
 
     @property
     def batches(self) -> int:
@@ -155,7 +155,6 @@ class RedisLimiter:
         ahead = reserves.wanted(plan, time.monotonic())
         if ahead is None:
             return
-        self._lease_ttl_ms = lease_ttl_ms
         keys = ahead.layout.keys
         args = _args(ahead, lease_ttl_ms, 1)
         if self._channel is None:
@@ -163,6 +162,7 @@ class RedisLimiter:
             return
         sent = self._send(self._admit, keys, args, heads=self._admit_heads)
         sent.add_done_callback(lambda done: self._answered(reserves, ahead, done))
+        self._asks.add(sent)
 
     async def _ahead_alone(self, reserves: Reserves, ahead: Plan, args: bytes) -> None:
         try:
@@ -172,6 +172,7 @@ class RedisLimiter:
         self._granted(reserves, ahead, result)
 
     def _answered(self, reserves: Reserves, ahead: Plan, done: asyncio.Future[Any]) -> None:
+        self._asks.discard(done)
         # A failed or refused call leaves no reserve: the next request is admitted on its path (and
         # a script Redis lost is loaded again there).
         result = None if done.cancelled() or done.exception() is not None else done.result()
@@ -210,6 +211,8 @@ class RedisLimiter:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        if self._asks:  # what they grant is given back below
+            await asyncio.wait(list(self._asks), timeout=1)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.reserves is not None:

@@ -127,3 +127,13 @@ async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypat
     refill = (ts_after - ts) * 10_000 / 60_000
     assert level_after == pytest.approx(level + refill + batch[0].estimate)
     await limiter.close()
+
+
+async def test_an_admission_asked_ahead_at_shutdown_is_given_back_too(client: aioredis.Redis) -> None:
+    limiter = RedisLimiter(client, advance=True)
+    batch = plans(2, concurrency=50)
+    for p in batch:
+        assert await limiter.admit(p, TTL) is None
+    assert limiter.reserves is not None and limiter.reserves.asking  # its answer not in yet
+    await limiter.close()
+    assert await client.zcard(batch[0].layout.concurrency_keys[0]) == 2  # the two admitted, nothing more
