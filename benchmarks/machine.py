@@ -45,6 +45,18 @@ def version_of(module: str) -> str:
         return "absent"
 
 
+def cpuidle() -> str:
+    """The kernel's CPU idle driver: on a VM, ``haltpoll`` (the guest polls a while before it halts)
+    makes a wake-up across cores several times cheaper, which the concurrency-1 latencies show."""
+    base = Path("/sys/devices/system/cpu/cpuidle")
+    try:
+        driver = (base / "current_driver").read_text().strip()
+        governor = (base / "current_governor_ro").read_text().strip() if (base / "current_governor_ro").exists() else ""
+    except OSError:
+        return "?"
+    return driver + (f" ({governor})" if governor and governor != driver else "")
+
+
 def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")), "?")
@@ -95,4 +107,5 @@ def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> d
         "subject_core": cores.subject,
         "load_core": cores.load,
         "background_pct": round(background, 1),
+        "cpuidle": cpuidle(),
     }

@@ -263,7 +263,7 @@ def render(report: Result) -> str:
         "",
         f"`{meta['command']}` ({meta['duration_s']} s) · {meta['nproc']} cores ({meta['cpu_model']}), "
         f"{meta['memory_gib']} GiB, {meta['kernel']} · Python {meta['python']}, aiohttp {meta['aiohttp']}, "
-        f"uvloop {meta['uvloop']}, {meta['wrk']} · code at {meta['git']}",
+        f"uvloop {meta['uvloop']}, {meta['wrk']} · cpuidle {meta.get('cpuidle', '?')} · code at {meta['git']}",
         "",
         f"**Load model:** {meta['load_model']}",
         "",
