@@ -20,7 +20,9 @@ from random import getrandbits
 
 from gateway.limits.plan import Plan
 
-RESERVE_SECONDS = 1.0  # a reserve unused this long is given back; and "back to back" means within it
+RESERVE_SECONDS = 1.0  # a reserve unused this long is given back
+BACK_TO_BACK_SECONDS = 1.0  # requests of a team key this close together get reserves
+_SEEN_MAX = 4096  # team keys remembered before the quiet ones are forgotten
 
 
 def new_lease() -> str:
@@ -30,7 +32,8 @@ def new_lease() -> str:
 @dataclass(slots=True)
 class Reserve:
     plan: Plan  # the admission made ahead: its keys, token estimate and lease
-    made: float  # time.monotonic()
+    made: float  # time.monotonic() when Redis's answer came
+    marks: list[int]  # what Redis answered: its time (ms), then per limit the arrival time it set (rpm)
 
 
 @dataclass(slots=True)
@@ -42,45 +45,54 @@ class Reserves:
     asking: set[tuple[str, ...]] = field(default_factory=set)
     seen: dict[tuple[str, ...], float] = field(default_factory=dict)
 
-    def take(self, plan: Plan) -> bool:
-        """Admit ``plan`` on this team key's reserve, if there is one its token estimate fits in: the plan
-        then carries the reserve's lease and estimate (what Redis holds for it, which settlement corrects)."""
+    def take(self, plan: Plan, now: float, max_age: float) -> bool:
+        """Admit ``plan`` on this team key's reserve, if there is one younger than ``max_age`` (its
+        concurrency lease must outlive the wait for the lease keeper) that its token estimate fits in:
+        the plan then carries the reserve's lease and estimate (what Redis holds for it, which
+        settlement corrects). An older one waits to be given back."""
         keys = plan.layout.keys
         reserve = self.ready.get(keys)
-        if reserve is None or (plan.layout.tokens and plan.estimate > reserve.plan.estimate):
+        if reserve is None or now - reserve.made > max_age:
+            return False
+        if plan.layout.tokens and plan.estimate > reserve.plan.estimate:
             return False
         del self.ready[keys]
         plan.lease = reserve.plan.lease
         plan.estimate = reserve.plan.estimate
         return True
 
-    def wanted(self, plan: Plan, now: float) -> Plan | None:
-        """After ``plan`` was admitted: the admission to make ahead for this team key's next request,
-        or None (one is ready or asked for, or its requests are not back to back)."""
+    def wanted(self, plan: Plan, now: float, estimate: int) -> Plan | None:
+        """After ``plan`` was admitted: the admission to make ahead for this team key's next request
+        (reserving ``estimate`` tokens: the request's own, not a reserve's it took), or None (one is
+        ready or asked for, or its requests are not back to back)."""
         keys = plan.layout.keys
         last = self.seen.get(keys)
+        if last is None and len(self.seen) >= _SEEN_MAX:
+            self._forget(now)
         self.seen[keys] = now
-        if keys in self.ready or keys in self.asking or last is None or now - last > RESERVE_SECONDS:
+        if keys in self.ready or keys in self.asking or last is None or now - last > BACK_TO_BACK_SECONDS:
             return None
         self.asking.add(keys)
-        return Plan(plan.team, plan.key_id, plan.layout, plan.estimate, plan.prompt_estimate, new_lease(), "")
+        return Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
 
-    def answered(self, ahead: Plan, granted: bool) -> None:
+    def answered(self, ahead: Plan, marks: list[int] | None) -> None:
+        """Redis granted ``ahead`` (``marks``: its answer less the status) or not (None)."""
         keys = ahead.layout.keys
         self.asking.discard(keys)
-        if granted:
-            self.ready[keys] = Reserve(ahead, time.monotonic())
+        if marks is not None:
+            self.ready[keys] = Reserve(ahead, time.monotonic(), marks)
 
-    def stale(self, now: float) -> list[Plan]:
-        """Reserves unused for ``RESERVE_SECONDS``, removed: to be given back. A team key gone quiet
-        leaves its ``seen`` entry here too."""
+    def stale(self, now: float) -> list[Reserve]:
+        """Reserves unused for ``RESERVE_SECONDS``, removed: to be given back."""
         old = [keys for keys, reserve in self.ready.items() if now - reserve.made >= RESERVE_SECONDS]
-        plans = [self.ready.pop(keys).plan for keys in old]
-        for keys in [keys for keys, last in self.seen.items() if now - last > RESERVE_SECONDS]:
-            del self.seen[keys]
-        return plans
+        self._forget(now)
+        return [self.ready.pop(keys) for keys in old]
 
-    def drain(self) -> list[Plan]:
-        plans = [reserve.plan for reserve in self.ready.values()]
+    def _forget(self, now: float) -> None:
+        for keys in [keys for keys, last in self.seen.items() if now - last > BACK_TO_BACK_SECONDS]:
+            del self.seen[keys]
+
+    def drain(self) -> list[Reserve]:
+        reserves = list(self.ready.values())
         self.ready.clear()
-        return plans
+        return reserves

@@ -17,7 +17,9 @@ as the triples. Limit kinds:
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
 ``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
 admission made ahead of its request (``gateway.limits.advance``: ``extra`` is ``[ttl, 1]``) is
-granted only if every limit keeps at least half its room after it.
+granted only if every limit keeps at least half its room after it, and answered with
+``{0, now_ms, mark_1, ...}``: per limit, the arrival time it set (rpm; 0 for the other kinds), for
+GIVE_BACK.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ for i = 1, n do
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
   end
 end
+if ahead then
+  local marks = {0, now}
+  for i = 1, n do marks[i + 2] = state[i] and a[i][1] == 'rpm' and math.floor(state[i]) or 0 end
+  return marks
+end
 return {0}
 """
 
@@ -118,25 +125,32 @@ redis.call('EXPIRE', usage, tonumber(a[n + 6]))
 return 0
 """
 
-# KEYS and ARGV[1]: an admission's (its extra: none). Undoes it: an admission made ahead that no
-# request took (``gateway.limits.advance``). An arrival under a requests-per-minute limit is taken back
-# unless time has already passed it.
+# KEYS: an admission's. ARGV[1]: its triples, but an rpm triple's param is the arrival time the
+# admission set (its ``new_tat``), then the Redis time it was made at: what ADMIT answered an ``ahead``
+# admission with. Undoes an admission made ahead that no request took (``gateway.limits.advance``),
+# never by more than it still holds: an arrival only by the part time has not paid off yet, tokens less
+# the refill since (which a bucket at its cap would have lost), so giving back never lets more in than
+# if the admission had never been made.
 GIVE_BACK = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a = cjson.decode(ARGV[1])
-for i = 1, #KEYS do
+local n = #KEYS
+local made = tonumber(a[n + 1])
+for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
   if kind == 'rpm' then
+    local back = math.min(60000 / limit, tonumber(param) - now)
     local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-    if tat > now then
-      local back = math.max(now, tat - 60000 / limit)
-      redis.call('SET', KEYS[i], back, 'PX', math.ceil(back - now) + 1000)
+    if back > 0 and tat > now then
+      tat = math.max(now, tat - back)
+      redis.call('SET', KEYS[i], tat, 'PX', math.ceil(tat - now) + 1000)
     end
   elseif kind == 'tpm' then
+    local back = math.max(0, tonumber(param) - (now - made) * limit / 60000)
     local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
     local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
-    level = math.min(limit, level + (now - ts) * limit / 60000 + tonumber(param))
+    level = math.min(limit, level + (now - ts) * limit / 60000 + back)
     redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
     redis.call('PEXPIRE', KEYS[i], 120000)
   else

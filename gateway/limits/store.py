@@ -23,7 +23,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.core.errors import GatewayError
 from gateway.core.records import record
 from gateway.limits import scripts
-from gateway.limits.advance import RESERVE_SECONDS, Reserves
+from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
@@ -82,6 +82,14 @@ def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> byt
     return pydantic_core.to_json([*triples, *extra])
 
 
+def _give_back_args(reserve: Reserve) -> bytes:
+    """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set, then
+    the Redis time it was made at (``reserve.marks``)."""
+    plan, marks = reserve.plan, reserve.marks
+    triples = [[c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else plan.param(c)] for i, c in enumerate(plan.checks)]
+    return pydantic_core.to_json([*triples, marks[0]])
+
+
 def _merged(items: list[Settlement]) -> list[tuple[Plan, list[str] | None, tuple[int, int, int, int]]]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
     corrections and usage add up, and the concurrency leases go in one list. A settlement per
@@ -130,6 +138,7 @@ class RedisLimiter:
         self._sweep: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._asks: set[asyncio.Future[Any]] = set()  # admissions asked ahead, unanswered
+        self._closed = False
 
     @property
     def batches(self) -> int:
@@ -138,21 +147,25 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         reserves = self.reserves
-        if reserves is not None and reserves.take(plan):
-            ADMITTED_AHEAD.n += 1
-            self._ask_ahead(reserves, plan, lease_ttl_ms)
-            return None
+        if reserves is not None:
+            estimate = plan.estimate  # its own, before a reserve's replaces it
+            if reserves.take(plan, time.monotonic(), min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
+                ADMITTED_AHEAD.n += 1
+                self._ask_ahead(reserves, plan, lease_ttl_ms, estimate)
+                return None
         result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
         if int(result[0]) == 0:
             if reserves is not None:
-                self._ask_ahead(reserves, plan, lease_ttl_ms)
+                self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate)
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int) -> None:
+    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int) -> None:
         """Admit this team key's next request now, in the background, if its requests come back to back."""
-        ahead = reserves.wanted(plan, time.monotonic())
+        if self._closed:
+            return
+        ahead = reserves.wanted(plan, time.monotonic(), estimate)
         if ahead is None:
             return
         keys = ahead.layout.keys
@@ -165,23 +178,29 @@ class RedisLimiter:
         self._asks.add(sent)
 
     async def _ahead_alone(self, reserves: Reserves, ahead: Plan, args: bytes) -> None:
+        result = None
         try:
             result = await self._run(self._admit, ahead.layout.keys, args)
-        except Exception:
-            result = None
-        self._granted(reserves, ahead, result)
+        except Exception:  # as refused: the next request is admitted on its path
+            log.debug("an admission asked ahead failed", exc_info=True)
+        finally:
+            self._granted(reserves, ahead, result)
 
     def _answered(self, reserves: Reserves, ahead: Plan, done: asyncio.Future[Any]) -> None:
         self._asks.discard(done)
         # A failed or refused call leaves no reserve: the next request is admitted on its path (and
-        # a script Redis lost is loaded again there).
+        # a script Redis lost is loaded again there). One whose answer never came (a timeout) holds
+        # what it took until time and the lease TTL free it, as an admission on a path would.
         result = None if done.cancelled() or done.exception() is not None else done.result()
         self._granted(reserves, ahead, result)
 
     def _granted(self, reserves: Reserves, ahead: Plan, result: Any) -> None:
-        granted = isinstance(result, list) and int(result[0]) == 0
-        reserves.answered(ahead, granted)
-        if granted and self._sweep is None:
+        marks = [int(x) for x in result[1:]] if isinstance(result, list) and int(result[0]) == 0 else None
+        if marks is not None and self._closed:  # answered after close() gave back the rest
+            self._spawn(self._give_back_all([Reserve(ahead, 0.0, marks)]))
+            marks = None
+        reserves.answered(ahead, marks)
+        if marks is not None and self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS, self._give_back_stale)
 
     def _give_back_stale(self) -> None:
@@ -198,25 +217,27 @@ class RedisLimiter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _give_back_all(self, plans: list[Plan]) -> None:
-        for plan in plans:
-            try:
-                await self._run(self._give_back, plan.layout.keys, _args(plan))
-            except REDIS_FAILURES as exc:  # what it holds expires: arrival and tokens with time, lease by TTL
-                log.debug("giving back an admission made ahead failed: %s", exc)
+    async def _give_back_all(self, reserves: list[Reserve]) -> None:
+        """One call each, sent together (one round trip through the channel)."""
+        calls = [self._run(self._give_back, r.plan.layout.keys, _give_back_args(r)) for r in reserves]
+        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(outcome, BaseException):  # what it holds expires: arrival and tokens with time, lease by TTL
+                log.debug("giving back an admission made ahead failed: %s", outcome)
             else:
                 GIVEN_BACK.n += 1
 
-    async def close(self) -> None:
+    async def close(self, give_back: bool = True) -> None:
+        """``give_back``: False while Redis is known to be down (what is held then expires by itself)."""
+        self._closed = True
+        if self._asks:  # what they grant is given back as it comes
+            await asyncio.wait(list(self._asks), timeout=1)
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
-        if self._asks:  # what they grant is given back below
-            await asyncio.wait(list(self._asks), timeout=1)
+        if self.reserves is not None and give_back:
+            self._spawn(self._give_back_all(self.reserves.drain()))
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.reserves is not None:
-            await self._give_back_all(self.reserves.drain())
 
     async def _run(
         self, script: Any, keys: tuple[str, ...], args: bytes, heads: dict[tuple[str, ...], bytes] | None = None
@@ -455,4 +476,4 @@ class FailoverLimiter:
             raise LimitsUnavailable("usage is unavailable while Redis is down") from None
 
     async def close(self) -> None:
-        await self.redis.close()
+        await self.redis.close(give_back=self.up)

@@ -34,6 +34,16 @@ async def reserve_ready(limiter: RedisLimiter) -> None:
     raise AssertionError("no admission was made ahead")
 
 
+async def answered(limiter: RedisLimiter) -> None:
+    """Until no admission asked ahead is waiting for its answer."""
+    assert limiter.reserves is not None
+    for _ in range(200):
+        if not limiter.reserves.asking:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("an admission asked ahead was never answered")
+
+
 async def test_back_to_back_requests_are_admitted_without_a_round_trip(client: aioredis.Redis) -> None:
     limiter = RedisLimiter(client, advance=True)
     batch = plans(4, rpm=1000, tpm=100_000, concurrency=50)
@@ -80,7 +90,7 @@ async def test_near_a_limit_each_request_is_admitted_on_its_path(client: aioredi
         for p in plans(3, **limits):
             before = limiter.batches
             refusal = await limiter.admit(p, TTL)
-            await asyncio.sleep(0.01)
+            await answered(limiter)
             assert limiter.reserves is not None and not limiter.reserves.ready, limits
             assert limiter.batches >= before + 1
             if refusal is not None:
@@ -124,16 +134,58 @@ async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypat
     assert await client.zcard(conc) == 2 and limiter.reserves is not None and not limiter.reserves.ready
     assert float(await client.get(rpm)) == tat - 600  # type: ignore[arg-type]
     level_after, ts_after = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
-    refill = (ts_after - ts) * 10_000 / 60_000
-    assert level_after == pytest.approx(level + refill + batch[0].estimate)
+    refill = (ts_after - ts) * 10_000 / 60_000  # ts: when the reserve was made
+    # the reserve's tokens come back less what the bucket refilled meanwhile (it could not have
+    # held more than its cap without the reserve)
+    assert level_after == pytest.approx(level + refill + max(0.0, batch[0].estimate - refill))
     await limiter.close()
 
 
-async def test_an_admission_asked_ahead_at_shutdown_is_given_back_too(client: aioredis.Redis) -> None:
+async def test_giving_back_never_lets_more_in_than_without_the_reserve(client: aioredis.Redis) -> None:
+    # rpm 600, burst 6: one arrival per 100 ms, six at once. Replica A holds a reserve (the third
+    # arrival) until time has paid it off; replica B's arrival then is the only one that counts, and
+    # A's giving back must not take B's arrival back with it.
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    a, b = RedisLimiter(client, advance=True), RedisLimiter(client)
+    for p in plans(2, team=team, rpm=600, rpm_burst=6):
+        assert await a.admit(p, TTL) is None
+    await reserve_ready(a)
+    await asyncio.sleep(0.4)  # three arrivals: all paid off by now
+    assert await b.admit(plans(1, team=team, rpm=600, rpm_burst=6)[0], TTL) is None
+    await a.close()
+    burst = await asyncio.gather(*(b.admit(p, TTL) for p in plans(8, team=team, rpm=600, rpm_burst=6)))
+    assert burst.count(None) == 5  # six in all with B's arrival: the burst, not one more
+
+
+async def test_an_old_reserve_is_not_taken_once_its_lease_may_have_expired(client: aioredis.Redis) -> None:
     limiter = RedisLimiter(client, advance=True)
-    batch = plans(2, concurrency=50)
-    for p in batch:
-        assert await limiter.admit(p, TTL) is None
-    assert limiter.reserves is not None and limiter.reserves.asking  # its answer not in yet
+    ttl = 300  # ms: a reserve older than half of it is not taken
+    batch = plans(3, concurrency=50)
+    for p in batch[:2]:
+        assert await limiter.admit(p, ttl) is None
+    await reserve_ready(limiter)
+    await asyncio.sleep(0.2)
+    before = limiter.batches
+    assert await limiter.admit(batch[2], ttl) is None
+    assert limiter.batches > before and batch[2].lease == "lease2"  # admitted on its own path
     await limiter.close()
-    assert await client.zcard(batch[0].layout.concurrency_keys[0]) == 2  # the two admitted, nothing more
+
+
+async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(client: aioredis.Redis) -> None:
+    # after a large request, the small ones that follow are charged a small estimate again (the one
+    # that takes the large request's reserve holds its estimate, as Redis does)
+    limiter = RedisLimiter(client, advance=True)
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    small = plans(4, team=team, tpm=1_000_000)
+    large_request = dataclasses.replace(REQUEST, sampling=Sampling(max_tokens=4000))
+    large = plans(1, team=team, request=large_request, tpm=1_000_000)[0]
+    assert await limiter.admit(small[0], TTL) is None
+    assert await limiter.admit(large, TTL) is None
+    own = small[1].estimate
+    for p in small[1:]:
+        await reserve_ready(limiter)
+        assert await limiter.admit(p, TTL) is None
+    assert [p.estimate for p in small[1:]] == [large.estimate, own, own]
+    await reserve_ready(limiter)
+    assert next(iter(limiter.reserves.ready.values())).plan.estimate == own  # type: ignore[union-attr]
+    await limiter.close()
