@@ -11,7 +11,7 @@ turn the deadline into per-hop timeouts; they raise only ``GatewayError`` subcla
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -23,14 +23,18 @@ from gateway.core.response import Completion, StreamEvent
 @record
 class Call:
     request_id: str
-    deadline: float | None = None  # time.monotonic() value; None = no client deadline
+    # on the event loop's clock (``loop.time()``), the one every time bound of the gateway is filed on:
+    # uvloop's lags time.monotonic() by up to a coarse clock tick and a busy loop turn, so a bound
+    # that fired at the deadline would otherwise see milliseconds left and blame the upstream.
+    # None = no client deadline
+    deadline: float | None = None
     model: str | None = None  # upstream model name, when routing chose it (``vendor/model`` names)
     session: str | None = None  # the client's session id (``X-Session-Id``), for replica affinity
 
     def remaining(self) -> float | None:
         if self.deadline is None:
             return None
-        return self.deadline - time.monotonic()
+        return self.deadline - asyncio.get_running_loop().time()
 
 
 class Upstream(Protocol):

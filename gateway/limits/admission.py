@@ -124,9 +124,10 @@ class Admission:
         self.ttl_ms = int(settings.lease_ttl * 1000)
 
     def deadline_for(self, team: str, request: InternalRequest) -> float | None:
+        """On the event loop's clock, as ``Call.deadline``."""
         policy = self.teams.get(team)
         seconds = request.timeout or (policy.deadline if policy else None)
-        return time.monotonic() + seconds if seconds else None
+        return asyncio.get_running_loop().time() + seconds if seconds else None
 
     async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
         if team not in self.limited:
@@ -139,7 +140,8 @@ class Admission:
         if not plan.checks:
             return plan
         began = time.monotonic()
-        wait_until = deadline if deadline is not None else began + self.settings.admission_timeout
+        clock = asyncio.get_running_loop().time  # the deadline's clock
+        wait_until = deadline if deadline is not None else clock() + self.settings.admission_timeout
         while True:
             refusal = await self.limiter.admit(plan, self.ttl_ms)
             if refusal is None:
@@ -152,7 +154,7 @@ class Admission:
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
-            remaining = wait_until - time.monotonic()
+            remaining = wait_until - clock()
             if remaining <= 0:
                 ADMISSION_WAITS.observe(time.monotonic() - began)
                 if deadline is not None:
