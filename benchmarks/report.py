@@ -80,6 +80,7 @@ def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> 
     # run.py), else from the subjects' single runs.
     cpu = ratio(median_of_rounds(subject, "cpu_us"), median_of_rounds(yard, "cpu_us"))
     streams = ratio(median_of_rounds(subject, "stream_rps"), median_of_rounds(yard, "stream_rps"))
+    p99 = ratio(median_of_rounds(subject, "c64_p99_ms"), median_of_rounds(yard, "c64_p99_ms"))
     c1 = added_in_rounds(subject, direct, "c1_p50_ms")
     ttft = added_in_rounds(subject, direct, "ttft_p50_ms")
     return {
@@ -91,9 +92,9 @@ def per_dialect(subject: Result, direct: Result | None, yard: Result | None) -> 
         "added_p50_c1": c1
         if c1 is not None
         else diff(get(subject, "runs", "c1", "latency_ms", "p50"), get(direct, "runs", "c1", "latency_ms", "p50")),
-        "p99_ratio": ratio(
-            get(subject, "runs", "c64", "latency_ms", "p99"), get(yard, "runs", "c64", "latency_ms", "p99")
-        ),
+        "p99_ratio": p99
+        if p99 is not None
+        else ratio(get(subject, "runs", "c64", "latency_ms", "p99"), get(yard, "runs", "c64", "latency_ms", "p99")),
         "stream_ratio": streams
         if streams is not None
         else ratio(get(subject, "runs", "stream", "rps"), get(yard, "runs", "stream", "rps")),
@@ -198,7 +199,7 @@ def notes(meta: Result, results: list[Result], soak: Result, settings: Result) -
         "'direct' puts all of its work on that one core, so it is a latency floor, not a throughput ceiling.",
         "CPU µs per request: the subject's utime+stime (process tree, /proc, 10 ms ticks) over a run, divided "
         "by the requests wrk completed in it; the requests still in flight when wrk stops add a little noise.",
-        "The CPU, streams/s, c1 latency and TTFT targets are read from the interleaved rounds (every subject in "
+        "The CPU, p99, streams/s, c1 latency and TTFT targets are read from the interleaved rounds (every subject in "
         "turn, several short rounds in alternating order; direct too, the floor 'added' latency is measured from), "
         "not from the single runs in the tables: this VM's speed drifts by "
         "tens of percent over minutes (a neighbour on the host), and one long run per subject lets a slow spell "
@@ -356,7 +357,7 @@ def render(report: Result) -> str:
         lines += [
             "",
             f"## Interleaved rounds ({profile.get('rounds')} rounds of {profile.get('round_s')} s per column, "
-            "alternating order): the CPU and streams targets",
+            "alternating order): the CPU, tail and streams targets",
             "",
             "| subject | dialect | CPU µs/req (c64) per round | median | vs yardstick | streams/s (c64) per round "
             "| median | vs yardstick | errors |",
@@ -373,6 +374,23 @@ def render(report: Result) -> str:
                 f"| {r['subject']} | {r['dialect']} | {per_cpu} | {cell(cpu, 1)} | {cell(cpu_vs, 2, 'x')} "
                 f"| {per_stream} | {cell(streams, 0)} | {percent(stream_vs)} "
                 f"| {sum(r['rounds'].get('errors') or ())} |"
+            )
+    tails = [r for r in rounded if get(r, "rounds", "c64_p99_ms")]
+    if tails:
+        base_p99 = median_of_rounds(yard, "c64_p99_ms")
+        lines += [
+            "",
+            "p99 latency of the same runs at 64 connections (the tail target):",
+            "",
+            "| subject | dialect | p99 ms (c64) per round | median | vs yardstick |",
+            "|---|---|---|---|---|",
+        ]
+        for r in tails:
+            p99 = median_of_rounds(r, "c64_p99_ms")
+            per_round = " ".join(cell(v, 2) for v in r["rounds"]["c64_p99_ms"])
+            lines.append(
+                f"| {r['subject']} | {r['dialect']} | {per_round} | {cell(p99, 2)} "
+                f"| {cell(ratio(p99, base_p99), 2, 'x')} |"
             )
     timed = [r for r in results if get(r, "rounds", "c1_p50_ms")]
     if timed and direct is not None and direct in timed:

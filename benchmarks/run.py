@@ -267,8 +267,8 @@ def round_ttft_samples(profile: Profile) -> int:
 def interleaved(
     load: Load, profile: Profile, columns: list[Column], direct: Column | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Every column in turn, ``profile.rounds`` rounds in alternating order: CPU per request (c64) and
-    streams/s (c64), and the two latency targets' figures (p50 at concurrency 1, TTFT p50 over
+    """Every column in turn, ``profile.rounds`` rounds in alternating order: CPU per request and p99
+    latency (c64) and streams/s (c64), and the two latency targets' figures (p50 at concurrency 1, TTFT p50 over
     sequential streams), for which ``direct`` takes its turn too. The machine is shared and its speed
     drifts by tens of percent over minutes: one long run per subject lets a slow spell land on one
     subject only, while rounds spread it over all of them. The targets are read from these rounds
@@ -280,7 +280,15 @@ def interleaved(
         if run_async(preflight(url, dialect))["ok"]:
             load.wrk(url, dialect, 8, profile.warmup_s, probe)  # warm-up, not kept: round 1 is not a cold one
             measured.append(column)
-    keys = ("cpu_us", "stream_rps", "errors", "foreign_pct_subject_core", "foreign_pct_load_core", *LATENCY_KEYS)
+    keys = (
+        "cpu_us",
+        "c64_p99_ms",
+        "stream_rps",
+        "errors",
+        "foreign_pct_subject_core",
+        "foreign_pct_load_core",
+        *LATENCY_KEYS,
+    )
     out: dict[str, dict[str, Any]] = {
         f"{s}/{d.name}": {k: [] for k in keys} | {"requests": 0} for s, _, d, _ in measured
     }
@@ -302,6 +310,7 @@ def interleaved(
             plain = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe)
             stream = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
             slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
+            slot["c64_p99_ms"].append(plain["latency_ms"]["p99"])
             slot["stream_rps"].append(round(stream["rps"], 1))
             slot["errors"].append(alone["errors"] + plain["errors"] + stream["errors"])
             for key in ("foreign_pct_subject_core", "foreign_pct_load_core"):

@@ -39,3 +39,11 @@ def test_rounds_that_do_not_pair_up_fall_back_to_the_single_runs() -> None:
     gateway = result("gateway", 0.5, 0.8, c1_p50_ms=[0.5], ttft_p50_ms=[0.7])
     figures = per_dialect(gateway, direct, None)
     assert abs((figures["added_p50_c1"] or 0) - 0.45) < 1e-9
+
+
+def test_the_tail_ratio_is_read_from_the_rounds_else_from_the_c64_runs() -> None:
+    yard: dict[str, Any] = {"runs": {"c64": {"latency_ms": {"p99": 10.0}}}, "rounds": {"c64_p99_ms": [2, 9, 2.2]}}
+    gateway: dict[str, Any] = {"runs": {"c64": {"latency_ms": {"p99": 5.0}}}, "rounds": {"c64_p99_ms": [3, 3.2, 30]}}
+    assert abs((per_dialect(gateway, None, yard)["p99_ratio"] or 0) - 3.2 / 2.2) < 1e-9  # medians of rounds
+    del gateway["rounds"], yard["rounds"]  # results from before the rounds had it
+    assert abs((per_dialect(gateway, None, yard)["p99_ratio"] or 0) - 0.5) < 1e-9
