@@ -14,7 +14,6 @@ Sans-IO: the bookkeeping only; ``RedisLimiter`` makes the calls.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from random import getrandbits
 
@@ -32,7 +31,7 @@ def new_lease() -> str:
 @dataclass(slots=True)
 class Reserve:
     plan: Plan  # the admission made ahead: its keys, token estimate and lease
-    made: float  # time.monotonic() when Redis's answer came
+    made: float  # when Redis's answer came (time.monotonic(), as every ``now`` here)
     marks: list[int]  # what Redis answered: its time (ms), then per limit the arrival time it set (rpm)
 
 
@@ -75,12 +74,12 @@ class Reserves:
         self.asking.add(keys)
         return Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
 
-    def answered(self, ahead: Plan, marks: list[int] | None) -> None:
+    def answered(self, ahead: Plan, marks: list[int] | None, now: float) -> None:
         """Redis granted ``ahead`` (``marks``: its answer less the status) or not (None)."""
         keys = ahead.layout.keys
         self.asking.discard(keys)
         if marks is not None:
-            self.ready[keys] = Reserve(ahead, time.monotonic(), marks)
+            self.ready[keys] = Reserve(ahead, now, marks)
 
     def stale(self, now: float) -> list[Reserve]:
         """Reserves unused for ``RESERVE_SECONDS``, removed: to be given back."""

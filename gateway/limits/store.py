@@ -149,23 +149,24 @@ class RedisLimiter:
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
-            if reserves.take(plan, time.monotonic(), min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
+            now = time.monotonic()
+            if reserves.take(plan, now, min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
                 ADMITTED_AHEAD.n += 1
-                self._ask_ahead(reserves, plan, lease_ttl_ms, estimate)
+                self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
                 return None
         result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
         if int(result[0]) == 0:
             if reserves is not None:
-                self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate)
+                self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, time.monotonic())
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
-    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int) -> None:
+    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int, now: float) -> None:
         """Admit this team key's next request now, in the background, if its requests come back to back."""
         if self._closed:
             return
-        ahead = reserves.wanted(plan, time.monotonic(), estimate)
+        ahead = reserves.wanted(plan, now, estimate)
         if ahead is None:
             return
         keys = ahead.layout.keys
@@ -199,7 +200,7 @@ class RedisLimiter:
         if marks is not None and self._closed:  # answered after close() gave back the rest
             self._spawn(self._give_back_all([Reserve(ahead, 0.0, marks)]))
             marks = None
-        reserves.answered(ahead, marks)
+        reserves.answered(ahead, marks, time.monotonic())
         if marks is not None and self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS, self._give_back_stale)
 
