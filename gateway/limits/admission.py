@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from random import getrandbits
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
@@ -136,7 +135,7 @@ class Admission:
         if limits is None:
             policy = self.teams[team]
             limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
-        plan = planning.planned(team, key_id, limits, request, f"{getrandbits(96):024x}")
+        plan = planning.planned(team, key_id, limits, request, planning.new_lease())
         if not plan.checks:
             return plan
         began = time.monotonic()

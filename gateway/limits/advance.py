@@ -15,17 +15,12 @@ Sans-IO: the bookkeeping only; ``RedisLimiter`` makes the calls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from random import getrandbits
 
-from gateway.limits.plan import Plan
+from gateway.limits.plan import Plan, new_lease
 
 RESERVE_SECONDS = 1.0  # a reserve unused this long is given back
 BACK_TO_BACK_SECONDS = 1.0  # requests of a team key this close together get reserves
 _SEEN_MAX = 4096  # team keys remembered before the quiet ones are forgotten
-
-
-def new_lease() -> str:
-    return f"{getrandbits(96):024x}"
 
 
 @dataclass(slots=True)

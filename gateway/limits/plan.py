@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from random import getrandbits
 
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
@@ -76,6 +77,11 @@ class Plan:
     def param(self, check: Check) -> str:
         """What this request puts under ``check``: its burst (rpm), token estimate (tpm) or lease (conc)."""
         return check.burst if check.kind == "rpm" else str(self.estimate) if check.kind == "tpm" else self.lease
+
+
+def new_lease() -> str:
+    """A concurrency lease's id: random, so replicas never need to agree on one."""
+    return f"{getrandbits(96):024x}"
 
 
 def tag(team: str) -> str:

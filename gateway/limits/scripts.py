@@ -24,11 +24,20 @@ GIVE_BACK.
 
 from __future__ import annotations
 
-ADMIT = """
+# Every script reads Redis's clock (ms), and all but RENEW their one JSON argument as ``a``.
+CLOCK = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a = cjson.decode(ARGV[1])
-local n = #KEYS
+"""
+PRELUDE = (
+    CLOCK
+    + """local a = cjson.decode(ARGV[1])
+"""
+)
+
+ADMIT = (
+    PRELUDE
+    + """local n = #KEYS
 local ttl = tonumber(a[n + 1])
 local ahead = a[n + 2] == 1
 local state = {}
@@ -83,16 +92,15 @@ if ahead then
 end
 return {0}
 """
+)
 
 # KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
 # admitted (a concurrency triple's param: one lease, or a list of the leases of every request
 # settled together), then the correction (actual - estimate) tokens, requests, prompt and completion
 # counts for usage, the key id, and the usage bucket's TTL (s).
-SETTLE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a = cjson.decode(ARGV[1])
-local n = #KEYS - 1
+SETTLE = (
+    PRELUDE
+    + """local n = #KEYS - 1
 local correction = tonumber(a[n + 1])
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
@@ -124,6 +132,7 @@ redis.call('HINCRBY', usage, 'key:' .. key_id .. ':completion_tokens', completio
 redis.call('EXPIRE', usage, tonumber(a[n + 6]))
 return 0
 """
+)
 
 # KEYS: an admission's. ARGV[1]: its triples, but an rpm triple's param is the arrival time the
 # admission set (its ``new_tat``), then the Redis time it was made at: what ADMIT answered an ``ahead``
@@ -131,11 +140,9 @@ return 0
 # never by more than it still holds: an arrival only by the part time has not paid off yet, tokens less
 # the refill since (which a bucket at its cap would have lost), so giving back never lets more in than
 # if the admission had never been made.
-GIVE_BACK = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local a = cjson.decode(ARGV[1])
-local n = #KEYS
+GIVE_BACK = (
+    PRELUDE
+    + """local n = #KEYS
 local made = tonumber(a[n + 1])
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
@@ -159,13 +166,14 @@ for i = 1, n do
 end
 return 0
 """
+)
 
 # KEYS: concurrency keys; ARGV: lease id, TTL (ms). Keeps leases of live requests from expiring.
-RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 1, #KEYS do
+RENEW = (
+    CLOCK
+    + """for i = 1, #KEYS do
   redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 end
 return 0
 """
+)
