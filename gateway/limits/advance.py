@@ -38,6 +38,10 @@ class Reserves:
     ready: dict[tuple[str, ...], Reserve] = field(default_factory=dict)
     asking: set[tuple[str, ...]] = field(default_factory=set)
     seen: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # admissions of each team key out to Redis on their requests' paths: while any is, the key's
+    # requests come together (a burst), and a reserve asked for then could be answered after the last
+    # of them, held by no request while Redis refuses others
+    on_path: dict[tuple[str, ...], int] = field(default_factory=dict)
 
     def take(self, plan: Plan, now: float, max_age: float) -> bool:
         """Admit ``plan`` on this team key's reserve, if there is one younger than ``max_age`` (its
@@ -65,6 +69,8 @@ class Reserves:
             self._forget(now)
         self.seen[keys] = now
         if keys in self.ready or keys in self.asking or last is None or now - last > BACK_TO_BACK_SECONDS:
+            return None
+        if self.on_path.get(keys):
             return None
         self.asking.add(keys)
         return Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")

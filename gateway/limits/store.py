@@ -154,13 +154,32 @@ class RedisLimiter:
                 ADMITTED_AHEAD.n += 1
                 self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
                 return None
-        result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
+        if reserves is None:
+            result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
+        else:
+            result = await self._on_path(reserves, plan, lease_ttl_ms)
         if int(result[0]) == 0:
             if reserves is not None:
                 self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, time.monotonic())
             return None
+        if reserves is not None and reserves.take(plan, time.monotonic(), min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
+            ADMITTED_AHEAD.n += 1  # refused, but this replica holds an admission for it: it is not left unused
+            return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
+
+    async def _on_path(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int) -> Any:
+        """The admission's round trip, counted in ``reserves.on_path`` while it is out."""
+        keys = plan.layout.keys
+        reserves.on_path[keys] = reserves.on_path.get(keys, 0) + 1
+        try:
+            return await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads)
+        finally:
+            left = reserves.on_path[keys] - 1
+            if left:
+                reserves.on_path[keys] = left
+            else:
+                del reserves.on_path[keys]
 
     def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int, now: float) -> None:
         """Admit this team key's next request now, in the background, if its requests come back to back."""
