@@ -1,6 +1,6 @@
 """Limits and admission: requests, tokens and concurrency per team and per key, exact across replicas
 through one atomic Redis script per admission, with an in-process twin for the embedded default and
-for Redis outages (see ``store.py`` for the failure policy)."""
+for Redis outages (see ``failover.py`` for the failure policy)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import GatewayConfig, Limits, RedisConfig
 from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.failover import FailoverLimiter
+from gateway.limits.limiter import Limiter
+from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
-from gateway.limits.store import FailoverLimiter, Limiter, LocalLimiter, RedisLimiter
+from gateway.limits.store import RedisLimiter
 
 KIND = {"rpm": "rpm", "tpm": "tpm", "concurrency": "conc"}
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
+from gateway.limits.limiter import Limiter, Refusal, Settlement
 from gateway.limits.plan import Layout, LimitValues, Plan
-from gateway.limits.store import Limiter, Refusal, Settlement
 from gateway.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")

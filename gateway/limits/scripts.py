@@ -34,9 +34,22 @@ PRELUDE = (
     + """local a = cjson.decode(ARGV[1])
 """
 )
+# The token bucket of a ``tpm`` key, for the scripts that read or write one: its level refilled to
+# now (never above the limit), and a new level written as of now.
+BUCKET = """local function refilled(key, limit)
+  local h = redis.call('HMGET', key, 'level', 'ts')
+  local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
+  return math.min(limit, level + (now - ts) * limit / 60000)
+end
+local function put_level(key, level)
+  redis.call('HSET', key, 'level', level, 'ts', now)
+  redis.call('PEXPIRE', key, 120000)
+end
+"""
 
 ADMIT = (
     PRELUDE
+    + BUCKET
     + """local n = #KEYS
 local ttl = tonumber(a[n + 1])
 local ahead = a[n + 2] == 1
@@ -58,9 +71,7 @@ for i = 1, n do
   elseif kind == 'tpm' then
     local want = tonumber(param)
     if want > limit then return {1, i, -1} end
-    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
-    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
-    level = math.min(limit, level + (now - ts) * limit / 60000)
+    local level = refilled(KEYS[i], limit)
     if level < want or (ahead and (level - want) * 2 < limit) then
       return {1, i, math.ceil(math.max(want - level, 1) * 60000 / limit)}
     end
@@ -78,8 +89,7 @@ for i = 1, n do
   if kind == 'rpm' then
     redis.call('SET', KEYS[i], state[i], 'PX', math.ceil(state[i] - now) + 1000)
   elseif kind == 'tpm' then
-    redis.call('HSET', KEYS[i], 'level', state[i], 'ts', now)
-    redis.call('PEXPIRE', KEYS[i], 120000)
+    put_level(KEYS[i], state[i])
   else
     redis.call('ZADD', KEYS[i], now + ttl, tostring(a[i][3]))
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
@@ -100,16 +110,13 @@ return {0}
 # counts for usage, the key id, and the usage bucket's TTL (s).
 SETTLE = (
     PRELUDE
+    + BUCKET
     + """local n = #KEYS - 1
 local correction = tonumber(a[n + 1])
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
   if kind == 'tpm' and correction ~= 0 then
-    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
-    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
-    level = math.min(limit, level + (now - ts) * limit / 60000) - correction
-    redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
-    redis.call('PEXPIRE', KEYS[i], 120000)
+    put_level(KEYS[i], refilled(KEYS[i], limit) - correction)
   elseif kind == 'conc' then
     if type(param) == 'table' then
       for j = 1, #param, 1000 do
@@ -142,6 +149,7 @@ return 0
 # if the admission had never been made.
 GIVE_BACK = (
     PRELUDE
+    + BUCKET
     + """local n = #KEYS
 local made = tonumber(a[n + 1])
 for i = 1, n do
@@ -155,11 +163,7 @@ for i = 1, n do
     end
   elseif kind == 'tpm' then
     local back = math.max(0, tonumber(param) - (now - made) * limit / 60000)
-    local h = redis.call('HMGET', KEYS[i], 'level', 'ts')
-    local level, ts = tonumber(h[1] or limit), tonumber(h[2] or now)
-    level = math.min(limit, level + (now - ts) * limit / 60000 + back)
-    redis.call('HSET', KEYS[i], 'level', level, 'ts', now)
-    redis.call('PEXPIRE', KEYS[i], 120000)
+    put_level(KEYS[i], math.min(limit, refilled(KEYS[i], limit) + back))
   else
     redis.call('ZREM', KEYS[i], tostring(param))
   end

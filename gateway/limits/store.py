@@ -1,76 +1,25 @@
-"""Where limit state lives: Redis (exact across replicas), this process (the embedded default, and the
-fail-open fallback), and the policy that switches between them when Redis fails.
-
-Redis failure is a policy, not an accident: every call has a millisecond timeout; a failure opens a
-breaker for ``retry_seconds`` (no request waits on a dead Redis meanwhile); per limit kind the config
-says ``open`` (enforce per process, each replica taking ``limit / replicas``) or ``closed`` (refuse
-with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
-"""
+"""Limit state in Redis, exact across replicas: the Lua scripts (``scripts``) called over one client,
+admissions made ahead (``advance``) and settlements merged per team key."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pydantic_core
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
-from gateway.core.errors import GatewayError
-from gateway.core.records import record
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
-from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
-from gateway.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS, REDIS_STATE
+from gateway.limits.limiter import Refusal, Settlement
+from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
+from gateway.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 
 log = logging.getLogger("gateway.limits")
-
-
-class LimitsUnavailable(GatewayError):
-    status = 503
-    code = "limits_unavailable"
-    retryable = True
-
-
-@record
-class Settlement:
-    """Finished requests of one plan (or, with no limits to correct, of one team key and hour summed):
-    the token correction (actual - estimate) and their usage."""
-
-    plan: Plan
-    correction: int
-    prompt: int
-    completion: int
-    requests: int = 1
-
-
-@record
-class Refusal:
-    check: Check
-    retry_after: float | None  # seconds; None: the request can never fit this limit
-
-
-class Limiter(Protocol):
-    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None: ...
-
-    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        """Settle a batch of finished requests (one round trip for Redis). ``urgent``: requests here
-        wait for the slots these free, so the round trip may not be put off."""
-        ...
-
-    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...
-
-    async def usage(self, keys: list[str]) -> list[dict[str, int]]: ...
-
-    async def close(self) -> None:
-        """Give back what is held ahead of requests (``gateway.limits.advance``)."""
-        ...
 
 
 def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> bytes:
@@ -332,168 +281,3 @@ class RedisLimiter:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
-
-
-@dataclass(slots=True)
-class LocalLimiter:
-    """The same algorithms in process memory. ``divisor`` shares each limit among replicas."""
-
-    divisor: int = 1
-    values: dict[str, float] = field(default_factory=dict)
-    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
-    leases: dict[str, dict[str, float]] = field(default_factory=dict)
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
-    _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
-
-    def _limit(self, check: Check) -> int:
-        return max(1, math.ceil(check.limit / self.divisor))
-
-    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        now = time.monotonic() * 1000
-        staged: list[tuple[Check, float]] = []
-        for c in plan.checks:
-            limit = self._limit(c)
-            if c.kind == "rpm":
-                period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
-                new_tat = max(self.values.get(c.key, 0.0), now) + period
-                if new_tat - now > burst * period:
-                    return Refusal(c, (new_tat - now - burst * period) / 1000)
-                staged.append((c, new_tat))
-            elif c.kind == "tpm":
-                want = plan.estimate
-                if want > limit:
-                    return Refusal(c, None)
-                level = self._level(c.key, limit, now)
-                if level < want:
-                    return Refusal(c, (want - level) * 60 / limit)
-                staged.append((c, level - want))
-            else:
-                held = {k: v for k, v in self.leases.get(c.key, {}).items() if v > now}
-                self.leases[c.key] = held
-                if len(held) >= limit:
-                    return Refusal(c, 0.1)
-                staged.append((c, now + lease_ttl_ms))
-        for c, value in staged:
-            if c.kind == "rpm":
-                self.values[c.key] = value
-            elif c.kind == "tpm":
-                self.buckets[c.key] = (value, now)
-            else:
-                self.leases[c.key][plan.lease] = value
-        return None
-
-    def _level(self, key: str, limit: int, now: float) -> float:
-        level, ts = self.buckets.get(key, (float(limit), now))
-        return min(float(limit), level + (now - ts) * limit / 60000)
-
-    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        for s in items:
-            self._settle_one(s.plan, s.correction, s.prompt, s.completion, s.requests)
-
-    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int, requests: int = 1) -> None:
-        now = time.monotonic() * 1000
-        for c in plan.checks:
-            if c.kind == "tpm" and correction:
-                self.buckets[c.key] = (self._level(c.key, self._limit(c), now) - correction, now)
-            elif c.kind == "conc":
-                self.leases.get(c.key, {}).pop(plan.lease, None)
-        counts = self.counters.setdefault(plan.usage_key, {})
-        names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
-        for (name, kname), value in zip(names, (requests, prompt, completion), strict=True):
-            counts[name] = counts.get(name, 0) + value
-            counts[kname] = counts.get(kname, 0) + value
-
-    def _key_names(self, key_id: str) -> list[tuple[str, str]]:
-        names = self._names[key_id] = [(name, f"key:{key_id}:{name}") for name in USAGE_FIELDS]
-        return names
-
-    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
-        now = time.monotonic() * 1000
-        for plan in plans:
-            for key in plan.concurrency_keys:
-                if plan.lease in self.leases.get(key, {}):
-                    self.leases[key][plan.lease] = now + lease_ttl_ms
-
-    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
-        return [dict(self.counters.get(k, {})) for k in keys]
-
-    async def close(self) -> None:
-        return None
-
-
-# Anything a Redis call raises is an outage as far as limits go: a client-library bug must follow the
-# failure policy too, never become a 500.
-REDIS_FAILURES = (RedisError, OSError, TimeoutError, Exception)
-
-
-@dataclass(slots=True)
-class FailoverLimiter:
-    """Redis first; on failure, each limit kind follows its policy until Redis answers again."""
-
-    redis: RedisLimiter
-    local: LocalLimiter
-    policy: Mapping[str, str]  # kind (rpm|tpm|conc) → "open" | "closed"
-    retry_seconds: float = 1.0
-    down_until: float = 0.0
-    via_local: set[str] = field(default_factory=set)  # leases admitted locally, settled locally
-
-    @property
-    def up(self) -> bool:
-        return time.monotonic() >= self.down_until
-
-    def _failed(self, exc: BaseException) -> None:
-        if self.up:
-            log.warning("redis unavailable (%s): limits follow the failure policy", type(exc).__name__)
-        self.down_until = time.monotonic() + self.retry_seconds
-        REDIS_STATE.n = 0
-
-    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        if self.up:
-            try:
-                result = await self.redis.admit(plan, lease_ttl_ms)
-            except REDIS_FAILURES as exc:
-                self._failed(exc)
-            else:
-                REDIS_STATE.n = 1
-                return result
-        closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
-        if closed:
-            raise LimitsUnavailable(f"rate limits are unavailable ({closed[0].label} fails closed)")
-        self.via_local.add(plan.lease)
-        return await self.local.admit(plan, lease_ttl_ms)
-
-    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        local = [s for s in items if s.plan.lease in self.via_local]
-        remote = [s for s in items if s.plan.lease not in self.via_local]
-        for s in local:
-            self.via_local.discard(s.plan.lease)
-        await self.local.settle(local)
-        if not remote:
-            return
-        try:
-            await self.redis.settle(remote, urgent)
-        except REDIS_FAILURES as exc:
-            self._failed(exc)  # leases expire by their TTL; usage of these requests is not recorded
-            log.warning("settling %d requests failed: their usage is not recorded", len(remote))
-
-    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
-        remote = [p for p in plans if p.lease not in self.via_local]
-        await self.local.renew([p for p in plans if p.lease in self.via_local], lease_ttl_ms)
-        if remote and self.up:
-            try:
-                await self.redis.renew(remote, lease_ttl_ms)
-            except REDIS_FAILURES as exc:
-                self._failed(exc)
-
-    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
-        try:
-            return await self.redis.usage(keys)
-        except REDIS_FAILURES as exc:
-            self._failed(exc)
-            raise LimitsUnavailable("usage is unavailable while Redis is down") from None
-
-    async def close(self) -> None:
-        await self.redis.close(give_back=self.up)

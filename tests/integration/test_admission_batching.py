@@ -17,8 +17,9 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.limits import admission as admission_module
 from gateway.limits import plan as planning
 from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import LimitValues, Plan
-from gateway.limits.store import RedisLimiter, Refusal, Settlement
+from gateway.limits.store import RedisLimiter
 from tests.redis_servers import free_port
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))

@@ -13,8 +13,9 @@ import redis.asyncio as aioredis
 
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.limits import advance, store
+from gateway.limits.limiter import Settlement
 from gateway.limits.plan import Plan
-from gateway.limits.store import RedisLimiter, Settlement
+from gateway.limits.store import RedisLimiter
 from tests.integration import test_admission_batching as batching
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), sampling=Sampling(max_tokens=16))

@@ -12,7 +12,7 @@ import pytest
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.upstream import Call
 from gateway.limits.admission import Admission, Settings
-from gateway.limits.store import LocalLimiter
+from gateway.limits.local import LocalLimiter
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), timeout=0.25)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.limiter import Settlement
+from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
-from gateway.limits.store import LocalLimiter, Settlement
 
 
 class Recording(LocalLimiter):

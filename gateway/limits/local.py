@@ -1,0 +1,100 @@
+"""Limit state in this process: the same algorithms as the Redis scripts, for the embedded default (no
+Redis configured) and for Redis outages that fail open (``failover``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from gateway.limits.limiter import Refusal, Settlement
+from gateway.limits.plan import Check, Plan
+
+USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
+
+
+@dataclass(slots=True)
+class LocalLimiter:
+    """The same algorithms in process memory. ``divisor`` shares each limit among replicas."""
+
+    divisor: int = 1
+    values: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    leases: dict[str, dict[str, float]] = field(default_factory=dict)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
+
+    def _limit(self, check: Check) -> int:
+        return max(1, math.ceil(check.limit / self.divisor))
+
+    async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        now = time.monotonic() * 1000
+        staged: list[tuple[Check, float]] = []
+        for c in plan.checks:
+            limit = self._limit(c)
+            if c.kind == "rpm":
+                period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
+                new_tat = max(self.values.get(c.key, 0.0), now) + period
+                if new_tat - now > burst * period:
+                    return Refusal(c, (new_tat - now - burst * period) / 1000)
+                staged.append((c, new_tat))
+            elif c.kind == "tpm":
+                want = plan.estimate
+                if want > limit:
+                    return Refusal(c, None)
+                level = self._level(c.key, limit, now)
+                if level < want:
+                    return Refusal(c, (want - level) * 60 / limit)
+                staged.append((c, level - want))
+            else:
+                held = {k: v for k, v in self.leases.get(c.key, {}).items() if v > now}
+                self.leases[c.key] = held
+                if len(held) >= limit:
+                    return Refusal(c, 0.1)
+                staged.append((c, now + lease_ttl_ms))
+        for c, value in staged:
+            if c.kind == "rpm":
+                self.values[c.key] = value
+            elif c.kind == "tpm":
+                self.buckets[c.key] = (value, now)
+            else:
+                self.leases[c.key][plan.lease] = value
+        return None
+
+    def _level(self, key: str, limit: int, now: float) -> float:
+        level, ts = self.buckets.get(key, (float(limit), now))
+        return min(float(limit), level + (now - ts) * limit / 60000)
+
+    async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
+        for s in items:
+            self._settle_one(s.plan, s.correction, s.prompt, s.completion, s.requests)
+
+    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int, requests: int = 1) -> None:
+        now = time.monotonic() * 1000
+        for c in plan.checks:
+            if c.kind == "tpm" and correction:
+                self.buckets[c.key] = (self._level(c.key, self._limit(c), now) - correction, now)
+            elif c.kind == "conc":
+                self.leases.get(c.key, {}).pop(plan.lease, None)
+        counts = self.counters.setdefault(plan.usage_key, {})
+        names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
+        for (name, kname), value in zip(names, (requests, prompt, completion), strict=True):
+            counts[name] = counts.get(name, 0) + value
+            counts[kname] = counts.get(kname, 0) + value
+
+    def _key_names(self, key_id: str) -> list[tuple[str, str]]:
+        names = self._names[key_id] = [(name, f"key:{key_id}:{name}") for name in USAGE_FIELDS]
+        return names
+
+    async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
+        now = time.monotonic() * 1000
+        for plan in plans:
+            for key in plan.concurrency_keys:
+                if plan.lease in self.leases.get(key, {}):
+                    self.leases[key][plan.lease] = now + lease_ttl_ms
+
+    async def usage(self, keys: list[str]) -> list[dict[str, int]]:
+        return [dict(self.counters.get(k, {})) for k in keys]
+
+    async def close(self) -> None:
+        return None
