@@ -26,7 +26,7 @@ import yaml
 from gateway.config import hash_key
 from tests.redis_servers import free_port
 from tests.vllm.conftest import HERE
-from tests.vllm.engine_stats import idle, metric, ran_to_end
+from tests.vllm.engine_stats import assert_hang_ups_abort, idle, ran_to_end
 from tests.vllm.server import ENV, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
 from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, repeated_ngrams
 
@@ -309,29 +309,17 @@ async def test_plugin_samplers_work_in_process_as_over_http(gw: GW, vllm_server:
 
 
 async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
-    await idle(engine_gw, 60)
-    finished = await ran_to_end(engine_gw)
-    generated = await metric(engine_gw, "vllm:generation_tokens_total")
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True}
-    async with aiohttp.ClientSession() as client:
-        resp = await client.post(gw.url + "/v1/completions", json=body, headers=BEARER)
-        assert resp.status == 200
-        for _ in range(3):
-            await resp.content.readline()
-        assert await metric(engine_gw, "vllm:num_requests_running") == 1
-        resp.close()  # the client goes away mid-stream
-    hung_up = time.monotonic()
-    # Unaborted, the request would run its 480 tokens and then count as finished ("length"); aborted,
-    # it leaves the engine at once, short of its tokens.
-    await idle(engine_gw, 60)
-    left_after = time.monotonic() - hung_up
-    await asyncio.sleep(1)
-    assert await ran_to_end(engine_gw) == finished
-    assert await metric(engine_gw, "vllm:generation_tokens_total") - generated < 480
+    # The client leaves after its first line (the engine is generating). A clean-clone CI run that read
+    # three lines and scraped /metrics before it left saw the 480 tokens written in full (871 ms, status
+    # 200 in the access log): the hang-up most likely came after the request's end. Hence one
+    # line, and up to three tries, as for engines behind HTTP: a stall of the host can still hold the
+    # test's own hang-up past the end of the request's ~1 s of work.
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True}
+    print(await assert_hang_ups_abort(gw.url + "/v1/completions", body, BEARER, [engine_gw]))
     started = time.monotonic()
     status, out = await gw.post("/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 4})
     assert status == 200 and out["usage"]["completion_tokens"] == 4
-    print(f"engine idle {left_after:.2f} s after the hang-up; next request in {time.monotonic() - started:.2f} s")
+    print(f"next request in {time.monotonic() - started:.2f} s")
 
 
 async def test_an_expired_deadline_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
