@@ -31,6 +31,12 @@ def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> byt
     return pydantic_core.to_json([*triples, *extra])
 
 
+def _max_age(lease_ttl_ms: int) -> float:
+    """The oldest reserve a request may take (``Reserves.take``): the reserve's concurrency lease,
+    renewed only once a request holds it, must outlive the wait for the lease keeper."""
+    return min(RESERVE_SECONDS, lease_ttl_ms / 2000)
+
+
 def _give_back_args(reserve: Reserve) -> bytes:
     """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set, then
     the Redis time it was made at (``reserve.marks``)."""
@@ -99,7 +105,7 @@ class RedisLimiter:
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
             now = time.monotonic()
-            if reserves.take(plan, now, min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
+            if reserves.take(plan, now, _max_age(lease_ttl_ms)):
                 ADMITTED_AHEAD.n += 1
                 self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
                 return None
@@ -111,7 +117,7 @@ class RedisLimiter:
             if reserves is not None:
                 self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, time.monotonic())
             return None
-        if reserves is not None and reserves.take(plan, time.monotonic(), min(RESERVE_SECONDS, lease_ttl_ms / 2000)):
+        if reserves is not None and reserves.take(plan, time.monotonic(), _max_age(lease_ttl_ms)):
             ADMITTED_AHEAD.n += 1  # refused, but this replica holds an admission for it: it is not left unused
             return None
         retry = int(result[2])
