@@ -21,12 +21,10 @@ import pydantic_core
 from adapters import pool
 from gateway.config import Target
 from gateway.core.errors import (
-    DeadlineExceeded,
     GatewayError,
     InvalidRequest,
     UpstreamFailed,
     UpstreamRejected,
-    UpstreamTimeout,
 )
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
@@ -260,14 +258,6 @@ class HTTPUpstream:
             return req, model
         raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
-    def _timeout(self, call: Call, hop: float) -> float:
-        remaining = call.remaining()
-        if remaining is None:
-            return hop
-        if remaining <= 0:
-            raise DeadlineExceeded("the request's deadline expired")
-        return min(hop, remaining)
-
     async def _post(self, req: InternalRequest, call: Call) -> aiohttp.ClientResponse:
         """Send the request and wait for the response head; the caller bounds the wait (first byte)."""
         req, model = self._prepare(req, call)
@@ -315,28 +305,22 @@ class HTTPUpstream:
             raise UpstreamFailed(f"target '{self.name}' failed with HTTP {resp.status}: {message}")
         return resp
 
-    def _expired(self, call: Call, what: str) -> GatewayError:
-        remaining = call.remaining()
-        if remaining is not None and remaining <= 0.001:
-            return DeadlineExceeded("the request's deadline expired")
-        return UpstreamTimeout(f"target '{self.name}': {what}")
-
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         # One bound for the exchange: the first-byte bound until the head arrives, then moved to the
         # total bound for the body.
         headers_in = False
         try:
-            with Bound(self._timeout(call, self.target.timeouts.first_byte)) as bound:
+            with Bound(call.hop(self.target.timeouts.first_byte)) as bound:
                 resp = await self._post(request, call)
                 headers_in = True
-                bound.reschedule(self._timeout(call, self.target.timeouts.total))
+                bound.reschedule(call.hop(self.target.timeouts.total))
                 try:
                     raw = await _body(resp, self.name)
                 finally:
                     resp.release()
         except TimeoutError:
-            raise self._expired(
-                call, "answer not complete in time" if headers_in else "no response headers in time"
+            raise call.timed_out(
+                self.name, "answer not complete in time" if headers_in else "no response headers in time"
             ) from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' broke off: {type(exc).__name__}") from None
@@ -347,13 +331,13 @@ class HTTPUpstream:
         return self.wire.decode(data, request)
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
-        first_byte = self._timeout(call, self.target.timeouts.first_byte)
+        first_byte = call.hop(self.target.timeouts.first_byte)
         watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining())
         try:
             with watch:
                 resp = await self._post(request, call)
         except TimeoutError:
-            raise self._expired(call, "no response headers in time") from None
+            raise call.timed_out(self.name, "no response headers in time") from None
         pool.drain_whole(resp.content)
         watch.reading(resp.content)
         parser = SSEParser()
@@ -365,7 +349,7 @@ class HTTPUpstream:
                 try:
                     chunk = await resp.content.readany()
                 except StreamIdle:
-                    raise self._expired(call, "stream idle for too long") from None
+                    raise call.timed_out(self.name, "stream idle for too long") from None
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
                 watch.since = None

@@ -33,11 +33,9 @@ from backends.vllm_engine.inputs import Job, Preparer
 from backends.vllm_engine.outputs import Reader
 from gateway.config import ConfigError, Target
 from gateway.core.errors import (
-    DeadlineExceeded,
     GatewayError,
     InvalidRequest,
     UpstreamFailed,
-    UpstreamTimeout,
 )
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Accumulator, Completion, LastBatch, StreamEvent, StreamStart, UsageReport
@@ -142,20 +140,6 @@ class VLLMEngine:
             return InvalidRequest(str(cause))
         return UpstreamFailed(f"target '{self.name}' failed: {type(exc).__name__}: {exc}")
 
-    def _hop(self, call: Call, hop: float) -> float:
-        remaining = call.remaining()
-        if remaining is None:
-            return hop
-        if remaining <= 0:
-            raise DeadlineExceeded("the request's deadline expired")
-        return min(hop, remaining)
-
-    def _expired(self, call: Call, what: str) -> GatewayError:
-        remaining = call.remaining()
-        if remaining is not None and remaining <= 0.001:
-            return DeadlineExceeded("the request's deadline expired")
-        return UpstreamTimeout(f"target '{self.name}': {what}")
-
     async def _outputs(self, job: Job, call: Call) -> AsyncGenerator[tuple[int, Any], None]:
         """(prompt index, output) as the engine makes them; closing this generator early, or
         cancelling a read, aborts every request of the job."""
@@ -191,11 +175,11 @@ class VLLMEngine:
         acc = Accumulator(start=self._start(job, call))
         outputs = self._outputs(job, call)
         try:
-            async with asyncio.timeout(self._hop(call, self.target.timeouts.total)):
+            async with asyncio.timeout(call.hop(self.target.timeouts.total)):
                 async for i, out in outputs:
                     acc.extend(reader.read(i, out))
         except TimeoutError:
-            raise self._expired(call, "answer not complete in time") from None
+            raise call.timed_out(self.name, "answer not complete in time") from None
         finally:
             await outputs.aclose()
         acc.add(UsageReport(reader.usage()))
@@ -213,12 +197,12 @@ class VLLMEngine:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(self._hop(call, self.target.timeouts.idle)):
+                    async with asyncio.timeout(call.hop(self.target.timeouts.idle)):
                         i, out = await anext(outputs)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise self._expired(call, "no output for too long") from None
+                    raise call.timed_out(self.name, "no output for too long") from None
                 batch += reader.read(i, out)
                 if batch:
                     yield batch

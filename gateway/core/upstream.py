@@ -5,8 +5,9 @@ backend (``backends/``). It is built once at start-up, owns its connection pool,
 ``Feature``s it can honour. The core checks features before calling, so adapters never see a request
 they cannot serve faithfully.
 
-``Call`` carries what one attempt needs besides the request: its deadline and request id. Adapters
-turn the deadline into per-hop timeouts; they raise only ``GatewayError`` subclasses.
+``Call`` carries what one attempt needs besides the request: its deadline and request id, which
+``Call.hop`` turns into per-hop timeouts and ``Call.timed_out`` tells apart from the target's own when
+a bound fires. Upstreams raise only ``GatewayError`` subclasses.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from gateway.core.errors import DeadlineExceeded, GatewayError, UpstreamTimeout
 from gateway.core.records import record
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
@@ -35,6 +37,23 @@ class Call:
         if self.deadline is None:
             return None
         return self.deadline - asyncio.get_running_loop().time()
+
+    def hop(self, seconds: float) -> float:
+        """A per-hop timeout cut to what is left of the deadline; an expired deadline raises."""
+        remaining = self.remaining()
+        if remaining is None:
+            return seconds
+        if remaining <= 0:
+            raise DeadlineExceeded("the request's deadline expired")
+        return min(seconds, remaining)
+
+    def timed_out(self, target: str, what: str) -> GatewayError:
+        """What a bound that fired means: the request's deadline (within a millisecond: the bound was cut
+        to it) or the target's own timeout."""
+        remaining = self.remaining()
+        if remaining is not None and remaining <= 0.001:
+            return DeadlineExceeded("the request's deadline expired")
+        return UpstreamTimeout(f"target '{target}': {what}")
 
 
 class Upstream(Protocol):

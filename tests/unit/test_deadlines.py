@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from gateway.core.errors import DeadlineExceeded, UpstreamTimeout
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.upstream import Call
 from gateway.limits.admission import Admission, Settings
@@ -37,3 +38,18 @@ async def test_a_bound_filed_for_the_remaining_time_finds_none_left_when_it_fire
             await asyncio.sleep(1)
     left = call.remaining()
     assert left is not None and left <= 0.001
+
+
+async def test_a_fired_bound_is_the_deadline_only_when_none_of_it_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    now = [50.0]
+    monkeypatch.setattr(loop, "time", lambda: now[0])
+    call = Call("rid", 51.0)
+    assert call.hop(5.0) == 1.0  # a hop's timeout is cut to what is left
+    assert isinstance(call.timed_out("t", "no output"), UpstreamTimeout)  # a second left: the target's
+    now[0] = 50.9995  # within the millisecond a bound cut to the deadline may fire early by
+    assert isinstance(call.timed_out("t", "no output"), DeadlineExceeded)
+    now[0] = 51.0
+    with pytest.raises(DeadlineExceeded):
+        call.hop(5.0)
+    assert Call("rid").hop(5.0) == 5.0  # no deadline: the hop's own
