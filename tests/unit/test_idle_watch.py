@@ -9,7 +9,7 @@ from unittest import mock
 import aiohttp
 import pytest
 
-from adapters.http import StreamIdle, StreamWatch
+from adapters.watch import StreamIdle, StreamWatch
 from gateway.timers import MIN_GRAIN, wheel
 
 
