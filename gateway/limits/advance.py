@@ -1,13 +1,18 @@
 """Admissions made ahead: while a team key's requests come back to back, this replica admits its next
-request in Redis before it arrives, so that request is admitted without a round trip on its path.
+requests in Redis before they arrive, so they are admitted without a round trip on their path.
 
-An admission made ahead (a *reserve*) is an ordinary admission in Redis: one arrival under each
-requests-per-minute limit, a token estimate under each tokens-per-minute limit, a lease under each
-concurrency limit. Limits stay exact across replicas (nothing is admitted that Redis did not count);
-what changes is when a unit is taken. Redis grants a reserve only while every limit keeps at least half
-its room after it (``scripts.ADMIT``'s ``ahead``), so near a limit each request is admitted on its own
-path, as without reserves. A reserve nobody takes within ``RESERVE_SECONDS`` is given back; until then
-it is at most one request, one token estimate and one concurrency slot per team key and replica.
+An admission made ahead (a *reserve*) is an ordinary admission in Redis of up to ``AHEAD_UNITS``
+requests at once (*units*): per unit, one arrival under each requests-per-minute limit, a token
+estimate under each tokens-per-minute limit, a lease under each concurrency limit. Limits stay exact
+across replicas (nothing is admitted that Redis did not count); what changes is when a unit is taken.
+Redis grants as many units as leave every limit at least half its room (``scripts.ADMIT``'s ``ahead``),
+so near a limit each request is admitted on its own path, as without reserves. A reserve's units
+nobody takes within ``RESERVE_SECONDS`` are given back; until then it is at most ``AHEAD_UNITS``
+requests, token estimates and concurrency slots per team key and replica.
+
+One round trip for several requests: a key's requests at concurrency 1 meet Redis's work (on the
+path of the request that asks) once every ``AHEAD_UNITS``, not each time, and under load Redis runs
+one script call for several admissions.
 
 Sans-IO: the bookkeeping only; ``RedisLimiter`` makes the calls.
 """
@@ -18,16 +23,28 @@ from dataclasses import dataclass, field
 
 from gateway.limits.plan import Plan, new_lease
 
-RESERVE_SECONDS = 1.0  # a reserve unused this long is given back
+RESERVE_SECONDS = 1.0  # a reserve's units unused this long are given back
+AHEAD_UNITS = 8  # requests one admission made ahead asks for
 BACK_TO_BACK_SECONDS = 1.0  # requests of a team key this close together get reserves
 _SEEN_MAX = 4096  # team keys remembered before the quiet ones are forgotten
 
 
 @dataclass(slots=True)
 class Reserve:
-    plan: Plan  # the admission made ahead: its keys, token estimate and lease
+    plan: Plan  # the admission made ahead: its keys, token estimate (per unit) and lease (the units' base)
     made: float  # when Redis's answer came (time.monotonic(), as every ``now`` here)
     marks: list[int]  # what Redis answered: its time (ms), then per limit the arrival time it set (rpm)
+    units: int = 1  # admitted by Redis
+    taken: int = 0  # of them, by requests (in order: unit ``u`` is the ``taken``-th + 1)
+
+    def lease(self, unit: int) -> str:
+        """Unit ``unit``'s concurrency lease (1-based), as ADMIT named it."""
+        return f"{self.plan.lease}.{unit}"
+
+    @property
+    def left(self) -> list[str]:
+        """The leases of the units no request took."""
+        return [self.lease(u) for u in range(self.taken + 1, self.units + 1)]
 
 
 @dataclass(slots=True)
@@ -54,15 +71,17 @@ class Reserves:
             return False
         if plan.layout.tokens and plan.estimate > reserve.plan.estimate:
             return False
-        del self.ready[keys]
-        plan.lease = reserve.plan.lease
+        reserve.taken += 1
+        if reserve.taken == reserve.units:
+            del self.ready[keys]
+        plan.lease = reserve.lease(reserve.taken)
         plan.estimate = reserve.plan.estimate
         return True
 
     def wanted(self, plan: Plan, now: float, estimate: int) -> Plan | None:
-        """After ``plan`` was admitted: the admission to make ahead for this team key's next request
-        (reserving ``estimate`` tokens: the request's own, not a reserve's it took), or None (one is
-        ready or asked for, or its requests are not back to back)."""
+        """After ``plan`` was admitted: the admission to make ahead for this team key's next requests
+        (reserving ``estimate`` tokens a unit: the request's own, not a reserve's it took), or None (one
+        is ready, its last unit not yet taken, or asked for, or its requests are not back to back)."""
         keys = plan.layout.keys
         last = self.seen.get(keys)
         if last is None and len(self.seen) >= _SEEN_MAX:
@@ -75,15 +94,15 @@ class Reserves:
         self.asking.add(keys)
         return Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
 
-    def answered(self, ahead: Plan, marks: list[int] | None, now: float) -> None:
-        """Redis granted ``ahead`` (``marks``: its answer less the status) or not (None)."""
+    def answered(self, ahead: Plan, granted: Reserve | None) -> None:
+        """Redis granted ``ahead`` (the reserve it made) or not (None)."""
         keys = ahead.layout.keys
         self.asking.discard(keys)
-        if marks is not None:
-            self.ready[keys] = Reserve(ahead, now, marks)
+        if granted is not None:
+            self.ready[keys] = granted
 
     def stale(self, now: float) -> list[Reserve]:
-        """Reserves unused for ``RESERVE_SECONDS``, removed: to be given back."""
+        """Reserves made ``RESERVE_SECONDS`` ago or more, removed: their units left to be given back."""
         old = [keys for keys, reserve in self.ready.items() if now - reserve.made >= RESERVE_SECONDS]
         self._forget(now)
         return [self.ready.pop(keys) for keys in old]

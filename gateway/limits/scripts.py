@@ -16,10 +16,11 @@ as the triples. Limit kinds:
 
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
 ``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
-admission made ahead of its request (``gateway.limits.advance``: ``extra`` is ``[ttl, 1]``) is
-granted only if every limit keeps at least half its room after it, and answered with
-``{0, now_ms, mark_1, ...}``: per limit, the arrival time it set (rpm; 0 for the other kinds), for
-GIVE_BACK.
+admission made ahead of its requests (``gateway.limits.advance``: ``extra`` is ``[ttl, k]``) admits
+up to ``k`` of them at once, *units*, as many as leave every limit at least half its room (none:
+refused); unit ``u``'s concurrency lease is ``<lease>.<u>``. It is answered with
+``{0, now_ms, units, mark_1, ...}``: per limit, the arrival time it set (rpm; 0 for the other kinds),
+for GIVE_BACK.
 """
 
 from __future__ import annotations
@@ -52,52 +53,70 @@ ADMIT = (
     + BUCKET
     + """local n = #KEYS
 local ttl = tonumber(a[n + 1])
-local ahead = a[n + 2] == 1
+local ahead = tonumber(a[n + 2] or 0)
+local units = math.max(ahead, 1)
 local state = {}
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), tostring(a[i][3])
+  local fits
   if kind == 'rpm' then
     local period = 60000 / limit
-    local burst = tonumber(param)
     local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
     if tat < now then tat = now end
     local new_tat = tat + period
-    local room = burst * period
-    if ahead then room = room / 2 end
+    local room = tonumber(param) * period
+    if ahead > 0 then room = room / 2 end
     if new_tat - now > room then
       return {1, i, math.ceil(new_tat - now - room)}
     end
-    state[i] = new_tat
+    fits = 1 + math.floor((room - (new_tat - now)) / period)
+    state[i] = tat
   elseif kind == 'tpm' then
     local want = tonumber(param)
     if want > limit then return {1, i, -1} end
     local level = refilled(KEYS[i], limit)
-    if level < want or (ahead and (level - want) * 2 < limit) then
+    if level < want or (ahead > 0 and (level - want) * 2 < limit) then
       return {1, i, math.ceil(math.max(want - level, 1) * 60000 / limit)}
     end
-    state[i] = level - want
+    fits = 1
+    if ahead > 0 then
+      fits = want > 0 and 1 + math.floor((level - want - limit / 2) / want) or units
+    end
+    state[i] = level
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     local held = redis.call('ZCARD', KEYS[i])
-    if held >= limit or (ahead and (held + 1) * 2 > limit) then
+    fits = ahead > 0 and math.floor(limit / 2 - held) or limit - held
+    if fits < 1 then
       return {1, i, 100}
     end
   end
+  if fits < units then units = fits end
 end
+local marks = {0, now, units}
 for i = 1, n do
-  local kind = a[i][1]
+  local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
+  marks[i + 3] = 0
   if kind == 'rpm' then
-    redis.call('SET', KEYS[i], state[i], 'PX', math.ceil(state[i] - now) + 1000)
+    local tat = state[i] + units * 60000 / limit
+    redis.call('SET', KEYS[i], tat, 'PX', math.ceil(tat - now) + 1000)
+    marks[i + 3] = math.floor(tat)
   elseif kind == 'tpm' then
-    put_level(KEYS[i], state[i])
+    put_level(KEYS[i], state[i] - units * tonumber(param))
+  elseif ahead > 0 then
+    local members = {}
+    for u = 1, units do
+      members[2 * u - 1] = now + ttl
+      members[2 * u] = tostring(param) .. '.' .. u
+    end
+    redis.call('ZADD', KEYS[i], unpack(members))
+    redis.call('PEXPIRE', KEYS[i], ttl * 2)
   else
-    redis.call('ZADD', KEYS[i], now + ttl, tostring(a[i][3]))
+    redis.call('ZADD', KEYS[i], now + ttl, tostring(param))
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
   end
 end
-if ahead then
-  local marks = {0, now}
-  for i = 1, n do marks[i + 2] = state[i] and a[i][1] == 'rpm' and math.floor(state[i]) or 0 end
+if ahead > 0 then
   return marks
 end
 return {0}
@@ -142,30 +161,31 @@ return 0
 )
 
 # KEYS: an admission's. ARGV[1]: its triples, but an rpm triple's param is the arrival time the
-# admission set (its ``new_tat``), then the Redis time it was made at: what ADMIT answered an ``ahead``
-# admission with. Undoes an admission made ahead that no request took (``gateway.limits.advance``),
-# never by more than it still holds: an arrival only by the part time has not paid off yet, tokens less
-# the refill since (which a bucket at its cap would have lost), so giving back never lets more in than
-# if the admission had never been made.
+# admission set (its last unit's), a concurrency triple's the leases of the units given back; then the
+# Redis time it was made at, then how many of its units come back: what ADMIT answered an ``ahead``
+# admission with, less the units requests took. Undoes those units of an admission made ahead
+# (``gateway.limits.advance``), never by more than it still holds: arrivals only by the part time has
+# not paid off yet, tokens less the refill since (which a bucket at its cap would have lost), so giving
+# back never lets more in than if those units had never been admitted.
 GIVE_BACK = (
     PRELUDE
     + BUCKET
     + """local n = #KEYS
-local made = tonumber(a[n + 1])
+local made, units = tonumber(a[n + 1]), tonumber(a[n + 2])
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
   if kind == 'rpm' then
-    local back = math.min(60000 / limit, tonumber(param) - now)
+    local back = math.min(units * 60000 / limit, tonumber(param) - now)
     local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
     if back > 0 and tat > now then
       tat = math.max(now, tat - back)
       redis.call('SET', KEYS[i], tat, 'PX', math.ceil(tat - now) + 1000)
     end
   elseif kind == 'tpm' then
-    local back = math.max(0, tonumber(param) - (now - made) * limit / 60000)
+    local back = math.max(0, units * tonumber(param) - (now - made) * limit / 60000)
     put_level(KEYS[i], math.min(limit, refilled(KEYS[i], limit) + back))
   else
-    redis.call('ZREM', KEYS[i], tostring(param))
+    redis.call('ZREM', KEYS[i], unpack(param))
   end
 end
 return 0

@@ -12,7 +12,7 @@ import pydantic_core
 from redis.exceptions import NoScriptError
 
 from gateway.limits import scripts
-from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
+from gateway.limits.advance import AHEAD_UNITS, RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.limiter import Refusal, Settlement
@@ -38,11 +38,15 @@ def _max_age(lease_ttl_ms: int) -> float:
 
 
 def _give_back_args(reserve: Reserve) -> bytes:
-    """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set, then
-    the Redis time it was made at (``reserve.marks``)."""
-    plan, marks = reserve.plan, reserve.marks
-    triples = [[c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else plan.param(c)] for i, c in enumerate(plan.checks)]
-    return pydantic_core.to_json([*triples, marks[0]])
+    """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set and a
+    concurrency one with the leases of the units left, then the Redis time it was made at
+    (``reserve.marks``) and how many units are left."""
+    plan, marks, left = reserve.plan, reserve.marks, reserve.left
+    params: dict[str, object] = {"tpm": str(plan.estimate), "conc": left}
+    triples = [
+        [c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else params[c.kind]] for i, c in enumerate(plan.checks)
+    ]
+    return pydantic_core.to_json([*triples, marks[0], len(left)])
 
 
 def _merged(items: list[Settlement]) -> list[tuple[Plan, list[str] | None, tuple[int, int, int, int]]]:
@@ -144,7 +148,7 @@ class RedisLimiter:
         if ahead is None:
             return
         keys = ahead.layout.keys
-        args = _args(ahead, lease_ttl_ms, 1)
+        args = _args(ahead, lease_ttl_ms, AHEAD_UNITS)
         if self._channel is None:
             self._spawn(self._ahead_alone(reserves, ahead, args))
             return
@@ -170,12 +174,14 @@ class RedisLimiter:
         self._granted(reserves, ahead, result)
 
     def _granted(self, reserves: Reserves, ahead: Plan, result: Any) -> None:
-        marks = [int(x) for x in result[1:]] if isinstance(result, list) and int(result[0]) == 0 else None
-        if marks is not None and self._closed:  # answered after close() gave back the rest
-            self._spawn(self._give_back_all([Reserve(ahead, 0.0, marks)]))
-            marks = None
-        reserves.answered(ahead, marks, time.monotonic())
-        if marks is not None and self._sweep is None:
+        granted = None
+        if isinstance(result, list) and int(result[0]) == 0:  # {0, now, units, marks...}
+            granted = Reserve(ahead, time.monotonic(), [int(result[1]), *map(int, result[3:])], int(result[2]))
+        if granted is not None and self._closed:  # answered after close() gave back the rest
+            self._spawn(self._give_back_all([granted]))
+            granted = None
+        reserves.answered(ahead, granted)
+        if granted is not None and self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS, self._give_back_stale)
 
     def _give_back_stale(self) -> None:
@@ -194,12 +200,13 @@ class RedisLimiter:
 
     async def _give_back_all(self, reserves: list[Reserve]) -> None:
         """One call each, sent together (one round trip through the channel)."""
+        reserves = [r for r in reserves if r.taken < r.units]
         calls = [self._run(self._give_back, r.plan.layout.keys, _give_back_args(r)) for r in reserves]
-        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+        for reserve, outcome in zip(reserves, await asyncio.gather(*calls, return_exceptions=True), strict=True):
             if isinstance(outcome, BaseException):  # what it holds expires: arrival and tokens with time, lease by TTL
                 log.debug("giving back an admission made ahead failed: %s", outcome)
             else:
-                GIVEN_BACK.n += 1
+                GIVEN_BACK.n += reserve.units - reserve.taken
 
     async def close(self, give_back: bool = True) -> None:
         """``give_back``: False while Redis is known to be down (what is held then expires by itself)."""

@@ -1,6 +1,7 @@
 """Admissions made ahead (``gateway.limits.advance``) against a real Redis: a team key's back-to-back
-requests are admitted without a round trip on their path, limits stay exact across replicas, near a
-limit nothing is made ahead, and what nobody took is given back (after its time, and at shutdown)."""
+requests are admitted without a round trip on their path, several to a round trip, limits stay exact
+across replicas, near a limit nothing is made ahead, and what nobody took is given back (after its
+time, and at shutdown)."""
 
 from __future__ import annotations
 
@@ -48,23 +49,48 @@ async def answered(limiter: RedisLimiter) -> None:
 async def test_back_to_back_requests_are_admitted_without_a_round_trip(client: aioredis.Redis) -> None:
     limiter = RedisLimiter(client, advance=True)
     batch = plans(4, rpm=1000, tpm=100_000, concurrency=50)
-    for p in batch[:2]:  # the second comes back to back: the third is admitted ahead
+    for p in batch[:2]:  # the second comes back to back: the next ones are admitted ahead
+        assert await limiter.admit(p, TTL) is None
+    await reserve_ready(limiter)
+    reserve = next(iter(limiter.reserves.ready.values()))  # type: ignore[union-attr]
+    assert reserve.units == advance.AHEAD_UNITS  # far from every limit: as many as asked for
+    before = limiter.batches
+    for p in batch[2:]:
+        assert await limiter.admit(p, TTL) is None
+    assert limiter.batches == before  # answered at once, from the reserve
+    assert [p.lease for p in batch[2:]] == [reserve.lease(1), reserve.lease(2)]  # the leases Redis holds for them
+    conc = batch[0].layout.concurrency_keys[0]
+    assert await client.zscore(conc, batch[3].lease) is not None
+    assert await client.zcard(conc) == 2 + advance.AHEAD_UNITS
+    await limiter.settle([Settlement(p, 0, 1, 1) for p in batch], urgent=True)
+    assert await client.zcard(conc) == advance.AHEAD_UNITS - 2
+    await limiter.close()  # the units never taken are given back
+    assert await client.zcard(conc) == 0
+    usage = await client.hgetall(batch[0].usage_key)
+    assert usage[b"requests"] == b"4"
+
+
+async def test_the_request_that_takes_a_reserves_last_unit_asks_for_the_next(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "AHEAD_UNITS", 2)
+    limiter = RedisLimiter(client, advance=True)
+    batch = plans(6, rpm=1000, concurrency=50)
+    for p in batch[:2]:
         assert await limiter.admit(p, TTL) is None
     await reserve_ready(limiter)
     before = limiter.batches
-    third = batch[2]
-    assert await limiter.admit(third, TTL) is None
-    assert limiter.batches == before  # answered at once, from the reserve
-    assert third.lease != "lease2"  # the lease Redis holds for it
-    conc = batch[0].layout.concurrency_keys[0]
-    assert await client.zscore(conc, third.lease) is not None
-    await reserve_ready(limiter)  # and the fourth is asked for meanwhile
-    assert await client.zcard(conc) == 4
-    await limiter.settle([Settlement(p, 0, 1, 1) for p in batch[:3]], urgent=True)
-    await limiter.close()  # the fourth, never taken, is given back
-    assert await client.zcard(conc) == 0
-    usage = await client.hgetall(batch[0].usage_key)
-    assert usage[b"requests"] == b"3"
+    assert await limiter.admit(batch[2], TTL) is None
+    assert limiter.reserves is not None and not limiter.reserves.asking  # one unit left: nothing asked
+    assert await limiter.admit(batch[3], TTL) is None  # the last unit: the next reserve is asked for
+    await reserve_ready(limiter)
+    for p in batch[4:]:
+        assert await limiter.admit(p, TTL) is None
+    assert limiter.batches == before + 1  # four requests, one round trip (the next reserve, asked by the sixth)
+    await answered(limiter)
+    await limiter.settle([Settlement(p, 0, 1, 1) for p in batch], urgent=True)
+    await limiter.close()
+    assert await client.zcard(batch[0].layout.concurrency_keys[0]) == 0
 
 
 async def test_two_replicas_never_admit_more_than_the_limit(client: aioredis.Redis) -> None:
@@ -120,25 +146,30 @@ async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypat
     monkeypatch.setattr(advance, "RESERVE_SECONDS", 0.05)
     monkeypatch.setattr(store, "RESERVE_SECONDS", 0.05)
     limiter = RedisLimiter(client, advance=True)
-    batch = plans(2, rpm=100, tpm=10_000, concurrency=50)  # rpm: one arrival per 600 ms
-    for p in batch:
+    batch = plans(3, rpm=100, tpm=10_000, concurrency=50)  # rpm: one arrival per 600 ms
+    for p in batch[:2]:
         assert await limiter.admit(p, TTL) is None
     await reserve_ready(limiter)
+    assert await limiter.admit(batch[2], TTL) is None  # one unit taken, the rest left
+    units = next(iter(limiter.reserves.ready.values())).units  # type: ignore[union-attr]
+    assert units == advance.AHEAD_UNITS
     rpm, tpm, conc = batch[0].layout.keys
     tat = float(await client.get(rpm))  # type: ignore[arg-type]
     level, ts = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
-    assert await client.zcard(conc) == 3
+    assert await client.zcard(conc) == 2 + units
     for _ in range(100):
         await asyncio.sleep(0.01)
-        if await client.zcard(conc) == 2:
+        if await client.zcard(conc) == 3:
             break
-    assert await client.zcard(conc) == 2 and limiter.reserves is not None and not limiter.reserves.ready
-    assert float(await client.get(rpm)) == tat - 600  # type: ignore[arg-type]
+    assert await client.zcard(conc) == 3 and limiter.reserves is not None and not limiter.reserves.ready
+    assert await client.zscore(conc, batch[2].lease) is not None  # the unit a request took stays
+    assert float(await client.get(rpm)) == tat - 600 * (units - 1)  # type: ignore[arg-type]
     level_after, ts_after = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
     refill = (ts_after - ts) * 10_000 / 60_000  # ts: when the reserve was made
-    # the reserve's tokens come back less what the bucket refilled meanwhile (it could not have
-    # held more than its cap without the reserve)
-    assert level_after == pytest.approx(level + refill + max(0.0, batch[0].estimate - refill))
+    # the units' tokens come back less what the bucket refilled meanwhile (it could not have held more
+    # than its cap without the reserve)
+    back = max(0.0, (units - 1) * batch[0].estimate - refill)
+    assert level_after == pytest.approx(level + refill + back)
     await limiter.close()
 
 
@@ -172,9 +203,12 @@ async def test_an_old_reserve_is_not_taken_once_its_lease_may_have_expired(clien
     await limiter.close()
 
 
-async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(client: aioredis.Redis) -> None:
-    # after a large request, the small ones that follow are charged a small estimate again (the one
-    # that takes the large request's reserve holds its estimate, as Redis does)
+async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # after a large request, the small ones that follow are charged its estimate while its reserve
+    # lasts (Redis holds that much per unit), their own again after
+    monkeypatch.setattr(store, "AHEAD_UNITS", 2)
     limiter = RedisLimiter(client, advance=True)
     team = f"t-{uuid.uuid4().hex[:8]}"
     small = plans(4, team=team, tpm=1_000_000)
@@ -186,7 +220,7 @@ async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(cli
     for p in small[1:]:
         await reserve_ready(limiter)
         assert await limiter.admit(p, TTL) is None
-    assert [p.estimate for p in small[1:]] == [large.estimate, own, own]
+    assert [p.estimate for p in small[1:]] == [large.estimate, large.estimate, own]
     await reserve_ready(limiter)
     assert next(iter(limiter.reserves.ready.values())).plan.estimate == own  # type: ignore[union-attr]
     await limiter.close()

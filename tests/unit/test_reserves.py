@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
-from gateway.limits.advance import Reserves
+from gateway.limits.advance import Reserve, Reserves
 from gateway.limits.plan import LimitValues
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
@@ -22,3 +22,21 @@ def test_none_is_asked_for_while_the_keys_own_admissions_are_out() -> None:
     del reserves.on_path[keys]
     ahead = reserves.wanted(plan, 0.2, plan.estimate)
     assert ahead is not None and keys in reserves.asking and ahead.lease != plan.lease
+
+
+def test_a_reserves_units_go_in_order_and_the_last_one_empties_it() -> None:
+    ahead = planning.build("t", "k", LimitValues(concurrency=10), LimitValues(), REQUEST, "base")
+    keys = ahead.layout.keys
+    reserves = Reserves()
+    reserves.asking.add(keys)
+    reserves.answered(ahead, Reserve(ahead, 0.0, [0, 0], units=3))
+    assert not reserves.asking
+    taken = []
+    for i in range(4):
+        plan = planning.build("t", "k", LimitValues(concurrency=10), LimitValues(), REQUEST, f"own{i}")
+        if reserves.take(plan, 0.1, 1.0):
+            taken.append(plan.lease)
+        if i == 0:
+            assert reserves.ready[keys].left == ["base.2", "base.3"]  # what would be given back
+    assert taken == ["base.1", "base.2", "base.3"]  # ADMIT's names for them, each once
+    assert keys not in reserves.ready  # used up: the next is asked for
