@@ -11,8 +11,10 @@ nobody takes within ``RESERVE_SECONDS`` are given back; until then it is at most
 requests, token estimates and concurrency slots per team key and replica.
 
 One round trip for several requests: a key's requests at concurrency 1 meet Redis's work (on the
-path of the request that asks) once every ``AHEAD_UNITS``, not each time, and under load Redis runs
-one script call for several admissions.
+path of the request that asks) once every few requests, not each time. A reserve asks for the
+requests its key is expected to send within half its life (from the gap between its last two), so
+that few units are given back: giving back returns a unit's tokens less the bucket's refill since,
+which a key whose reserves went back unused again and again would keep losing.
 
 Sans-IO: the bookkeeping only; ``RedisLimiter`` makes the calls.
 """
@@ -24,9 +26,15 @@ from dataclasses import dataclass, field
 from gateway.limits.plan import Plan, new_lease
 
 RESERVE_SECONDS = 1.0  # a reserve's units unused this long are given back
-AHEAD_UNITS = 8  # requests one admission made ahead asks for
+AHEAD_UNITS = 8  # the most requests one admission made ahead asks for
 BACK_TO_BACK_SECONDS = 1.0  # requests of a team key this close together get reserves
 _SEEN_MAX = 4096  # team keys remembered before the quiet ones are forgotten
+
+
+def units_for(gap: float) -> int:
+    """Units to ask for, for a key whose last two requests came ``gap`` seconds apart: the requests
+    expected within half a reserve's life, at least one and at most ``AHEAD_UNITS``."""
+    return max(1, min(AHEAD_UNITS, int(RESERVE_SECONDS / 2 / max(gap, 1e-6))))
 
 
 @dataclass(slots=True)
@@ -78,10 +86,11 @@ class Reserves:
         plan.estimate = reserve.plan.estimate
         return True
 
-    def wanted(self, plan: Plan, now: float, estimate: int) -> Plan | None:
+    def wanted(self, plan: Plan, now: float, estimate: int) -> tuple[Plan, int] | None:
         """After ``plan`` was admitted: the admission to make ahead for this team key's next requests
-        (reserving ``estimate`` tokens a unit: the request's own, not a reserve's it took), or None (one
-        is ready, its last unit not yet taken, or asked for, or its requests are not back to back)."""
+        (reserving ``estimate`` tokens a unit: the request's own, not a reserve's it took) and how many
+        units to ask for, or None (one is ready, its last unit not yet taken, or asked for, or its
+        requests are not back to back)."""
         keys = plan.layout.keys
         last = self.seen.get(keys)
         if last is None and len(self.seen) >= _SEEN_MAX:
@@ -92,7 +101,8 @@ class Reserves:
         if self.on_path.get(keys):
             return None
         self.asking.add(keys)
-        return Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
+        ahead = Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
+        return ahead, units_for(now - last)
 
     def answered(self, ahead: Plan, granted: Reserve | None) -> None:
         """Redis granted ``ahead`` (the reserve it made) or not (None)."""

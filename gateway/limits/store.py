@@ -12,7 +12,7 @@ import pydantic_core
 from redis.exceptions import NoScriptError
 
 from gateway.limits import scripts
-from gateway.limits.advance import AHEAD_UNITS, RESERVE_SECONDS, Reserve, Reserves
+from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.limiter import Refusal, Settlement
@@ -144,11 +144,12 @@ class RedisLimiter:
         """Admit this team key's next request now, in the background, if its requests come back to back."""
         if self._closed:
             return
-        ahead = reserves.wanted(plan, now, estimate)
-        if ahead is None:
+        wanted = reserves.wanted(plan, now, estimate)
+        if wanted is None:
             return
+        ahead, units = wanted
         keys = ahead.layout.keys
-        args = _args(ahead, lease_ttl_ms, AHEAD_UNITS)
+        args = _args(ahead, lease_ttl_ms, units)
         if self._channel is None:
             self._spawn(self._ahead_alone(reserves, ahead, args))
             return

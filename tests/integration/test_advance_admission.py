@@ -73,7 +73,7 @@ async def test_back_to_back_requests_are_admitted_without_a_round_trip(client: a
 async def test_the_request_that_takes_a_reserves_last_unit_asks_for_the_next(
     client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "AHEAD_UNITS", 2)
+    monkeypatch.setattr(advance, "AHEAD_UNITS", 2)
     limiter = RedisLimiter(client, advance=True)
     batch = plans(6, rpm=1000, concurrency=50)
     for p in batch[:2]:
@@ -145,6 +145,7 @@ async def test_a_larger_request_is_not_admitted_on_a_smaller_reserve(client: aio
 async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(advance, "RESERVE_SECONDS", 0.05)
     monkeypatch.setattr(store, "RESERVE_SECONDS", 0.05)
+    monkeypatch.setattr(advance, "units_for", lambda gap: 4)  # the reserve's size, whatever the pace here
     limiter = RedisLimiter(client, advance=True)
     batch = plans(3, rpm=100, tpm=10_000, concurrency=50)  # rpm: one arrival per 600 ms
     for p in batch[:2]:
@@ -152,7 +153,7 @@ async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypat
     await reserve_ready(limiter)
     assert await limiter.admit(batch[2], TTL) is None  # one unit taken, the rest left
     units = next(iter(limiter.reserves.ready.values())).units  # type: ignore[union-attr]
-    assert units == advance.AHEAD_UNITS
+    assert units == 4
     rpm, tpm, conc = batch[0].layout.keys
     tat = float(await client.get(rpm))  # type: ignore[arg-type]
     level, ts = (float(v) for v in await client.hmget(tpm, "level", "ts"))  # type: ignore[arg-type]
@@ -208,7 +209,7 @@ async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(
 ) -> None:
     # after a large request, the small ones that follow are charged its estimate while its reserve
     # lasts (Redis holds that much per unit), their own again after
-    monkeypatch.setattr(store, "AHEAD_UNITS", 2)
+    monkeypatch.setattr(advance, "AHEAD_UNITS", 2)
     limiter = RedisLimiter(client, advance=True)
     team = f"t-{uuid.uuid4().hex[:8]}"
     small = plans(4, team=team, tpm=1_000_000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
-from gateway.limits.advance import Reserve, Reserves
+from gateway.limits.advance import AHEAD_UNITS, Reserve, Reserves, units_for
 from gateway.limits.plan import LimitValues
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
@@ -20,8 +20,14 @@ def test_none_is_asked_for_while_the_keys_own_admissions_are_out() -> None:
     reserves.on_path[keys] = 1
     assert reserves.wanted(plan, 0.1, plan.estimate) is None
     del reserves.on_path[keys]
-    ahead = reserves.wanted(plan, 0.2, plan.estimate)
-    assert ahead is not None and keys in reserves.asking and ahead.lease != plan.lease
+    wanted = reserves.wanted(plan, 0.2, plan.estimate)
+    assert wanted is not None and keys in reserves.asking and wanted[0].lease != plan.lease
+
+
+def test_a_reserve_asks_for_the_requests_expected_within_half_its_life() -> None:
+    assert units_for(0.0006) == AHEAD_UNITS  # back to back at concurrency 1: the most
+    assert units_for(0.1) == 5  # five more within half a second
+    assert units_for(0.3) == units_for(0.9) == 1  # as before: one at a time
 
 
 def test_a_reserves_units_go_in_order_and_the_last_one_empties_it() -> None:
