@@ -193,7 +193,7 @@ async def flusher() -> None:
 # Updated per request or per Redis round trip outside ``gateway.logs``.
 ADMITTED = CountTally(RATE_LIMIT.labels("all", "admit"))
 ADMITTED_AHEAD = CountTally(RATE_LIMIT.labels("all", "admit_ahead"))  # of them, on an admission made ahead
-GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # admissions made ahead that no request took
+GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # requests' admissions made ahead that no request took
 ADMISSION_WAITS = HistogramTally(ADMISSION_WAIT)
 REDIS_ROUND_TRIPS = HistogramTally(REDIS_LATENCY)
 REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the gauge's file on change only

@@ -184,7 +184,7 @@ for i = 1, n do
   elseif kind == 'tpm' then
     local back = math.max(0, units * tonumber(param) - (now - made) * limit / 60000)
     put_level(KEYS[i], math.min(limit, refilled(KEYS[i], limit) + back))
-  else
+  elseif #param > 0 then
     redis.call('ZREM', KEYS[i], unpack(param))
   end
 end

@@ -155,7 +155,7 @@ async def test_back_to_back_requests_are_admitted_ahead_and_nothing_is_left_held
         assert (await gw.send(OPENAI, "m", "x", False)).status == 200
         await asyncio.sleep(0.02)  # the next admission, asked for ahead, is answered meanwhile
     assert await admitted_ahead() - before == 4  # the first two on their path, then each on the one made ahead
-    await gw.server.close()  # shutting down gives back the admission made for a seventh request
+    await gw.server.close()  # shutting down gives back the admissions made ahead and not taken
     client: Any = aioredis.RedisCluster.from_url(url) if backend == "cluster" else aioredis.Redis.from_url(url)
     now_s, now_us = await client.time()
     tat = float(await client.get(f"llmgw:{{{team}}}:rpm"))

@@ -148,7 +148,7 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
         # (a scrape that times out counts its replica as loaded)
         (busy, idle), deadline = pool.replicas.states[:2], time.monotonic() + 90
         await pool.replicas.scrape()
-        while busy.waiting < 1 or idle.slow_scrapes or not idle.healthy:
+        while busy.waiting < 1 or idle.slow_scrapes or not (idle.healthy and busy.healthy):
             assert time.monotonic() < deadline, f"the gateway never saw the load: {view(busy)} / {view(idle)}"
             await pool.replicas.scrape()
         before = await ran_to_end(vllm_second)
