@@ -93,14 +93,14 @@ for i = 1, n do
   end
   if fits < units then units = fits end
 end
-local marks = {0, now, units}
+local marks = ahead > 0 and {0, now, units} or nil
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
-  marks[i + 3] = 0
+  if marks then marks[i + 3] = 0 end
   if kind == 'rpm' then
     local tat = state[i] + units * 60000 / limit
     redis.call('SET', KEYS[i], tat, 'PX', math.ceil(tat - now) + 1000)
-    marks[i + 3] = math.floor(tat)
+    if marks then marks[i + 3] = math.floor(tat) end
   elseif kind == 'tpm' then
     put_level(KEYS[i], state[i] - units * tonumber(param))
   elseif ahead > 0 then
@@ -116,10 +116,7 @@ for i = 1, n do
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
   end
 end
-if ahead > 0 then
-  return marks
-end
-return {0}
+return marks or {0}
 """
 )
 
