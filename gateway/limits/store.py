@@ -42,9 +42,9 @@ def _give_back_args(reserve: Reserve) -> bytes:
     concurrency one with the leases of the units left, then the Redis time it was made at
     (``reserve.marks``) and how many units are left."""
     plan, marks, left = reserve.plan, reserve.marks, reserve.left
-    params: dict[str, object] = {"tpm": str(plan.estimate), "conc": left}
     triples = [
-        [c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else params[c.kind]] for i, c in enumerate(plan.checks)
+        [c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else left if c.kind == "conc" else plan.param(c)]
+        for i, c in enumerate(plan.checks)
     ]
     return pydantic_core.to_json([*triples, marks[0], len(left)])
 

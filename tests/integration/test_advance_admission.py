@@ -27,6 +27,12 @@ def plans(n: int, team: str | None = None, request: InternalRequest = REQUEST, *
     return batching.plans(n, team, request, **limits)
 
 
+def sized(monkeypatch: pytest.MonkeyPatch, units: int) -> None:
+    """Reserves of ``units``, whatever the pace between this test's admissions (``advance.units_for``
+    sizes them by it, smaller on a slow machine)."""
+    monkeypatch.setattr(advance, "units_for", lambda gap: units)
+
+
 async def reserve_ready(limiter: RedisLimiter) -> None:
     assert limiter.reserves is not None
     for _ in range(200):
@@ -49,7 +55,7 @@ async def answered(limiter: RedisLimiter) -> None:
 async def test_back_to_back_requests_are_admitted_without_a_round_trip(
     client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(advance, "units_for", lambda gap: advance.AHEAD_UNITS)  # whatever the pace here
+    sized(monkeypatch, advance.AHEAD_UNITS)
     limiter = RedisLimiter(client, advance=True)
     batch = plans(4, rpm=1000, tpm=100_000, concurrency=50)
     for p in batch[:2]:  # the second comes back to back: the next ones are admitted ahead
@@ -76,7 +82,7 @@ async def test_back_to_back_requests_are_admitted_without_a_round_trip(
 async def test_the_request_that_takes_a_reserves_last_unit_asks_for_the_next(
     client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(advance, "units_for", lambda gap: 2)  # whatever the pace here
+    sized(monkeypatch, 2)
     limiter = RedisLimiter(client, advance=True)
     batch = plans(6, rpm=1000, concurrency=50)
     for p in batch[:2]:
@@ -149,7 +155,7 @@ async def test_an_unused_reserve_is_given_back(client: aioredis.Redis, monkeypat
     # long enough for the take and the reads below to come before the sweep on a slow machine
     monkeypatch.setattr(advance, "RESERVE_SECONDS", 0.3)
     monkeypatch.setattr(store, "RESERVE_SECONDS", 0.3)
-    monkeypatch.setattr(advance, "units_for", lambda gap: 4)  # the reserve's size, whatever the pace here
+    sized(monkeypatch, 4)
     limiter = RedisLimiter(client, advance=True)
     batch = plans(3, rpm=100, tpm=10_000, concurrency=50)  # rpm: one arrival per 600 ms
     for p in batch[:2]:
@@ -213,7 +219,7 @@ async def test_a_reserve_holds_the_estimate_of_the_request_that_asked_for_it(
 ) -> None:
     # after a large request, the small ones that follow are charged its estimate while its reserve
     # lasts (Redis holds that much per unit), their own again after
-    monkeypatch.setattr(advance, "units_for", lambda gap: 2)  # whatever the pace here
+    sized(monkeypatch, 2)
     limiter = RedisLimiter(client, advance=True)
     team = f"t-{uuid.uuid4().hex[:8]}"
     small = plans(4, team=team, tpm=1_000_000)
