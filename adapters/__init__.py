@@ -9,12 +9,12 @@ also the metric label and log field for its targets. A new vendor is a new ``Wir
 from __future__ import annotations
 
 from adapters.http import HTTPUpstream
-from gateway.config import Target
 from gateway.dialects.base import Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
 from gateway.dialects.sgp.egress import SGP4_WIRE, SGP5_WIRE
+from gateway.runtime.config import Target
 
 PROVIDERS: dict[str, Wire] = {
     "openai": OPENAI_WIRE,

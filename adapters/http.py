@@ -18,7 +18,6 @@ import pydantic_core
 
 from adapters import pool
 from adapters.watch import StreamIdle, StreamWatch
-from gateway.config import Target
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
@@ -30,7 +29,8 @@ from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
-from gateway.timers import Bound
+from gateway.runtime.config import Target
+from gateway.runtime.timers import Bound
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")

@@ -8,7 +8,7 @@ from types import TracebackType
 
 import aiohttp
 
-from gateway.timers import current_task, timed_out, wheel
+from gateway.runtime.timers import current_task, timed_out, wheel
 
 
 class StreamIdle(Exception):

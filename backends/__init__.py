@@ -12,8 +12,8 @@ import importlib
 from collections.abc import Callable
 from typing import cast
 
-from gateway.config import Target
 from gateway.core.upstream import Upstream
+from gateway.runtime.config import Target
 
 
 def _vllm_engine(target: Target, public_model: str) -> Upstream:

@@ -22,8 +22,8 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gateway.config import Balance
 from gateway.core.request import InternalRequest
+from gateway.runtime.config import Balance
 
 KV_WEIGHT = 4.0
 FAILURE_COOLDOWN = 5.0  # seconds a replica that failed before the first byte is passed over

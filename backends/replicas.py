@@ -21,13 +21,13 @@ import aiohttp
 
 from adapters.http import HTTPUpstream
 from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
-from gateway.config import Target
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Wire
-from gateway.metrics import REPLICA_LOAD, REPLICA_UP
+from gateway.obs.metrics import REPLICA_LOAD, REPLICA_UP
+from gateway.runtime.config import Target
 
 log = logging.getLogger("gateway.replicas")
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many

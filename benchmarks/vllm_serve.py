@@ -38,7 +38,7 @@ import aiohttp
 import yaml
 
 from benchmarks.procs import BenchError, Cores, Processes, choose_cores, descendants, free_port, log, tree_cpu_s
-from gateway.config import hash_key
+from gateway.runtime.config import hash_key
 from tests.vllm import server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from typing import Any
 
-from gateway.config import ConfigError, GatewayConfig, Target, hash_key, key_hashes, load_config
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, hash_key, key_hashes, load_config
 
 log = logging.getLogger("gateway")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
@@ -51,8 +51,8 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
     # PROMETHEUS_MULTIPROC_DIR when it is first imported.
     from aiohttp import web
 
-    from gateway import logs
-    from gateway.app import create_app
+    from gateway.obs import logs
+    from gateway.web.app import create_app
 
     listener = logs.configure()
     _use_uvloop()
@@ -81,7 +81,7 @@ def in_process_targets(config: GatewayConfig) -> list[str]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from gateway.defaults import embedded
+    from gateway.runtime.defaults import embedded
 
     catch_all: Target | None = None
     try:
@@ -107,7 +107,7 @@ def serve(args: argparse.Namespace) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Workers write their metrics to files here; /metrics in any worker aggregates them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
-    from gateway import logs
+    from gateway.obs import logs
 
     listener = logs.configure()
     if not args.config:
@@ -150,7 +150,7 @@ def check_config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
         for team in config.teams:
             key_hashes(team)
-        from gateway.app import check_target
+        from gateway.web.app import check_target
 
         for entry in config.models:
             for i, target in enumerate(entry.targets):
@@ -190,7 +190,7 @@ def hash_key_cmd(args: argparse.Namespace) -> int:
 
 
 def admin_call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
-    """One admin API call (``gateway/admin.py``), its JSON answer printed."""
+    """One admin API call (``gateway/web/admin.py``), its JSON answer printed."""
     import json
 
     import httpx

@@ -31,7 +31,6 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from backends.vllm_engine.inputs import Job, Preparer
 from backends.vllm_engine.outputs import Reader
-from gateway.config import ConfigError, Target
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
@@ -42,6 +41,7 @@ from gateway.core.response import Accumulator, Completion, LastBatch, StreamEven
 from gateway.core.upstream import Call
 from gateway.dialects.common import invalid_from
 from gateway.dialects.openai.egress import VLLM_WIRE
+from gateway.runtime.config import ConfigError, Target
 
 log = logging.getLogger("gateway.vllm_engine")
 

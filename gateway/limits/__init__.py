@@ -9,13 +9,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.config import GatewayConfig, Limits, RedisConfig
 from gateway.limits.admission import Admission, Settings, TeamPolicy
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import Limiter
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
 from gateway.limits.store import RedisLimiter
+from gateway.runtime.config import GatewayConfig, Limits, RedisConfig
 
 KIND = {"rpm": "rpm", "tpm": "tpm", "concurrency": "conc"}
 

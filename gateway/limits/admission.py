@@ -22,7 +22,7 @@ from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
 from gateway.limits.limiter import Limiter, Refusal, Settlement
 from gateway.limits.plan import Layout, LimitValues, Plan
-from gateway.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
+from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this

@@ -11,7 +11,7 @@ command of a read before it writes any reply, so a settlement's script would add
 that admission's answer; at low load the held settlements go on their own, a round trip per
 ``DEFER_SECONDS`` for all the requests finished meanwhile. redis-py still connects, authenticates,
 selects the database and parses (hiredis); the configured Redis timeout bounds each round trip as a
-whole (``gateway.timers``), not each reply read."""
+whole (``gateway.runtime.timers``), not each reply read."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.metrics import REDIS_ROUND_TRIPS
-from gateway.timers import Bound
+from gateway.obs.metrics import REDIS_ROUND_TRIPS
+from gateway.runtime.timers import Bound
 
 _RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its

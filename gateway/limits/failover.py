@@ -19,7 +19,7 @@ from gateway.limits.limiter import LimitsUnavailable, Refusal, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
 from gateway.limits.store import RedisLimiter
-from gateway.metrics import REDIS_STATE
+from gateway.obs.metrics import REDIS_STATE
 
 log = logging.getLogger("gateway.limits")
 

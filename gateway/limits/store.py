@@ -17,7 +17,7 @@ from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
-from gateway.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
+from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 
 log = logging.getLogger("gateway.limits")
 

@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.app import create_app
-from gateway.config import GatewayConfig, hash_key, parse_config
+from gateway.runtime.config import GatewayConfig, hash_key, parse_config
+from gateway.web.app import create_app
 from tests.integration.dialect_clients import KEY, Answer, Ingress, read
 from tests.upstreams import vendors
 

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import hash_key
+from gateway.runtime.config import hash_key
 from tests.upstreams import vendors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
                     assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
             async with session.post(url + "/v1/completions", json={"model": "m"}, headers=headers) as r:
                 assert r.status == 400
-            # Each worker adds its tallies to the shared files at least every second (gateway.metrics).
+            # Each worker adds its tallies to the shared files at least every second (gateway.obs.metrics).
             for _ in range(30):
                 async with session.get(url + "/metrics") as r:
                     text = await r.text()

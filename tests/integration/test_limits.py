@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config import hash_key, parse_config
+from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, KEY, without_team
 from tests.redis_servers import RedisCluster, RedisServer

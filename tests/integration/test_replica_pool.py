@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
-from gateway.config import GatewayConfig
 from gateway.dialects.openai.egress import VLLM_WIRE
+from gateway.runtime.config import GatewayConfig
 from tests.fakes.openai_upstream import FakeUpstream, start_upstream
 from tests.integration.conftest import Gateway, GatewayFactory, config
 from tests.integration.dialect_clients import BY_NAME, KEY

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.config import hash_key
+from gateway.runtime.config import hash_key
 from tests.integration.test_cli import wait_healthy
 from tests.redis_servers import RedisServer, free_port
 from tests.upstreams import vendors

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from gateway.dialects.openai.render import ChunkEncoder
-from gateway.logs import BACKLOG, BACKLOG_SECONDS, RequestLog
+from gateway.obs.logs import BACKLOG, BACKLOG_SECONDS, RequestLog
 from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, frames

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gateway.config import hash_key, parse_config
+from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, KEY
 

@@ -16,8 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import adapters.http
-from gateway.app import build_upstream
 from gateway.core.errors import UpstreamFailed
+from gateway.web.app import build_upstream
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from gateway.auth import key_digest
+from gateway.policy.auth import key_digest
 
 
 def test_the_key_digest_is_sha256() -> None:

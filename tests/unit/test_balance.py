@@ -6,8 +6,8 @@ from collections import Counter
 
 from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes
 from backends.replicas import read_gauges, server_root
-from gateway.config import Balance
 from gateway.core.request import ChatMessage, InternalRequest, Operation
+from gateway.runtime.config import Balance
 
 NOW = 1000.0
 

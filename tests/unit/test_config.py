@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, hash_key, key_hashes, load_config
-from gateway.defaults import embedded
+from gateway.runtime.config import ConfigError, hash_key, key_hashes, load_config
+from gateway.runtime.defaults import embedded
 
 GOOD = """
 models:

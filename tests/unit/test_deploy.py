@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from prometheus_client import REGISTRY
 
-import gateway.metrics  # noqa: F401  (declares the metrics)
+import gateway.obs.metrics  # noqa: F401  (declares the metrics)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAME = re.compile(r"\b(gateway_[a-z_]+)")
@@ -43,7 +43,7 @@ def test_alert_rules_parse_and_use_existing_metrics() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    from gateway.config import load_config
+    from gateway.runtime.config import load_config
 
     config = load_config(DEPLOY / "gateway.example.yaml")
     assert config.redis is not None and config.models[0].name == "llama-8b"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gateway.cli import parser
-from gateway.config import parse_config
+from gateway.runtime.config import parse_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CHART = DEPLOY / "helm" / "llm-gateway"

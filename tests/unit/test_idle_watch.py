@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from adapters.watch import StreamIdle, StreamWatch
-from gateway.timers import MIN_GRAIN, wheel
+from gateway.runtime.timers import MIN_GRAIN, wheel
 
 
 def reader() -> aiohttp.StreamReader:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway import logs
-from gateway.logs import LogSink, LogWriter, RequestLog
+from gateway.obs import logs
+from gateway.obs.logs import LogSink, LogWriter, RequestLog
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway import metrics
-from gateway.metrics import CountTally, HistogramTally, LevelTally
+from gateway.obs import metrics
+from gateway.obs.metrics import CountTally, HistogramTally, LevelTally
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 VALUES = [0.0, 0.0005, 0.001, 0.0011, 0.01, 0.05, 0.1, 1.0, 1.5, 99.0, 0.01]

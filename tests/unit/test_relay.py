@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream, _first_apart
-from gateway.config import parse_config
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.response import Delta, Finish, Frame, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.core.upstream import Call, Upstream
@@ -24,7 +23,8 @@ from gateway.dialects.openai.egress import ACCOUNTED, OPENAI_WIRE, ChunkDecoder
 from gateway.dialects.openai.parse import parse
 from gateway.dialects.sgp import SGP_V5
 from gateway.dialects.sse import SSEParser
-from gateway.fanout import FanOut
+from gateway.routing.fanout import FanOut
+from gateway.runtime.config import parse_config
 
 HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
 PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'

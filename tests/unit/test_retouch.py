@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream
-from gateway.config import parse_config
 from gateway.core.records import replace
 from gateway.core.request import Operation
 from gateway.core.response import Frame, StreamEvent, StreamStart
@@ -21,6 +20,7 @@ from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Di
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
 from gateway.dialects.openai.relay import Retouch, removal
 from gateway.dialects.sse import SSEParser
+from gateway.runtime.config import parse_config
 
 JSON = Any
 CFG = parse_config({"models": [{"name": "m", "targets": [{"provider": "vllm", "base_url": "http://u"}]}]})

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway import dispatch
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Choice, Completion, Usage
 from gateway.dialects import FRIENDLI, FRIENDLI_2024
+from gateway.routing import dispatch
 
 
 @dataclass

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.timers import MIN_GRAIN, Bound, wheel
+from gateway.runtime.timers import MIN_GRAIN, Bound, wheel
 
 
 async def test_a_block_past_its_bound_is_cancelled_as_a_timeout() -> None:

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.app import create_app
-from gateway.config import hash_key, parse_config
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
 from tests.vllm.conftest import VLLM
 from tests.vllm.engine_stats import assert_hang_ups_abort
 

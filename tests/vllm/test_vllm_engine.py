@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.config import hash_key
+from gateway.runtime.config import hash_key
 from tests.redis_servers import free_port
 from tests.vllm.conftest import HERE
 from tests.vllm.engine_stats import assert_hang_ups_abort, idle, ran_to_end

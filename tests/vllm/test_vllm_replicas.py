@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestServer
 
 from backends.balance import ReplicaState
 from backends.replicas import ReplicaPool, read_gauges
-from gateway.app import create_app
-from gateway.config import hash_key, parse_config
-from gateway.state import GATEWAY
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
+from gateway.web.state import GATEWAY
 from tests.redis_servers import free_port
 from tests.vllm.conftest import VLLM
 from tests.vllm.engine_stats import assert_hang_ups_abort, ran_to_end

@@ -1,4 +1,4 @@
-"""The app-wide state every handler reads: built once at start-up by ``gateway.app``."""
+"""The app-wide state every handler reads: built once at start-up by ``gateway.web.app``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.auth import KeyRing
-from gateway.config import GatewayConfig
-from gateway.keystore import Authenticator
 from gateway.limits.admission import Admission
-from gateway.routing import ModelTable
+from gateway.policy.auth import KeyRing
+from gateway.policy.keystore import Authenticator
+from gateway.routing.table import ModelTable
+from gateway.runtime.config import GatewayConfig
 
 
 @dataclass(slots=True)

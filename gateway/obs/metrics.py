@@ -190,7 +190,7 @@ async def flusher() -> None:
         flush()
 
 
-# Updated per request or per Redis round trip outside ``gateway.logs``.
+# Updated per request or per Redis round trip outside ``gateway.obs.logs``.
 ADMITTED = CountTally(RATE_LIMIT.labels("all", "admit"))
 ADMITTED_AHEAD = CountTally(RATE_LIMIT.labels("all", "admit_ahead"))  # of them, on an admission made ahead
 GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # requests' admissions made ahead that no request took

@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from gateway.auth import KeyRing, Principal, key_digest, select_team
 from gateway.core.errors import AuthenticationFailed, GatewayError
+from gateway.policy.auth import KeyRing, Principal, key_digest, select_team
 
 PREFIX = "gwk_"
 CACHE_SECONDS = 1.0

@@ -18,10 +18,10 @@ from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client import multiprocess as mp
 
-from gateway.admin import ADMIN_DIGEST
 from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
-from gateway.state import GATEWAY
+from gateway.web.admin import ADMIN_DIGEST
+from gateway.web.state import GATEWAY
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}h1{font-size:20px}
 h2{font-size:16px;margin-top:1.6em}table{border-collapse:collapse}

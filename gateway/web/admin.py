@@ -22,12 +22,12 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.config import GatewayConfig
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
-from gateway.keystore import new_key
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
-from gateway.state import GATEWAY, Gateway
+from gateway.policy.keystore import new_key
+from gateway.runtime.config import GatewayConfig
+from gateway.web.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 

@@ -35,12 +35,12 @@ from typing import Any, TextIO
 
 import pydantic_core
 
-from gateway import metrics as m
-from gateway.auth import Principal
 from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
-from gateway.dispatch import Attempt
 from gateway.limits.plan import Plan
+from gateway.obs import metrics as m
+from gateway.policy.auth import Principal
+from gateway.routing.dispatch import Attempt
 
 ACCESS_LOGGER = "gateway.access"
 WRITE_BATCH = 256
@@ -163,7 +163,7 @@ def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
 
 class _Series:
     """The tallies of one (bounded) label set, resolved once: ``labels()`` costs a lock and a dict
-    walk per call, and a tally's update is a few plain additions (``gateway.metrics``)."""
+    walk per call, and a tally's update is a few plain additions (``gateway.obs.metrics``)."""
 
     __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
 
@@ -182,7 +182,7 @@ _SERIES: dict[tuple[str, str, str, str, str], _Series] = {}
 
 class RequestLog:
     """The record of one request, filled in as the data path runs; ``emit`` writes its log line and
-    its metrics (``gateway.metrics``) in one place, after the answer has gone out."""
+    its metrics (``gateway.obs.metrics``) in one place, after the answer has gone out."""
 
     __slots__ = (
         "attempt",

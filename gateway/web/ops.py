@@ -13,10 +13,10 @@ from aiohttp import web
 from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
 from gateway.dialects.common import dumps
-from gateway.handlers import credentials, error_response, request_id
-from gateway.logs import BACKLOG
-from gateway.metrics import TARGET_UP, exposition, flush
-from gateway.state import GATEWAY, Gateway
+from gateway.obs.logs import BACKLOG
+from gateway.obs.metrics import TARGET_UP, exposition, flush
+from gateway.web.handlers import credentials, error_response, request_id
+from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway.ops")
 PROBE_INTERVAL = 15.0

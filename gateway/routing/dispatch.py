@@ -15,14 +15,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from gateway.capabilities import fit
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
 from gateway.core.records import replace
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
-from gateway.fanout import FanOut, needs_fan_out, without_seed_list
-from gateway.routing import ModelTable, Route
+from gateway.policy.capabilities import fit
+from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
+from gateway.routing.table import ModelTable, Route
 
 log = logging.getLogger("gateway.dispatch")
 BACKOFF_SECONDS = 0.05

@@ -15,19 +15,20 @@ from aiohttp import web
 from adapters import PROVIDERS, build
 from backends import ENGINES
 from backends.replicas import ReplicaPool
-from gateway import admin, metrics, ops, status
-from gateway.auth import KeyRing
-from gateway.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.core.upstream import Upstream
-from gateway.handlers import make_handler
-from gateway.keystore import Authenticator, LocalStore, RedisStore
 from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
-from gateway.logs import BACKLOG
-from gateway.metrics import REDIS_STATE
-from gateway.routes import MODEL_LIST_PATHS, ROUTES
-from gateway.routing import ModelTable, Route
-from gateway.state import GATEWAY, Gateway
+from gateway.obs import metrics
+from gateway.obs.logs import BACKLOG
+from gateway.obs.metrics import REDIS_STATE
+from gateway.policy.auth import KeyRing
+from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
+from gateway.routing.table import ModelTable, Route
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
+from gateway.web import admin, ops, status
+from gateway.web.handlers import make_handler
+from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
+from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from gateway.config import GatewayConfig, KeyEntry, Target, Team, Vendor, hash_key
+from gateway.runtime.config import GatewayConfig, KeyEntry, Target, Team, Vendor, hash_key
 
 LOCAL_VLLM = "http://127.0.0.1:8000/v1"
 

@@ -18,17 +18,17 @@ from random import getrandbits
 
 from aiohttp import web
 
-from gateway import dispatch
-from gateway.auth import Principal
 from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
-from gateway.logs import RequestLog
-from gateway.metrics import IN_FLIGHT, LevelTally
-from gateway.state import GATEWAY, Gateway
+from gateway.obs.logs import RequestLog
+from gateway.obs.metrics import IN_FLIGHT, LevelTally
+from gateway.policy.auth import Principal
+from gateway.routing import dispatch
+from gateway.web.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"

@@ -1,0 +1,1 @@
+"""What the gateway tells its operators: Prometheus metrics and structured logs."""
