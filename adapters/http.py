@@ -30,7 +30,7 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
 from gateway.runtime.config import Target
-from gateway.runtime.timers import Bound
+from gateway.runtime.timers import Bound, Wheel, on_loop
 
 JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
@@ -110,6 +110,7 @@ class HTTPUpstream:
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None
         self._key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        self._wheel: Wheel | None = None  # this target's time bounds, on the loop that serves it
 
     @property
     def name(self) -> str:
@@ -228,7 +229,8 @@ class HTTPUpstream:
         # total bound for the body.
         headers_in = False
         try:
-            with Bound(call.hop(self.target.timeouts.first_byte)) as bound:
+            self._wheel = wheel = on_loop(self._wheel)
+            with Bound(call.hop(self.target.timeouts.first_byte), wheel) as bound:
                 resp = await self._post(request, call)
                 headers_in = True
                 bound.reschedule(call.hop(self.target.timeouts.total))
@@ -250,7 +252,8 @@ class HTTPUpstream:
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         first_byte = call.hop(self.target.timeouts.first_byte)
-        watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining())
+        self._wheel = wheel = on_loop(self._wheel)
+        watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining(), wheel)
         try:
             with watch:
                 resp = await self._post(request, call)

@@ -8,7 +8,7 @@ from types import TracebackType
 
 import aiohttp
 
-from gateway.runtime.timers import current_task, timed_out, wheel
+from gateway.runtime.timers import Wheel, current_task, timed_out
 
 
 class StreamIdle(Exception):
@@ -38,10 +38,10 @@ class StreamWatch:
         "since",
     )
 
-    def __init__(self, first_byte: float, idle: float, remaining: float | None) -> None:
-        self.loop = loop = asyncio.get_running_loop()
+    def __init__(self, first_byte: float, idle: float, remaining: float | None, wheel: Wheel) -> None:
+        self.loop = loop = wheel.loop
         self._task, self._cancelling = current_task(loop, "StreamWatch")
-        self._wheel = wheel(loop)
+        self._wheel = wheel
         now = loop.time()
         self._idle = idle
         self._head_due = now + first_byte

@@ -1,9 +1,9 @@
 """A pool of replicas of one model server (``vllm serve`` endpoints), behind one target.
 
-Each replica is an ``HTTPUpstream`` speaking the target's wire. A background task scrapes every
-replica's ``/health`` and ``/metrics`` (vLLM's ``num_requests_running``, ``num_requests_waiting``,
-``kv_cache_usage_perc``) every ``scrape_interval`` seconds, never on the request path; the choice
-itself is ``backends/balance.py``. A replica that fails before the first byte is passed over for a
+Each replica is an ``Upstream`` speaking the target's wire, made by the factory the app passes in
+(the HTTP adapter). A background task scrapes every replica's ``/health`` and ``/metrics`` (vLLM's
+``num_requests_running``, ``num_requests_waiting``, ``kv_cache_usage_perc``) every ``scrape_interval``
+seconds, never on the request path; the choice itself is ``backends/balance.py``. A replica that fails before the first byte is passed over for a
 few seconds and the request goes to the next one; once a stream has started, it stays where it is.
 Closing a stream (the client went away) closes its upstream connection, which aborts it in vLLM.
 """
@@ -14,22 +14,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from adapters.http import HTTPUpstream
 from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
-from gateway.obs.metrics import REPLICA_LOAD, REPLICA_UP
 from gateway.runtime.config import Target
 
 log = logging.getLogger("gateway.replicas")
+# Makes one replica's upstream: (its target, the public model name, the wire it speaks).
+MemberFactory = Callable[[Target, str, Wire], Upstream]
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
 # scrapes): a short scrape interval must not turn a few starved seconds into "down".
 SLOW_SCRAPES_TO_DOWN = 3
@@ -81,12 +81,19 @@ def _retry_elsewhere(err: GatewayError, call: Call) -> bool:
 class ReplicaPool:
     """One target, several replicas; an ``Upstream`` to the rest of the gateway."""
 
-    def __init__(self, target: Target, public_model: str, wire: Wire) -> None:
+    def __init__(
+        self,
+        target: Target,
+        public_model: str,
+        wire: Wire,
+        member: MemberFactory,
+        gauges: ReplicaGauges | None = None,
+    ) -> None:
         self.target = target
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
         self.members = [
-            HTTPUpstream(
+            member(
                 target.model_copy(update={"base_url": url, "replicas": (), "name": replica_label(self._name, url)}),
                 public_model,
                 wire,
@@ -95,6 +102,7 @@ class ReplicaPool:
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance)
+        self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
 
@@ -168,13 +176,13 @@ class ReplicaPool:
         if healthy != state.healthy:
             log.info("replica %s is %s", state.label, "up" if healthy else "down")
         state.healthy = healthy
-        REPLICA_UP.labels(self.name, state.label).set(1 if healthy else 0)
+        self.gauges.replica_up(self.name, state.label, healthy)
         if gauges:
             state.running = gauges.get("running", 0.0)
             state.waiting = gauges.get("waiting", 0.0)
             state.kv_usage = gauges.get("kv_usage", 0.0)
             state.scraped_at = time.monotonic()
-            REPLICA_LOAD.labels(self.name, state.label).set(state.running + state.waiting)
+            self.gauges.replica_load(self.name, state.label, state.running + state.waiting)
 
     # -- serving ---------------------------------------------------------------------------------
 

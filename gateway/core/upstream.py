@@ -89,3 +89,22 @@ class Upstream(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ReplicaGauges(Protocol):
+    """What a pool of replicas reports about its members. The web layer passes in its Prometheus gauges,
+    so backends need not know the metrics module."""
+
+    def replica_up(self, target: str, replica: str, up: bool) -> None: ...
+
+    def replica_load(self, target: str, replica: str, requests: float) -> None: ...
+
+
+class NoGauges:
+    """Reports nothing: for pools built outside an app (tests, tools)."""
+
+    def replica_up(self, target: str, replica: str, up: bool) -> None:
+        pass
+
+    def replica_load(self, target: str, replica: str, requests: float) -> None:
+        pass

@@ -24,9 +24,8 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.obs.metrics import REDIS_ROUND_TRIPS
-from gateway.runtime.timers import Bound
+from gateway.runtime.timers import Bound, Wheel, on_loop
 
-_RUNNING: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
 # concurrency lease in Redis: other replicas poll for freed slots less often than this.
 DEFER_SECONDS = 0.01
@@ -46,6 +45,8 @@ class ScriptChannel:
         # redis-py's per-read bound (the configured Redis timeout) becomes this channel's per round trip
         self._timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
         self._conn: Any = None
+        self._running: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
+        self._wheel: Wheel | None = None  # round trips' time bounds, on the loop that sends them
         self._queue: list[_Call] = []
         self._urgent = 0  # queued calls that may not wait
         self._sending = False  # a sender is scheduled or running: it takes what ``_take`` gives it
@@ -81,8 +82,8 @@ class ScriptChannel:
 
     def _start(self) -> None:
         task = asyncio.ensure_future(self._send())
-        _RUNNING.add(task)
-        task.add_done_callback(_RUNNING.discard)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def _send(self) -> None:
         try:
@@ -116,7 +117,8 @@ class ScriptChannel:
                 # read and make a task for each send (wait_for).
                 conn.socket_timeout = None
                 self._conn = conn
-            with Bound(self._timeout) if self._timeout else contextlib.nullcontext():
+            self._wheel = wheel = on_loop(self._wheel)
+            with Bound(self._timeout, wheel) if self._timeout else contextlib.nullcontext():
                 await self._conn.send_packed_command(b"".join([call[0] for call in batch]), check_health=False)
                 for _, future, _ in batch:
                     try:

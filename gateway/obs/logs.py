@@ -1,52 +1,35 @@
-"""Structured logs: one JSON line per request, written off the event loop.
-
-``RequestLog`` gathers the fields of one request as the data path runs (dialect, team, model,
-target, status, tokens, timings). Keys, prompts and completions never enter a record.
-
-A request's line and metrics are not made when it ends but in batches (``Backlog``): its record
-waits, with its end time taken, for at most ``BACKLOG_SECONDS``, and a batch is done in one go
-before the metrics are scraped and at shutdown too. Done one request at a time, right after the
-answer's write, this code ran on caches the kernel's network path had just cooled: knocking the
-whole of it out saved 14 µs of CPU per request in the benchmark, batching it 8.
+"""Structured logs: JSON lines written off the event loop by one writer thread.
 
 One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
-line is its whole dict of fields appended to a deque (the writer's Python work takes the GIL from
-the loop on the same core, so it is one ``to_json`` a line and nothing more), drained every
-``FLUSH_SECONDS`` (sooner once ``WRITE_BATCH`` lines wait). Waking a thread per line cost more than
-the rest of the request's logging (a futex wake and a GIL hand-off on a busy core, each request);
+line (``gateway.web.record``) is its whole dict of fields appended to a deque (the writer's Python
+work takes the GIL from the loop on the same core, so it is one ``to_json`` a line and nothing more),
+drained every ``FLUSH_SECONDS`` (sooner once ``WRITE_BATCH`` lines wait). Waking a thread per line
+costs more than the rest of the request's logging (a futex wake and a GIL hand-off on a busy core);
 a ``LogRecord`` with its handler locks costs more still, so the request line skips ``logging``.
 Other log calls reach the same deque through a ``QueueHandler``, so the two kinds of line never
 interleave. Until ``configure`` runs (an app embedded in tests), request lines go through the
 ``gateway.access`` logger instead. Lines wait at most ``FLUSH_SECONDS``; when stderr blocks for
 long, lines past ``MAX_PENDING`` are counted and dropped rather than held without bound.
+
+The writer is process-wide because the root logger is: ``configure`` runs once per process.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import logging
 import logging.handlers
 import sys
 import threading
-import time
 from typing import Any, TextIO
 
 import pydantic_core
-
-from gateway.core.errors import GatewayError
-from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
-from gateway.limits.plan import Plan
-from gateway.obs import metrics as m
-from gateway.policy.auth import Principal
-from gateway.routing.dispatch import Attempt
 
 ACCESS_LOGGER = "gateway.access"
 WRITE_BATCH = 256
 FLUSH_SECONDS = 0.05
 MAX_PENDING = 100_000
-BACKLOG_SECONDS = 0.02
 _sink: LogSink | None = None  # the writer's, once ``configure`` has run
 
 
@@ -161,217 +144,10 @@ def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
     return writer
 
 
-class _Series:
-    """The tallies of one (bounded) label set, resolved once: ``labels()`` costs a lock and a dict
-    walk per call, and a tally's update is a few plain additions (``gateway.obs.metrics``)."""
-
-    __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
-
-    def __init__(self, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
-        self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome))
-        self.duration = m.HistogramTally(m.DURATION.labels(dialect, model))
-        self.overhead = m.HistogramTally(m.OVERHEAD_SECONDS.labels(dialect))
-        self.ttft = m.HistogramTally(m.TTFT.labels(dialect, model))
-        self.inter_token = m.HistogramTally(m.INTER_TOKEN.labels(model))
-        self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"))
-        self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"))
-
-
-_SERIES: dict[tuple[str, str, str, str, str], _Series] = {}
-
-
-class RequestLog:
-    """The record of one request, filled in as the data path runs; ``emit`` writes its log line and
-    its metrics (``gateway.obs.metrics``) in one place, after the answer has gone out."""
-
-    __slots__ = (
-        "attempt",
-        "chunks",
-        "completion_tokens",
-        "dialect",
-        "ended",
-        "error",
-        "last_chunk",
-        "logger",
-        "model",
-        "model_label",
-        "principal",
-        "prompt_tokens",
-        "rid",
-        "started",
-        "status",
-        "streamed",
-        "ttfb",
-        "ttft",
-        "wall",
-    )
-
-    def __init__(self, logger: logging.Logger, rid: str, dialect: str) -> None:
-        self.logger = logger
-        self.rid = rid
-        self.dialect = dialect
-        self.started = time.perf_counter()
-        self.ended = 0.0  # set by ``close``
-        self.wall = 0.0
-        self.attempt = Attempt()
-        self.principal: Principal | None = None
-        self.model: str | None = None
-        self.model_label = "-"
-        self.status = 200
-        self.error: str | None = None
-        self.ttfb: float | None = None
-        self.ttft: float | None = None
-        self.last_chunk = 0.0
-        self.chunks = 0
-        self.streamed = 0
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
-
-    def first_byte(self) -> None:
-        self.ttfb = time.perf_counter() - self.started
-
-    def overhead(self) -> float:
-        """Our own time so far: everything but the wait on upstreams (up to the first byte, for streams)."""
-        upto = self.ttfb if self.ttfb is not None else (self.ended or time.perf_counter()) - self.started
-        return max(0.0, upto - self.attempt.upstream_seconds)
-
-    def observe(self, events: list[StreamEvent]) -> None:
-        """One network read's events: they arrived together, so one clock reading serves them all."""
-        now = 0.0
-        for event in events:
-            chunks = 1
-            if isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
-                # not looked into: one token per chunk, as a delta without ids
-                tokens = chunks = event.chunks
-            elif isinstance(event, Delta):
-                tokens = len(event.token_ids) or 1
-            else:
-                if isinstance(event, UsageReport):
-                    self.prompt_tokens = event.usage.prompt_tokens
-                    self.completion_tokens = event.usage.completion_tokens
-                continue
-            if not now:
-                now = time.perf_counter()
-                if self.ttft is None:
-                    self.ttft = now - self.started
-                self.last_chunk = now
-            self.chunks += chunks
-            self.streamed += tokens
-
-    def completed(self, completion: Completion) -> None:
-        if completion.usage is not None:
-            self.prompt_tokens = completion.usage.prompt_tokens
-            self.completion_tokens = completion.usage.completion_tokens
-
-    def usage(self, plan: Plan) -> tuple[int | None, int | None]:
-        """Tokens to settle: the upstream's own count; for a stream cut short (client gone, upstream
-        broke off) the tokens streamed so far and the prompt's estimate."""
-        if self.completion_tokens is not None or not self.streamed:
-            return self.prompt_tokens, self.completion_tokens
-        return plan.prompt_estimate, self.streamed
-
-    def failed(self, err: GatewayError) -> None:
-        if self.ttfb is None:
-            self.status = err.status
-        self.error = err.code
-
-    def gone(self) -> None:
-        self.error = "client_gone"
-
-    def close(self) -> None:
-        """The request is over: its line and metrics are made with the next batch (``Backlog``)."""
-        self.ended = time.perf_counter()
-        self.wall = time.time()
-        BACKLOG.add(self)
-
-    def emit(self) -> None:
-        """The log line and the metrics, now."""
-        duration = (self.ended or time.perf_counter()) - self.started
-        overhead = self.overhead()
-        self._metrics(duration, overhead)
-        if not self.logger.isEnabledFor(logging.INFO):
-            return
-        fields: dict[str, object] = {
-            "ts": round(self.wall or time.time(), 3),
-            "level": "info",
-            "logger": ACCESS_LOGGER,
-            "event": "request",
-            "request_id": self.rid,
-            "dialect": self.dialect,
-            "team": self.principal.team if self.principal else None,
-            "key_id": self.principal.key_id if self.principal else None,
-            "model": self.model,
-            "target": self.attempt.target,
-            "provider": self.attempt.provider,
-            "tries": self.attempt.tries,
-            "status": self.status,
-            "error": self.error,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "duration_ms": round(duration * 1000, 3),
-            "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
-            "overhead_ms": round(overhead * 1000, 3),
-        }
-        if self.attempt.dropped:
-            fields["dropped"] = [f.value for f in self.attempt.dropped]
-        if _sink is not None:
-            _sink.put(fields)
-        else:
-            self.logger.info("request", extra={"fields": fields})
-
-    def _metrics(self, duration: float, overhead: float) -> None:
-        model, team = self.model_label, self.principal.team if self.principal else "-"
-        provider = self.attempt.provider or "-"
-        outcome = m.outcome(self.status, self.error)
-        key = (self.dialect, model, provider, team, outcome)
-        series = _SERIES.get(key)
-        if series is None:
-            series = _SERIES[key] = _Series(*key)
-        series.requests.n += 1
-        series.duration.observe(duration)
-        series.overhead.observe(overhead)
-        if self.ttft is not None:
-            series.ttft.observe(self.ttft)
-            if self.chunks > 1:
-                series.inter_token.observe((self.last_chunk - self.started - self.ttft) / (self.chunks - 1))
-        if self.prompt_tokens is not None:
-            series.prompt_tokens.n += self.prompt_tokens
-        if self.completion_tokens is not None:
-            series.completion_tokens.n += self.completion_tokens
-        if self.attempt.tries > 1:
-            m.RETRIES.labels(model).inc(self.attempt.tries - 1)
-        for target in self.attempt.cooled:
-            m.COOLDOWNS.labels(target).inc()
-        for feature in self.attempt.dropped:
-            m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
-
-
-class Backlog:
-    """Ended requests waiting for their lines and metrics, done in one batch per ``BACKLOG_SECONDS``
-    (one loop timer per batch, armed by its first request), or sooner by ``drain``."""
-
-    __slots__ = ("items", "timer")
-
-    def __init__(self) -> None:
-        self.items: list[RequestLog] = []
-        self.timer: asyncio.TimerHandle | None = None
-
-    def add(self, log: RequestLog) -> None:
-        self.items.append(log)
-        if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(BACKLOG_SECONDS, self.drain)
-
-    def drain(self) -> None:
-        """Every waiting request's line and metrics, now (before a scrape, at shutdown)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        items, self.items = self.items, []
-        for log in items:
-            try:
-                log.emit()
-            except Exception:  # one bad record must not lose the batch's other lines
-                logging.getLogger("gateway").exception("request %s could not be logged", log.rid)
-
-
-BACKLOG = Backlog()
+def put_line(fields: dict[str, object]) -> bool:
+    """Hand a whole line to the writer; False when ``configure`` has not run (use ``logging`` then)."""
+    sink = _sink
+    if sink is None:
+        return False
+    sink.put(fields)
+    return True

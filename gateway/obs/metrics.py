@@ -75,6 +75,18 @@ REPLICA_LOAD = Gauge(
     ["target", "replica"],
     multiprocess_mode="max",
 )
+
+
+class ReplicaGaugeSet:
+    """The replica pools' ``ReplicaGauges`` (``gateway.core.upstream``), on the two gauges above."""
+
+    def replica_up(self, target: str, replica: str, up: bool) -> None:
+        REPLICA_UP.labels(target, replica).set(1 if up else 0)
+
+    def replica_load(self, target: str, replica: str, requests: float) -> None:
+        REPLICA_LOAD.labels(target, replica).set(requests)
+
+
 RATE_LIMIT = Counter("gateway_ratelimit_decisions_total", "Admission decisions by limit kind", ["limit", "decision"])
 QUEUE_DEPTH = Gauge(
     "gateway_admission_queue_depth", "Requests waiting for a concurrency slot", [], multiprocess_mode="livesum"

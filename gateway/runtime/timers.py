@@ -3,7 +3,7 @@
 Every call is bounded (first byte, total, idle; a Redis round trip) and almost every call ends long
 before its bound. A loop timer per bound (``asyncio.timeout``) costs a timer handle made, armed,
 cancelled and reaped per call (callgrind: ~18k instructions per request for the upstream's two).
-Here the bounds of one event loop share a ``Wheel``: each is filed in the slot of its due time,
+Here the bounds of one owner (an upstream, a Redis channel) share a ``Wheel``: each is filed in the slot of its due time,
 rounded *up* to a grain of 0.1% of its length (at least 10 ms), and removed from it when its call
 ends: a set insert and discard. One loop timer is armed for the earliest slot and re-armed only when
 it fires, so a busy gateway wakes for it about once per bound length, not once per request.
@@ -29,7 +29,7 @@ class Expiring(Protocol):
 
 
 class Wheel:
-    """The bounds of one event loop, by due slot; see the module docstring."""
+    """The bounds of one owner on one event loop, by due slot; see the module docstring."""
 
     __slots__ = ("_armed", "_handle", "_queued", "_slots", "_ticks", "loop")
 
@@ -87,19 +87,11 @@ class Wheel:
             item.expire()
 
 
-_wheels: dict[asyncio.AbstractEventLoop, Wheel] = {}
-
-
-def wheel(loop: asyncio.AbstractEventLoop | None = None) -> Wheel:
-    """The running loop's wheel (tests run many loops; a closed loop's wheel is dropped with it)."""
-    if loop is None:
-        loop = asyncio.get_running_loop()
-    found = _wheels.get(loop)
-    if found is None:
-        for old in [lp for lp in _wheels if lp.is_closed()]:
-            del _wheels[old]
-        found = _wheels[loop] = Wheel(loop)
-    return found
+def on_loop(owned: Wheel | None) -> Wheel:
+    """The wheel an owner (an upstream, a Redis channel) keeps for its bounds: ``owned`` if it runs on
+    the running loop, else a new one there. The owner holds it, so it dies with the owner's app."""
+    loop = asyncio.get_running_loop()
+    return owned if owned is not None and owned.loop is loop else Wheel(loop)
 
 
 def current_task(loop: asyncio.AbstractEventLoop, what: str) -> tuple[asyncio.Task[object], int]:
@@ -123,14 +115,15 @@ class Bound:
 
     __slots__ = ("_cancelling", "_due", "_expired", "_task", "_wheel", "_when", "seconds")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, wheel: Wheel) -> None:
         self.seconds = seconds
+        self._wheel = wheel
         self._expired = False
 
     def __enter__(self) -> Bound:
         loop = asyncio.get_running_loop()
         self._task, self._cancelling = current_task(loop, "Bound")
-        self._wheel = w = _wheels.get(loop) or wheel(loop)
+        w = self._wheel
         self._when = when = loop.time() + self.seconds
         self._due = w.add(self, when, self.seconds)
         return self

@@ -12,15 +12,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from adapters import PROVIDERS, build
+from adapters import PROVIDERS, HTTPUpstream, build
 from backends import ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
 from gateway.obs import metrics
-from gateway.obs.logs import BACKLOG
-from gateway.obs.metrics import REDIS_STATE
+from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
@@ -40,13 +39,15 @@ def known_providers() -> list[str]:
 def check_target(target: Target) -> None:
     """What pydantic cannot know: the provider exists, and the target says where it runs its way."""
     if target.provider in ENGINES:
-        if not target.engine:
+        if target.base_url or target.replicas:
             raise ConfigError(f"provider {target.provider!r} runs in this process: give 'engine' (its arguments)")
     elif target.provider not in PROVIDERS:
         raise ConfigError(f"unknown provider {target.provider!r} (known: {', '.join(known_providers())})")
-    elif target.engine:
+    elif target.engine is not None:
         engines = ", ".join(sorted(ENGINES))
         raise ConfigError(f"'engine' is for in-process providers ({engines}), not {target.provider!r}")
+    elif not (target.base_url or target.replicas):
+        raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
 
 
 def build_upstream(target: Target, public: str) -> Upstream:
@@ -57,7 +58,7 @@ def build_upstream(target: Target, public: str) -> Upstream:
         except ImportError as exc:
             raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
     if target.replicas:
-        return ReplicaPool(target, public, PROVIDERS[target.provider])
+        return ReplicaPool(target, public, PROVIDERS[target.provider], HTTPUpstream, ReplicaGaugeSet())
     return build(target, public)
 
 
@@ -139,7 +140,6 @@ async def connect_redis(gw: Gateway) -> None:
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
-    BACKLOG.drain()  # left by an app on an earlier loop (tests), whose timer will never fire
     await connect_redis(gw)
     await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
     await ops.probe(gw)
@@ -156,7 +156,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    BACKLOG.drain()
+    gw.backlog.drain()
     metrics.flush()
     try:
         await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
@@ -167,9 +167,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
     app = web.Application(client_max_size=config.server.max_body_bytes)
-    app[GATEWAY] = build_state(config, catch_all)
+    gw = app[GATEWAY] = build_state(config, catch_all)
     for spec in ROUTES:
-        app.router.add_route(spec.method, spec.path, make_handler(spec))
+        app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
     app.router.add_get("/health", ops.health)

@@ -24,10 +24,9 @@ from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
-from gateway.obs.logs import RequestLog
-from gateway.obs.metrics import IN_FLIGHT, LevelTally
 from gateway.policy.auth import Principal
 from gateway.routing import dispatch
+from gateway.web.record import InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -127,7 +126,7 @@ async def relay(
     try:
         out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written
         if not isinstance(first, LastBatch):
-            if not (isinstance(first, SplitBatch) and busy()):
+            if not (isinstance(first, SplitBatch) and request.app[GATEWAY].in_flight.busy()):
                 await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
                 out = b""
             async for batch in events:
@@ -162,33 +161,14 @@ async def relay(
     return resp
 
 
-_IN_FLIGHT: dict[str, LevelTally] = {}
-
-
-def busy() -> bool:
-    """Other requests are in flight in this process. A split read's first events then wait for the
-    rest of their read (``SplitBatch``), to go in one send: under load every send costs CPU that other
-    requests wait for (interleaved A/B at concurrency 64, 64-event bursts: 316 -> 293 µs of CPU per
-    stream), while a lone request's first token goes out at once (~0.1 ms sooner at concurrency 1)."""
-    return sum(tally.n for tally in _IN_FLIGHT.values()) > 1
-
-
-def _in_flight(dialect: str) -> LevelTally:
-    """One level per dialect, shared by the routes that answer in it (a tally per route would set
-    the one gauge child from each in turn)."""
-    if dialect not in _IN_FLIGHT:
-        _IN_FLIGHT[dialect] = LevelTally(IN_FLIGHT.labels(dialect))
-    return _IN_FLIGHT[dialect]
-
-
-def make_handler(spec: RouteSpec) -> Handler:
-    in_flight = _in_flight(spec.dialect.name)  # the route's dialect: counted before it is refined
+def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
+    in_flight = requests.level(spec.dialect.name)  # the route's dialect: counted before it is refined
 
     async def handle(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         rid = request_id(request.headers)
         dialect = spec.dialect
-        log = RequestLog(gw.access, rid, dialect.name)
+        log = RequestLog(gw.backlog, gw.access, rid, dialect.name)
         in_flight.n += 1
         try:
             data = loads(await read_body(request))

@@ -13,7 +13,6 @@ from aiohttp import web
 from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
 from gateway.dialects.common import dumps
-from gateway.obs.logs import BACKLOG
 from gateway.obs.metrics import TARGET_UP, exposition, flush
 from gateway.web.handlers import credentials, error_response, request_id
 from gateway.web.state import GATEWAY, Gateway
@@ -87,7 +86,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    BACKLOG.drain()  # the requests that ended since the last batch count too
+    request.app[GATEWAY].backlog.drain()  # the requests that ended since the last batch count too
     flush()  # this worker's tallies, on the loop that keeps them; the rendering, off it
     body, content_type = await asyncio.to_thread(exposition)
     return web.Response(body=body, headers={"Content-Type": content_type})

@@ -13,6 +13,7 @@ from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
 from gateway.routing.table import ModelTable
 from gateway.runtime.config import GatewayConfig
+from gateway.web.record import Backlog, InFlight
 
 
 @dataclass(slots=True)
@@ -27,6 +28,8 @@ class Gateway:
     redis: Any = None  # the Redis client, when configured
     ready: dict[str, bool] = field(default_factory=dict)  # target name → last probe succeeded
     discovered: list[str] = field(default_factory=list)  # models the catch-all target reported
+    backlog: Backlog = field(default_factory=Backlog)  # ended requests awaiting their log lines and metrics
+    in_flight: InFlight = field(default_factory=InFlight)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

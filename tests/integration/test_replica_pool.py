@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from adapters.http import HTTPUpstream
 from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
 from gateway.dialects.openai.egress import VLLM_WIRE
 from gateway.runtime.config import GatewayConfig
@@ -173,7 +174,7 @@ async def test_a_replica_too_busy_to_answer_scrapes_is_loaded_before_it_is_down(
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     target = pool_config([f"http://127.0.0.1:{port}/v1"], scrape_interval=0.2).models[0].targets[0]
-    pool = ReplicaPool(target, "m", VLLM_WIRE)
+    pool = ReplicaPool(target, "m", VLLM_WIRE, HTTPUpstream)
     pool._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2))
     try:
         state = pool.states[0]

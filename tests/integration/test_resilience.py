@@ -17,7 +17,8 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from gateway.dialects.openai.render import ChunkEncoder
-from gateway.obs.logs import BACKLOG, BACKLOG_SECONDS, RequestLog
+from gateway.web.record import BACKLOG_SECONDS, RequestLog
+from gateway.web.state import GATEWAY
 from tests.fakes.openai_upstream import start_upstream
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, frames
@@ -186,7 +187,7 @@ async def test_a_fault_of_ours_mid_stream_ends_the_stream_in_its_dialect(
     monkeypatch.setattr(ChunkEncoder, "end", broken)
     with caplog.at_level(logging.INFO):
         answer = await gw.send(OPENAI, "m", "hello", True)
-        BACKLOG.drain()  # the access line waits for its batch
+        gw.server.app[GATEWAY].backlog.drain()  # the access line waits for its batch
     assert answer.status == 200
     last = json.loads(frames(answer.raw)[-1])
     assert last["error"]["message"] == "internal error in the gateway"

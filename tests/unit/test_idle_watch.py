@@ -10,31 +10,37 @@ import aiohttp
 import pytest
 
 from adapters.watch import StreamIdle, StreamWatch
-from gateway.runtime.timers import MIN_GRAIN, wheel
+from gateway.runtime.timers import MIN_GRAIN, Wheel
+
+
+@pytest.fixture
+async def w() -> Wheel:
+    """The test's own wheel, on its loop (an upstream or a Redis channel owns one in the gateway)."""
+    return Wheel(asyncio.get_running_loop())
 
 
 def reader() -> aiohttp.StreamReader:
     return aiohttp.StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
 
 
-def reading(r: aiohttp.StreamReader, idle: float, remaining: float | None = None) -> StreamWatch:
-    watch = StreamWatch(first_byte=5, idle=idle, remaining=remaining)
+def reading(r: aiohttp.StreamReader, w: Wheel, idle: float, remaining: float | None = None) -> StreamWatch:
+    watch = StreamWatch(first_byte=5, idle=idle, remaining=remaining, wheel=w)
     watch.reading(r)
     return watch
 
 
-async def test_a_read_waiting_longer_than_idle_fails() -> None:
+async def test_a_read_waiting_longer_than_idle_fails(w: Wheel) -> None:
     r = reader()
-    watch = reading(r, idle=0.05)
+    watch = reading(r, w, idle=0.05)
     watch.since = watch.loop.time()
     with pytest.raises(StreamIdle):
         await asyncio.wait_for(r.readany(), 1)
     watch.cancel()
 
 
-async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive() -> None:
+async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive(w: Wheel) -> None:
     r = reader()
-    watch = reading(r, idle=0.05)
+    watch = reading(r, w, idle=0.05)
     await asyncio.sleep(0.15)  # the consumer was busy: three idle periods with no read pending
     for _ in range(4):
         watch.since = watch.loop.time()
@@ -42,12 +48,12 @@ async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive() -> None:
         assert await asyncio.wait_for(r.readany(), 1) == b"x"
         watch.since = None
     watch.cancel()
-    assert not wheel()._slots
+    assert not w._slots
 
 
-async def test_the_deadline_ends_the_stream_even_between_reads() -> None:
+async def test_the_deadline_ends_the_stream_even_between_reads(w: Wheel) -> None:
     r = reader()
-    watch = reading(r, idle=10, remaining=0.05)
+    watch = reading(r, w, idle=10, remaining=0.05)
     await asyncio.sleep(0.1)
     watch.since = watch.loop.time()
     with pytest.raises(StreamIdle):
@@ -55,19 +61,19 @@ async def test_the_deadline_ends_the_stream_even_between_reads() -> None:
     watch.cancel()
 
 
-async def test_a_head_later_than_the_first_byte_bound_is_a_timeout() -> None:
+async def test_a_head_later_than_the_first_byte_bound_is_a_timeout(w: Wheel) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
-    watch = StreamWatch(first_byte=0.05, idle=10, remaining=None)
+    watch = StreamWatch(first_byte=0.05, idle=10, remaining=None, wheel=w)
     with pytest.raises(TimeoutError), watch:
         await asyncio.sleep(5)
     assert 0.05 <= loop.time() - began < 0.05 + MIN_GRAIN + 0.05
-    assert not wheel()._slots
+    assert not w._slots
 
 
-async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited_for() -> None:
+async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited_for(w: Wheel) -> None:
     r = reader()
-    watch = StreamWatch(first_byte=0.2, idle=0.05, remaining=None)
+    watch = StreamWatch(first_byte=0.2, idle=0.05, remaining=None, wheel=w)
     with watch:
         await asyncio.sleep(0.1)  # past the idle bound: the head phase is not idle-bound
     watch.reading(r)
@@ -76,10 +82,10 @@ async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited
     assert await asyncio.wait_for(r.readany(), 1) == b"x"
     watch.cancel()
     await asyncio.sleep(0.15)  # nothing fires for a cancelled watch
-    assert not wheel()._slots
+    assert not w._slots
 
 
-async def test_an_error_before_the_head_ends_the_watch() -> None:
-    with pytest.raises(KeyError), StreamWatch(first_byte=5, idle=5, remaining=None):
+async def test_an_error_before_the_head_ends_the_watch(w: Wheel) -> None:
+    with pytest.raises(KeyError), StreamWatch(first_byte=5, idle=5, remaining=None, wheel=w):
         raise KeyError("x")
-    assert not wheel()._slots
+    assert not w._slots

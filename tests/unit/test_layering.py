@@ -1,5 +1,19 @@
-"""Imports run one way: the core imports nothing of ours and no web framework; wire codecs depend
-only on the core (and each other); only the composition root and the IO shells touch aiohttp."""
+"""Imports run one way. Each layer may import only the layers beneath it:
+
+    core                       nothing of ours, no web framework, no Redis, no pydantic
+    dialects                   core (sans-IO codecs: no aiohttp, redis, httpx or asyncio either)
+    runtime                    core (config, timers, defaults: what adapters and backends may use)
+    obs                        core, runtime (metrics and logs)
+    policy                     core, runtime, obs
+    limits                     core, runtime, obs
+    routing                    core, runtime, obs, policy
+    adapters, backends         core, dialects, runtime (metrics and the member upstreams come in
+                               through their constructors)
+    web                        everything above (``web/app.py`` is the composition root)
+    cli                        everything (it starts the app)
+
+A module that imports a layer its own may not fails here, naming the file and the import.
+"""
 
 from __future__ import annotations
 
@@ -9,43 +23,108 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+OURS = ("gateway", "adapters", "backends")
+
+BENEATH: dict[str, frozenset[str]] = {
+    "gateway.core": frozenset(),
+    "gateway.dialects": frozenset({"gateway.core"}),
+    "gateway.runtime": frozenset({"gateway.core"}),
+    "gateway.obs": frozenset({"gateway.core", "gateway.runtime"}),
+    "gateway.policy": frozenset({"gateway.core", "gateway.runtime", "gateway.obs"}),
+    "gateway.limits": frozenset({"gateway.core", "gateway.runtime", "gateway.obs"}),
+    "gateway.routing": frozenset({"gateway.core", "gateway.runtime", "gateway.obs", "gateway.policy"}),
+    "adapters": frozenset({"gateway.core", "gateway.dialects", "gateway.runtime"}),
+    "backends": frozenset({"gateway.core", "gateway.dialects", "gateway.runtime"}),
+}
+BENEATH["gateway.web"] = frozenset().union(*BENEATH.values(), BENEATH) - {"gateway.web"}
+BENEATH["gateway.cli"] = BENEATH["gateway.web"] | {"gateway.web"}
+BENEATH["gateway.__main__"] = frozenset({"gateway.cli"})
+BENEATH["gateway"] = frozenset()  # the package's __init__: its version, nothing else
+
+# Third-party packages a layer must not touch: the core and the codecs stay sans-IO.
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "gateway.core": frozenset({"aiohttp", "redis", "httpx", "pydantic", "prometheus_client"}),
+    "gateway.dialects": frozenset({"aiohttp", "redis", "httpx", "asyncio", "prometheus_client"}),
+    "gateway.runtime": frozenset({"redis", "prometheus_client"}),
+}
 
 
-def imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+def layer(module: str) -> str:
+    """``gateway.web.app`` → ``gateway.web``; ``adapters.http`` → ``adapters``; ``gateway`` → ``gateway``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "gateway" and len(parts) > 1 else parts[0]
+
+
+def imports(source: str) -> set[str]:
+    """Every absolute import, function-level ones included; ``from gateway import x`` counts as
+    ``gateway.x``."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            if node.module in OURS:
+                found.update(f"{node.module}.{a.name}" for a in node.names)
     return found
 
 
-def modules(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).rglob("*.py"))
-
-
-@pytest.mark.parametrize("path", modules("gateway/core"), ids=lambda p: p.name)
-def test_core_imports_only_core(path: Path) -> None:
-    for name in imports(path):
+def violations(module: str, source: str) -> list[str]:
+    own = layer(module)
+    allowed = BENEATH.get(own)
+    assert allowed is not None, f"{module}: its layer {own!r} is not in the table: add it"
+    wrong: list[str] = []
+    for name in sorted(imports(source)):
         top = name.split(".")[0]
-        assert top not in {"aiohttp", "redis", "adapters", "backends", "pydantic"}, name
-        if top == "gateway":
-            assert name.startswith("gateway.core"), f"{path.name} imports {name}"
+        if top in FORBIDDEN.get(own, ()):
+            wrong.append(f"{module} imports {name} ({own} stays free of {top})")
+        if top in OURS and name not in OURS:
+            target = layer(name)
+            if target != own and target not in allowed:
+                wrong.append(f"{module} imports {name} ({own} may import only {', '.join(sorted(allowed))})")
+    return wrong
 
 
-@pytest.mark.parametrize("path", modules("gateway/dialects"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_codecs_are_sans_io(path: Path) -> None:
-    for name in imports(path):
-        top = name.split(".")[0]
-        assert top not in {"aiohttp", "redis", "httpx", "asyncio", "adapters", "backends"}, name
-        if top == "gateway":
-            assert name.startswith(("gateway.core", "gateway.dialects")), f"{path.name} imports {name}"
+def ours() -> list[Path]:
+    return sorted(p for folder in OURS for p in (ROOT / folder).rglob("*.py"))
 
 
-def test_only_the_root_knows_the_adapters() -> None:
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("path", ours(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_run_one_way(path: Path) -> None:
+    assert violations(module_of(path), path.read_text()) == []
+
+
+def test_only_the_composition_root_builds_adapters() -> None:
     users = {
-        str(p.relative_to(ROOT)) for p in modules("gateway") if any(n.split(".")[0] == "adapters" for n in imports(p))
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "gateway").rglob("*.py")
+        if any(n.split(".")[0] == "adapters" for n in imports(p.read_text()))
     }
     assert users <= {"gateway/web/app.py", "gateway/cli.py"}, users
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("gateway.core.request", "from gateway.web.state import GATEWAY"),
+        ("gateway.core.errors", "import aiohttp"),
+        ("gateway.dialects.openai.parse", "from gateway.limits.plan import Plan"),
+        ("gateway.dialects.sse", "import asyncio"),
+        ("adapters.http", "from gateway.obs.metrics import TARGET_UP"),
+        ("backends.replicas", "from adapters.http import HTTPUpstream"),
+        ("gateway.runtime.timers", "from gateway import obs"),
+        ("gateway.limits.store", "from gateway.routing.table import ModelTable"),
+        ("gateway.obs.metrics", "def f():\n    from gateway.web import app\n"),
+    ],
+)
+def test_a_wrong_import_is_caught(module: str, source: str) -> None:
+    assert violations(module, source), f"{module}: {source!r} should be refused"
+
+
+def test_every_layer_is_in_the_table() -> None:
+    assert {layer(module_of(p)) for p in ours()} <= set(BENEATH)

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.obs import logs
-from gateway.obs.logs import LogSink, LogWriter, RequestLog
+from gateway.obs.logs import LogSink, LogWriter
+from gateway.web.record import BACKLOG_SECONDS, Backlog, RequestLog
 
 
 @pytest.fixture(autouse=True)
@@ -35,9 +36,9 @@ def test_request_lines_and_log_calls_come_out_in_order_and_all_at_stop() -> None
     writer = logs.configure("INFO", out)
     try:
         for i in range(3):
-            RequestLog(logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").emit()
+            RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").emit()
         logging.getLogger("gateway.test").warning("between %s", "requests")
-        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-3", "friendli").emit()
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid-3", "friendli").emit()
     finally:
         writer.stop()
     got = lines_of(out.getvalue())
@@ -56,7 +57,7 @@ def test_lines_are_written_within_the_flush_interval_without_a_wake_up() -> None
     out = io.StringIO()
     writer = logs.configure("INFO", out)
     try:
-        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-live", "openai").emit()
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid-live", "openai").emit()
         assert not writer.sink.wake.is_set()  # one line does not wake the writer
         deadline = time.monotonic() + 2
         while "rid-live" not in out.getvalue():
@@ -103,27 +104,29 @@ def test_a_line_that_cannot_be_formatted_does_not_end_logging() -> None:
 async def test_ended_requests_are_logged_in_one_batch_within_the_backlog_interval() -> None:
     out = io.StringIO()
     writer = logs.configure("INFO", out)
+    backlog = Backlog()
     try:
         for i in range(3):
-            RequestLog(logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").close()
-        timer = logs.BACKLOG.timer
-        assert timer is not None and len(logs.BACKLOG.items) == 3  # one timer for the batch
-        await asyncio.sleep(logs.BACKLOG_SECONDS * 3)
-        assert not logs.BACKLOG.items and logs.BACKLOG.timer is None
+            RequestLog(backlog, logging.getLogger(logs.ACCESS_LOGGER), f"rid-{i}", "openai").close()
+        timer = backlog.timer
+        assert timer is not None and len(backlog.items) == 3  # one timer for the batch
+        await asyncio.sleep(BACKLOG_SECONDS * 3)
+        assert not backlog.items and backlog.timer is None
     finally:
         writer.stop()
     assert [g["request_id"] for g in lines_of(out.getvalue())] == ["rid-0", "rid-1", "rid-2"]
 
 
 async def test_a_request_is_timed_when_it_ends_not_when_its_batch_is_done() -> None:
-    log = RequestLog(logging.getLogger(logs.ACCESS_LOGGER), "rid-t", "openai")
+    backlog = Backlog()
+    log = RequestLog(backlog, logging.getLogger(logs.ACCESS_LOGGER), "rid-t", "openai")
     log.close()
     ended, wall = log.ended, log.wall
     out = io.StringIO()
     writer = logs.configure("INFO", out)
     try:
         await asyncio.sleep(0.05)  # the batch is done later than the request ended
-        logs.BACKLOG.drain()
+        backlog.drain()
     finally:
         writer.stop()
     (line,) = lines_of(out.getvalue())
@@ -140,7 +143,8 @@ async def test_one_record_that_cannot_be_logged_does_not_lose_its_batch(monkeypa
         emitted.append(self.rid)
 
     monkeypatch.setattr(RequestLog, "emit", emit)
+    backlog = Backlog()
     for rid in ("a", "bad", "b"):
-        RequestLog(logging.getLogger(logs.ACCESS_LOGGER), rid, "openai").close()
-    logs.BACKLOG.drain()
-    assert emitted == ["a", "b"] and logs.BACKLOG.timer is None
+        RequestLog(backlog, logging.getLogger(logs.ACCESS_LOGGER), rid, "openai").close()
+    backlog.drain()
+    assert emitted == ["a", "b"] and backlog.timer is None

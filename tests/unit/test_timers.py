@@ -7,38 +7,44 @@ import asyncio
 
 import pytest
 
-from gateway.runtime.timers import MIN_GRAIN, Bound, wheel
+from gateway.runtime.timers import MIN_GRAIN, Bound, Wheel
 
 
-async def test_a_block_past_its_bound_is_cancelled_as_a_timeout() -> None:
+@pytest.fixture
+async def w() -> Wheel:
+    """The test's own wheel, on its loop (an upstream or a Redis channel owns one in the gateway)."""
+    return Wheel(asyncio.get_running_loop())
+
+
+async def test_a_block_past_its_bound_is_cancelled_as_a_timeout(w: Wheel) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
-    with pytest.raises(TimeoutError), Bound(0.05):
+    with pytest.raises(TimeoutError), Bound(0.05, w):
         await asyncio.sleep(5)
     took = loop.time() - began
     assert 0.05 <= took < 0.05 + MIN_GRAIN + 0.05
 
 
-async def test_a_block_within_its_bound_is_untouched_and_the_bound_is_gone_after_it() -> None:
-    with Bound(0.05):
+async def test_a_block_within_its_bound_is_untouched_and_the_bound_is_gone_after_it(w: Wheel) -> None:
+    with Bound(0.05, w):
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.1)  # past the bound: a stale bound would cancel this task here
-    assert not wheel()._slots
+    assert not w._slots
 
 
-async def test_reschedule_moves_the_bound_from_now() -> None:
+async def test_reschedule_moves_the_bound_from_now(w: Wheel) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
-    with pytest.raises(TimeoutError), Bound(0.05) as bound:
+    with pytest.raises(TimeoutError), Bound(0.05, w) as bound:
         await asyncio.sleep(0.03)
         bound.reschedule(0.1)
         await asyncio.sleep(5)
     assert loop.time() - began >= 0.13
 
 
-async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
+async def test_a_cancellation_from_outside_stays_a_cancellation(w: Wheel) -> None:
     async def bounded() -> None:
-        with Bound(5):
+        with Bound(5, w):
             await asyncio.sleep(5)
 
     task = asyncio.create_task(bounded())
@@ -48,28 +54,27 @@ async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
         await task
 
 
-async def test_an_error_inside_the_block_is_not_turned_into_a_timeout() -> None:
-    with pytest.raises(KeyError), Bound(5):
+async def test_an_error_inside_the_block_is_not_turned_into_a_timeout(w: Wheel) -> None:
+    with pytest.raises(KeyError), Bound(5, w):
         raise KeyError("x")
 
 
-async def test_many_bounds_share_one_loop_timer_armed_for_the_earliest() -> None:
-    w = wheel()
-    first = Bound(0.2)
+async def test_many_bounds_share_one_loop_timer_armed_for_the_earliest(w: Wheel) -> None:
+    first = Bound(0.2, w)
     with first:
         handle = w._handle
         assert handle is not None
         for _ in range(50):  # later bounds: filed, no timer of their own
-            with Bound(0.3):
+            with Bound(0.3, w):
                 assert w._handle is handle
-        with Bound(0.05):  # an earlier one re-arms the one timer
+        with Bound(0.05, w):  # an earlier one re-arms the one timer
             assert w._handle is not handle
 
 
-async def test_concurrent_bounds_each_fire_for_their_own_task_only() -> None:
+async def test_concurrent_bounds_each_fire_for_their_own_task_only(w: Wheel) -> None:
     async def work(seconds: float, bound: float) -> str:
         try:
-            with Bound(bound):
+            with Bound(bound, w):
                 await asyncio.sleep(seconds)
         except TimeoutError:
             return "timeout"
@@ -79,11 +84,10 @@ async def test_concurrent_bounds_each_fire_for_their_own_task_only() -> None:
     assert results == ["done", "timeout"] * 10
 
 
-async def test_a_bound_moved_later_stays_in_its_slot_until_that_comes_due() -> None:
+async def test_a_bound_moved_later_stays_in_its_slot_until_that_comes_due(w: Wheel) -> None:
     loop = asyncio.get_running_loop()
-    w = wheel()
     began = loop.time()
-    with pytest.raises(TimeoutError), Bound(0.05) as bound:
+    with pytest.raises(TimeoutError), Bound(0.05, w) as bound:
         due = bound._due
         bound.reschedule(0.2)  # later: not moved yet
         assert bound._due == due and sum(map(len, w._slots.values())) == 1
@@ -93,10 +97,10 @@ async def test_a_bound_moved_later_stays_in_its_slot_until_that_comes_due() -> N
     assert 0.2 <= loop.time() - began < 0.2 + MIN_GRAIN + 0.05
 
 
-async def test_a_bound_moved_sooner_is_moved_at_once() -> None:
+async def test_a_bound_moved_sooner_is_moved_at_once(w: Wheel) -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
-    with pytest.raises(TimeoutError), Bound(5) as bound:
+    with pytest.raises(TimeoutError), Bound(5, w) as bound:
         bound.reschedule(0.05)
         await asyncio.sleep(5)
     assert 0.05 <= loop.time() - began < 0.05 + MIN_GRAIN + 0.05
