@@ -82,7 +82,7 @@ async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     except pydantic.ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         return problem(400, f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
-    unknown = [t for t in spec.teams if t not in gw.team_models]
+    unknown = [t for t in spec.teams if t not in gw.model_access.teams()]
     if unknown:
         return problem(400, f"unknown team {unknown[0]!r}")
     key, record = new_key(spec.teams, spec.name, spec.expires_in)
@@ -120,7 +120,7 @@ async def teams(request: web.Request, gw: Gateway) -> web.Response:
 
 async def usage(request: web.Request, gw: Gateway) -> web.Response:
     team = request.match_info["team"]
-    if team not in gw.team_models:
+    if team not in gw.model_access.teams():
         return problem(404, "no such team")
     try:
         hours = max(1, min(24 * 35, int(request.query.get("hours", "24"))))

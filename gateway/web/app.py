@@ -20,12 +20,13 @@ from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
 from gateway.obs import metrics
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
+from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.web import admin, ops, status
-from gateway.web.handlers import make_handler
+from gateway.web.pipeline import make_handler
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway
 
@@ -115,7 +116,9 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         keys=keys,
         auth=Authenticator(keys, store),
         models=build_table(config, catch_all),
-        team_models={t.id: frozenset(t.models) if t.models is not None else None for t in config.teams},
+        model_access=ModelAccess(
+            {t.id: t.models for t in config.teams}, {a: m.name for m in config.models for a in m.aliases}
+        ),
         access=logging.getLogger("gateway.access"),
         admission=build_admission(config, client),
         redis=client,

@@ -14,7 +14,7 @@ from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
 from gateway.dialects.common import dumps
 from gateway.obs.metrics import TARGET_UP, exposition, flush
-from gateway.web.handlers import credentials, error_response, request_id
+from gateway.web.pipeline import credentials, error_response, request_id
 from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway.ops")

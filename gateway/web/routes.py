@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gateway.core.request import Operation
 from gateway.dialects import FRIENDLI, OPENAI, SGP_V4, SGP_V5
-from gateway.web.handlers import RouteSpec
+from gateway.web.pipeline import RouteSpec
 
 C, CHAT = Operation.COMPLETION, Operation.CHAT
 

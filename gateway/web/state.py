@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.limits.admission import Admission
+from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
 from gateway.routing.table import ModelTable
@@ -22,7 +23,7 @@ class Gateway:
     keys: KeyRing
     auth: Authenticator
     models: ModelTable
-    team_models: dict[str, frozenset[str] | None]
+    model_access: ModelAccess
     access: logging.Logger
     admission: Admission
     redis: Any = None  # the Redis client, when configured

@@ -1,6 +1,7 @@
-"""The data path, in the order it runs:
+"""The request pipeline, in the order it runs:
 
-    route → choose dialect → authenticate → parse → resolve model → call (fallbacks) → render
+    route → choose dialect → authenticate → parse → resolve model → model access → admit (limits)
+    → call (fallbacks) → render
 
 One handler per route-table entry, built once at start-up around its ``RouteSpec``. Every error is a
 ``GatewayError`` rendered in the dialect that is answering; once a stream has started, errors go out
@@ -18,16 +19,15 @@ from random import getrandbits
 
 from aiohttp import web
 
-from gateway.core.errors import GatewayError, PayloadTooLarge, PermissionDenied
+from gateway.core.errors import GatewayError, PayloadTooLarge
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
-from gateway.policy.auth import Principal
 from gateway.routing import dispatch
 from gateway.web.record import InFlight, RequestLog
-from gateway.web.state import GATEWAY, Gateway
+from gateway.web.state import GATEWAY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
@@ -103,12 +103,6 @@ def internal_error(log: RequestLog, doing: str) -> GatewayError:
     return err
 
 
-def admit(gw: Gateway, principal: Principal, request: InternalRequest) -> None:
-    allowed = gw.team_models.get(principal.team)
-    if allowed is not None and request.model not in allowed:
-        raise PermissionDenied(f"team {principal.team!r} may not use model {request.model!r}", param="model")
-
-
 async def relay(
     request: web.Request,
     dialect: Dialect,
@@ -181,7 +175,7 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             log.model = ireq.model
             resolved = gw.models.resolve(ireq.model)
             log.model_label = resolved.route.label
-            admit(gw, principal, ireq)
+            gw.model_access.check(principal, ireq.model)
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
             deadline = gw.admission.deadline_for(principal.team, ireq)
