@@ -81,6 +81,11 @@ class PayloadTooLarge(RequestError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(RequestError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class RateLimited(GatewayError):
     status = 429
     code = "rate_limited"

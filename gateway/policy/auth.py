@@ -36,7 +36,13 @@ SHA256 = _sha256()
 
 
 def key_digest(token: str) -> bytes:
-    return SHA256(token.encode()).digest()  # type: ignore[no-any-return]
+    """The SHA-256 of a presented key. A header may carry any bytes (aiohttp hands undecodable ones
+    over as surrogates): they are hashed as sent, so such a key is simply unknown (401), never an error."""
+    return SHA256(token.encode("utf-8", "surrogateescape")).digest()  # type: ignore[no-any-return]
+
+
+def hex_digest(token: str) -> str:
+    return key_digest(token).hex()
 
 
 @record

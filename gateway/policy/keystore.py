@@ -9,7 +9,6 @@ record is cached for at most ``CACHE_SECONDS``, so a revocation holds on every r
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import secrets
@@ -18,10 +17,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from gateway.core.errors import AuthenticationFailed, GatewayError
-from gateway.policy.auth import KeyRing, Principal, key_digest, select_team
+from gateway.policy.auth import KeyRing, Principal, hex_digest, select_team
 
 PREFIX = "gwk_"
 CACHE_SECONDS = 1.0
+KEY_ID_BYTES = 6  # an issued key's public id: this many random bytes, in hex
 RECORD = "llmgw:key:"
 INDEX = "llmgw:keyids"
 
@@ -49,9 +49,9 @@ class KeyRecord:
 
 
 def new_key(teams: list[str], name: str = "", expires_in: float | None = None) -> tuple[str, KeyRecord]:
-    key_id = secrets.token_hex(6)
+    key_id = secrets.token_hex(KEY_ID_BYTES)
     key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(24)}"
-    digest = hashlib.sha256(key.encode()).hexdigest()
+    digest = hex_digest(key)
     expires = time.time() + expires_in if expires_in else None
     return key, KeyRecord(key_id, digest, teams, name, expires=expires)
 
@@ -96,6 +96,10 @@ class RedisStore:
         return [r for r in records if r is not None]
 
 
+def _is_key_id(text: str) -> bool:
+    return len(text) == 2 * KEY_ID_BYTES and all(c in "0123456789abcdef" for c in text)
+
+
 class Authenticator:
     """Static keys first (a dict look-up), then issued keys through a one-second cache."""
 
@@ -108,8 +112,10 @@ class Authenticator:
         if self.static.open_access or not token or not token.startswith(PREFIX):
             return self.static.authenticate(token, team)
         key_id = token[len(PREFIX) :].split("_", 1)[0]
-        record = await self._record(key_id)
-        digest = key_digest(token).hex()
+        # Only an id of the shape we issue is looked up: anything else (any bytes a header can carry)
+        # is no issued key, and never reaches the store.
+        record = await self._record(key_id) if _is_key_id(key_id) else None
+        digest = hex_digest(token)
         if record is None or not hmac.compare_digest(record.digest, digest):
             return self.static.authenticate(token, team)  # may still be a static key of that shape
         if record.revoked:

@@ -11,7 +11,6 @@ answers 403 to everyone.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import time
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
+from gateway.policy.auth import hex_digest
 from gateway.policy.keystore import new_key
 from gateway.runtime.config import GatewayConfig
 from gateway.web.state import GATEWAY, Gateway
@@ -44,7 +44,7 @@ def admin_digest(config: GatewayConfig) -> str | None:
         return config.admin.key_sha256
     env = config.admin.key_env or "LLM_GATEWAY_ADMIN_KEY"
     key = os.environ.get(env)
-    return hashlib.sha256(key.encode()).hexdigest() if key else None
+    return hex_digest(key) if key else None
 
 
 def reply(body: Any, status: int = 200) -> web.Response:
@@ -68,7 +68,7 @@ def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) 
         if not expected:
             return problem(403, "the admin API is disabled: no admin key is configured")
         token = bearer_token(request.headers.get("Authorization"))
-        presented = hashlib.sha256(token.encode()).hexdigest() if token else ""
+        presented = hex_digest(token) if token else ""
         if not hmac.compare_digest(presented, expected):
             return problem(401, "an admin key is required")
         return await handler(request, gw)

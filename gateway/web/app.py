@@ -169,7 +169,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
-    app = web.Application(client_max_size=config.server.max_body_bytes)
+    # Bodies are decoded by gateway.web.body, so that every refusal comes in the client's dialect.
+    app = web.Application(client_max_size=config.server.max_body_bytes, handler_args={"auto_decompress": False})
     gw = app[GATEWAY] = build_state(config, catch_all)
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))

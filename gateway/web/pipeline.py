@@ -19,13 +19,14 @@ from random import getrandbits
 
 from aiohttp import web
 
-from gateway.core.errors import GatewayError, PayloadTooLarge
+from gateway.core.errors import GatewayError
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.routing import dispatch
+from gateway.web.body import read_body
 from gateway.web.record import InFlight, RequestLog
 from gateway.web.state import GATEWAY
 
@@ -68,13 +69,6 @@ def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | Non
     token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
     team = headers.get(dialect.team_header) if dialect.team_header else None
     return token, team or None
-
-
-async def read_body(request: web.Request) -> bytes:
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge("request body is too large") from None
 
 
 def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:

@@ -8,7 +8,6 @@ the password (so a browser can open it).
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import html
 import os
@@ -20,6 +19,7 @@ from prometheus_client import multiprocess as mp
 
 from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
+from gateway.policy.auth import hex_digest
 from gateway.web.admin import ADMIN_DIGEST
 from gateway.web.state import GATEWAY
 
@@ -63,7 +63,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 async def status(request: web.Request) -> web.Response:
     expected = request.app[ADMIN_DIGEST]
     key = presented_key(request.headers.get("Authorization"))
-    digest = hashlib.sha256(key.encode()).hexdigest() if key else ""
+    digest = hex_digest(key) if key else ""
     if not expected or not hmac.compare_digest(digest, expected):
         return web.Response(
             status=401, text="admin key required", headers={"WWW-Authenticate": 'Basic realm="llm-gateway-admin"'}
