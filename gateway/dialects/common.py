@@ -1,4 +1,5 @@
-"""Pieces every wire codec shares: strict body models, validation errors that name the field, SSE
+"""Pieces every wire codec shares: strict body models, validation errors that name the field, the
+body caps of ``core/caps.py`` (checked before a body is parsed and before a schema sees it), SSE
 framing, and the two logprob shapes (legacy four arrays, chat-style ``content[]``).
 
 Pure functions and data only: no IO, no web framework. Vendor-specific rules live in each vendor's
@@ -7,14 +8,16 @@ package, not here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import pydantic_core
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from gateway.core.errors import InvalidRequest
+from gateway.core import caps
+from gateway.core.errors import InvalidRequest, PayloadTooLarge
 from gateway.core.request import Feature
 from gateway.core.response import TokenLogprob, Usage
 
@@ -28,38 +31,86 @@ class Body(BaseModel):
     """A request body: unknown fields are refused by name; explicit ``null`` means "not given"
     (friendli-client sends every optional field as null, clients.md §4)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Part(BaseModel):
     """A nested object in a request body; same rules as ``Body``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class OpenPart(BaseModel):
     """A nested object whose extra keys are carried through (tool definitions, content parts)."""
 
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
 
 
-def _loc(loc: Sequence[int | str]) -> str:
+def at_most(cap: int) -> Any:
+    """A list's or map's cap, checked before its items are: a schema's own ``max_length`` is checked
+    after, and a union tries every member on every item first, one error object per item."""
+
+    def capped(value: Any) -> Any:
+        if isinstance(value, list | dict) and len(value) > cap:
+            raise ValueError(f"holds more than {cap} items")
+        return value
+
+    return BeforeValidator(capped)
+
+
+Items = at_most(caps.MAX_ITEMS)
+# Field types with the ranges of ``core/caps.py``: every dialect's schema builds on these.
+Name = Annotated[str, Field(max_length=caps.MAX_NAME)]
+TokenCount = Annotated[int, Field(ge=1, le=caps.MAX_TOKENS)]
+MinTokens = Annotated[int, Field(ge=0, le=caps.MAX_TOKENS)]
+Choices = Annotated[int, Field(ge=1, le=caps.MAX_CHOICES)]
+Seed = Annotated[int, Field(ge=caps.SEED_MIN, le=caps.SEED_MAX)]
+TokenId = Annotated[int, Field(ge=0, le=caps.MAX_TOKEN_ID)]
+TokenIds = Annotated[list[TokenId], at_most(caps.MAX_TOKEN_IDS)]
+TopK = Annotated[int, Field(ge=-1, le=caps.MAX_TOKEN_ID)]
+Ngram = Annotated[int, Field(ge=1, le=caps.MAX_TOKENS)]
+Unit = Annotated[float, Field(ge=0, le=1)]
+Temperature = Annotated[float, Field(ge=0, le=2)]
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+Scale = Annotated[float, Field(gt=0, le=caps.MAX_SCALE)]  # a multiplicative penalty, 1 = off
+Bias = Annotated[float, Field(ge=-100, le=100)]
+Logprobs = Annotated[int, Field(ge=0, le=20)]
+Texts = Annotated[list[str], Items]
+Objects = Annotated[list[dict[str, JSON]], Items]
+
+
+def _loc(data: JSON, loc: Sequence[int | str], kind: str) -> str:
+    """The client's path to the field: a location part that does not lead into the body as sent is
+    a union member's tag (``list[str]``, ``int``, a model's name) and is left out, so a field named
+    like one (``Temperature``) keeps its name."""
+    parts: list[int | str] = []
+    node = data
+    last = len(loc) - 1
+    for i, part in enumerate(loc):
+        if data is None:  # every part is the client's
+            parts.append(part)
+        elif isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node):
+            parts.append(part)
+            node = node[part]
+        elif isinstance(part, str) and isinstance(node, dict) and (part in node or (i == last and kind == "missing")):
+            parts.append(part)
+            node = node.get(part)
     out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
+    for j, part in enumerate(parts):
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if j else part
     return out
 
 
-def invalid_from(exc: pydantic.ValidationError) -> InvalidRequest:
-    """The first validation error, as one sentence naming the field."""
+def invalid_from(exc: pydantic.ValidationError, data: JSON = None) -> InvalidRequest:
+    """The first validation error, as one sentence naming the field; without the ``data`` validated
+    (another library's models), union tags are told by their look: brackets or a capital."""
     err = exc.errors(include_url=False)[0]
-    # Union members add their type name to the location; the client's field name is what matters.
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p[:1].isupper()))]
-    field = _loc(loc)
     kind = err["type"]
+    if data is None:
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p[:1].isupper()))]
+        field = _loc(None, loc, kind)
+    else:
+        field = _loc(data, err["loc"], kind)
     if kind == "extra_forbidden":
         return InvalidRequest(f"unknown field '{field}'", param=field)
     if kind == "missing":
@@ -72,22 +123,146 @@ def without(body: M, name: str) -> M:
     return body if getattr(body, name) is None else body.model_copy(update={name: None})
 
 
-def validate(model: type[M], data: JSON) -> M:
+def validate(model: type[M], data: dict[str, JSON]) -> M:
+    """``data`` as ``model``, once it holds to the caps (``check``)."""
+    check(data)
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise invalid_from(exc) from None
+        raise invalid_from(exc, data) from None
+
+
+_MARKS = (b",", b"[", b"{")
+_FEW_QUOTES = 64
+_BACKSLASH = ord("\\")
+
+
+def _outside_strings(body: bytes) -> list[tuple[int, int]]:
+    """The spans of ``body`` between its strings, from its few quotes (an escaped one is inside a
+    string); an unterminated last string runs to the end, as the parser reads it."""
+    delimiters = [-1]
+    at = body.find(b'"')
+    while at >= 0:
+        escapes = 0
+        while at - escapes > 0 and body[at - escapes - 1] == _BACKSLASH:
+            escapes += 1
+        if escapes % 2 == 0:
+            delimiters.append(at)
+        at = body.find(b'"', at + 1)
+    if len(delimiters) % 2:
+        delimiters.append(len(body))
+    return list(zip(delimiters[::2], delimiters[1::2], strict=True))
+
+
+def too_many_values(body: bytes, cap: int) -> bool:
+    """``body`` may hold more than ``cap`` JSON values, judged from its bytes without parsing: every
+    value is the root, the first in its array or object, or follows a comma. In a body of few strings
+    only the characters between them are counted (a long prompt is one value); a body of many is
+    counted whole, which can only judge it stricter. Each count is a pass over the body (about 2.5 ms
+    per 8 MiB) and ends the judgement as soon as it passes the cap."""
+    quotes = body.count(b'"')
+    if quotes // 2 > cap:
+        return True
+    spans = _outside_strings(body) if quotes <= _FEW_QUOTES else [(-1, len(body))]
+    seen = 1
+    for mark in _MARKS:
+        seen += sum(body.count(mark, start + 1, end) for start, end in spans)
+        if seen > cap:
+            return True
+    return False
 
 
 def loads(body: bytes) -> dict[str, JSON]:
-    """Parse a request body once; anything but a JSON object is the client's error."""
+    """Parse a request body once; anything but a JSON object is the client's error. A large body of
+    many small values is refused before parsing: building them would hold the event loop and take
+    many times the body's size in memory."""
+    if len(body) > caps.UNCOUNTED_BODY and too_many_values(body, caps.MAX_JSON_VALUES):
+        raise PayloadTooLarge(f"request body holds more than {caps.MAX_JSON_VALUES} JSON values")
     try:
         data = pydantic_core.from_json(body)
     except ValueError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
+    if len(data) > caps.MAX_ITEMS:
+        raise InvalidRequest(f"request body has more than {caps.MAX_ITEMS} fields")
     return data
+
+
+def _at(path: str | None, key: str) -> str:
+    """``path`` None: the body itself (a key may be the empty string)."""
+    return key if path is None else f"{path}.{key}"
+
+
+def _too_many(path: str, cap: int) -> InvalidRequest:
+    return InvalidRequest(f"'{path}' holds more than {cap} items", param=path)
+
+
+def _not_finite(path: str) -> InvalidRequest:
+    return InvalidRequest(f"'{path}': numbers must be finite", param=path)
+
+
+class _Check:
+    """One walk over a parsed body: every list and map within its cap, every float finite, token-id
+    lists homogeneous, in range and within the request's total. It runs before the schema, whose
+    errors on a long list of wrong items would cost one object per item."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids = 0
+
+    def mapping(self, node: dict[str, JSON], path: str | None, key: str) -> None:
+        cap = caps.LIST_CAPS.get(key, caps.MAX_ITEMS)
+        if len(node) > cap:
+            raise _too_many(path, cap) if path is not None else InvalidRequest(f"request body has over {cap} fields")
+        for k, v in node.items():
+            kind = type(v)
+            if kind is float:
+                if not math.isfinite(v):
+                    raise _not_finite(_at(path, k))
+            elif kind is dict:
+                self.mapping(v, _at(path, k), k)
+            elif kind is list:
+                self.sequence(v, _at(path, k), k)
+
+    def sequence(self, node: list[JSON], path: str, key: str) -> None:
+        cap = caps.LIST_CAPS.get(key, caps.MAX_ITEMS)
+        if len(node) > cap:
+            raise _too_many(path, cap)
+        if key in caps.TOKEN_ID_FIELDS and node:
+            first = type(node[0])
+            # a prompt may be text, a batch of texts or of token lists; every other list here holds ids
+            if first is not int and not (key == "prompt" and first in (str, list) and not path.endswith("]")):
+                raise InvalidRequest(f"'{path}[0]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
+            if len(set(map(type, node))) > 1:  # C loops: a long token list is walked here twice
+                i = next(i for i, v in enumerate(node) if type(v) is not first)
+                raise InvalidRequest(f"'{path}[{i}]': items must all be of one type", param=path)
+            if first is int:
+                self.token_ids(node, path)
+                return
+        for i, v in enumerate(node):
+            kind = type(v)
+            if kind is float:
+                if not math.isfinite(v):
+                    raise _not_finite(f"{path}[{i}]")
+            elif kind is dict:
+                self.mapping(v, f"{path}[{i}]", key)
+            elif kind is list:
+                self.sequence(v, f"{path}[{i}]", key)
+
+    def token_ids(self, ids: list[int], path: str) -> None:
+        self.ids += len(ids)
+        if self.ids > caps.MAX_TOKEN_IDS:
+            raise InvalidRequest(f"'{path}': a request holds at most {caps.MAX_TOKEN_IDS} token ids", param=path)
+        if min(ids) < 0 or max(ids) > caps.MAX_TOKEN_ID:
+            i = next(i for i, t in enumerate(ids) if not 0 <= t <= caps.MAX_TOKEN_ID)
+            raise InvalidRequest(f"'{path}[{i}]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
+
+
+def check(data: dict[str, JSON]) -> None:
+    """Refuses, naming the field, a body past the caps of ``core/caps.py``."""
+    _Check().mapping(data, None, "")
 
 
 dumps: Callable[[JSON], bytes] = pydantic_core.to_json
@@ -135,11 +310,21 @@ def logit_bias(value: dict[str, float] | None, field: str = "logit_bias") -> dic
         try:
             token = int(key)
         except ValueError:
-            raise InvalidRequest(f"'{field}' keys must be token ids, got {key!r}", param=field) from None
+            token = -1
+        if not 0 <= token <= caps.MAX_TOKEN_ID:
+            raise InvalidRequest(f"'{field}' keys must be token ids, got {key[:32]!r}", param=field)
         if not -100 <= bias <= 100:
             raise InvalidRequest(f"'{field}' values must be within [-100, 100]", param=field)
         out[token] = bias
     return out or None
+
+
+def choice_cap(prompts: int, n: int, best_of: int | None, field: str = "n") -> None:
+    """Every prompt of a batch gets its own choices: their product is bounded as each is."""
+    if prompts * max(n, best_of or 1) > caps.MAX_CHOICES:
+        raise InvalidRequest(
+            f"{prompts} prompts x {max(n, best_of or 1)} choices is more than {caps.MAX_CHOICES}", param=field
+        )
 
 
 def exclusive(body: BaseModel, *names: str) -> None:

@@ -4,6 +4,10 @@ Friendli lets a client give one seed per choice (``seed: [s0, s1, ...]``, dialec
 that honours a single seed gets ``len(seeds)`` calls with ``n = 1``. Choice ``j`` of prompt ``i`` keeps
 OpenAI's index rule, ``i * n + j`` (§6.10), and reports the seed it was made with. Streams are merged as
 their events arrive; usage is summed (each call really processed the prompt).
+
+A seed list is at most ``MAX_CHOICES`` long (the dialects refuse longer ones) and at most
+``FANOUT_CONCURRENCY`` of its calls are in flight at once, so one request cannot take every connection
+to a target from the other requests.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
+from gateway.core.caps import FANOUT_CONCURRENCY
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Delta, Finish, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.core.upstream import Call, Upstream
@@ -69,7 +74,13 @@ class FanOut:
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         parts = self._parts(request)
         n = len(parts)
-        answers = await asyncio.gather(*(self.inner.complete(part, call) for _, part in parts))
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+
+        async def one(part: InternalRequest) -> Completion:
+            async with gate:
+                return await self.inner.complete(part, call)
+
+        answers = await asyncio.gather(*(one(part) for _, part in parts))
         choices = []
         prompt = completion = 0
         for (j, part), answer in zip(parts, answers, strict=True):
@@ -89,11 +100,13 @@ class FanOut:
         parts = self._parts(request)
         n = len(parts)
         queue: asyncio.Queue[tuple[int, list[StreamEvent] | BaseException | None]] = asyncio.Queue()
+        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
         async def pump(j: int, part: InternalRequest) -> None:
             try:
-                async for batch in self.inner.stream(part, call):
-                    await queue.put((j, batch))
+                async with gate:  # a stream holds its place until it ends
+                    async for batch in self.inner.stream(part, call):
+                        await queue.put((j, batch))
                 await queue.put((j, None))
             except BaseException as exc:  # handed to the consumer, which raises it
                 await queue.put((j, exc))

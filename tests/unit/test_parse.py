@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from gateway.core.errors import InvalidRequest
+from gateway.core import caps
+from gateway.core.errors import InvalidRequest, PayloadTooLarge
 from gateway.core.request import Feature, Operation, StructuredOutput
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V4, SGP_V5
 from gateway.dialects.base import Dialect
+from gateway.dialects.common import loads
 from gateway.dialects.friendli import parse as friendli_parse
+from gateway.dialects.friendli.schema import FriendliChatBody, FriendliCompletionBody
+from gateway.dialects.octoai import OctoChatBody, OctoExtras
+from gateway.dialects.openai.schema import CompletionBody, OpenAIChatBody
+from gateway.dialects.sgp import SGPChatBody, SGPCompletionBody
 
 C, CHAT = Operation.COMPLETION, Operation.CHAT
 
@@ -307,3 +315,102 @@ def test_friendli_bodies_without_token_lists_or_lengths_parse_as_ones_naming_the
     assert FRIENDLI.parse(Operation.COMPLETION, base, "serverless") == FRIENDLI.parse(
         Operation.COMPLETION, base | nulls, "serverless"
     )
+
+
+# --- caps (core/caps.py): every field of every dialect, the same bounds -----------------------------
+
+BODIES: list[tuple[Dialect, Operation, type[BaseModel]]] = [
+    (OPENAI, C, CompletionBody),
+    (OPENAI, CHAT, OpenAIChatBody),
+    (FRIENDLI, C, FriendliCompletionBody),
+    (FRIENDLI, CHAT, FriendliChatBody),
+    (SGP_V4, C, SGPCompletionBody),
+    (SGP_V5, CHAT, SGPChatBody),
+    (OCTOAI, C, OctoExtras),
+    (OCTOAI, CHAT, OctoChatBody),
+]
+FIELDS = [
+    (d, op, model.model_fields[name].alias or name)
+    for d, op, model in BODIES
+    for name in model.model_fields
+    if name != "model"
+]
+
+
+def base(op: Operation) -> dict[str, Any]:
+    if op is C:
+        return {"model": "m", "prompt": "x"}
+    return {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+
+def dialect_id(case: Any) -> str:
+    return case.name if hasattr(case, "name") else str(case)
+
+
+@pytest.mark.parametrize(("d", "op", "field"), FIELDS, ids=dialect_id)
+@pytest.mark.parametrize("value", [10**30, -(10**30), 1e308, -1e308, math.inf, math.nan])
+def test_every_field_refuses_numbers_out_of_range_by_name(d: Dialect, op: Operation, field: str, value: Any) -> None:
+    err = refused(d, base(op) | {field: value}, op)
+    assert err.param is not None and err.param.startswith(field), (field, err)
+
+
+@pytest.mark.parametrize(("d", "op", "field"), FIELDS, ids=dialect_id)
+def test_every_list_field_has_a_cap(d: Dialect, op: Operation, field: str) -> None:
+    cap = caps.LIST_CAPS.get(field, caps.MAX_ITEMS)
+    err = refused(d, base(op) | {field: [1] * (cap + 1)}, op)
+    assert err.param is not None and err.param.startswith(field), (field, err)
+
+
+@pytest.mark.parametrize(("d", "op"), [(d, op) for d, op, _ in BODIES], ids=dialect_id)
+def test_a_capitalised_unknown_field_keeps_its_name(d: Dialect, op: Operation) -> None:
+    err = refused(d, base(op) | {"Temperature": 1}, op)
+    assert (err.param, err.message) == ("Temperature", "unknown field 'Temperature'")
+
+
+def test_union_tags_stay_out_of_the_field_name() -> None:
+    assert refused(SGP_V4, {"model": "m", "prompt": "x", "logprobs": "many"}).param == "logprobs"
+    assert refused(OPENAI, {"model": "m", "prompt": [[1], ["a"]]}).param == "prompt[1]"
+    err = refused(
+        FRIENDLI, {"model": "m", "prompt": "x", "stop_tokens": [{"tokens": [1]}, {"tokens": [1], "Tokens": [1]}]}
+    )
+    assert err.param == "stop_tokens[1].Tokens"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": [1, 2**31]}, "prompt"),
+        ({"prompt": [[1] * 20_000, [1] * 20_000]}, "prompt[1]"),
+        ({"prompt": [True, False]}, "prompt"),
+        ({"prompt": "x", "logit_bias": {"-5": 1}}, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {str(2**31): 1}}, "logit_bias"),
+        ({"prompt": "x", "extra": {"deep": [0.5, -math.inf]}}, "extra.deep[1]"),
+        ({"prompt": ["x"] * 43, "n": 3}, "n"),
+        ({"prompt": "x", "user": "u" * (caps.MAX_NAME + 1)}, "user"),
+    ],
+)
+def test_token_ids_maps_and_choices_are_capped(body: dict[str, Any], param: str) -> None:
+    assert refused(OPENAI, {"model": "m", **body}).param == param
+
+
+def test_friendli_seed_lists_and_choices_are_capped() -> None:
+    assert refused(FRIENDLI, {"model": "m", "prompt": "x", "seed": list(range(caps.MAX_CHOICES + 1))}).param == "seed"
+    assert refused(FRIENDLI, {"model": "m", "prompt": "x", "n": 1_000_000}).param == "n"
+    r = parse(FRIENDLI, {"model": "m", "prompt": "x", "seed": list(range(caps.MAX_CHOICES))})
+    assert r.sampling.n == caps.MAX_CHOICES
+    assert refused(SGP_V5, {"model": "m", "prompt": "x", "n": caps.MAX_CHOICES + 1}).param == "n"
+
+
+def test_a_body_of_many_values_is_refused_before_parsing() -> None:
+    many = b'{"prompt":[' + b",".join([b"1"] * caps.MAX_JSON_VALUES) + b"]}"
+    with pytest.raises(PayloadTooLarge):
+        loads(many)
+    # a long text is one value, however many commas, brackets and escaped quotes it holds
+    words = b"a, [b] {c} " * caps.MAX_JSON_VALUES + b'\\"d\\" \\\\ '
+    text = b'{"prompt":"' + words + b'","n":1}'
+    assert len(loads(text)["prompt"]) == len(words) - 3
+    # ... but not where an escaped backslash ends it
+    with pytest.raises(PayloadTooLarge):
+        loads(b'{"prompt":"a\\\\",' + b"[1]," * caps.MAX_JSON_VALUES + b'"n":1}')
+    small = b'{"prompt":[' + b",".join([b"1"] * (caps.UNCOUNTED_BODY // 2 - 8)) + b"]}"
+    assert len(small) <= caps.UNCOUNTED_BODY and loads(small)  # too small to hold too many: not counted

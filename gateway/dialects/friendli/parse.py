@@ -20,7 +20,7 @@ from gateway.core.request import (
     StructuredOutput,
     drawn_seed,
 )
-from gateway.dialects.common import FeatureSet, exclusive, stop_list, validate, without
+from gateway.dialects.common import FeatureSet, choice_cap, exclusive, stop_list, validate, without
 from gateway.dialects.friendli.schema import (
     FriendliChatBody,
     FriendliCompletionBody,
@@ -246,6 +246,7 @@ def parse_completion(data: dict[str, JSON], flavour: str, legacy: bool = False) 
     items = _prompts(b, fs)
     so = structured(b.response_format, fs)
     seed_values, n = seeds(b.seed, b.n, fs)
+    choice_cap(len(items), n, None, "seed" if seed_values is not None and len(seed_values) > 1 else "n")
     seed_drawn = seed_values is None and reported  # the seed to report, when the client gave none
     fs.use(Feature.N, "n", n > 1)
     logprobs = b.logprobs if b.logprobs is not None else (0 if b.include_output_logprobs else None)

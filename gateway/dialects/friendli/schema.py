@@ -11,11 +11,33 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from gateway.dialects.common import Body, Part
-from gateway.dialects.openai.schema import ChatBody, Penalty, StreamOptions, TokenIds
+from gateway.core import caps
+from gateway.dialects.common import (
+    Body,
+    Choices,
+    Items,
+    Logprobs,
+    MinTokens,
+    Name,
+    Ngram,
+    Part,
+    Penalty,
+    Scale,
+    Seed,
+    Texts,
+    TokenCount,
+    TokenId,
+    TokenIds,
+    Unit,
+    at_most,
+)
+from gateway.dialects.openai.schema import ChatBody, StreamOptions
 
 JSON = Any
-Unit = Annotated[float, Field(ge=0, le=1)]
+# Friendli documents no upper bound for its temperature (seed 000); this one is ours.
+Temperature = Annotated[float, Field(ge=0, le=caps.MAX_SCALE)]
+TopK = Annotated[int, Field(ge=0, le=caps.MAX_TOKEN_ID)]
+Microseconds = Annotated[int, Field(ge=1, le=caps.MAX_TIMEOUT_S * 1_000_000)]
 
 LEGACY_FIELDS = frozenset(
     {
@@ -39,6 +61,9 @@ class TokenSequence(Part):
     tokens: TokenIds
 
 
+TokenSequences = Annotated[list[TokenSequence], Items]
+
+
 class JsonSchemaWrapper(Part):
     schema_: dict[str, JSON] = Field(alias="schema")
 
@@ -51,43 +76,43 @@ class FriendliResponseFormat(Part):
 
 
 class FriendliCompletionBody(Body):
-    model: str | None = None
-    prompt: str | list[str] | None = None
+    model: Name | None = None
+    prompt: str | Texts | None = None
     tokens: TokenIds | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_total_tokens: int | None = Field(None, ge=1)
-    min_tokens: int | None = Field(None, ge=0)
-    min_total_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
+    max_tokens: TokenCount | None = None
+    max_total_tokens: TokenCount | None = None
+    min_tokens: MinTokens | None = None
+    min_total_tokens: MinTokens | None = None
+    temperature: Temperature | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: TopK | None = None
     min_p: Unit | None = None
     xtc_threshold: Unit | None = None
     xtc_probability: Unit | None = None
-    n: int | None = Field(None, ge=1)
-    seed: int | list[int] | None = None
-    stop: list[str] | None = None
-    stop_tokens: list[TokenSequence] | None = None
+    n: Choices | None = None
+    seed: Seed | Annotated[list[Seed], at_most(caps.MAX_CHOICES)] | None = None
+    stop: Texts | None = None
+    stop_tokens: TokenSequences | None = None
     eos_token: TokenIds | None = None
-    bad_words: list[str] | None = None
-    bad_word_tokens: list[TokenSequence] | None = None
+    bad_words: Texts | None = None
+    bad_word_tokens: TokenSequences | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    repetition_penalty: float | None = Field(None, gt=0)
-    no_repeat_ngram: int | None = Field(None, ge=1)
-    encoder_repetition_penalty: float | None = Field(None, gt=0)
-    encoder_no_repeat_ngram: int | None = Field(None, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=20)
+    repetition_penalty: Scale | None = None
+    no_repeat_ngram: Ngram | None = None
+    encoder_repetition_penalty: Scale | None = None
+    encoder_no_repeat_ngram: Ngram | None = None
+    logprobs: Logprobs | None = None
     forced_output_tokens: TokenIds | None = None
     token_index_to_replace: TokenIds | None = None
-    embedding_to_replace: list[float] | None = None
+    embedding_to_replace: Annotated[list[float], at_most(caps.MAX_TOKEN_IDS)] | None = None
     response_format: FriendliResponseFormat | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     # 2024 generation (seed 002)
-    timeout_microseconds: int | None = Field(None, ge=1)
+    timeout_microseconds: Microseconds | None = None
     num_beams: int | None = Field(None, ge=1, le=31)
-    length_penalty: float | None = None
+    length_penalty: Annotated[float, Field(ge=-caps.MAX_SCALE, le=caps.MAX_SCALE)] | None = None
     early_stopping: bool | None = None
     beam_search_type: Literal["DETERMINISTIC", "NAIVE_SAMPLING", "STOCHASTIC"] | None = None
     beam_compat_pre_normalization: bool | None = None
@@ -95,22 +120,22 @@ class FriendliCompletionBody(Body):
     include_output_logits: bool | None = None
     include_output_logprobs: bool | None = None
     # gRPC-only in friendli-client (dialects.md §2.4); sent as null over HTTP
-    soft_prompts: list[JSON] | None = None
-    position_ids: list[int] | None = None
-    generation_offset: int | None = None
+    soft_prompts: Annotated[list[JSON], Items] | None = None
+    position_ids: Annotated[list[TokenId], at_most(caps.MAX_TOKEN_IDS)] | None = None
+    generation_offset: TokenId | None = None
 
 
 class FriendliChatBody(ChatBody):
     response_format: FriendliResponseFormat | None = None  # type: ignore[assignment]
-    top_k: int | None = Field(None, ge=0)
+    top_k: TopK | None = None
     min_p: Unit | None = None
-    min_tokens: int | None = Field(None, ge=0)
-    repetition_penalty: float | None = Field(None, gt=0)
+    min_tokens: MinTokens | None = None
+    repetition_penalty: Scale | None = None
     eos_token: TokenIds | None = None
     xtc_threshold: Unit | None = None
     xtc_probability: Unit | None = None
-    timeout_microseconds: int | None = Field(None, ge=1)
+    timeout_microseconds: Microseconds | None = None
     parse_reasoning: bool | None = None
     include_reasoning: bool | None = None
-    reasoning_budget: int | None = None
+    reasoning_budget: MinTokens | None = None
     chat_template_kwargs: dict[str, JSON] | None = None

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
-
 from gateway.core.errors import GatewayError, InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import FeatureSet, validate, without
+from gateway.dialects.common import Bias, FeatureSet, Name, Objects, Scale, Unit, choice_cap, validate, without
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
 from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, CompletionBody, ResponseFormat
@@ -26,22 +24,22 @@ DEFAULT_MAX_TOKENS = 512  # seed 003
 
 
 class OctoExtras(CompletionBody):
-    peft: str | None = None
+    peft: Name | None = None
     loglikelihood: bool | None = None
     log_prompt: bool | None = None
-    logit_bias: dict[str, float | None] | None = None  # type: ignore[assignment]
+    logit_bias: dict[str, Bias | None] | None = None  # type: ignore[assignment]
 
 
 class OctoChatBody(ChatBody):
     # octoai-sdk 0.10 always sends these two (as null): OpenAI's deprecated function calling
-    functions: list[dict[str, JSON]] | None = None
-    function_call: str | dict[str, JSON] | None = None
-    peft: str | None = None
+    functions: Objects | None = None
+    function_call: Name | dict[str, JSON] | None = None
+    peft: Name | None = None
     loglikelihood: bool | None = None
     log_prompt: bool | None = None
     ignore_eos: bool | None = None
-    min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, ge=0)
+    min_p: Unit | None = None
+    repetition_penalty: Scale | None = None
     response_format: ResponseFormat | None = None
 
 
@@ -66,6 +64,7 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     if b.best_of is not None:  # OctoAI allows best_of == n (seed 003)
         oai.choices(b.n, b.best_of, bool(b.stream), fs)
         kw["best_of"] = b.best_of
+    choice_cap(len(items), kw["n"], b.best_of)
     kw |= _common(b, fs)
     kw["max_tokens"] = b.max_tokens or DEFAULT_MAX_TOKENS
     kw["structured"] = oai.structured_from_vllm(b.structured_outputs, fs)

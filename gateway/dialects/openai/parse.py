@@ -20,7 +20,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, exclusive, logit_bias, stop_list, validate
+from gateway.dialects.common import FeatureSet, choice_cap, exclusive, logit_bias, stop_list, validate
 from gateway.dialects.openai.schema import (
     PLATFORM_FIELDS,
     STREAM_FORMAT,
@@ -49,7 +49,7 @@ def prompts(
         items = tuple(str(p) for p in prompt)
     elif isinstance(first, int):
         fs.use(Feature.TOKEN_PROMPT, "prompt")
-        items = (tuple(int(t) for t in prompt),)  # type: ignore[arg-type]
+        items = (tuple(prompt),)  # type: ignore[arg-type]
     else:
         fs.use(Feature.TOKEN_PROMPT, "prompt")
         items = tuple(tuple(p) for p in prompt)  # type: ignore[arg-type]
@@ -236,6 +236,7 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
     fs = FeatureSet()
     items = prompts(b.prompt, fs)
     kw = completion_sampling(b, fs) | vllm_extras(b, fs)
+    choice_cap(len(items), kw["n"], b.best_of)
     kw["structured"] = structured_from_vllm(b.structured_outputs, fs)
     fs.use(Feature.TOKEN_IDS, "return_token_ids", b.return_token_ids)  # vLLM's; OpenAI refuses it
     stream = bool(b.stream)

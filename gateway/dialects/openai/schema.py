@@ -9,17 +9,54 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
-from gateway.dialects.common import Body, OpenPart, Part
+from gateway.dialects.common import (
+    Bias,
+    Body,
+    Choices,
+    Items,
+    Logprobs,
+    MinTokens,
+    Name,
+    Objects,
+    OpenPart,
+    Part,
+    Penalty,
+    Scale,
+    Seed,
+    Temperature,
+    Texts,
+    TokenCount,
+    TokenIds,
+    TopK,
+    Unit,
+)
 
 JSON = Any
 # The name both ends of a same-format stream share (``InternalRequest.relay``): an OpenAI-shaped
 # client stream (OpenAI, SGP, Friendli, OctoAI) takes an OpenAI-compatible upstream's content chunks as
 # they come, retouched in bytes where its style differs (``openai/relay.py``).
 STREAM_FORMAT = "openai"
-Penalty = Annotated[float, Field(ge=-2, le=2)]
-TokenIds = list[Annotated[int, Field(ge=0)]]
+Stop = str | Texts
+
+
+def _prompt_kind(value: Any) -> str:
+    """Which of the prompt's four shapes to validate: trying each on a long token list would cost
+    one error object per token and member."""
+    if not isinstance(value, list) or not value:
+        return "text" if not isinstance(value, list) else "texts"
+    first = value[0]
+    return "texts" if isinstance(first, str) else "batch" if isinstance(first, list) else "ids"
+
+
+Prompt = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[Texts, Tag("texts")]
+    | Annotated[TokenIds, Tag("ids")]
+    | Annotated[Annotated[list[TokenIds], Items], Tag("batch")],
+    Discriminator(_prompt_kind),
+]
 
 
 class StreamOptions(Part):
@@ -35,13 +72,13 @@ class StructuredOutputs(Part):
 
     json_: JSON = Field(None, alias="json")
     regex: str | None = None
-    choice: list[str] | None = None
+    choice: Texts | None = None
     grammar: str | None = None
     json_object: bool | None = None
 
 
 class JsonSchemaSpec(OpenPart):
-    name: str | None = None
+    name: Name | None = None
     description: str | None = None
     schema_: dict[str, JSON] | None = Field(None, alias="schema")
     strict: bool | None = None
@@ -56,12 +93,12 @@ class ResponseFormat(OpenPart):
 class VLLMExtras(Body):
     """Sampling fields vLLM's OpenAI server accepts beyond OpenAI's (vllm.md §1)."""
 
-    top_k: int | None = Field(None, ge=-1)
-    min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
-    min_tokens: int | None = Field(None, ge=0)
+    top_k: TopK | None = None
+    min_p: Unit | None = None
+    repetition_penalty: Scale | None = None
+    min_tokens: MinTokens | None = None
     stop_token_ids: TokenIds | None = None
-    bad_words: list[str] | None = None
+    bad_words: Texts | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -69,76 +106,76 @@ class VLLMExtras(Body):
 
 
 class CompletionBody(VLLMExtras):
-    model: str
-    prompt: str | list[str] | TokenIds | list[TokenIds]
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1, le=128)
-    best_of: int | None = Field(None, ge=1, le=128)
-    stop: str | list[str] | None = None
+    model: Name
+    prompt: Prompt
+    max_tokens: TokenCount | None = None
+    temperature: Temperature | None = None
+    top_p: Unit | None = None
+    n: Choices | None = None
+    best_of: Choices | None = None
+    stop: Stop | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    logit_bias: dict[str, float] | None = None
-    logprobs: int | None = Field(None, ge=0, le=20)
+    logit_bias: dict[str, Bias] | None = None
+    logprobs: Logprobs | None = None
     echo: bool | None = None
     suffix: str | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    user: str | None = None
+    user: Name | None = None
 
 
 class ChatMessageBody(OpenPart):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, JSON]] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, JSON]] | None = None
-    tool_call_id: str | None = None
+    content: str | Objects | None = None
+    name: Name | None = None
+    tool_calls: Objects | None = None
+    tool_call_id: Name | None = None
 
 
 class ChatBody(Body):
     """OpenAI chat, the common base of every dialect's chat body."""
 
-    model: str
-    messages: Annotated[list[ChatMessageBody], Field(min_length=1)]
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1, le=128)
-    stop: str | list[str] | None = None
+    model: Name
+    messages: Annotated[list[ChatMessageBody], Field(min_length=1), Items]
+    max_tokens: TokenCount | None = None
+    max_completion_tokens: TokenCount | None = None
+    temperature: Temperature | None = None
+    top_p: Unit | None = None
+    n: Choices | None = None
+    stop: Stop | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, Bias] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: Logprobs | None = None
     response_format: ResponseFormat | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    tools: list[dict[str, JSON]] | None = None
-    tool_choice: str | dict[str, JSON] | None = None
+    tools: Objects | None = None
+    tool_choice: Name | dict[str, JSON] | None = None
     parallel_tool_calls: bool | None = None
-    user: str | None = None
-    reasoning_effort: str | None = None
+    user: Name | None = None
+    reasoning_effort: Name | None = None
 
 
 class OpenAIChatBody(ChatBody, VLLMExtras):
     # OpenAI-platform features with no meaning for other targets: forwarded by name to targets that
     # declare ``extra_body``, refused by name by the rest.
-    functions: list[dict[str, JSON]] | None = None
-    function_call: str | dict[str, JSON] | None = None
+    functions: Objects | None = None
+    function_call: Name | dict[str, JSON] | None = None
     metadata: dict[str, JSON] | None = None
     store: bool | None = None
-    service_tier: str | None = None
-    modalities: list[str] | None = None
+    service_tier: Name | None = None
+    modalities: Texts | None = None
     audio: dict[str, JSON] | None = None
     prediction: dict[str, JSON] | None = None
     web_search_options: dict[str, JSON] | None = None
-    verbosity: str | None = None
-    prompt_cache_key: str | None = None
-    safety_identifier: str | None = None
+    verbosity: Name | None = None
+    prompt_cache_key: Name | None = None
+    safety_identifier: Name | None = None
     chat_template_kwargs: dict[str, JSON] | None = None
 
 

@@ -14,13 +14,34 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from gateway.core import caps
 from gateway.core.errors import GatewayError, InvalidRequest, RequestError
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import Body, FeatureSet, dumps, stop_list, validate, without
+from gateway.dialects.common import (
+    Bias,
+    Body,
+    Choices,
+    FeatureSet,
+    Logprobs,
+    Name,
+    Objects,
+    Penalty,
+    Seed,
+    Temperature,
+    Texts,
+    TokenCount,
+    TopK,
+    Unit,
+    choice_cap,
+    dumps,
+    stop_list,
+    validate,
+    without,
+)
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.render import ChunkEncoder, Style, render
-from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, Penalty, ResponseFormat
+from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, ResponseFormat
 
 JSON = Any
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "host", "content-length"})
@@ -29,50 +50,50 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "host", 
 class Guided(Body):
     guided_json: dict[str, JSON] | None = None
     guided_regex: str | None = None
-    guided_choice: list[str] | None = None
+    guided_choice: Texts | None = None
     guided_grammar: str | None = None
     include_stop_str_in_output: bool | None = None
-    top_k: int | None = Field(None, ge=-1)
-    inference_timeout: float | str | None = None
+    top_k: TopK | None = None
+    inference_timeout: Annotated[float, Field(gt=0, le=caps.MAX_TIMEOUT_S)] | Name | None = None
     inference_extra_params: dict[str, JSON] | None = None
     inference_extra_headers: dict[str, str] | None = None
 
 
 class SGPCompletionBody(Guided):
-    model: str
-    prompt: str | list[str]
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    max_new_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    stop: str | list[str] | None = None
-    stop_sequences: list[str] | None = None
+    model: Name
+    prompt: str | Texts
+    max_tokens: TokenCount | None = None
+    max_completion_tokens: TokenCount | None = None
+    max_new_tokens: TokenCount | None = None
+    temperature: Temperature | None = None
+    top_p: Unit | None = None
+    stop: str | Texts | None = None
+    stop_sequences: Texts | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | Annotated[int, Field(ge=0, le=20)] | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    logit_bias: dict[str, Bias] | None = None
+    logprobs: bool | Logprobs | None = None
+    top_logprobs: Logprobs | None = None
     return_token_log_probs: bool | None = None
-    n: int | None = Field(None, ge=1)
-    best_of: int | None = Field(None, ge=1)
+    n: Choices | None = None
+    best_of: Choices | None = None
     echo: bool | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     suffix: str | None = None
-    user: str | None = None
+    user: Name | None = None
     response_format: ResponseFormat | None = None
     stream: bool | None = None
     stream_options: dict[str, JSON] | None = None
-    tools: list[dict[str, JSON]] | None = None
-    tool_choice: str | dict[str, JSON] | None = None
+    tools: Objects | None = None
+    tool_choice: Name | dict[str, JSON] | None = None
     parallel_tool_calls: bool | None = None
     audio: dict[str, JSON] | None = None
-    modalities: list[str] | None = None
+    modalities: Texts | None = None
     prediction: dict[str, JSON] | None = None
 
 
 class SGPChatBody(ChatBody, Guided):
-    guided_decoding_backend: str | None = None
+    guided_decoding_backend: Name | None = None
     guided_whitespace_pattern: str | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, JSON] | None = None
@@ -119,8 +140,10 @@ def timeout(value: float | str | None) -> float | None:
         seconds = float(value)
     except ValueError:
         raise InvalidRequest("'inference_timeout' must be a number of seconds", param="inference_timeout") from None
-    if seconds <= 0:
-        raise InvalidRequest("'inference_timeout' must be positive", param="inference_timeout")
+    if not 0 < seconds <= caps.MAX_TIMEOUT_S:  # also false for NaN
+        raise InvalidRequest(
+            f"'inference_timeout' must be within (0, {caps.MAX_TIMEOUT_S}] seconds", param="inference_timeout"
+        )
     return seconds
 
 
@@ -175,14 +198,17 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
             extra[name] = getattr(b, name)
     kw = oai.penalties(b, fs)  # type: ignore[arg-type]
     kw["stop"] = stop
+    items = oai.prompts(b.prompt, fs)
+    n = oai.choices(b.n, b.best_of, stream, fs)
+    choice_cap(len(items), n, b.best_of)
     return InternalRequest(
         operation=Operation.COMPLETION,
         model=b.model,
-        prompts=oai.prompts(b.prompt, fs),
+        prompts=items,
         sampling=Sampling(
             **kw,
             max_tokens=max_new_tokens(b),
-            n=oai.choices(b.n, b.best_of, stream, fs),
+            n=n,
             best_of=b.best_of,
             top_k=b.top_k if b.top_k not in (None, 0, -1) else None,
             logprobs=logprobs,
