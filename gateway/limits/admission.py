@@ -4,7 +4,12 @@ and settle each request with its real usage after the answer has gone out.
 
 A refusal by a rate (requests or tokens per minute) answers at once with 429 and ``Retry-After``;
 only concurrency waits, because a slot frees as soon as a running request ends. Waiting ends with
-``DeadlineExceeded``, which each dialect answers its own way (Friendli: 429, as its docs promise).
+``DeadlineExceeded`` whichever deadline bounded it (the request's, its team's or
+``admission_timeout``), which each dialect answers its own way (504; Friendli 429, as its docs
+promise); with ``admission_timeout: 0`` and no deadline a request does not wait, and a full
+concurrency limit is a refusal (429) like the others.
+
+Usage reported by upstreams is clamped here (``limiter.tokens``), before any store sees it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from dataclasses import dataclass, field
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
-from gateway.limits.limiter import Limiter, Refusal, Settlement
+from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
+RESEND_SECONDS = 0.2  # settlements a store did not take are offered to it again this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,15 @@ def refusal_error(refusal: Refusal) -> RateLimited:
     err.headers = {f"X-RateLimit-Limit-{name}": str(check.limit)}
     if refusal.retry_after is not None:
         err.headers[f"X-RateLimit-Reset-{name}"] = f"{refusal.retry_after:.3f}s"
+    return err
+
+
+def deadline_error(refusal: Refusal) -> DeadlineExceeded:
+    err = DeadlineExceeded(
+        f"the deadline expired while waiting for a concurrency slot ({refusal.check.scope} limit of "
+        f"{refusal.check.limit} concurrent requests)"
+    )
+    err.headers = {"X-RateLimit-Limit-Concurrency": str(refusal.check.limit)}
     return err
 
 
@@ -156,9 +171,9 @@ class Admission:
             remaining = wait_until - clock()
             if remaining <= 0:
                 ADMISSION_WAITS.observe(time.monotonic() - began)
-                if deadline is not None:
-                    raise DeadlineExceeded("the request's deadline expired while waiting for a concurrency slot")
-                raise refusal_error(refusal)
+                if deadline is None and not self.settings.admission_timeout:
+                    raise refusal_error(refusal)  # configured not to wait: a refusal like the rates'
+                raise deadline_error(refusal)
             await self._wait(team, min(remaining, POLL_SECONDS))
 
     async def _wait(self, team: str, seconds: float) -> None:
@@ -174,6 +189,7 @@ class Admission:
         if plan.settled:
             return
         plan.settled = True
+        prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
         if not plan.checks:
             where = (plan.usage_key, plan.key_id)
@@ -198,7 +214,12 @@ class Admission:
         the admissions of the moment). Stops, once nothing is pending, after ``stopping`` is set: never
         cancelled mid-call, which would fail the calls sharing its round trip."""
         while not (self.stopping and not self.pending and not self.usage):
-            await self.flush.wait()
+            if self.limiter.held() and not self.stopping:
+                # what the store did not take goes again when it answers (the limiter keeps it)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.flush.wait(), RESEND_SECONDS)
+            else:
+                await self.flush.wait()
             await self._settle_pending()
 
     async def _settle_pending(self) -> None:
@@ -207,14 +228,15 @@ class Admission:
         if self.usage:
             summed, self.usage = self.usage, {}
             batch += [Settlement(plan, 0, p, c, n) for plan, (n, p, c) in summed.values()]
-        if not batch:
+        if not batch and not self.limiter.held():
             return
+        held = self.limiter.held()
         try:
             # a request waiting here for a slot must see the slots freed by its next admission
             await self.limiter.settle(batch, urgent=self.waiters.size > 0)
         except Exception:  # the settler must outlive a bad batch
             log.exception("settling %d requests failed", len(batch))
-        if any(s.plan.concurrency_keys for s in batch):
+        if any(s.plan.concurrency_keys for s in batch) or self.limiter.held() < held:
             self.waiters.wake_next()
 
     async def keeper(self) -> None:

@@ -4,6 +4,14 @@ Redis failure is a policy, not an accident: every call has a millisecond timeout
 breaker for ``retry_seconds`` (no request waits on a dead Redis meanwhile); per limit kind the config
 says ``open`` (enforce per process, each replica taking ``limit / replicas``) or ``closed`` (refuse
 with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
+
+Only an outage opens the breaker: an error reply to one call's own arguments (``store.call_error``)
+fails that call alone. Settlements Redis did not take are held (``backlog``) and sent with the next
+batch once it answers, so finished requests' slots and usage come back with it (the usage of requests
+admitted here meanwhile too); a settlement whose round trip timed out may have run, so only its
+lease release (idempotent) is sent again. An outage
+is logged when it begins and ends, with a summary every ``SUMMARY_SECONDS`` while it lasts, never
+per request.
 """
 
 from __future__ import annotations
@@ -14,12 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.limits.backlog import Backlog, lease_only
 from gateway.limits.limiter import LimitsUnavailable, Refusal, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
-from gateway.limits.store import RedisLimiter
-from gateway.obs.metrics import REDIS_STATE
+from gateway.limits.store import RedisLimiter, call_error
+from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
 
@@ -27,6 +37,58 @@ log = logging.getLogger("gateway.limits")
 # Anything a Redis call raises is an outage as far as limits go: a client-library bug must follow the
 # failure policy too, never become a 500.
 REDIS_FAILURES = (RedisError, OSError, TimeoutError, Exception)
+SUMMARY_SECONDS = 30.0  # while Redis is down, one log line this often says what the policy did
+
+
+@dataclass(slots=True)
+class Outage:
+    """What the failure policy did since Redis stopped answering: for its log lines."""
+
+    since: float | None = None  # time.monotonic() of the first failure; None while Redis answers
+    logged: float = 0.0  # the last line about it
+    local: int = 0  # admissions by this process's limits
+    refused: int = 0  # requests refused with 503
+    call_errors: int = 0  # calls Redis refused for their arguments, since the last line about them
+
+    def began(self, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = self.logged = time.monotonic()
+            self.local = self.refused = 0
+            log.warning("redis unavailable (%s: %s): limits follow the failure policy", type(exc).__name__, exc)
+
+    def tick(self, held: int) -> None:
+        now = time.monotonic()
+        if self.since is not None and now - self.logged >= SUMMARY_SECONDS:
+            self.logged = now
+            log.warning(
+                "redis unavailable for %.0f s: %d requests admitted by this process's limits, %d refused, "
+                "%d settlements held",
+                now - self.since,
+                self.local,
+                self.refused,
+                held,
+            )
+
+    def ended(self, held: int) -> None:
+        if self.since is not None:
+            log.warning(
+                "redis answers again after %.1f s: %d requests were admitted by this process's limits, "
+                "%d refused; %d settlements were held for it",
+                time.monotonic() - self.since,
+                self.local,
+                self.refused,
+                held,
+            )
+            self.since = None
+
+    def call_error(self, what: str, exc: BaseException) -> None:
+        """Redis refused one call for its arguments: a bug of ours, logged at most once a summary period."""
+        self.call_errors += 1
+        now = time.monotonic()
+        if self.call_errors == 1 or now - self.logged >= SUMMARY_SECONDS:
+            self.logged = now
+            log.error("redis refused %d %s call(s) for their arguments: %s", self.call_errors, what, exc)
+            self.call_errors = 0
 
 
 @dataclass(slots=True)
@@ -39,29 +101,46 @@ class FailoverLimiter:
     retry_seconds: float = 1.0
     down_until: float = 0.0
     via_local: set[str] = field(default_factory=set)  # leases admitted locally, settled locally
+    backlog: Backlog = field(default_factory=Backlog)
+    outage: Outage = field(default_factory=Outage)
 
     @property
     def up(self) -> bool:
         return time.monotonic() >= self.down_until
 
+    def held(self) -> int:
+        return len(self.backlog)
+
     def _failed(self, exc: BaseException) -> None:
-        if self.up:
-            log.warning("redis unavailable (%s): limits follow the failure policy", type(exc).__name__)
+        self.outage.began(exc)
         self.down_until = time.monotonic() + self.retry_seconds
         REDIS_STATE.n = 0
+
+    def _answered(self, held: int) -> None:
+        REDIS_STATE.n = 1
+        if self.outage.since is not None:
+            self.outage.ended(held)
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if self.up:
             try:
                 result = await self.redis.admit(plan, lease_ttl_ms)
             except REDIS_FAILURES as exc:
-                self._failed(exc)
+                if call_error(exc):  # this request alone follows the policy
+                    self.outage.call_error("admission", exc)
+                else:
+                    self._failed(exc)
             else:
-                REDIS_STATE.n = 1
+                self._answered(len(self.backlog))
                 return result
         closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
+        outage = self.outage
         if closed:
+            outage.refused += 1
+            outage.tick(len(self.backlog))
             raise LimitsUnavailable(f"rate limits are unavailable ({closed[0].label} fails closed)")
+        outage.local += 1
+        outage.tick(len(self.backlog))
         self.via_local.add(plan.lease)
         return await self.local.admit(plan, lease_ttl_ms)
 
@@ -71,13 +150,38 @@ class FailoverLimiter:
         for s in local:
             self.via_local.discard(s.plan.lease)
         await self.local.settle(local)
-        if not remote:
+        if local:  # the team's usage is counted in Redis all the same, once it answers
+            remote += [Settlement(s.plan, 0, s.prompt, s.completion, s.requests) for s in local]
+        if not self.up:  # no round trip to a Redis known to be down: held until it answers
+            self.backlog.add(remote)
+            self.outage.tick(len(self.backlog))
+            return
+        held = self.backlog.take() if self.backlog else []
+        batch = held + remote if held else remote
+        if not batch:
             return
         try:
-            await self.redis.settle(remote, urgent)
-        except REDIS_FAILURES as exc:
-            self._failed(exc)  # leases expire by their TTL; usage of these requests is not recorded
-            log.warning("settling %d requests failed: their usage is not recorded", len(remote))
+            failed = await self.redis.settle_each(batch, urgent or bool(held))
+        except REDIS_FAILURES as exc:  # not a call's reply: nothing is known to be settled
+            failed = [(batch, exc)]
+        outage: BaseException | None = None
+        for group, error in failed:
+            if call_error(error):
+                self.outage.call_error("settlement", error)
+                if any(s.requests or s.correction or s.prompt or s.completion for s in group):
+                    USAGE_DROPPED.n += sum(s.requests for s in group)
+                    self.backlog.add(lease_only(group))  # the slots still come back
+                continue
+            outage = outage or error
+            if isinstance(error, RedisTimeoutError | TimeoutError):  # sent, and may have run
+                USAGE_UNKNOWN.n += sum(s.requests for s in group)
+                self.backlog.add(lease_only(group))
+            else:
+                self.backlog.add(group)
+        if outage is not None:
+            self._failed(outage)
+        else:
+            self._answered(len(held))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         remote = [p for p in plans if p.lease not in self.via_local]
@@ -86,7 +190,10 @@ class FailoverLimiter:
             try:
                 await self.redis.renew(remote, lease_ttl_ms)
             except REDIS_FAILURES as exc:
-                self._failed(exc)
+                if call_error(exc):
+                    self.outage.call_error("renewal", exc)
+                else:
+                    self._failed(exc)
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
         try:
@@ -96,4 +203,9 @@ class FailoverLimiter:
             raise LimitsUnavailable("usage is unavailable while Redis is down") from None
 
     async def close(self) -> None:
+        if self.backlog and self.up:  # a last chance for what is held
+            await self.settle([], urgent=True)
+        if self.backlog:
+            log.warning("%d held settlements were given up at shutdown", len(self.backlog))
+            self.backlog.drop()
         await self.redis.close(give_back=self.up)

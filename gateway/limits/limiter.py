@@ -3,11 +3,31 @@
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from gateway.core.errors import GatewayError
 from gateway.core.records import record
 from gateway.limits.plan import Check, Plan
+
+# The most tokens one request's usage figure (prompt or completion) may count for: more than any
+# model's context times any choice count, and far enough below 2**63 that Redis's integer counters
+# (HINCRBY) and the scripts' token buckets (doubles, exact below 2**53) take any number of them.
+MAX_TOKENS = 10**9
+
+
+def tokens(value: object) -> int | None:
+    """A usage figure as the limits take it: an integer from 0 to ``MAX_TOKENS`` (a larger or infinite
+    one clamped to it, a negative one to 0, a fraction rounded down), or None (not a number: unknown).
+    Whatever an upstream reports, a settlement's arguments stay ones Redis accepts."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return MAX_TOKENS if value > 0 else 0
+    return max(0, min(MAX_TOKENS, int(value)))
 
 
 class LimitsUnavailable(GatewayError):
@@ -40,6 +60,10 @@ class Limiter(Protocol):
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         """Settle a batch of finished requests (one round trip for Redis). ``urgent``: requests here
         wait for the slots these free, so the round trip may not be put off."""
+        ...
+
+    def held(self) -> int:
+        """Settlements kept for a store that did not answer, sent again by the next ``settle``."""
         ...
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None: ...

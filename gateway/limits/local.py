@@ -86,6 +86,9 @@ class LocalLimiter:
         names = self._names[key_id] = [(name, f"key:{key_id}:{name}") for name in USAGE_FIELDS]
         return names
 
+    def held(self) -> int:
+        return 0  # settled in memory: nothing is ever held
+
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         now = time.monotonic() * 1000
         for plan in plans:

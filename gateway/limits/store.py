@@ -9,7 +9,15 @@ import time
 from typing import Any
 
 import pydantic_core
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    ClusterDownError,
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
@@ -20,6 +28,20 @@ from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 
 log = logging.getLogger("gateway.limits")
+
+
+# Error replies that mean Redis cannot serve anyone now (by the code an error reply starts with),
+# beyond those redis-py raises as their own classes.
+_UNAVAILABLE = (OutOfMemoryError, ReadOnlyError, ClusterDownError, TryAgainError, NoPermissionError)
+_UNAVAILABLE_CODES = frozenset({"BUSY", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "CLUSTERDOWN"})
+
+
+def call_error(exc: BaseException) -> bool:
+    """Whether Redis refused this one call (a script error on its arguments, a wrong key type) while
+    serving others: not an outage, so no reason to stop sending it anything."""
+    if not isinstance(exc, ResponseError) or isinstance(exc, _UNAVAILABLE):
+        return False
+    return str(exc).split(" ", 1)[0] not in _UNAVAILABLE_CODES
 
 
 def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> bytes:
@@ -49,18 +71,23 @@ def _give_back_args(reserve: Reserve) -> bytes:
     return pydantic_core.to_json([*triples, marks[0], len(left)])
 
 
-def _merged(items: list[Settlement]) -> list[tuple[Plan, list[str] | None, tuple[int, int, int, int]]]:
+Failed = tuple[list[Settlement], Exception]  # the settlements of a script call that failed, and its error
+_Merged = tuple[Plan, list[str] | None, tuple[int, int, int, int], list[Settlement]]
+
+
+def _merged(items: list[Settlement]) -> list[_Merged]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
-    corrections and usage add up, and the concurrency leases go in one list. A settlement per
-    request cost ~12 µs of the gateway's CPU per request under load (argument JSON, the call's
-    packing and reply), more than the rest of its limits."""
-    groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str]]] = {}
+    corrections and usage add up, and the concurrency leases go in one list; last, the settlements
+    summed (to keep if the call fails). A settlement per request cost ~12 µs of the gateway's CPU
+    per request under load (argument JSON, the call's packing and reply), more than the rest of its
+    limits."""
+    groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
         same = (plan.layout.keys, plan.usage_key, plan.key_id)
         group = groups.get(same)
         if group is None:
-            group = groups[same] = (plan, [0, 0, 0, 0], [])
+            group = groups[same] = (plan, [0, 0, 0, 0], [], [])
         totals = group[1]
         totals[0] += s.correction
         totals[1] += s.requests
@@ -68,9 +95,10 @@ def _merged(items: list[Settlement]) -> list[tuple[Plan, list[str] | None, tuple
         totals[3] += s.completion
         if plan.layout.concurrency_keys:
             group[2].append(plan.lease)
+        group[3].append(s)
     return [
-        (plan, leases if plan.layout.concurrency_keys else None, (totals[0], totals[1], totals[2], totals[3]))
-        for plan, totals, leases in groups.values()
+        (plan, leases if plan.layout.concurrency_keys else None, (totals[0], totals[1], totals[2], totals[3]), items)
+        for plan, totals, leases, items in groups.values()
     ]
 
 
@@ -259,25 +287,44 @@ class RedisLimiter:
         return result
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
+        failed = await self.settle_each(items, urgent)
+        if failed:
+            raise failed[0][1]
+
+    def held(self) -> int:
+        return 0  # a failed settlement is raised; ``failover`` keeps it
+
+    async def settle_each(self, items: list[Settlement], urgent: bool = False) -> list[Failed]:
+        """Settle ``items``; answers the ones whose script call failed (the settlements it summed)
+        with its error: the others are settled, so only those may be sent again."""
+        merged = _merged(items)
         calls = [
             ((*plan.layout.keys, plan.usage_key), _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
-            for plan, leases, totals in _merged(items)
+            for plan, leases, totals, _ in merged
         ]
+        failed: list[Failed] = []
         if self.cluster:
-            # keys of different teams live on different nodes: one call each
-            for keys, args in calls:
-                await self._run(self._settle, keys, args)
-            return
+            # keys of different teams live on different nodes: one call each, and once Redis failed
+            # the rest are kept for later rather than each waiting out the timeout now
+            outage: Exception | None = None
+            for (keys, args), group in zip(calls, merged, strict=True):
+                if outage is not None:
+                    failed.append((group[3], outage))
+                    continue
+                try:
+                    await self._run(self._settle, keys, args)
+                except Exception as exc:
+                    failed.append((group[3], exc))
+                    outage = None if call_error(exc) else exc
+            return failed
         # one round trip for all, shared with admissions under load (the channel holds them briefly)
         sent = [self._send(self._settle, keys, args, defer=not urgent) for keys, args in calls]
-        failure: Exception | None = None
-        for (keys, args), future in zip(calls, sent, strict=True):
+        for (keys, args), future, group in zip(calls, sent, merged, strict=True):
             try:  # every reply is awaited, so none is left unretrieved
                 await self._reply(self._settle, keys, args, future)
             except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+                failed.append((group[3], exc))
+        return failed
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:

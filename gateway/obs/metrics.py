@@ -6,18 +6,17 @@ from the config, outcome (a fixed set). Never request ids, keys, users or raw cl
 Several worker processes serving one port share a ``PROMETHEUS_MULTIPROC_DIR`` (set by the CLI
 before it forks); ``/metrics`` then aggregates every worker's files.
 
-What every request updates goes through tallies: plain numbers on the event loop, added to
-prometheus-client's values by ``flush`` before each scrape and every ``FLUSH_SECONDS``. A value's
-update takes a lock (and, across workers, an mmap write), and a histogram's walks its buckets in
-Python: about 40k instructions per request in all (callgrind), several times the tallies' cost.
+The counters and gauges every request updates go through tallies: plain numbers on the event loop,
+added to prometheus-client's values by ``flush`` before each scrape and every ``FLUSH_SECONDS``, as a
+value's update takes a lock (and, across workers, an mmap write). Histograms are observed through
+prometheus-client's public ``observe``: adding counts to its buckets would mean writing its private
+values.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from bisect import bisect_left
-from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -157,36 +156,19 @@ class LevelTally:
 
 
 class HistogramTally:
-    """Observations of one histogram child, as bucket counts and a sum."""
+    """Observations of one histogram child. prometheus-client has no public way to add a count to a
+    bucket, so each goes to ``observe`` as it comes; the class keeps the callers' shape of a tally."""
 
-    __slots__ = ("_bounds", "_child", "counts", "total")
+    __slots__ = ("_child",)
 
     def __init__(self, child: Histogram) -> None:
-        self._child: Any = child  # its bounds and per-bucket values are not public API: see ``flush``
-        self._bounds = list(self._child._upper_bounds)  # ends with +Inf: every value has a bucket
-        self.counts = [0] * len(self._bounds)
-        self.total = 0.0
-        _TALLIES.append(self)
+        self._child = child
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self._bounds, value)] += 1  # the first bound >= value, as observe()
-        self.total += value
-
-    def flush(self) -> None:
-        counts = self.counts
-        if not any(counts):
-            return
-        # prometheus-client keeps one value per bucket (``_buckets``) and one for the sum; adding to
-        # them is what ``observe`` does, once per observation (tests/unit/test_metrics.py checks it).
-        for value, n in zip(self._child._buckets, counts, strict=True):
-            if n:
-                value.inc(n)
-        self._child._sum.inc(self.total)
-        self.counts = [0] * len(counts)
-        self.total = 0.0
+        self._child.observe(value)
 
 
-_TALLIES: list[CountTally | LevelTally | HistogramTally] = []
+_TALLIES: list[CountTally | LevelTally] = []
 
 
 def flush() -> None:
@@ -209,3 +191,17 @@ GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # requests' admi
 ADMISSION_WAITS = HistogramTally(ADMISSION_WAIT)
 REDIS_ROUND_TRIPS = HistogramTally(REDIS_LATENCY)
 REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the gauge's file on change only
+
+# Settlements Redis did not take, held until it answers (``gateway.limits.backlog``), and what of them
+# had to be given up: a request's usage ("usage"), a lease left to expire by its TTL ("lease"), or
+# usage sent once already whose fate Redis did not tell (a round trip timed out: "usage_unknown").
+SETTLEMENTS_HELD_GAUGE = Gauge(
+    "gateway_limits_settlements_held", "Settlements held while Redis is unavailable", [], multiprocess_mode="livesum"
+)
+SETTLEMENTS_DROPPED_TOTAL = Counter(
+    "gateway_limits_settlements_dropped_total", "Held settlements given up, by part", ["part"]
+)
+SETTLEMENTS_HELD = LevelTally(SETTLEMENTS_HELD_GAUGE)
+USAGE_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage"))
+LEASES_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("lease"))
+USAGE_UNKNOWN = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage_unknown"))

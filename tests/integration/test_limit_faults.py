@@ -1,0 +1,195 @@
+"""Redis faults in the limits never reach another team, a slot or usage: bad usage figures are clamped
+and an error reply to one call is not an outage (issue 24 item 10); settlements Redis did not take
+are held and sent when it answers (items 11, 12); an outage is logged by its changes, not per request
+(item 12). Each test runs its own Redis, since it stalls or kills it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.core.request import InternalRequest, Operation
+from gateway.limits import redis_client
+from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.backlog import Backlog
+from gateway.limits.failover import FailoverLimiter
+from gateway.limits.limiter import MAX_TOKENS, Settlement
+from gateway.limits.local import LocalLimiter
+from gateway.limits.plan import LimitValues, build, new_lease
+from gateway.limits.store import RedisLimiter
+from gateway.obs import metrics
+from gateway.runtime.config import RedisConfig
+from tests.redis_servers import RedisServer
+
+REQUEST = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
+TEAMS = {
+    "a": TeamPolicy(LimitValues(concurrency=2)),
+    "b": TeamPolicy(LimitValues(rpm=1000)),
+}
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    redis = RedisServer().start()
+    yield redis
+    redis.close()
+
+
+@pytest.fixture
+async def peek(server: RedisServer) -> AsyncIterator[Any]:
+    """A client of the test's Redis beside the gateway's, to look at its keys."""
+    client = aioredis.Redis.from_url(server.url, socket_timeout=5)
+    yield client
+    await client.aclose()
+
+
+def admission_on(url: str, policy: dict[str, str], timeout_ms: int = 1000) -> tuple[Admission, FailoverLimiter, Any]:
+    client = redis_client(RedisConfig(url=url, timeout_ms=timeout_ms))
+    limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), policy, retry_seconds=0.5)
+    return Admission(limiter, TEAMS, Settings(admission_timeout=0)), limiter, client
+
+
+async def until(check: Any, within: float) -> bool:
+    """Polls the (async) condition until it holds, for at most ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while loop.time() < end:
+        if await check():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def usage_of(client: Any, team: str) -> dict[str, int]:
+    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
+    return {k.decode(): int(v) for key in keys for k, v in (await client.hgetall(key)).items()}
+
+
+async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(server: RedisServer, peek: Any) -> None:
+    """Item 10: 1e20 and 1e400 (inf) completion tokens settle as ``MAX_TOKENS``; another team under
+    ``on_failure: closed`` is still admitted."""
+    admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
+    try:
+        for reported in (1e20, float("inf"), -5.0, float("nan")):
+            plan = await admission.admit("a", "k1", REQUEST, None)
+            admission.release(plan, 3, reported)  # type: ignore[arg-type]  # what a lax decoder may pass
+            await admission._settle_pending()
+        assert limiter.up and limiter.held() == 0
+        await admission.admit("b", "k1", REQUEST, None)  # 503 before: the breaker had opened
+        usage = await usage_of(peek, "a")
+        assert usage["requests"] == 4 and usage["completion_tokens"] == 2 * MAX_TOKENS
+        assert await peek.zcard("llmgw:{a}:conc") == 0
+    finally:
+        await limiter.close()
+        await client.aclose()
+
+
+async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisServer, peek: Any) -> None:
+    """Item 10: a script error caused by one call's arguments fails that call alone: the breaker stays
+    shut, other teams are admitted, and the call's slot is still released (its usage counted as dropped)."""
+    admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
+    try:
+        plan = await admission.admit("a", "k1", REQUEST, None)
+        assert await peek.zcard("llmgw:{a}:conc") == 1
+        dropped = metrics.USAGE_DROPPED.n
+        # past the clamp: HINCRBY refuses a count beyond 64 bits
+        await limiter.settle([Settlement(plan, 0, 0, 10**20)])
+        assert limiter.up and limiter.held() == 1 and metrics.USAGE_DROPPED.n == dropped + 1
+        await admission.admit("b", "k1", REQUEST, None)
+        await limiter.settle([])  # the settler's next round sends the lease release alone
+        assert limiter.held() == 0 and await peek.zcard("llmgw:{a}:conc") == 0
+    finally:
+        await limiter.close()
+        await client.aclose()
+
+
+async def test_slots_released_during_a_stall_come_back_when_redis_answers(server: RedisServer, peek: Any) -> None:
+    """Item 11: two requests end while Redis stalls for 0.5 s (their settlement times out, Redis never
+    runs it); their slots come back soon after, not at the lease TTL (30 s)."""
+    admission, limiter, client = admission_on(server.url, {"conc": "closed"}, timeout_ms=100)
+    try:
+        async with running(admission):
+            plans = [await admission.admit("a", "k1", REQUEST, None) for _ in range(2)]
+            assert await peek.zcard("llmgw:{a}:conc") == 2
+            # paused clients' commands wait, and are dropped with their connection when it closes
+            await peek.execute_command("CLIENT", "PAUSE", "500", "ALL")
+            for plan in plans:
+                admission.release(plan, 3, 4)
+
+            async def failed() -> bool:
+                return not limiter.up
+
+            assert await until(failed, 5), "the settlement should time out"
+            await peek.ping()  # answered once the pause is over
+
+            async def freed() -> bool:
+                return int(await peek.zcard("llmgw:{a}:conc")) == 0
+
+            assert await until(freed, 2), "the slots should come back soon, not at the lease TTL"
+            assert limiter.held() == 0
+            await admission.admit("a", "k1", REQUEST, None)
+    finally:
+        await client.aclose()
+
+
+async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_log_lines(
+    server: RedisServer, peek: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Item 12: 120 requests of two teams during an outage (admitted by this process, fail-open) log its
+    start and end, not a line each; their usage reaches Redis once it answers again."""
+    admission, limiter, client = admission_on(server.url, {})
+    try:
+        async with running(admission):
+            await admission.admit("a", "k1", REQUEST, None)  # connected before the outage
+            server.stop()
+            with caplog.at_level(logging.INFO, logger="gateway.limits"):
+                for _ in range(60):
+                    for team in ("a", "b"):
+                        plan = await admission.admit(team, "k1", REQUEST, None)
+                        await asyncio.sleep(0)
+                        admission.release(plan, 2, 3)
+                    await asyncio.sleep(0.005)  # settler rounds in between: one batch each
+                assert not limiter.up
+
+                async def all_held() -> bool:
+                    return limiter.held() == 120 and not admission.pending
+
+                assert await until(all_held, 5)
+                server.start()
+
+                async def written() -> bool:
+                    usage = [await usage_of(peek, team) for team in ("a", "b")]
+                    return all(u.get("requests") == 60 and u.get("completion_tokens") == 180 for u in usage)
+
+                assert await until(written, 5)
+
+                async def back() -> bool:
+                    return limiter.outage.since is None  # the round trip's answer is in
+
+                assert await until(back, 5) and limiter.held() == 0
+            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.limits"]
+            assert len(lines) <= 3, lines
+            assert any("redis unavailable" in line for line in lines)
+            assert any("answers again" in line for line in lines)
+    finally:
+        await client.aclose()
+
+
+async def test_held_settlements_keep_usage_whole_within_their_bound() -> None:
+    """Item 12: past its capacity the backlog sums older settlements per team key: usage stays whole,
+    leases beyond one per sum are given up, and the count of those is a metric."""
+    backlog = Backlog(capacity=10)
+    limits = LimitValues(concurrency=5)
+    leases = metrics.LEASES_DROPPED.n
+    plans = [build("a", "k1", limits, LimitValues(), REQUEST, new_lease()) for _ in range(25)]
+    backlog.add([Settlement(p, -1, 2, 3) for p in plans])
+    assert len(backlog) <= 10
+    held = backlog.take()
+    assert sum(s.requests for s in held) == 25 and sum(s.completion for s in held) == 75
+    assert sum(s.correction for s in held) == -25
+    assert metrics.LEASES_DROPPED.n - leases == 25 - len(held)
