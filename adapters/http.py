@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pydantic_core
@@ -57,6 +58,30 @@ def upstream_message(body: bytes) -> tuple[str, str | None]:
         if detail is not None:
             return str(detail), None
     return str(data)[:300], None
+
+
+def unreachable(name: str, target: Target, exc: BaseException) -> UpstreamFailed:
+    """A target that could not be reached, with its address and what usually fixes it."""
+    os_error = getattr(exc, "os_error", None)
+    if isinstance(os_error, ConnectionRefusedError):
+        why = "connection refused: nothing listens there"
+    elif isinstance(os_error, OSError) and os_error.strerror:
+        why = os_error.strerror
+    else:
+        why = type(exc).__name__
+    where = target.base_url or "(no address)"
+    url = urlsplit(target.base_url)
+    if not isinstance(exc, aiohttp.ClientConnectorError):  # it answered once, or took too long: no guess
+        return UpstreamFailed(f"target '{name}' at {where} is unreachable ({why})")
+    if target.provider == "vllm" or url.hostname in ("127.0.0.1", "localhost", "::1"):
+        port = url.port or (443 if url.scheme == "https" else 80)
+        fix = (
+            f"start a model server there (`vllm serve MODEL --port {port}`), or send the model elsewhere: set a "
+            "vendor API key such as OPENAI_API_KEY (embedded default) or pass --config FILE"
+        )
+    else:
+        fix = "check the target's base_url and that this host can reach it (DNS, proxy, firewall)"
+    return UpstreamFailed(f"target '{name}' at {where} is unreachable ({why}); to fix: {fix}")
 
 
 async def _body(resp: aiohttp.ClientResponse, name: str) -> bytes:
@@ -129,7 +154,7 @@ class HTTPUpstream:
         if self._session is None:
             # Created lazily inside the running loop, once; every request shares its pool.
             self._session = aiohttp.ClientSession(
-                connector=pool.connector(
+                connector=aiohttp.TCPConnector(
                     limit=0,
                     ttl_dns_cache=300,
                     enable_cleanup_closed=True,
@@ -148,7 +173,7 @@ class HTTPUpstream:
         """Never reuses a connection: for the rare retry after a pooled one was found closed."""
         if self._fresh is None:
             self._fresh = aiohttp.ClientSession(
-                connector=pool.connector(limit=0, force_close=True),
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
                 timeout=aiohttp.ClientTimeout(total=None, connect=self.target.timeouts.connect),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
@@ -199,7 +224,7 @@ class HTTPUpstream:
                 # the pool's other idle ones have idled as long and may be closing too.
                 resp = await self.fresh_session.post(url, data=data, headers=headers, allow_redirects=False)
         except aiohttp.ClientError as exc:
-            raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
+            raise unreachable(self.name, self.target, exc) from None
         if 300 <= resp.status < 400:
             resp.release()
             raise UpstreamFailed(
@@ -259,7 +284,6 @@ class HTTPUpstream:
                 resp = await self._post(request, call)
         except TimeoutError:
             raise call.timed_out(self.name, "no response headers in time") from None
-        pool.drain_whole(resp.content)
         watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)
@@ -362,5 +386,5 @@ class HTTPUpstream:
                     raise UpstreamFailed(f"target '{self.name}': /models answered {resp.status}")
                 data = await resp.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise UpstreamFailed(f"target '{self.name}' unreachable: {type(exc).__name__}") from None
+            raise unreachable(self.name, self.target, exc) from None
         return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]

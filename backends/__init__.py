@@ -1,6 +1,6 @@
 """Local inference backends: a pool of model-server replicas over HTTP (``replicas``), the in-process
-vLLM engine (``vllm_engine``, an optional extra), and the vLLM logits-processor plugins that serve
-Friendli's samplers (``vllm_plugins``).
+vLLM engine (``vllm_engine``, an optional extra), the built-in ``mock`` model (``mock``), and the vLLM
+logits-processor plugins that serve Friendli's samplers (``vllm_plugins``).
 
 ``ENGINES`` is the registry of in-process providers: provider name → factory. Factories import their
 engine lazily, so a gateway without the extra installed never imports it.
@@ -22,6 +22,14 @@ def _vllm_engine(target: Target, public_model: str) -> Upstream:
     return cast(Upstream, module.VLLMEngine(target, public_model))
 
 
-ENGINES: dict[str, Callable[[Target, str], Upstream]] = {"vllm-engine": _vllm_engine}
+def _mock(target: Target, public_model: str) -> Upstream:
+    from backends.mock import MockEngine  # small and dependency-free, yet only loaded when configured
 
-__all__ = ["ENGINES"]
+    return MockEngine(target, public_model)
+
+
+ENGINES: dict[str, Callable[[Target, str], Upstream]] = {"vllm-engine": _vllm_engine, "mock": _mock}
+# In-process providers light enough for every worker process to run its own (``serve --workers N``).
+PER_WORKER: frozenset[str] = frozenset({"mock"})
+
+__all__ = ["ENGINES", "PER_WORKER"]

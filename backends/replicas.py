@@ -3,8 +3,9 @@
 Each replica is an ``Upstream`` speaking the target's wire, made by the factory the app passes in
 (the HTTP adapter). A background task scrapes every replica's ``/health`` and ``/metrics`` (vLLM's
 ``num_requests_running``, ``num_requests_waiting``, ``kv_cache_usage_perc``) every ``scrape_interval``
-seconds, never on the request path; the choice itself is ``backends/balance.py``. A replica that fails before the first byte is passed over for a
-few seconds and the request goes to the next one; once a stream has started, it stays where it is.
+seconds, never on the request path; the choice itself is ``backends/balance.py``. A replica that
+fails before the first byte is passed over for a few seconds and the request goes to the next one;
+once a stream has started, it stays where it is.
 Closing a stream (the client went away) closes its upstream connection, which aborts it in vLLM.
 """
 
@@ -242,5 +243,5 @@ class ReplicaPool:
         results = await asyncio.gather(*(m.list_models() for m in self.members), return_exceptions=True)
         served = [r for r in results if not isinstance(r, BaseException)]
         if not served:
-            raise UpstreamFailed(f"target '{self.name}': no replica reachable")
+            raise UpstreamFailed(f"target '{self.name}': no replica reachable; first: {results[0]}")
         return list(dict.fromkeys(name for names in served for name in names))

@@ -67,17 +67,22 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
             handler_cancellation=True,
             access_log=None,
             print=None,
-            shutdown_timeout=5.0,
+            shutdown_timeout=5.0,  # for idle connections: requests in flight are drained first (web.app)
         )
     finally:
         listener.stop()
 
 
 def in_process_targets(config: GatewayConfig) -> list[str]:
-    """Targets of in-process providers (``backends.ENGINES``), as ``model/provider``."""
-    from backends import ENGINES
+    """Targets of in-process providers (``backends.ENGINES``) that load a model, as ``model/provider``."""
+    from backends import ENGINES, PER_WORKER
 
-    return [f"{m.name}/{t.provider}" for m in config.models for t in m.targets if t.provider in ENGINES]
+    return [
+        f"{m.name}/{t.provider}"
+        for m in config.models
+        for t in m.targets
+        if t.provider in ENGINES and t.provider not in PER_WORKER
+    ]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -95,6 +100,24 @@ def serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     workers = args.workers or config.server.workers
+    drain = args.drain_seconds if args.drain_seconds is not None else os.environ.get("LLM_GATEWAY_DRAIN_SECONDS")
+    if drain is not None:
+        try:
+            config = config.model_copy(
+                update={"server": config.server.model_copy(update={"drain_seconds": float(drain)})}
+            )
+        except ValueError:
+            print(f"error: drain seconds must be a number, not {drain!r}", file=sys.stderr)
+            return 2
+    if workers > 1 and config.redis is None:
+        # Issued keys, revocations and limits would live in each worker apart: a key made in one would
+        # be unknown to the others, and every limit would be multiplied by the worker count.
+        print(
+            f"error: --workers {workers} needs redis: without it keys and limits live in each worker apart; "
+            "set redis.url in the config (or serve with one worker)",
+            file=sys.stderr,
+        )
+        return 2
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
@@ -107,16 +130,20 @@ def serve(args: argparse.Namespace) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Workers write their metrics to files here; /metrics in any worker aggregates them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
+    if catch_all is not None:
+        from gateway.runtime.defaults import announcement
+
+        # Plain text, not a JSON log line: the curl and SDK lines are for pasting as they stand.
+        print("\n".join(announcement(config, catch_all, host, port)), file=sys.stderr, flush=True)
     from gateway.obs import logs
 
     listener = logs.configure()
-    if not args.config:
+    if catch_all is not None:
         vendors = ", ".join(sorted(config.vendors)) or "none (no vendor API key in the environment)"
-        log.info(
-            "no config given: embedded default; vendors: %s; local vLLM at %s",
-            vendors,
-            catch_all and catch_all.base_url,
-        )
+        other = f"the local vLLM at {catch_all.base_url}"
+        if len(config.vendors) == 1:
+            other += f" for the models it lists, else {next(iter(config.vendors))}"
+        log.info("no config given: embedded default; model 'demo': mock; vendors: %s; other names: %s", vendors, other)
         if config.auth == "none":
             log.warning("open access: set LLM_GATEWAY_API_KEY or use a config file with teams and keys")
     log.info("serving on http://%s:%d with %d worker(s)", host, port, workers)
@@ -235,6 +262,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--workers", type=int, help="processes sharing the port (default: config, else 1)")
+    s.add_argument(
+        "--drain-seconds",
+        type=float,
+        help="on SIGTERM, how long requests in flight may run on (default: LLM_GATEWAY_DRAIN_SECONDS, "
+        "else config server.drain_seconds, else 30)",
+    )
     s.set_defaults(func=serve)
     c = sub.add_parser("check-config", help="validate a config file and print what it would serve")
     c.add_argument("file")

@@ -14,7 +14,7 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── NotFound            404    unknown model or path
     │   └── PayloadTooLarge     413
     ├── RateLimited             429    a limit refused admission (carries retry_after)
-    ├── DeadlineExceeded        504    the client's own deadline expired (dialects may answer 429)
+    ├── DeadlineExceeded        504    the request's deadline expired, waiting for a slot too (Friendli: 429)
     └── UpstreamError                  the upstream's answer, split in two:
         ├── UpstreamRejected    4xx    it refused the request: the client's status is kept
         ├── UpstreamFailed      502    5xx, reset, malformed answer: retryable before the first byte
@@ -79,6 +79,13 @@ class NotFound(RequestError):
 class PayloadTooLarge(RequestError):
     status = 413
     code = "payload_too_large"
+
+
+class ShuttingDown(GatewayError):
+    """The gateway stopped while the request was in flight, past its drain period: retry elsewhere."""
+
+    status = 503
+    code = "shutting_down"
 
 
 class UnsupportedMediaType(RequestError):

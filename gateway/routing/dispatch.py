@@ -13,10 +13,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
-from gateway.core.records import replace
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
@@ -96,7 +95,7 @@ async def complete(
             completion = await upstream.complete(req, call)
         except GatewayError as err:
             attempt.upstream_seconds += time.perf_counter() - began
-            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream):
+            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
@@ -154,7 +153,7 @@ async def open_stream(
             attempt.upstream_seconds += time.perf_counter() - began
             await events.aclose()  # type: ignore[attr-defined]
             err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
-            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream):
+            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None

@@ -4,18 +4,21 @@ targets are cooling down after repeated failures.
 Names resolve in this order: an exact public name or alias; for ``vendor/model[/deployment]`` (SGP
 style) the name without its deployment (which becomes the adapter), then the bare ``model``; then a
 configured upstream vendor named by the prefix (``openai/gpt-4o-mini`` → the OpenAI vendor target
-with upstream model ``gpt-4o-mini``); then the local catch-all target, if one is configured.
+with upstream model ``gpt-4o-mini``); then the local catch-all target, if one is configured (the
+embedded default's local vLLM) — unless exactly one vendor is configured and the catch-all has never
+listed the name: then that vendor (``gpt-4o-mini`` → OpenAI when only its key is set).
 
 Compiled once at start-up; resolution is a few dict look-ups.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import NoHealthyTarget, NotFound
+from gateway.core.errors import GatewayError, NoHealthyTarget, NotFound
 from gateway.core.records import record
 from gateway.core.upstream import Upstream
 
@@ -29,11 +32,14 @@ class Health:
 
     failures: int = 0
     cool_until: float = 0.0
+    cause: str = ""  # the last failure's message: a cooling target's 503 says what is wrong with it
 
     def available(self, now: float) -> bool:
         return now >= self.cool_until
 
-    def failed(self, now: float) -> bool:
+    def failed(self, now: float, err: GatewayError | None = None) -> bool:
+        if err is not None:
+            self.cause = err.message
         self.failures += 1
         if self.failures >= FAILURES_TO_COOL:
             self.failures = 0
@@ -63,8 +69,18 @@ class Resolved:
     adapter: str | None = None
 
 
-def _all_cooling(route: Route) -> NoHealthyTarget:
-    return NoHealthyTarget(f"every target of model {route.public!r} is cooling down after failures")
+def _all_cooling(route: Route, health: dict[str, Health], now: float) -> NoHealthyTarget:
+    """The 503 of a route whose targets all cool down: when it ends, and the cause that started it."""
+    cooling = [health[u.name] for u in route.upstreams if u.name in health and not health[u.name].available(now)]
+    ends = min((h.cool_until for h in cooling), default=now)
+    causes = [h.cause for h in cooling if h.cause]
+    last = f"; last failure: {causes[0]}" if causes else ""
+    wait = max(1, math.ceil(ends - now))
+    err = NoHealthyTarget(
+        f"every target of model {route.public!r} is cooling down after repeated failures (retry in {wait} s){last}"
+    )
+    err.headers["Retry-After"] = str(wait)
+    return err
 
 
 @dataclass(slots=True)
@@ -74,6 +90,14 @@ class ModelTable:
     catch_all: Upstream | None = None
     default_model: str | None = None
     health: dict[str, Health] = field(default_factory=dict)
+    listed: dict[str, frozenset[str]] = field(default_factory=dict)  # target → models, at its last answered probe
+
+    @property
+    def fallback(self) -> str | None:
+        """The vendor that takes what the catch-all does not serve: the only one configured, if any."""
+        if self.catch_all is None or len(self.vendors) != 1:
+            return None
+        return next(iter(self.vendors))
 
     def resolve(self, name: str) -> Resolved:
         if not name and self.default_model is not None:
@@ -94,6 +118,10 @@ class ModelTable:
                 model = "/".join(parts[1:])
                 return Resolved(Route(name, [vendor], [1.0], upstream_model=model, label=f"{parts[0]}/*"))
         if self.catch_all is not None and name:
+            vendor_name = self.fallback
+            if vendor_name is not None and name not in self.listed.get(self.catch_all.name, ()):
+                route = Route(name, [self.vendors[vendor_name]], [1.0], upstream_model=name, label=f"{vendor_name}/*")
+                return Resolved(route)
             return Resolved(Route(name, [self.catch_all], [1.0], upstream_model=name, label="local"))
         raise NotFound(f"model {name!r} is not served by this gateway", param="model")
 
@@ -102,13 +130,16 @@ class ModelTable:
         if len(route.upstreams) == 1:  # most routes: no pick, and no clock unless it ever cooled
             only = route.upstreams[0]
             health = self.health.get(only.name)
-            if health is None or not health.cool_until or health.available(time.monotonic()):
+            if health is None or not health.cool_until:
                 return [only]
-            raise _all_cooling(route)
+            now = time.monotonic()
+            if health.available(now):
+                return [only]
+            raise _all_cooling(route, self.health, now)
         now = time.monotonic()
         ready = [(u, w) for u, w in zip(route.upstreams, route.weights, strict=True) if self._health(u).available(now)]
         if not ready:
-            raise _all_cooling(route)
+            raise _all_cooling(route, self.health, now)
         if len(ready) == 1:
             return [ready[0][0]]
         pool = list(ready)
@@ -124,9 +155,9 @@ class ModelTable:
             h = self.health[upstream.name] = Health()
         return h
 
-    def failed(self, upstream: Upstream) -> bool:
-        """Record a failure; True when it put the target in cool-down."""
-        return self._health(upstream).failed(time.monotonic())
+    def failed(self, upstream: Upstream, err: GatewayError | None = None) -> bool:
+        """Record a failure (and its error, to explain a cool-down); True when it put the target in cool-down."""
+        return self._health(upstream).failed(time.monotonic(), err)
 
     def succeeded(self, upstream: Upstream) -> None:
         self._health(upstream).succeeded()

@@ -64,7 +64,7 @@ class Balance(_Model):
 
 class Target(_Model):
     provider: str
-    base_url: str = ""  # one upstream; or ``replicas``; or ``engine`` for an in-process backend
+    base_url: str = ""  # one upstream; or ``replicas``; or ``engine`` (or nothing) for an in-process backend
     replicas: tuple[str, ...] = ()  # several replicas of one model server (a pool, load-balanced)
     balance: Balance = Balance()
     engine: dict[str, Any] | None = None  # in-process engine arguments (``vllm-engine``: AsyncEngineArgs)
@@ -93,8 +93,11 @@ class Target(_Model):
 
     @model_validator(mode="after")
     def _one_place(self) -> Target:
-        given = [k for k in ("base_url", "replicas", "engine") if getattr(self, k)]
-        if len(given) != 1:
+        # None at all is for in-process providers that take no arguments (``mock``); an HTTP provider
+        # without an address is refused where the providers are known (``gateway.web.app.check_target``).
+        places = {"base_url": bool(self.base_url), "replicas": bool(self.replicas), "engine": self.engine is not None}
+        given = [k for k, set_ in places.items() if set_]
+        if len(given) > 1:
             raise ValueError("give exactly one of 'base_url', 'replicas' or 'engine'")
         return self
 
@@ -177,6 +180,10 @@ class Server(_Model):
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     workers: Annotated[int, Field(ge=1)] = 1
     max_body_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024
+    # On SIGTERM: stop accepting, let requests in flight run this long, then end what is left with the
+    # dialect's error (LLM_GATEWAY_DRAIN_SECONDS or --drain-seconds override it; the Helm chart's
+    # terminationGracePeriodSeconds must exceed it).
+    drain_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
 
 class GatewayConfig(_Model):

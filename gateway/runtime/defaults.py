@@ -1,9 +1,16 @@
-"""The embedded default: what ``llm-gateway serve`` runs with no config file.
+"""The embedded default: what ``llm-gateway serve`` runs with no config file, and what it says at start.
 
-In-process state (no Redis), open access on loopback unless ``LLM_GATEWAY_API_KEY`` is set,
-``vendor/model`` names routed to the vendors whose API keys are in the environment, and every other
-model name to a local vLLM server at its conventional address (``VLLM_BASE_URL``, default
-``http://127.0.0.1:8000/v1``), whose served models ``/v1/models`` lists once it is reachable.
+In-process state (no Redis), open access on loopback unless ``LLM_GATEWAY_API_KEY`` is set, and:
+
+* ``demo``: the built-in mock model (``backends/mock``), so the first request succeeds with nothing
+  else running;
+* ``vendor/model`` names: the vendors whose API keys are in the environment;
+* every other name: the local vLLM server at its conventional address (``VLLM_BASE_URL``, default
+  ``http://127.0.0.1:8000/v1``), whose served models ``/v1/models`` lists once it answers; when
+  exactly one vendor key is set, a name the local vLLM has not listed goes to that vendor instead
+  (``gpt-4o-mini`` → OpenAI), by the model table's fallback rule (``gateway/routing/table.py``).
+
+What does not belong here: how a config file is read (``config.py``), how targets are built.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from gateway.runtime.config import GatewayConfig, KeyEntry, Target, Team, Vendor, hash_key
+from gateway.runtime.config import GatewayConfig, KeyEntry, ModelEntry, Target, Team, Vendor, hash_key
 
 LOCAL_VLLM = "http://127.0.0.1:8000/v1"
+DEMO_MODEL = "demo"
 
 # vendor prefix → (provider, key variable, base-URL variable, default base URL)
 VENDORS: dict[str, tuple[str, str, str, str]] = {
@@ -32,6 +40,37 @@ def embedded(env: Mapping[str, str] | None = None) -> tuple[GatewayConfig, Targe
     key = environ.get("LLM_GATEWAY_API_KEY")
     if key:
         teams = (Team(id="default", keys=(KeyEntry(id="env", sha256=hash_key(key)),)),)
-    config = GatewayConfig(vendors=vendors, teams=teams, auth="keys" if key else "none")
+    demo = ModelEntry(name=DEMO_MODEL, targets=(Target(provider="mock", name="mock:demo"),))
+    config = GatewayConfig(models=(demo,), vendors=vendors, teams=teams, auth="keys" if key else "none")
     local = Target(provider="vllm", base_url=environ.get("VLLM_BASE_URL", LOCAL_VLLM), name="local-vllm")
     return config, local
+
+
+def announcement(config: GatewayConfig, local: Target, host: str, port: int) -> list[str]:
+    """The start-up lines of the embedded default: where each model name goes, and two ready-to-paste
+    first requests (curl, and the openai SDK)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # a wildcard bind, reached on loopback
+    base = f"http://{shown}:{port}/v1"
+    auth = config.auth == "keys"
+    lines = [f"model {DEMO_MODEL!r}: the built-in mock (no model server needed)"]
+    prefixes = sorted(config.vendors)
+    for prefix in prefixes:
+        lines.append(f"model names {prefix}/MODEL: {prefix} (its key variable is set)")
+    if len(prefixes) == 1:
+        lines.append(
+            f"other model names: the local vLLM at {local.base_url} for the models it lists, "
+            f"otherwise {prefixes[0]} (the only vendor whose key is set)"
+        )
+    else:
+        missing = [VENDORS[p][1] for p in VENDORS if p not in config.vendors]
+        hint = f"; set {' or '.join(missing)} to reach a vendor" if missing else ""
+        lines.append(f"other model names: the local vLLM at {local.base_url}{hint}")
+    header = " -H 'Authorization: Bearer '\"$LLM_GATEWAY_API_KEY\"" if auth else ""
+    body = '{"model": "demo", "messages": [{"role": "user", "content": "Hello!"}]}'
+    lines.append(f"try it: curl -s {base}/chat/completions -H 'Content-Type: application/json'{header} -d '{body}'")
+    key = 'os.environ["LLM_GATEWAY_API_KEY"]' if auth else '"none"'
+    lines.append(
+        f'or with the openai SDK: OpenAI(base_url="{base}", api_key={key}).chat.completions.create('
+        'model="demo", messages=[{"role": "user", "content": "Hello!"}], stream=True)'
+    )
+    return lines

@@ -2,10 +2,10 @@
 
 Every call is bounded (first byte, total, idle; a Redis round trip) and almost every call ends long
 before its bound. A loop timer per bound (``asyncio.timeout``) costs a timer handle made, armed,
-cancelled and reaped per call (callgrind: ~18k instructions per request for the upstream's two).
-Here the bounds of one owner (an upstream, a Redis channel) share a ``Wheel``: each is filed in the slot of its due time,
-rounded *up* to a grain of 0.1% of its length (at least 10 ms), and removed from it when its call
-ends: a set insert and discard. One loop timer is armed for the earliest slot and re-armed only when
+cancelled and reaped per call (docs/performance.md). Here the bounds of one owner (an upstream, a
+Redis channel) share a ``Wheel``: each is filed in the slot of its due time, rounded *up* to a grain
+of 0.1% of its length (at least 10 ms), and removed from it when its call ends: a set insert and
+discard. One loop timer is armed for the earliest slot and re-armed only when
 it fires, so a busy gateway wakes for it about once per bound length, not once per request.
 
 A bound fires up to its grain late, never early. What expiry does is the holder's: ``Bound`` cancels

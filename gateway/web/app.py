@@ -31,6 +31,7 @@ from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway")
+CUT_SECONDS = 2.0  # for requests cut at the drain's end to write their error
 
 
 def known_providers() -> list[str]:
@@ -181,5 +182,18 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
     app.router.add_get("/metrics", ops.metrics)
     admin.install(app, config)
     app.router.add_get("/status", status.status)
+    app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)
     return app
+
+
+async def _drain(app: web.Application) -> None:
+    """On shutdown, once aiohttp has closed the listener: requests in flight run for the drain period,
+    then what is left is cut, each in its dialect's error (never a clean end), while the connections
+    are still open; /ready says 503 meanwhile to whoever asks on an open connection."""
+    gw = app[GATEWAY]
+    gw.draining = True
+    seconds = gw.config.server.drain_seconds
+    log.info("draining: %d request(s) in flight, up to %.0f s", len(gw.in_flight.tasks), seconds)
+    cut = await gw.in_flight.drain(seconds, CUT_SECONDS)
+    log.info("drained%s", f": {cut} request(s) cut at the drain's end" if cut else "")

@@ -1,5 +1,6 @@
-"""Operational endpoints: ``/health`` (alive), ``/ready`` (serving is possible) and the model lists,
-plus the background prober that keeps target reachability fresh without touching the request path.
+"""Operational endpoints: ``/health`` (alive), ``/ready`` (some model can be served) and the model
+lists (what is reachable), plus the background prober that keeps target reachability and the models
+each target lists fresh without touching the request path.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ async def probe(gw: Gateway) -> None:
         if gw.ready.get(upstream.name) != ok:
             log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result})")
         gw.ready[upstream.name] = ok
-        if ok and upstream is gw.models.catch_all:
-            gw.discovered = list(result)  # type: ignore[arg-type]
+        if ok:
+            # Kept through a failed probe: a name the local vLLM served still goes there (and its error
+            # says it is down) rather than to the fallback vendor, which would not know it.
+            gw.models.listed[upstream.name] = frozenset(result)  # type: ignore[arg-type]
+            if upstream is gw.models.catch_all:
+                gw.discovered = list(result)  # type: ignore[arg-type]
 
 
 async def prober(gw: Gateway) -> None:
@@ -61,13 +66,30 @@ def limits_state(gw: Gateway) -> str:
 
 
 async def ready(request: web.Request) -> web.Response:
+    """200 while at least one model can be served; the body says, model by model, which can and
+    through which targets (``vendor/*``: the vendor routes; ``*``: the local catch-all)."""
     gw = request.app[GATEWAY]
+    table = gw.models
     models: dict[str, bool] = {}
-    for name, route in gw.models.routes.items():
-        models[name] = any(gw.ready.get(u.name, False) for u in route.upstreams)
-    catch_all = gw.models.catch_all
-    serving = all(models.values()) and (bool(models) or catch_all is None or gw.ready.get(catch_all.name, False))
-    body = {"ready": serving, "models": models, "targets": dict(gw.ready), "limits": limits_state(gw)}
+    detail: dict[str, dict[str, bool]] = {}
+    for name, route in table.routes.items():
+        detail[name] = {u.name: gw.ready.get(u.name, False) for u in route.upstreams}
+        models[name] = any(detail[name].values())
+    for prefix, vendor in table.vendors.items():
+        detail[f"{prefix}/*"] = {vendor.name: gw.ready.get(vendor.name, False)}
+    if table.catch_all is not None:
+        detail["*"] = {table.catch_all.name: gw.ready.get(table.catch_all.name, False)}
+        if table.fallback is not None:
+            detail["*"] |= detail[f"{table.fallback}/*"]
+    serving = not gw.draining and any(any(targets.values()) for targets in detail.values())
+    body = {
+        "ready": serving,
+        "draining": gw.draining,
+        "models": models,
+        "detail": detail,
+        "targets": dict(gw.ready),
+        "limits": limits_state(gw),
+    }
     return _json(body, 200 if serving else 503)
 
 
@@ -79,10 +101,23 @@ async def list_models(request: web.Request) -> web.Response:
         await gw.auth.authenticate(token, team)
     except GatewayError as err:
         return error_response(OPENAI, err, rid)
-    names = dict.fromkeys([*gw.models.public_names(), *gw.discovered])
+    names = dict.fromkeys([*gw.models.public_names(), *reachable(gw)])
     now = int(time.time())
     data = [{"id": n, "object": "model", "created": now, "owned_by": "llm-gateway"} for n in names]
     return _json({"object": "list", "data": data})
+
+
+def reachable(gw: Gateway) -> list[str]:
+    """Names beyond the configured ones that would be served now: what the local catch-all lists, and
+    each reachable vendor's models under its prefix."""
+    table = gw.models
+    names: list[str] = []
+    if table.catch_all is not None and gw.ready.get(table.catch_all.name, False):
+        names += sorted(table.listed.get(table.catch_all.name, ()))
+    for prefix, vendor in sorted(table.vendors.items()):
+        if gw.ready.get(vendor.name, False):
+            names += [f"{prefix}/{m}" for m in sorted(table.listed.get(vendor.name, ()))]
+    return names
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ in-band and the stream is ended the dialect's way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -19,7 +20,7 @@ from random import getrandbits
 
 from aiohttp import web
 
-from gateway.core.errors import GatewayError
+from gateway.core.errors import GatewayError, ShuttingDown
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
@@ -135,7 +136,13 @@ async def relay(
         log.gone()
         return resp
     except asyncio.CancelledError:
-        log.gone()
+        if request.app[GATEWAY].draining:  # cut at the drain's end: the stream ends in error, not cleanly
+            cut = ShuttingDown("the gateway is shutting down: the stream was cut; retry the request")
+            log.failed(cut)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await resp.write_eof(out + encoder.error(cut))
+        else:
+            log.gone()
         raise
     except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
         tail = out + encoder.error(internal_error(log, "relaying"))
@@ -158,6 +165,9 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
         dialect = spec.dialect
         log = RequestLog(gw.backlog, gw.access, rid, dialect.name)
         in_flight.n += 1
+        task = asyncio.current_task()
+        assert task is not None  # aiohttp runs every handler in a task
+        gw.in_flight.began(task)
         try:
             data = loads(await read_body(request))
             dialect = dialect.select(data, request.headers)
@@ -193,15 +203,23 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
         except GatewayError as err:
             log.failed(err)
             return await answer(request, error_response(dialect, err, rid), log)
-        except (ConnectionResetError, asyncio.CancelledError):
-            # The client went away (mid-stream, or aiohttp cancelled the handler): nothing left to
-            # answer; the log line says so.
-            log.gone()
+        except asyncio.CancelledError:
+            if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
+                cut = ShuttingDown("the gateway is shutting down: retry the request")
+                log.failed(cut)
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await answer(request, error_response(dialect, cut, rid), log)
+            elif not log.error:
+                log.gone()  # the client went away, or aiohttp cancelled the handler: nothing to answer
+            raise
+        except ConnectionResetError:
+            log.gone()  # the client went away mid-answer: nothing left to answer; the log line says so
             raise
         except Exception:
             return await answer(request, error_response(dialect, internal_error(log, "serving"), rid), log)
         finally:
             in_flight.n -= 1
+            gw.in_flight.ended(task)
             log.close()
 
     return handle

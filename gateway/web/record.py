@@ -11,6 +11,7 @@ completions never enter a record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -238,13 +239,40 @@ class Backlog:
 
 
 class InFlight:
-    """Requests in flight in this app, one level per dialect (shared by the routes that answer in it:
-    a tally per route would set the one gauge child from each in turn)."""
+    """Requests in flight in this app: one level per dialect (shared by the routes that answer in it:
+    a tally per route would set the one gauge child from each in turn), and the tasks serving them,
+    which a drain waits for and, at its end, cuts."""
 
-    __slots__ = ("levels",)
+    __slots__ = ("idle", "levels", "tasks")
 
     def __init__(self) -> None:
         self.levels: dict[str, m.LevelTally] = {}
+        self.tasks: set[asyncio.Task[object]] = set()
+        self.idle: asyncio.Event | None = None  # made by a drain; set when the last request ends
+
+    def began(self, task: asyncio.Task[object]) -> None:
+        self.tasks.add(task)
+
+    def ended(self, task: asyncio.Task[object]) -> None:
+        self.tasks.discard(task)
+        if not self.tasks and self.idle is not None:
+            self.idle.set()
+
+    async def drain(self, seconds: float, cut_seconds: float) -> int:
+        """Wait up to ``seconds`` for the requests in flight to end; then cancel the rest (each ends
+        in its dialect's error, ``web.pipeline``) and give them ``cut_seconds`` to say so. Returns
+        how many were cut."""
+        if not self.tasks:
+            return 0
+        self.idle = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), seconds)
+        cut = list(self.tasks)
+        for task in cut:
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), cut_seconds)
+        return len(cut)
 
     def level(self, dialect: str) -> m.LevelTally:
         if dialect not in self.levels:

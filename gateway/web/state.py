@@ -31,6 +31,7 @@ class Gateway:
     discovered: list[str] = field(default_factory=list)  # models the catch-all target reported
     backlog: Backlog = field(default_factory=Backlog)  # ended requests awaiting their log lines and metrics
     in_flight: InFlight = field(default_factory=InFlight)
+    draining: bool = False  # set on shutdown: /ready says 503, requests cut at the drain's end say why
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

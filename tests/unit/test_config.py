@@ -60,7 +60,7 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
         ("teams: [{id: t, keys: [{id: k, sha256: abc}]}]", "'sha256' must be 64 lowercase hex digits"),
         ("models: [{name: m, targets: [{provider: nope, base_url: http://x}]}]", "unknown provider 'nope'"),
         ("models: [\n  - name: [", "line 2: invalid YAML"),
-        ("models: [{name: m, targets: [{provider: vllm}]}]", "give exactly one of 'base_url', 'replicas' or 'engine'"),
+        ("models: [{name: m, targets: [{provider: vllm}]}]", "talks HTTP: give exactly one of 'base_url' or"),
         (
             "models: [{name: m, targets: [{provider: vllm, base_url: http://x, replicas: [http://y]}]}]",
             "give exactly one of 'base_url', 'replicas' or 'engine'",

@@ -1,4 +1,6 @@
-"""The shipped dashboard and alert rules use only metrics the gateway exports."""
+"""What ``deploy/`` ships besides the chart (``test_helm.py``): the dashboard and alert rules use only
+metrics the gateway exports and page only where they mean something; the compose stack and its example
+config are ones the gateway and vLLM can run."""
 
 from __future__ import annotations
 
@@ -33,20 +35,93 @@ def test_dashboard_metrics_exist() -> None:
     assert used and used <= exported(), used - exported()
 
 
+def alerts(file: str) -> dict[str, str]:
+    """Alert name -> expression, of one rules file in deploy/prometheus."""
+    rules = yaml.safe_load((DEPLOY / "prometheus" / file).read_text())
+    return {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+
+
 def test_alert_rules_parse_and_use_existing_metrics() -> None:
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
-    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
-    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
-    assert {"GatewayHighErrorRate", "GatewayOverheadP99High", "GatewayRedisDown", "GatewayModelAllTargetsDown"} <= names
-    used = {m for e in exprs for m in NAME.findall(e)}
+    rules = alerts("alerts.yml") | alerts("alerts-redis.yml")
+    assert {"GatewayHighErrorRate", "GatewayOverheadP99High", "GatewayRedisDown", "GatewayModelAllTargetsDown"} <= set(
+        rules
+    )
+    used = {m for e in rules.values() for m in NAME.findall(e)}
     assert used <= exported(), used - exported()
+
+
+def test_redis_alerts_are_loaded_only_where_redis_is_configured() -> None:
+    """Without a redis section gateway_redis_up stays 0 (nothing ever sets it), so GatewayRedisDown would
+    page for ever: it lives in a file of its own, and the scrape config loads it beside a config with Redis."""
+    assert not any("redis" in expr for expr in alerts("alerts.yml").values())
+    assert set(alerts("alerts-redis.yml")) == {"GatewayRedisDown"}
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert prometheus["rule_files"] == ["alerts.yml", "alerts-redis.yml"]
+    assert yaml.safe_load((DEPLOY / "gateway.example.yaml").read_text())["redis"]  # what it scrapes has Redis
 
 
 def test_example_config_is_valid() -> None:
     from gateway.runtime.config import load_config
+    from gateway.web.app import check_target
 
     config = load_config(DEPLOY / "gateway.example.yaml")
     assert config.redis is not None and config.models[0].name == "llama-8b"
+    for model in config.models:
+        for target in model.targets:
+            check_target(target)  # a provider the gateway has, configured its way
+    # one model answers on any machine (deploy/COMPOSE.md's first request), without a GPU or a key
+    demo = next(m for m in config.models if m.name == "demo")
+    assert [t.provider for t in demo.targets] == ["mock"]
+
+
+def test_compose_gives_vllm_its_token_and_a_model_cache() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    vllm = compose["services"]["vllm"]
+    assert vllm["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}"  # gated models; optional for open ones
+    (cache,) = (v for v in vllm["volumes"] if v.endswith(":/root/.cache/huggingface"))
+    assert cache.partition(":")[0] in compose["volumes"]  # a named volume: the weights outlive the container
+    assert "--served-model-name" in vllm["command"] and "llama-8b" in vllm["command"]
+
+
+def test_compose_stops_the_gateway_after_its_drain() -> None:
+    gateway = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]["gateway"]
+    drain = re.fullmatch(r"\$\{LLM_GATEWAY_DRAIN_SECONDS:-(\d+)\}", gateway["environment"]["LLM_GATEWAY_DRAIN_SECONDS"])
+    assert drain, "the drain is set, with a default"
+    grace = re.fullmatch(r"(\d+)s", gateway["stop_grace_period"])
+    assert grace and int(grace[1]) > int(drain[1])  # SIGKILL only after the drain
+
+
+async def test_the_compose_walkthrough_ends_in_an_answer() -> None:
+    """COMPOSE.md's request, as written, to the example config's ``demo`` model and ``default`` team,
+    on a real socket. Only what needs the compose network is left out: Redis (keys issued through the
+    admin API; here one key of the team is in the config), vLLM and the OpenAI vendor."""
+    from aiohttp import ClientSession
+    from aiohttp.test_utils import TestServer
+
+    from gateway.runtime.config import hash_key, parse_config
+    from gateway.web.app import create_app
+
+    text = (DEPLOY / "COMPOSE.md").read_text()
+    assert "docker compose up" in text and "keys create --team default" in text
+    (body,) = re.findall(r"-d '(\{.*\})'", text)
+    raw = yaml.safe_load((DEPLOY / "gateway.example.yaml").read_text())
+    del raw["redis"], raw["vendors"]
+    raw["models"] = [m for m in raw["models"] if m["name"] == json.loads(body)["model"]]
+    (team,) = (t for t in raw["teams"] if t["id"] == "default")
+    team["keys"] = [{"id": "walkthrough", "sha256": hash_key("sk-walkthrough")}]
+    server = TestServer(create_app(parse_config(raw)))
+    await server.start_server()
+    try:
+        async with ClientSession() as client:
+            url = str(server.make_url("/v1/chat/completions"))
+            headers = {"Authorization": "Bearer sk-walkthrough", "Content-Type": "application/json"}
+            async with client.post(url, data=body, headers=headers) as resp:
+                answer = await resp.json()
+                assert resp.status == 200, answer
+    finally:
+        await server.close()
+    assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
+    assert answer["usage"]["completion_tokens"] > 0
 
 
 def test_promtool_accepts_config_and_rules() -> None:
@@ -55,6 +130,6 @@ def test_promtool_accepts_config_and_rules() -> None:
 
     promtool = shutil.which("promtool")
     assert promtool, "promtool (Debian's prometheus package) is required; scripts/test installs it"
-    for args in (["check", "rules", "alerts.yml"], ["check", "config", "prometheus.yml"]):
+    for args in (["check", "rules", "alerts.yml", "alerts-redis.yml"], ["check", "config", "prometheus.yml"]):
         out = subprocess.run([promtool, *args], cwd=DEPLOY / "prometheus", capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr

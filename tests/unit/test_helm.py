@@ -2,7 +2,8 @@
 rendered manifest is checked against the Kubernetes API schemas (``kubernetes-validate``, strict: no
 unknown fields) or, for the ServiceMonitor CRD, against the part of its schema the chart uses; the
 rendered gateway config is one the gateway itself accepts, and the container's arguments are ones its
-CLI takes. Values the chart cannot honour are refused by ``values.schema.json`` or the templates."""
+CLI takes. A release on a bare cluster needs nothing the release does not create. Values the chart
+cannot honour are refused by ``values.schema.json`` or the templates."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ CHART = DEPLOY / "helm" / "llm-gateway"
 HELM = str(Path(sys.executable).parent / "helm")
 K8S_VERSIONS = ("1.30.0", "1.37.0")  # the oldest Kubernetes still commonly run, and the newest schemas
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # what a Service name must be (RFC 1035)
+MONITORING = ("monitoring.coreos.com/v1/ServiceMonitor",)  # a cluster running the Prometheus operator
+BUILT_IN_GROUPS = {"v1", "apps", "autoscaling", "policy"}  # API groups every cluster serves, no CRD needed
+DRAIN_MARGIN = 5  # seconds the chart leaves the gateway to exit after its drain
 
 # ServiceMonitor is the Prometheus operator's CRD, so Kubernetes' schemas lack it. This is its schema
 # (prometheus-operator 0.93, example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml)
@@ -72,24 +76,37 @@ SERVICE_MONITOR = {
     },
 }
 
-SECRET_REFS = [
-    {"name": "LLM_GATEWAY_ADMIN_KEY", "secretName": "gw-admin", "key": "admin"},
+SECRET_REFS = [  # in the order the chart writes them: by variable name
     {"name": "FRIENDLI_TOKEN", "secretName": "vendor-keys", "key": "friendli"},
+    {"name": "LLM_GATEWAY_ADMIN_KEY", "secretName": "gw-admin", "key": "admin"},
     {"name": "SGP_API_KEY", "secretName": "vendor-keys", "key": "2024"},  # a key YAML would read as a number
 ]
+# Models naming two upstream keys, a team naming its key (the default config names none).
+KEYED_MODELS = [
+    {
+        "name": "f",
+        "targets": [{"provider": "friendli", "base_url": "https://f.invalid/v1", "api_key_env": "FRIENDLI_TOKEN"}],
+    },
+    {"name": "s", "targets": [{"provider": "sgp", "base_url": "https://s.invalid/v5", "api_key_env": "SGP_API_KEY"}]},
+]
+KEYED_TEAMS = [{"id": "ops", "keys": [{"id": "ci", "env": "OPS_KEY"}]}]
+KEYED = (f"config.models={json.dumps(KEYED_MODELS)}",)
 
 VALUE_SETS = {
-    "defaults": (),  # HPA, PDB and ServiceMonitor on, Redis, two keys from one Secret
-    "fixed-replicas": (
-        "autoscaling.enabled=false",
-        "replicas=5",
-        "pdb.enabled=false",
-        "serviceMonitor.enabled=false",
-        "secrets.env=[]",
-    ),
+    "defaults": (),  # HPA, PDB and ServiceMonitor on, Redis, no keys (the config names none)
+    "fixed-replicas": ("autoscaling.enabled=false", "replicas=5", "pdb.enabled=false", "serviceMonitor.enabled=false"),
     "redis-cluster": ("redis.url=rediss://redis-cluster:6379", "redis.cluster=true", "workers=2"),
     "no-redis": ("redis.url=",),
-    "secret-refs": (f"secrets.env={json.dumps(SECRET_REFS)}",),
+    "secret-refs": (*KEYED, f"secrets.env={json.dumps(SECRET_REFS)}"),
+    "secret-values": (
+        *KEYED,
+        f"config.teams={json.dumps(KEYED_TEAMS)}",
+        "secrets.values.FRIENDLI_TOKEN=f1",
+        "secrets.values.SGP_API_KEY=s1",
+        "secrets.values.OPS_KEY=o1",
+    ),
+    "existing-secret": (*KEYED, "secrets.existingSecret=gw-keys"),
+    "long-drain": ("drain.graceSeconds=600", "drain.preStopSeconds=10"),
     "monitor-labels-pdb-percent": ('serviceMonitor.labels={"release": "prometheus"}', "pdb.minAvailable=50%"),
 }
 
@@ -103,9 +120,11 @@ def flags(overrides: tuple[str, ...]) -> list[str]:
     return [a for o in overrides for a in ("--set-json" if o.partition("=")[2].startswith(("[", "{")) else "--set", o)]
 
 
-def render(*overrides: str, release: str = "gw") -> dict[str, dict[str, Any]]:
-    """``helm template`` with overrides, by kind."""
-    out = helm("template", release, str(CHART), *flags(overrides))
+def render(*overrides: str, release: str = "gw", apis: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """``helm template`` with overrides, by kind; ``apis``: what the cluster serves beyond Kubernetes."""
+    out = helm(
+        "template", release, str(CHART), *flags(overrides), *(a for api in apis for a in ("--api-versions", api))
+    )
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     by_kind = {d["kind"]: d for d in docs}
@@ -134,6 +153,44 @@ def container(manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return c
 
 
+def key_refs(manifests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The container's variables set from Secrets: name -> its ``secretKeyRef``."""
+    return {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(manifests)["env"] if "valueFrom" in e}
+
+
+def needed_from_outside(manifests: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+    """(kind, name) of every object the release names, not marked optional, that it does not create."""
+    pod = manifests["Deployment"]["spec"]["template"]["spec"]
+    named = {("ServiceAccount", pod["serviceAccountName"])} if "serviceAccountName" in pod else set()
+    named |= {("Secret", s["name"]) for s in pod.get("imagePullSecrets", [])}
+    for volume in pod.get("volumes", []):
+        sources = [volume, *volume.get("projected", {}).get("sources", [])]
+        named |= {
+            ("ConfigMap", v["configMap"]["name"])
+            for v in sources
+            if "configMap" in v and not v["configMap"].get("optional")
+        }
+        named |= {
+            ("Secret", v["secret"].get("secretName") or v["secret"]["name"])
+            for v in sources
+            if "secret" in v and not v["secret"].get("optional")
+        }
+    for c in [*pod["containers"], *pod.get("initContainers", [])]:
+        for e in c.get("env", []):
+            for field, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                ref = e.get("valueFrom", {}).get(field)
+                if ref and not ref.get("optional"):
+                    named.add((kind, ref["name"]))
+        for e in c.get("envFrom", []):
+            for field, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+                if field in e and not e[field].get("optional"):
+                    named.add((kind, e[field]["name"]))
+    if "HorizontalPodAutoscaler" in manifests:
+        target = manifests["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+        named.add((target["kind"], target["name"]))
+    return named - {(m["kind"], m["metadata"]["name"]) for m in manifests.values()}
+
+
 @pytest.mark.parametrize("overrides", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_helm_lint_is_clean(overrides: tuple[str, ...]) -> None:
     out = helm("lint", "--strict", "--kube-version", K8S_VERSIONS[0], str(CHART), *flags(overrides))
@@ -142,7 +199,7 @@ def test_helm_lint_is_clean(overrides: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("overrides", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_every_manifest_matches_its_schema(overrides: tuple[str, ...]) -> None:
-    manifests = render(*overrides)
+    manifests = render(*overrides, apis=MONITORING)
     for manifest in manifests.values():
         validate(manifest)
     parse_config(gateway_config(manifests))  # the gateway starts on what the chart renders
@@ -158,7 +215,7 @@ def test_any_release_name_helm_takes_gives_valid_manifests(release: str) -> None
 
 
 def test_defaults_deploy_stateless_replicas_with_everything_around_them() -> None:
-    m = render()
+    m = render(apis=MONITORING)
     assert set(m) == {
         "ConfigMap",
         "Deployment",
@@ -174,8 +231,6 @@ def test_defaults_deploy_stateless_replicas_with_everything_around_them() -> Non
     c = container(m)
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
-    assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert [p["name"] for p in c["ports"]] == ["http"]
     # a config change rolls the pods
     assert len(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]) == 64
@@ -205,20 +260,124 @@ def test_the_container_runs_the_image_cli_on_the_mounted_config() -> None:
     assert config.parent == Path(mount["mountPath"]) and config.name in m["ConfigMap"]["data"]
 
 
+def test_a_bare_cluster_needs_nothing_outside_the_release() -> None:
+    """``helm install --set redis.url=...`` on a cluster with no CRDs and no Secrets made by hand: every
+    kind is built in, and every ConfigMap, Secret, ServiceAccount and scale target it names, it creates."""
+    for overrides in [("redis.url=redis://my-redis:6379/0",), VALUE_SETS["secret-values"]]:
+        m = render(*overrides)
+        assert {d["apiVersion"].split("/")[0] for d in m.values()} <= BUILT_IN_GROUPS, m.keys()
+        assert needed_from_outside(m) == set()
+        for manifest in m.values():
+            validate(manifest)
+    # the check can fail: a Secret of your own is a dependency the release does not create
+    assert needed_from_outside(render(*VALUE_SETS["existing-secret"])) == {("Secret", "gw-keys")}
+
+
+def test_the_service_monitor_is_rendered_only_where_its_api_is_served() -> None:
+    assert "ServiceMonitor" not in render()  # a bare cluster would refuse the unknown kind: the install fails
+    assert "ServiceMonitor" in render(apis=MONITORING)
+    assert "ServiceMonitor" not in render("serviceMonitor.enabled=false", apis=MONITORING)
+
+
+def test_only_the_keys_the_config_names_are_required() -> None:
+    assert key_refs(render()) == {}  # the default config names no key; the admin key is optional
+    existing = key_refs(render(*VALUE_SETS["existing-secret"]))
+    assert existing == {
+        "FRIENDLI_TOKEN": {"name": "gw-keys", "key": "FRIENDLI_TOKEN"},
+        "SGP_API_KEY": {"name": "gw-keys", "key": "SGP_API_KEY"},
+        "LLM_GATEWAY_ADMIN_KEY": {"name": "gw-keys", "key": "LLM_GATEWAY_ADMIN_KEY", "optional": True},
+    }
+    # the admin key is the config's admin.key_env when it names one, and none when it holds a hash
+    admin_env = key_refs(render("config.admin.key_env=OPS_ADMIN", "secrets.existingSecret=gw-keys"))
+    assert set(admin_env) == {"OPS_ADMIN"} and admin_env["OPS_ADMIN"]["optional"] is True
+    assert key_refs(render(f"config.admin.key_sha256={'0' * 64}", "secrets.existingSecret=gw-keys")) == {}
+
+
+def test_the_chart_writes_given_keys_into_its_own_secret() -> None:
+    m = render(*VALUE_SETS["secret-values"])
+    secret = m["Secret"]
+    assert secret["stringData"] == {"FRIENDLI_TOKEN": "f1", "SGP_API_KEY": "s1", "OPS_KEY": "o1"}
+    name = secret["metadata"]["name"]
+    assert key_refs(m) == {var: {"name": name, "key": var} for var in secret["stringData"]}
+    # a changed key rolls the pods, as a changed config does
+    changed = render(*VALUE_SETS["secret-values"], "secrets.values.OPS_KEY=o2")
+    annotation = "checksum/secret"
+    annotations = [x["Deployment"]["spec"]["template"]["metadata"]["annotations"] for x in (m, changed)]
+    assert annotations[0][annotation] != annotations[1][annotation]
+    assert (
+        "Secret" not in render()
+        and annotation not in render()["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    )
+
+
 def test_keys_come_from_existing_secrets_by_reference_only() -> None:
     m = render(*VALUE_SETS["secret-refs"])
-    assert "Secret" not in m  # the chart never holds a key
-    env = container(m)["env"]
-    assert all(set(e) == {"name", "valueFrom"} for e in env)
-    assert [
-        {
-            "name": e["name"],
-            "secretName": e["valueFrom"]["secretKeyRef"]["name"],
-            "key": e["valueFrom"]["secretKeyRef"]["key"],
-        }
-        for e in env
-    ] == SECRET_REFS
-    assert "env" not in container(render("secrets.env=[]"))
+    assert "Secret" not in m  # the chart holds no key
+    refs = [{"name": n, "secretName": r["name"], "key": r["key"]} for n, r in key_refs(m).items()]
+    assert refs == SECRET_REFS
+    # per variable, a reference of your own comes before your Secret and the chart's
+    mixed = render(*VALUE_SETS["secret-refs"], "secrets.existingSecret=gw-keys", "secrets.values.SGP_API_KEY=x")
+    assert key_refs(mixed)["SGP_API_KEY"] == {"name": "vendor-keys", "key": "2024"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        (
+            KEYED,
+            "config.models[f].targets[0].api_key_env names FRIENDLI_TOKEN: give it in secrets.values.FRIENDLI_TOKEN",
+        ),
+        ((f"config.teams={json.dumps(KEYED_TEAMS)}",), "config.teams[ops].keys[ci].env names OPS_KEY"),
+        (("secrets.values.OPENAI_API_KEY=sk-1",), "secrets.values: OPENAI_API_KEY is named nowhere in the config"),
+        ((f"secrets.env={json.dumps(SECRET_REFS)}",), "secrets.env: FRIENDLI_TOKEN is named nowhere in the config"),
+        (("secrets.existingSecret=Vendor_Keys",), "existingSecret"),
+        (("secrets.values.not-a-variable=x",), "not-a-variable"),
+    ],
+)
+def test_a_key_missing_or_needless_fails_the_render(overrides: tuple[str, ...], complaint: str) -> None:
+    """Found by ``helm install``, not by a pod stuck in CreateContainerConfigError or a gateway without its key."""
+    out = helm("template", "gw", str(CHART), *flags(overrides))
+    assert out.returncode != 0 and complaint in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(("grace", "pre_stop"), [(30, 5), (600, 10), (0, 0)])
+def test_termination_waits_for_endpoints_then_the_gateways_drain(grace: int, pre_stop: int) -> None:
+    m = render(f"drain.graceSeconds={grace}", f"drain.preStopSeconds={pre_stop}")
+    pod = m["Deployment"]["spec"]["template"]["spec"]
+    c = container(m)
+    assert {"name": "LLM_GATEWAY_DRAIN_SECONDS", "value": str(grace)} in c["env"]
+    assert c["lifecycle"]["preStop"] == {"exec": {"command": ["sleep", str(pre_stop)]}}
+    assert pod["terminationGracePeriodSeconds"] == pre_stop + grace + DRAIN_MARGIN  # SIGKILL only after both
+
+
+def test_the_defaults_drain_for_30_seconds() -> None:
+    c = container(render())
+    assert {"name": "LLM_GATEWAY_DRAIN_SECONDS", "value": "30"} in c["env"]
+    assert render()["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 5 + 30 + DRAIN_MARGIN
+
+
+def test_readiness_asks_whether_a_model_can_be_served_and_liveness_whether_the_process_answers() -> None:
+    c = container(render())
+    ready, alive, start = c["readinessProbe"], c["livenessProbe"], c["startupProbe"]
+    assert ready["httpGet"] == {"path": "/ready", "port": "http"}
+    assert alive["httpGet"] == start["httpGet"] == {"path": "/health", "port": "http"}
+    # out of the Service within ten seconds of /ready's 503; restarted only after a minute unanswered
+    assert ready["periodSeconds"] * ready["failureThreshold"] <= 10
+    assert alive["periodSeconds"] * alive["failureThreshold"] >= 60 and alive["timeoutSeconds"] > 1
+    # the first probes of every target may take a while: the start-up probe covers them, not liveness
+    assert start["periodSeconds"] * start["failureThreshold"] >= 60
+
+
+def test_the_image_is_the_documented_build_of_the_charts_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert container(render())["image"] == f"llm-gateway:{chart['appVersion']}"
+    image = container(render("image.repository=registry.example.com/you/llm-gateway", "image.tag=abc123"))["image"]
+    assert image == "registry.example.com/you/llm-gateway:abc123"
+    readme = (CHART / "README.md").read_text()
+    build = re.search(r"^docker build -f deploy/Dockerfile -t (\S+):(\S+) \.$", readme, re.M)
+    assert build and build[2] == chart["appVersion"], "README.md: the build command, tagged with appVersion"
+    assert f"docker push {build[1]}:{build[2]}" in readme
+    assert f"--set image.repository={build[1]}" in readme
 
 
 def test_the_rendered_config_carries_redis_and_the_limit_shares() -> None:
@@ -239,6 +398,7 @@ def test_the_rendered_config_carries_redis_and_the_limit_shares() -> None:
         (("replicas=three",), "replicas"),
         (('secrets.env=[{"name": "OPENAI_API_KEY", "value": "sk-plaintext"}]',), "secretName"),
         (('secrets.env=[{"name": "K", "secretName": "Vendor_Keys", "key": "k"}]',), "secretName"),
+        (("drain.graceSeconds=-1",), "graceSeconds"),
         (("redis.url=localhost:6379",), "redis.url"),
         (("serviceMonitor.interval=often",), "interval"),
         (('config={"models": [], "redis": {"url": "redis://x"}}',), "config"),
@@ -256,7 +416,7 @@ def test_values_the_chart_cannot_honour_are_refused(overrides: tuple[str, ...], 
 
 def test_the_validators_reject_a_misspelt_field() -> None:
     """Both checks are strict, so the passing ones above could fail."""
-    m = render()
+    m = render(apis=MONITORING)
     deployment = json.loads(json.dumps(m["Deployment"]))
     deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):

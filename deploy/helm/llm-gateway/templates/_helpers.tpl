@@ -27,3 +27,70 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $cfg "limits" $limits -}}
 {{- toYaml $cfg -}}
 {{- end -}}
+
+{{/* The environment variables the config names for keys, as JSON {"required": {VAR: where},
+     "optional": {VAR: where}}. Upstream, vendor and team keys are required: without a team key the
+     gateway refuses to start, without an upstream key every request to it fails. The admin key is
+     optional: without it the admin API is off. */}}
+{{- define "gw.keyVars" -}}
+{{- $required := dict -}}
+{{- $cfg := .Values.config -}}
+{{- range $cfg.models -}}
+{{- $model := .name -}}
+{{- range $i, $t := .targets -}}
+{{- if $t.api_key_env }}{{ $_ := set $required $t.api_key_env (printf "config.models[%s].targets[%d].api_key_env" $model $i) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- range $prefix, $v := $cfg.vendors -}}
+{{- if $v.api_key_env }}{{ $_ := set $required $v.api_key_env (printf "config.vendors.%s.api_key_env" $prefix) }}{{ end -}}
+{{- end -}}
+{{- range $cfg.teams -}}
+{{- $team := .id -}}
+{{- range .keys -}}
+{{- if .env }}{{ $_ := set $required .env (printf "config.teams[%s].keys[%s].env" $team .id) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $optional := dict -}}
+{{- $admin := default dict $cfg.admin -}}
+{{- if not $admin.key_sha256 -}}
+{{- $var := default "LLM_GATEWAY_ADMIN_KEY" $admin.key_env -}}
+{{- if not (hasKey $required $var) }}{{ $_ := set $optional $var "the admin API key (config.admin.key_env)" }}{{ end -}}
+{{- end -}}
+{{- toJson (dict "required" $required "optional" $optional) -}}
+{{- end -}}
+
+{{/* The container's env: each key variable the config names, from the first of secrets.env (a Secret
+     you manage, per variable), secrets.values (the Secret this chart writes) or secrets.existingSecret
+     (a Secret you manage, keys named as the variables). A required variable with none fails the
+     render; a variable given but named nowhere in the config is refused, so that no Secret the
+     gateway never reads is required. */}}
+{{- define "gw.env" -}}
+{{- $vars := include "gw.keyVars" . | fromJson -}}
+{{- $named := merge (dict) $vars.required $vars.optional -}}
+{{- $refs := dict -}}
+{{- range .Values.secrets.env -}}
+{{- if not (hasKey $named .name) }}{{ fail (printf "secrets.env: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env), so no Secret should be needed for it" .name) }}{{ end -}}
+{{- $_ := set $refs .name (dict "name" .secretName "key" .key) -}}
+{{- end -}}
+{{- range $var, $_ := .Values.secrets.values -}}
+{{- if not (hasKey $named $var) }}{{ fail (printf "secrets.values: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env)" $var) }}{{ end -}}
+{{- end -}}
+{{- $env := list -}}
+{{- range $var := keys $named | sortAlpha -}}
+{{- $optional := hasKey $vars.optional $var -}}
+{{- $ref := get $refs $var -}}
+{{- if and (not $ref) (hasKey $.Values.secrets.values $var) }}{{ $ref = dict "name" (include "gw.name" $) "key" $var }}{{ end -}}
+{{- if and (not $ref) $.Values.secrets.existingSecret -}}
+{{- /* an optional key may be absent from your Secret: the pod starts without it */ -}}
+{{- $ref = dict "name" $.Values.secrets.existingSecret "key" $var -}}
+{{- if $optional }}{{ $_ := set $ref "optional" true }}{{ end -}}
+{{- end -}}
+{{- if and (not $ref) (not $optional) -}}
+{{- fail (printf "%s names %s: give it in secrets.values.%s, or a Secret holding it (secrets.existingSecret, or secrets.env)" (get $vars.required $var) $var $var) -}}
+{{- end -}}
+{{- if $ref -}}
+{{- $env = append $env (dict "name" $var "valueFrom" (dict "secretKeyRef" $ref)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $env -}}
+{{- end -}}
