@@ -3,7 +3,6 @@ the loop's timer wheel, for the HTTP adapter's streamed answers."""
 
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
 
 import aiohttp

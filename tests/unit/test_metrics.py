@@ -32,14 +32,8 @@ def test_a_histogram_tally_fills_the_same_buckets_and_sum_as_observe() -> None:
     for v in VALUES:
         child.observe(v)
         tally.observe(v)
-    assert exposition(tallied) != exposition(direct)  # nothing shows before the flush
-    metrics.flush()
     assert exposition(tallied) == exposition(direct)
-    metrics.flush()  # a second flush adds nothing
-    assert exposition(tallied) == exposition(direct)
-    tally.observe(0.5)
-    child.observe(0.5)
-    metrics.flush()
+    metrics.flush()  # nothing is held back for the flush
     assert exposition(tallied) == exposition(direct)
 
 

@@ -1,99 +1,66 @@
-"""``adapters.pool.WholeReads``: a body read that takes every buffered chunk at once reads the same
-bytes, in the same reads, as aiohttp's own reader, and keeps its flow control."""
+"""``adapters.pool.finish``: a complete stream's body is read to its end in the background and the
+response closed then (its connection back in the pool); a body that goes on, or does not end in
+time, is closed without waiting longer."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
-from aiohttp.streams import StreamReader
 
 from adapters import pool
 
-pytestmark = pytest.mark.skipif(not pool._WHOLE, reason="this aiohttp's reader lacks what WholeReads relies on")
 
-LIMIT = 2**16  # aiohttp's client reads with this limit (read_bufsize)
+class Body:
+    """What ``finish`` reads of a response: ``readany()``, these chunks, then the end (or nothing more
+    ever, if ``stalls``)."""
 
+    def __init__(self, chunks: list[bytes], stalls: bool = False) -> None:
+        self.chunks = chunks
+        self.stalls = stalls
 
-class Protocol:
-    """What a reader asks of its connection: pauses and resumes, counted."""
-
-    def __init__(self) -> None:
-        self._reading_paused = False
-        self.paused = self.resumed = 0
-
-    def pause_reading(self) -> None:
-        self._reading_paused = True
-        self.paused += 1
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        if self._reading_paused:
-            self._reading_paused = False
-            self.resumed += 1
+    async def readany(self) -> bytes:
+        if self.chunks:
+            return self.chunks.pop(0)
+        if self.stalls:
+            await asyncio.Event().wait()
+        return b""
 
 
-def reader(whole: bool) -> tuple[StreamReader, Protocol]:
-    protocol = Protocol()
-    made = StreamReader(protocol, LIMIT, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
-    if whole:
-        pool.drain_whole(made)
-    return made, protocol
+class Response:
+    def __init__(self, body: Body, connection: object | None = True) -> None:
+        self.content = body
+        self.connection = connection
+        self.closed = asyncio.Event()
+
+    def close(self) -> None:
+        self.closed.set()
 
 
-def feed(made: StreamReader, chunks: list[bytes]) -> None:
-    """As aiohttp's parser feeds a chunked body: each HTTP chunk marked."""
-    for chunk in chunks:
-        made.begin_http_chunk_receiving()
-        made.feed_data(chunk)
-        made.end_http_chunk_receiving()
+async def finished(resp: Response) -> Response:
+    pool.finish(resp)  # type: ignore[arg-type]
+    async with asyncio.timeout(10):  # only a guard: the close is what is waited for
+        await resp.closed.wait()
+    return resp
 
 
-async def test_a_read_takes_every_buffered_chunk_in_one_join() -> None:
-    made, _ = reader(whole=True)
-    assert type(made) is pool.WholeReads
-    events = [b'data: {"n":%d}\n\n' % i for i in range(64)]
-    feed(made, events)
-    assert await made.readany() == b"".join(events)
-    feed(made, [b"data: [DONE]\n\n"])
-    made.feed_eof()
-    assert await made.readany() == b"data: [DONE]\n\n"
-    assert await made.readany() == b""
-    assert made.is_eof() and made.total_bytes == sum(map(len, events)) + 14
+async def test_a_response_whose_body_has_ended_is_left_alone() -> None:
+    resp = Response(Body([b"x"]), connection=None)
+    pool.finish(resp)  # type: ignore[arg-type]
+    assert not pool._finishing and not resp.closed.is_set() and resp.content.chunks == [b"x"]
 
 
-async def test_reads_match_aiohttps_own_reader_chunk_for_chunk() -> None:
-    """Random bursts of random chunks, read with readany() and read(n) in turn: the same bytes in the
-    same pieces from both readers, and the same bookkeeping after each read."""
-    rnd = random.Random(7)
-    ours, _ = reader(whole=True)
-    theirs, _ = reader(whole=False)
-    for _ in range(300):
-        burst = [rnd.randbytes(rnd.randint(1, 300)) for _ in range(rnd.randint(1, 40))]
-        feed(ours, burst)
-        feed(theirs, burst)
-        while theirs._size:
-            n = rnd.choice((-1, -1, rnd.randint(1, 500)))
-            got = await (ours.readany() if n == -1 else ours.read(n))
-            assert got == await (theirs.readany() if n == -1 else theirs.read(n))
-            assert (ours._size, ours._cursor) == (theirs._size, theirs._cursor)
-            assert ours._http_chunk_splits == theirs._http_chunk_splits  # what pauses a connection of many chunks
-    assert ours.total_bytes == theirs.total_bytes and ours._size == 0
+async def test_the_body_end_is_read_then_the_response_closed() -> None:
+    resp = await finished(Response(Body([b"0\r\n", b"\r\n"])))
+    assert resp.content.chunks == []
 
 
-async def test_a_paused_connection_is_resumed_once_the_buffer_is_drained() -> None:
-    made, protocol = reader(whole=True)
-    feed(made, [b"x" * 4096] * (2 * LIMIT // 4096 + 1))  # past the high-water mark
-    assert protocol._reading_paused and protocol.paused >= 1
-    data = await made.readany()
-    assert len(data) == 2 * LIMIT + 4096 and made._size == 0
-    assert not protocol._reading_paused and protocol.resumed == 1
+async def test_a_body_that_goes_on_is_closed_after_finish_bytes() -> None:
+    chunks = [b"x" * (pool.FINISH_BYTES // 4)] * 10
+    resp = await finished(Response(Body(chunks)))
+    assert len(resp.content.chunks) == 6  # four chunks read, the rest left unread
 
 
-async def test_only_a_plain_reader_changes_class() -> None:
-    class Other(StreamReader):
-        __slots__ = ()
-
-    made = Other(Protocol(), LIMIT, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
-    pool.drain_whole(made)
-    assert type(made) is Other
+async def test_a_body_that_does_not_end_is_closed_after_finish_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "FINISH_SECONDS", 0.01)
+    await finished(Response(Body([], stalls=True)))

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from mypy import api
 
-from gateway.core.records import replace
 from gateway.core.request import InternalRequest, Operation, Sampling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +41,8 @@ def test_records_compare_and_hash_by_value_and_replace_makes_a_new_one() -> None
 
 def test_replace_copies_every_field_and_changes_only_the_named_ones() -> None:
     a = Sampling(max_tokens=3, stop=("x",), temperature=0.5)
-    b = replace(a, seeds=(7,), n=2)
-    assert b == dataclasses.replace(a, seeds=(7,), n=2)
+    b = dataclasses.replace(a, seeds=(7,), n=2)
+    assert (b.seeds, b.n, b.max_tokens, b.stop, b.temperature) == ((7,), 2, 3, ("x",), 0.5)
     assert a == Sampling(max_tokens=3, stop=("x",), temperature=0.5)  # the original is untouched
-    with pytest.raises(AttributeError):
-        replace(a, no_such_field=1)
+    with pytest.raises(TypeError):
+        dataclasses.replace(a, no_such_field=1)

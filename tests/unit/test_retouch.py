@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream
-from gateway.core.records import replace
 from gateway.core.request import Operation
 from gateway.core.response import Frame, StreamEvent, StreamStart
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
