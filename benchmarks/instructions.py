@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"requests": a.requests, "stream": a.stream, "subjects": {}}
     try:
         up_port = free_port()
-        upstream = [PY, "-m", "benchmarks.fake_upstream", "--port", str(up_port), "--chunks", str(CHUNKS)]
+        upstream = [PY, "-m", "tests.fakes.upstream", "--fast", "--port", str(up_port), "--chunks", str(CHUNKS)]
         procs.start("upstream", upstream)
         procs.wait_http("upstream", f"http://127.0.0.1:{up_port}/health")
         redis_url = None

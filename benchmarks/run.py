@@ -4,7 +4,7 @@
     scripts/bench --quick    # about 3 minutes (20k-request soak)
     scripts/bench --redis    # adds a subject: the gateway with Redis-backed limits (private redis-server)
 
-Subjects, each measured the same way against one fake upstream (``fake_upstream.py``):
+Subjects, each measured the same way against one fake upstream (``tests/fakes/upstream``, its fast front end):
 
 * ``direct``: wrk straight at the fake upstream: the floor of this machine;
 * ``yardstick``: a bare aiohttp pass-through proxy (``yardstick_proxy.py``);
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         up_port = free_port()
-        upstream_args = [PY, "-m", "benchmarks.fake_upstream", "--port", str(up_port), "--chunks", str(CHUNKS)]
+        upstream_args = [PY, "-m", "tests.fakes.upstream", "--fast", "--port", str(up_port), "--chunks", str(CHUNKS)]
         upstream_args += ["--ttft-ms", str(args.upstream_ttft_ms), "--gap-ms", str(args.upstream_gap_ms)]
         upstream = procs.start("upstream", cores.pin(cores.load, upstream_args))
         up_url = f"http://127.0.0.1:{up_port}"

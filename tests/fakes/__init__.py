@@ -1,1 +1,1 @@
-"""Stand-in servers that speak a vendor's wire format faithfully, for the gateway's tests to run against."""
+"""The stand-in upstream (``upstream``) the tests and the benchmarks run against, and its self-test."""

@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestServer
 
 from gateway.runtime.config import GatewayConfig, hash_key, parse_config
 from gateway.web.app import create_app
+from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, read
-from tests.upstreams import vendors
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
 os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
@@ -30,7 +30,7 @@ def config(models: list[dict[str, Any]], **extra: Any) -> GatewayConfig:
     return parse_config({"models": models, "teams": teams, **extra})
 
 
-def target(server: vendors.Server, kind: str, **extra: Any) -> dict[str, Any]:
+def target(server: fake.Upstream, kind: str, **extra: Any) -> dict[str, Any]:
     provider = "friendli" if kind == "friendli2024" else kind
     return {"provider": provider, "base_url": server.url, "model": "up-model", "api_key_env": UPSTREAM_KEY_ENV, **extra}
 
@@ -82,11 +82,11 @@ async def client() -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[Callable[..., Awaitable[vendors.Server]]]:
-    started: list[vendors.Server] = []
+async def upstream() -> AsyncIterator[Callable[..., Awaitable[fake.Upstream]]]:
+    started: list[fake.Upstream] = []
 
-    async def make(kind: str, **kwargs: Any) -> vendors.Server:
-        server = await vendors.start(kind, **kwargs)
+    async def make(kind: str, **kwargs: Any) -> fake.Upstream:
+        server = await fake.start(kind, **kwargs)
         started.append(server)
         return server
 

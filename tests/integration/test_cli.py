@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.runtime.config import hash_key
-from tests.upstreams import vendors
+from tests.fakes import upstream as fake
 
 ROOT = Path(__file__).resolve().parents[2]
 K = 20
@@ -79,33 +79,34 @@ async def serve() -> AsyncIterator[Any]:
 
 
 async def test_embedded_default_serves_local_vllm(serve: Any) -> None:
-    local = await vendors.start("openai", api_key="")
+    local = await fake.start("openai")
     try:
         url, _ = await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})
         headers = {"Authorization": "Bearer k-embedded"}
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/v1/models", headers=headers) as resp:
                 names = [m["id"] for m in (await resp.json())["data"]]
-            assert names == ["up-model"]
+            assert names == ["demo", "up-model"]
             body = {"model": "up-model", "prompt": "hello", "max_tokens": 3}
             async with session.post(url + "/v1/completions", json=body, headers=headers) as resp:
                 assert resp.status == 200, await resp.text()
                 answer = await resp.json()
             async with session.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 401
-        assert answer["choices"][0]["text"] == "".join(vendors.generate("hello", 3)[0])
+        assert answer["choices"][0]["text"] == fake.expected("hello", 3)
     finally:
         await local.close()
 
 
 async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: Path) -> None:
-    local = await vendors.start("openai")
+    local = await fake.start("openai", api_key="upstream-key")
     try:
         cfg = tmp_path / "gw.yaml"
         cfg.write_text(
             "models:\n  - name: m\n    targets:\n"
             f"      - {{provider: openai, base_url: '{local.url}', api_key_env: UP_KEY}}\n"
             f"teams:\n  - id: t\n    keys: [{{id: k, sha256: {hash_key('k2')}}}]\n"
+            "redis: {url: 'redis://127.0.0.1:6379'}\n"  # workers share keys and limits through it
         )
         url, proc = await serve(["--config", str(cfg), "--workers", "2"], {"UP_KEY": "upstream-key"})
         ids = []
@@ -123,10 +124,14 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
             async with session.post(url + "/v1/completions", json={"model": "m"}, headers=headers) as r:
                 assert r.status == 400
             # Each worker adds its tallies to the shared files at least every second (gateway.obs.metrics).
-            for _ in range(30):
+            for _ in range(150):
                 async with session.get(url + "/metrics") as r:
                     text = await r.text()
-                if f'gateway_overhead_seconds_count{{dialect="openai"}} {K + 1}.0' in text:
+                # Histograms are observed at once, counters flushed by each worker's tally loop: wait
+                # for both kinds to show every request.
+                if f'gateway_overhead_seconds_count{{dialect="openai"}} {K + 1}.0' in text and (
+                    f"{K}.0" in [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if 'outcome="ok"' in ln]
+                ):
                     break
                 await asyncio.sleep(0.1)
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
@@ -152,3 +157,52 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
     requests = [line for line in lines if line.get("event") == "request"]
     assert sorted(r["request_id"] for r in requests if r["status"] == 200) == sorted(ids)
     assert "k2" not in err.decode() and "Bearer" not in err.decode()
+
+
+def test_workers_without_redis_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Keys and limits in each worker apart would split silently: refused, saying how to fix it."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text("models:\n  - name: m\n    targets: [{provider: vllm, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--workers", "2", "--port", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "needs redis" in line and "redis.url" in line
+
+
+async def test_sigterm_drains_streams_and_cuts_the_rest_in_their_dialect(serve: Any, tmp_path: Path) -> None:
+    """SIGTERM: the listener closes at once; a stream that ends within the drain period ends cleanly; one
+    that would run past it is cut there with the dialect's in-band error, never a clean end."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(
+        "auth: none\nmodels:\n  - name: m\n    targets: [{provider: mock, engine: {tokens_per_second: 20}}]\n"
+    )
+    url, proc = await serve(["--config", str(cfg), "--drain-seconds", "3"], {})
+    async with aiohttp.ClientSession() as session:
+
+        async def stream(tokens: int, started: asyncio.Event) -> str:
+            body = {"model": "m", "prompt": "drain", "max_tokens": tokens, "ignore_eos": True, "stream": True}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                seen = [await resp.content.readline()]
+                started.set()
+                seen.append(await resp.content.read())
+                return b"".join(seen).decode()
+
+        short_started, long_started = asyncio.Event(), asyncio.Event()
+        short = asyncio.create_task(stream(30, short_started))  # 1.5 s at 20 tokens/s
+        long = asyncio.create_task(stream(400, long_started))  # 20 s: past the drain
+        await asyncio.wait_for(asyncio.gather(short_started.wait(), long_started.wait()), 30)
+        proc.send_signal(signal.SIGTERM)
+        short_body, long_body = await asyncio.wait_for(asyncio.gather(short, long), 30)
+    assert short_body.rstrip().endswith("data: [DONE]") and "error" not in short_body
+    assert "shutting down" in long_body and '"finish_reason":"length"' not in long_body.replace(" ", "")
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+    with pytest.raises(aiohttp.ClientConnectionError):  # the listener closed with the signal
+        async with aiohttp.ClientSession() as session, session.get(url + "/ready"):
+            pass

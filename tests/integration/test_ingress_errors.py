@@ -87,10 +87,10 @@ async def test_token_ids_are_asked_only_of_targets_that_return_them(gateway: Gat
     path, headers, body = ingress.request("m", "x", False, return_token_ids=True)
     status, reply, _ = await post(gw, path, headers, body)
     assert status == 400 and reply["error"]["param"] == "return_token_ids", reply
-    assert server.v.requests == []
+    assert server.requests == []
     path, headers, body = ingress.request("v", "x", False, return_token_ids=True)
     status, reply, _ = await post(gw, path, headers, body)
-    assert status == 200 and server.v.requests[-1]["return_token_ids"] is True, reply
+    assert status == 200 and server.requests[-1].body["return_token_ids"] is True, reply
 
 
 async def test_vendor_model_names_and_adapters_resolve(gw: Any) -> None:

@@ -72,7 +72,7 @@ async def test_requests_per_minute_exact(
     assert sorted(a.status for a in answers) == [200] * 7 + [429] * 13
     refused = next(a for a in answers if a.status == 429).body["error"]
     assert refused["type"] == "rate_limit_error" and "requests per minute" in refused["message"]
-    assert len(server.v.requests) == 7
+    assert len(server.requests) == 7
 
 
 async def test_refusal_headers_and_dialects(gateway: GatewayFactory, upstream: Any, redis_server: RedisServer) -> None:
@@ -117,11 +117,11 @@ async def test_concurrency_waits_fairly_until_the_deadline(
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team, limits={"concurrency": 2}))
     # each answer takes ~0.3 s upstream; 6 of them through 2 slots finish in ~1 s, all admitted
-    answers = await burst(gw, 6, "slow [[hang=0.3]]")
+    answers = await burst(gw, 6, "slow [[fault:hang_before=0.3]]")
     assert [a.status for a in answers] == [200] * 6
     # with a Friendli deadline shorter than the wait, the waiting requests get Friendli's 429
     fr = without_team(BY_NAME["friendli2024"])
-    answers = await burst(gw, 6, "slow [[hang=0.5]]", ingress=fr, timeout_microseconds=300_000)
+    answers = await burst(gw, 6, "slow [[fault:hang_before=0.5]]", ingress=fr, timeout_microseconds=300_000)
     statuses = sorted(a.status for a in answers)
     assert statuses.count(429) >= 3 and all(s in (200, 429) for s in statuses)
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import INGRESSES, Ingress, frames
-from tests.upstreams import vendors
 
 PROMPT = "Say something deterministic"
-KINDS = list(vendors.KINDS)
+KINDS = list(fake.KINDS)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -25,21 +25,21 @@ async def test_cell(gateway: GatewayFactory, upstream: Any, ingress: Ingress, ki
     gw = await gateway(config([{"name": "m", "targets": [target(server, kind)]}]))
     answer = await gw.send(ingress, "m", PROMPT, stream)
     assert answer.status == 200, answer.raw
-    words, _ = vendors.generate(PROMPT, 4)
+    sent = server.requests[-1].body
+    words = fake.tokenize(fake.expected(PROMPT, 4, seed=sent.get("seed")))
     assert answer.text == "".join(words)
     assert answer.finish == "length"
     assert answer.usage["completion_tokens"] == 4
     assert answer.usage["total_tokens"] == answer.usage["prompt_tokens"] + 4
     if stream:
         assert answer.done == ingress.done, answer.raw[-80:]
-    sent = server.v.requests[-1]
     assert sent["model"] == "up-model" and sent["max_tokens"] == 4
     assert not any(k.startswith("guided_") for k in sent)
     if kind.startswith("sgp"):
-        assert server.v.headers[-1]["x-api-key"] == "upstream-key"
+        assert server.requests[-1].headers["x-api-key"] == "upstream-key"
     else:
-        assert server.v.headers[-1]["Authorization"] == "Bearer upstream-key"
-    assert all(KEY_FRAGMENT not in v for v in server.v.headers[-1].values())
+        assert server.requests[-1].headers["authorization"] == "Bearer upstream-key"
+    assert all(KEY_FRAGMENT not in v for v in server.requests[-1].headers.values())
     if ingress.name.startswith("friendli") and (not stream or ingress.name == "friendli2024"):
         # Friendli reports the seed used; the client gave none, so the gateway drew one and sent it
         # (every kind here takes a seed; tests/unit/test_seeds.py has one that does not)
@@ -52,7 +52,7 @@ async def test_cell(gateway: GatewayFactory, upstream: Any, ingress: Ingress, ki
         if "seed" in sent:
             assert choice["seed"] == sent["seed"]
         if kind.startswith("friendli"):
-            assert choice["tokens"] == [vendors.token_id(w) for w in words]
+            assert choice["tokens"] == [fake.token_id(w) for w in words]
 
 
 KEY_FRAGMENT = "gw-key"
@@ -62,7 +62,7 @@ KEY_FRAGMENT = "gw-key"
 async def test_upstream_rejection_keeps_status(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    answer = await gw.send(ingress, "m", "x [[status=400]]", False)
+    answer = await gw.send(ingress, "m", "x [[fault:status=400]]", False)
     expected = 400
     assert answer.status == expected, answer.raw
     assert b"injected 400" in answer.raw
@@ -72,7 +72,7 @@ async def test_upstream_rejection_keeps_status(gateway: GatewayFactory, upstream
 async def test_upstream_failure_is_502_in_dialect(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    answer = await gw.send(ingress, "m", "x [[status=500]]", False)
+    answer = await gw.send(ingress, "m", "x [[fault:status=500]]", False)
     assert answer.status == 502, answer.raw
     body = answer.body
     if ingress.name == "openai":
@@ -89,7 +89,7 @@ async def test_upstream_failure_is_502_in_dialect(gateway: GatewayFactory, upstr
 async def test_cut_stream_ends_with_in_band_error(gateway: GatewayFactory, upstream: Any, ingress: Ingress) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    path, headers, body = ingress.request("m", "x [[cut]] [[stall=0.05]]", True)
+    path, headers, body = ingress.request("m", "x [[fault:reset_after=2,hang_between=0.05]]", True)
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 200
         raw = await resp.read()
@@ -106,8 +106,8 @@ async def test_seed_per_choice_fans_out(gateway: GatewayFactory, upstream: Any, 
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 200
         raw = await resp.read()
-    assert sorted(r["seed"] for r in server.v.requests) == [11, 22, 33]
-    assert all("n" not in r for r in server.v.requests)
+    assert sorted(r.body["seed"] for r in server.requests) == [11, 22, 33]
+    assert all("n" not in r.body for r in server.requests)
     if stream:
         chunks = [json.loads(d) for d in frames(raw) if d != "[DONE]"]
         indices = {ch["index"] for c in chunks for ch in c["choices"]}

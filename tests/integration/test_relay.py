@@ -15,9 +15,9 @@ from aiohttp import http_writer, web, web_protocol
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
+from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, completions_server, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
-from tests.upstreams import vendors
 
 PROMPT = "Say something relayed"
 
@@ -34,15 +34,15 @@ async def completion_tokens(gw: Any) -> float:
     return sum(float(line[len(series) :]) for line in metrics.splitlines() if line.startswith(series))
 
 
-def relayed(server: vendors.Server, raw: bytes, usage: bool = True) -> list[bool]:
+def relayed(server: fake.Upstream, raw: bytes, usage: bool = True) -> list[bool]:
     """Per upstream chunk: did it reach the client as the upstream wrote it (less the "usage": null
     a client that asked for no usage does not get)?"""
-    lines = server.v.sent if usage else [line.replace(b',"usage":null', b"") for line in server.v.sent]
+    lines = server.sent if usage else [line.replace(b',"usage":null', b"") for line in server.sent]
     return [b"data: " + line + b"\n\n" in raw for line in lines]
 
 
 # chunk by chunk, and the whole stream in one write (one network read: its content chunks go out as one run)
-PROMPTS = pytest.mark.parametrize("prompt", [PROMPT, PROMPT + " [[burst]]"], ids=["chunked", "burst"])
+PROMPTS = pytest.mark.parametrize("prompt", [PROMPT, PROMPT + " [[fault:burst]]"], ids=["chunked", "burst"])
 
 
 @PROMPTS
@@ -56,8 +56,7 @@ async def test_content_chunks_pass_unchanged_and_usage_is_settled(
     assert answer.status == 200
     # first chunk (identity), content chunks, finish chunk, usage chunk
     assert relayed(server, answer.raw) == [False, True, True, True, False, False]
-    words, _ = vendors.generate(prompt, 4)
-    assert answer.text == "".join(words) and answer.finish == "length"
+    assert answer.text == fake.expected(prompt, 4) and answer.finish == "length"
     assert answer.usage["completion_tokens"] == 4 and answer.done
     assert await completion_tokens(gw) == before + 4  # accounted from the usage chunk
 
@@ -70,11 +69,11 @@ async def test_usage_nulls_are_dropped_when_usage_was_not_asked_for(
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     raw = await post(gw, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 4, "stream": True})
     # the gateway still asked for usage (to settle limits); the client did not, and sees none
-    assert server.v.requests[-1]["stream_options"] == {"include_usage": True}
-    assert b'"usage"' in b"".join(server.v.sent) and b'"usage"' not in raw
+    assert server.requests[-1].body["stream_options"] == {"include_usage": True}
+    assert b'"usage"' in b"".join(server.sent) and b'"usage"' not in raw
     assert relayed(server, raw, usage=False) == [False, True, True, True, False, False]
     chunks = [json.loads(f) for f in frames(raw)[:-1]]
-    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "".join(vendors.generate(prompt, 4)[0])
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == fake.expected(prompt, 4)
     assert frames(raw)[-1] == "[DONE]"
 
 
@@ -90,7 +89,7 @@ async def test_chat_relay_keeps_one_role_per_choice(gateway: GatewayFactory, ups
     assert sorted(i for i, role in roles if role) == [0, 1]  # one each: the gateway's, then the upstream's
     for i in (0, 1):
         text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"][0]["index"] == i)
-        assert text == "".join(vendors.generate(prompt, 3, i)[0])
+        assert text == fake.expected(prompt, 3, i)
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]]
     assert finishes == ["length", "length"]
 
@@ -109,7 +108,7 @@ async def test_scale_clients_take_openai_chunks_too(gateway: GatewayFactory, ups
     for name in ("sgp", "sgp5"):
         answer = await gw.send(BY_NAME[name], "m", PROMPT, True)
         assert answer.status == 200 and relayed(server, answer.raw)[1:4] == [True, True, True], name
-        assert answer.text == "".join(vendors.generate(PROMPT, 4)[0]) and not answer.done  # still no [DONE]
+        assert answer.text == fake.expected(PROMPT, 4) and not answer.done  # still no [DONE]
         assert answer.usage["completion_tokens"] == 4
 
 
@@ -124,13 +123,13 @@ async def test_friendli_and_octoai_clients_take_openai_chunks_retouched(
 ) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    words = "".join(vendors.generate(prompt, 4)[0])
+    words = fake.expected(prompt, 4)
     answer = await gw.send(BY_NAME["friendli"], "m", prompt, True)
     # OpenAI's content chunks less a fingerprint (it sends none here) are Friendli's, less a token
     assert answer.status == 200 and relayed(server, answer.raw) == [False, True, True, True, False, False]
     assert answer.text == words and answer.usage["completion_tokens"] == 4
     answer = await gw.send(BY_NAME["octoai"], "m", prompt, True)
-    sent = [b"data: " + octoai_style(line) + b"\n\n" in answer.raw for line in server.v.sent]
+    sent = [b"data: " + octoai_style(line) + b"\n\n" in answer.raw for line in server.sent]
     assert answer.status == 200 and sent == [False, True, True, True, False, False]
     assert answer.text == words and answer.usage["completion_tokens"] == 4
     last = json.loads(frames(answer.raw)[-2])  # usage rides on the last chunk, the finish
@@ -138,7 +137,7 @@ async def test_friendli_and_octoai_clients_take_openai_chunks_retouched(
     # friendli-client's 2024 completion stream is lines of its own, never OpenAI's chunks
     answer = await gw.send(BY_NAME["friendli2024"], "m", prompt, True)
     assert answer.status == 200 and not any(relayed(server, answer.raw))
-    assert answer.text == words
+    assert answer.text == fake.expected(prompt, 4, seed=server.requests[-1].body.get("seed"))
 
 
 async def test_an_in_band_error_after_relayed_chunks_ends_the_stream_in_dialect(
@@ -146,7 +145,7 @@ async def test_an_in_band_error_after_relayed_chunks_ends_the_stream_in_dialect(
 ) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    answer = await gw.send(BY_NAME["openai"], "m", "x [[cut]]", True)
+    answer = await gw.send(BY_NAME["openai"], "m", "x [[fault:reset_after=2]]", True)
     assert answer.status == 200
     assert relayed(server, answer.raw)[1]  # the second chunk went out as it came
     last = json.loads(frames(answer.raw)[-1])
@@ -194,26 +193,27 @@ async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
     sends = record_sends(monkeypatch, URL(gw.url).port or 0)
     other = None
     if busy:  # another request in flight: its upstream holds its headers back for a while
-        other = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "x [[hang=0.5]]", False))
+        other = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "x [[fault:hang_before=0.5]]", False))
         for _ in range(100):
-            if server.v.requests:
+            if server.requests:
                 break
             await asyncio.sleep(0.01)
     answer = await gw.send(BY_NAME[ingress], "m", prompt, True)
-    assert answer.status == 200 and answer.text == "".join(vendors.generate(prompt, 4)[0])
+    drawn = server.requests[-1].body.get("seed")  # friendli2024's client draws a seed the answer follows
+    assert answer.status == 200 and answer.text == fake.expected(prompt, 4, seed=drawn)
     sends = list(sends)  # this stream's (the other answers later)
     assert sends[0].startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in sends[0]
     assert b"data:" in sends[0].split(b"\r\n\r\n", 1)[1]  # not the head alone
     assert sends[-1].endswith(b"0\r\n\r\n")  # the chunked body's end
-    if "[[burst]]" in prompt and busy:  # the whole stream in one read, and in one send: every send
+    if "[[fault:burst]]" in prompt and busy:  # the whole stream in one read, and in one send: every send
         # costs CPU the other requests wait for
         assert len(sends) == 1, sends
-    elif "[[burst]]" in prompt:  # alone: head and first event in one send, without waiting for the
+    elif "[[fault:burst]]" in prompt:  # alone: head and first event in one send, without waiting for the
         # work on the rest; the rest and the end in another
         assert len(sends) == 2, sends
         assert sends[0].count(b"data:") == 1 and b"0\r\n\r\n" not in sends[0]
     else:  # at most one send per upstream read, the first with the head (the stand-in writes [DONE] apart)
-        assert len(sends) < len(server.v.sent) + 2, sends
+        assert len(sends) < len(server.sent) + 2, sends
     if other is not None:
         assert (await other).status == 200
 

@@ -16,22 +16,22 @@ from adapters.http import HTTPUpstream
 from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
 from gateway.dialects.openai.egress import VLLM_WIRE
 from gateway.runtime.config import GatewayConfig
-from tests.fakes.openai_upstream import FakeUpstream, start_upstream
+from tests.fakes.upstream import Upstream, start
 from tests.integration.conftest import Gateway, GatewayFactory, config
 from tests.integration.dialect_clients import BY_NAME, KEY
 from tests.redis_servers import free_port
 
-Fakes = Callable[[int], Awaitable[list[FakeUpstream]]]
+Fakes = Callable[[int], Awaitable[list[Upstream]]]
 AUTH = {"Authorization": f"Bearer {KEY}"}
 OPENAI = BY_NAME["openai"]
 
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[Fakes]:
-    started: list[FakeUpstream] = []
+    started: list[Upstream] = []
 
-    async def make(n: int) -> list[FakeUpstream]:
-        new = [await start_upstream(models=("tiny",)) for _ in range(n)]
+    async def make(n: int) -> list[Upstream]:
+        new = [await start("vllm", models=("tiny",)) for _ in range(n)]
         started.extend(new)
         return new
 
@@ -45,7 +45,7 @@ def pool_config(urls: list[str], **balance: Any) -> GatewayConfig:
     return config([{"name": "m", "targets": [target]}])
 
 
-def served(fake: FakeUpstream) -> int:
+def served(fake: Upstream) -> int:
     return sum(1 for r in fake.requests if r.path.endswith("/completions"))
 
 

@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 
 from gateway.runtime.config import hash_key
+from tests.fakes import upstream as fake
 from tests.integration.test_cli import wait_healthy
 from tests.redis_servers import RedisServer, free_port
-from tests.upstreams import vendors
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-secret-key"
@@ -36,7 +36,7 @@ def redis() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def fleet(redis: RedisServer, tmp_path: Path) -> AsyncIterator[Any]:
-    upstream = await vendors.start("openai", api_key="")
+    upstream = await fake.start("openai")
     procs: list[subprocess.Popen[bytes]] = []
 
     async def start(n: int, team: str = "") -> list[tuple[str, subprocess.Popen[bytes]]]:
@@ -99,7 +99,9 @@ async def test_killed_replica_leases_expire(fleet: Any) -> None:
     nodes = await fleet(2, "    limits: {concurrency: 2}")
     (a, proc_a), (b, _) = nodes
     async with aiohttp.ClientSession() as session:
-        held = [asyncio.create_task(complete(session, a, STATIC, prompt="slow [[hang=30]]")) for _ in range(2)]
+        held = [
+            asyncio.create_task(complete(session, a, STATIC, prompt="x [[fault:hang_before=30]]")) for _ in range(2)
+        ]
         await asyncio.sleep(0.5)
         assert await complete(session, b, STATIC) == 429  # both slots are held on replica A
         proc_a.send_signal(signal.SIGKILL)
@@ -162,14 +164,14 @@ async def test_three_replicas_share_token_and_concurrency_limits(fleet: Any) -> 
     began = time.monotonic()
     async with aiohttp.ClientSession() as session:
         slow = await asyncio.gather(
-            *(complete(session, nodes[i % 3][0], STATIC, prompt="hi [[hang=1]]") for i in range(6))
+            *(complete(session, nodes[i % 3][0], STATIC, prompt="hi [[fault:hang_before=1]]") for i in range(6))
         )
         assert sorted(slow) == [200, 200, 429, 429, 429, 429]
     nodes = await fleet(3, "    limits: {tpm: 60}")
     async with aiohttp.ClientSession() as session:
         fast = await asyncio.gather(*(complete(session, nodes[i % 3][0], STATIC) for i in range(30)))
     # The second fleet shares the first one's team bucket, which the 2 admitted slow requests used: the
-    # stand-in counts words, so "hi [[hang=1]]" is 2 prompt + 3 completion tokens, 10 in all. The bucket
+    # stand-in counts words, so "hi [[fault:hang_before=1]]" is 2 prompt + 3 completion tokens, 10 in all. The bucket
     # refills at 1 token/s meanwhile, so at most that many more tokens' worth may pass.
     refilled = time.monotonic() - began
     assert (60 - 10) // 4 <= fast.count(200) <= (60 - 10 + refilled) // 4, (fast.count(200), refilled)

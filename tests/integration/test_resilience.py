@@ -19,17 +19,16 @@ from aiohttp.client_exceptions import ClientConnectionResetError
 from gateway.dialects.openai.render import ChunkEncoder
 from gateway.web.record import BACKLOG_SECONDS, RequestLog
 from gateway.web.state import GATEWAY
-from tests.fakes.openai_upstream import start_upstream
+from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, frames
-from tests.upstreams import vendors
 
 OPENAI = BY_NAME["openai"]
 FAST = {"connect": 1, "first_byte": 0.5, "idle": 0.5, "total": 2}
 
 
 async def test_dead_target_falls_back(gateway: GatewayFactory, upstream: Any) -> None:
-    dead = await upstream("openai", fail_status=500)
+    dead = await upstream("openai", faults="[[fault:status=500]]")
     live = await upstream("friendli")
     gw = await gateway(
         config(
@@ -44,21 +43,21 @@ async def test_dead_target_falls_back(gateway: GatewayFactory, upstream: Any) ->
     for stream in (False, True):
         answer = await gw.send(OPENAI, "m", "hello", stream)
         assert answer.status == 200 and answer.text, answer.raw
-    assert len(dead.v.requests) >= 1 and len(live.v.requests) == 2
+    assert len(dead.requests) >= 1 and len(live.requests) == 2
 
 
 async def test_rate_limited_target_falls_back_and_reports_retry_after(gateway: GatewayFactory, upstream: Any) -> None:
     busy = await upstream("openai")
     live = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(busy, "openai")]}]))
-    answer = await gw.send(OPENAI, "m", "x [[status=429]]", False)
+    answer = await gw.send(OPENAI, "m", "x [[fault:status=429,retry_after=1]]", False)
     assert answer.status == 429
     gw2 = await gateway(
         config([{"name": "m", "targets": [target(busy, "openai", weight=1e6), target(live, "openai", weight=1e-6)]}])
     )
-    ok = await gw2.send(OPENAI, "m", "x [[status=429]]", False)
+    ok = await gw2.send(OPENAI, "m", "x [[fault:status=429,retry_after=1]]", False)
     # both targets see the marker, so both refuse: the client gets the 429 after the fallback was tried
-    assert ok.status == 429 and len(live.v.requests) == 1
+    assert ok.status == 429 and len(live.requests) == 1
 
 
 async def test_rejection_is_not_retried(gateway: GatewayFactory, upstream: Any) -> None:
@@ -67,18 +66,18 @@ async def test_rejection_is_not_retried(gateway: GatewayFactory, upstream: Any) 
     gw = await gateway(
         config([{"name": "m", "targets": [target(first, "openai", weight=1e6), target(second, "openai", weight=1e-6)]}])
     )
-    answer = await gw.send(OPENAI, "m", "x [[status=400]]", False)
-    assert answer.status == 400 and len(second.v.requests) == 0
+    answer = await gw.send(OPENAI, "m", "x [[fault:status=400]]", False)
+    assert answer.status == 400 and len(second.requests) == 0
 
 
 async def test_reset_before_first_byte_falls_back(gateway: GatewayFactory, upstream: Any) -> None:
-    flaky = await upstream("openai", faults="[[reset]]")
+    flaky = await upstream("openai", faults="[[fault:reset_before]]")
     live = await upstream("sgp")
     gw = await gateway(
         config([{"name": "m", "targets": [target(flaky, "openai", weight=1e6), target(live, "sgp", weight=1e-6)]}])
     )
     answer = await gw.send(OPENAI, "m", "x", True)
-    assert answer.status == 200 and answer.done and len(live.v.requests) == 1
+    assert answer.status == 200 and answer.done and len(live.requests) == 1
 
 
 async def test_no_fallback_after_first_byte(gateway: GatewayFactory, upstream: Any) -> None:
@@ -87,30 +86,30 @@ async def test_no_fallback_after_first_byte(gateway: GatewayFactory, upstream: A
     gw = await gateway(
         config([{"name": "m", "targets": [target(flaky, "openai", weight=1e6), target(live, "openai", weight=1e-6)]}])
     )
-    answer = await gw.send(OPENAI, "m", "x [[cut]] [[stall=0.05]]", True)
+    answer = await gw.send(OPENAI, "m", "x [[fault:reset_after=2,hang_between=0.05]]", True)
     assert answer.status == 200 and not answer.done and answer.finish == "error"
-    assert len(live.v.requests) == 0
+    assert len(live.requests) == 0
 
 
 async def test_repeated_failures_cool_a_target_down(gateway: GatewayFactory, upstream: Any) -> None:
-    dead = await upstream("openai", fail_status=503)
+    dead = await upstream("openai", faults="[[fault:status=503]]")
     gw = await gateway(config([{"name": "m", "targets": [target(dead, "openai")]}]))
     statuses = [(await gw.send(OPENAI, "m", "x", False)).status for _ in range(4)]
     assert statuses == [502, 502, 502, 503]
-    assert len(dead.v.requests) == 3
+    assert len(dead.requests) == 3
 
 
 async def test_first_byte_timeout_is_504(gateway: GatewayFactory, upstream: Any) -> None:
     slow = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(slow, "openai", timeouts=FAST)]}]))
-    answer = await gw.send(OPENAI, "m", "x [[hang=1.5]]", False)
+    answer = await gw.send(OPENAI, "m", "x [[fault:hang_before=1.5]]", False)
     assert answer.status == 504 and answer.body["error"]["code"] == "upstream_timeout"
 
 
 async def test_idle_timeout_mid_stream_is_in_band(gateway: GatewayFactory, upstream: Any) -> None:
     slow = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(slow, "openai", timeouts=FAST)]}]))
-    answer = await gw.send(OPENAI, "m", "x [[stall=0.8]]", True)
+    answer = await gw.send(OPENAI, "m", "x [[fault:hang_between=0.8]]", True)
     assert answer.status == 200 and answer.finish == "error" and not answer.done
     assert b"idle" in answer.raw
 
@@ -118,9 +117,9 @@ async def test_idle_timeout_mid_stream_is_in_band(gateway: GatewayFactory, upstr
 async def test_client_deadlines_answer_in_their_dialect(gateway: GatewayFactory, upstream: Any) -> None:
     slow = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(slow, "openai")]}]))
-    fr = await gw.send(BY_NAME["friendli2024"], "m", "x [[hang=1]]", False, timeout_microseconds=200_000)
+    fr = await gw.send(BY_NAME["friendli2024"], "m", "x [[fault:hang_before=1]]", False, timeout_microseconds=200_000)
     assert fr.status == 429, fr.raw
-    sgp = await gw.send(BY_NAME["sgp"], "m", "x [[hang=1]]", False, inference_timeout=0.2)
+    sgp = await gw.send(BY_NAME["sgp"], "m", "x [[fault:hang_before=1]]", False, inference_timeout=0.2)
     assert sgp.status == 504 and "deadline" in sgp.body["detail"]
 
 
@@ -129,16 +128,16 @@ async def test_client_disconnect_closes_upstream(
 ) -> None:
     slow = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(slow, "openai")]}]))
-    path, headers, body = OPENAI.request("m", "x [[stall=0.2]]", True)
+    path, headers, body = OPENAI.request("m", "x [[fault:hang_between=0.2]]", True)
     with caplog.at_level(logging.INFO):
         async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
             assert resp.status == 200
             await resp.content.readline()
         for _ in range(40):
-            if slow.v.disconnects:
+            if slow.cancelled:
                 break
             await asyncio.sleep(0.05)
-        assert slow.v.disconnects == 1
+        assert slow.cancelled == 1
         await asyncio.sleep(0.3)  # the handler has ended
     # a client that leaves is a normal end: one access line says so, and nothing is logged as an error
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -229,7 +228,7 @@ async def test_streams_and_whole_answers_agree(gateway: GatewayFactory, upstream
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     whole = await gw.send(OPENAI, "m", "agree?", False, max_tokens=50)
     streamed = await gw.send(OPENAI, "m", "agree?", True, max_tokens=50)
-    assert whole.text == streamed.text == "".join(vendors.generate("agree?", 50)[0])
+    assert whole.text == streamed.text == fake.expected("agree?", 50)
     assert whole.finish == streamed.finish == "stop"
 
 
@@ -242,17 +241,17 @@ async def test_upstream_refusing_our_credentials_is_502_not_401(gateway: Gateway
 
 async def test_vllm_in_band_error_after_200_reaches_the_client(gateway: GatewayFactory) -> None:
     """Against the faithful vLLM stand-in: vLLM reports some failures inside a 200 stream."""
-    fake = await start_upstream(models=("tiny",))
+    fake_ = await fake.start("vllm", models=("tiny",))
     try:
         gw = await gateway(
-            config([{"name": "m", "targets": [{"provider": "vllm", "base_url": fake.url, "model": "tiny"}]}])
+            config([{"name": "m", "targets": [{"provider": "vllm", "base_url": fake_.url, "model": "tiny"}]}])
         )
         answer = await gw.send(OPENAI, "m", "x [[fault:error_after=2]]", True)
         assert answer.status == 200 and answer.finish == "error" and not answer.done
         whole = await gw.send(OPENAI, "m", "hello", False)
         assert whole.status == 200 and whole.text
     finally:
-        await fake.close()
+        await fake_.close()
 
 
 async def test_a_connection_closed_under_a_request_is_retried_on_a_new_one(gateway: GatewayFactory) -> None:

@@ -32,8 +32,8 @@ async def test_cookies_an_upstream_sets_are_not_sent_back(gateway: GatewayFactor
     for stream in (False, True, False):
         answer = await gw.send(BY_NAME["openai"], "m", "Say something", stream)
         assert answer.status == 200, answer.raw
-    assert len(server.v.headers) == 3
-    assert all("Cookie" not in headers for headers in server.v.headers)
+    assert len(server.requests) == 3
+    assert all("cookie" not in r.headers for r in server.requests)
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ async def test_redirects_are_not_followed(
     answer = await gw.send(BY_NAME["sgp"], "m", "Say something", stream)
     assert answer.status == 502, answer.raw
     assert "redirect" in answer.raw.decode() and "307" in answer.raw.decode()
-    assert elsewhere.v.headers == []  # the upstream key never left for the other host
+    assert elsewhere.requests == []  # the upstream key never left for the other host
 
 
 async def test_the_model_list_probe_follows_no_redirect(upstream: Any, redirector: TestServer) -> None:

@@ -165,7 +165,7 @@ def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         up_out, up_out_f = log_file("upstream.out")
         up_err, up_err_f = log_file("upstream.err")
         upstream = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.openai_upstream", "--port", "0", "--model", MODEL],
+            [sys.executable, "-m", "tests.fakes.upstream", "--port", "0", "--model", MODEL],
             cwd=ROOT,
             stdout=up_out_f,
             stderr=up_err_f,

@@ -1,21 +1,15 @@
 """Request bodies as vLLM reads them (extra fields ignored) and the sampling checks vLLM makes, with its
-wording."""
+wording. Every wire reads its body with these after mapping its vendor's own field names (``wire/``)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tests.fakes.openai_upstream.common import (
-    JSON,
-    MAX_MODEL_LEN,
-    VOCAB_SIZE,
-    ApiError,
-    invalid,
-)
+from tests.fakes.upstream.errors import ApiError, invalid
+from tests.fakes.upstream.model import VOCAB_SIZE, Sampling
 
 MAX_LOGPROBS: Final = 20  # vLLM's --max-logprobs default
 MAX_N: Final = 16384  # VLLM_MAX_N_SEQUENCES
@@ -23,6 +17,7 @@ GREEDY_EPS: Final = 1e-5
 FORCED_OUTPUT: Final = {"json": '{"ok": true}', "json_object": '{"ok": true}', "regex": "42", "grammar": "ok"}
 CONSTRAINTS: Final = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 M = TypeVar("M", bound=BaseModel)
+JSON = dict[str, Any]
 
 # --- request schemas (vLLM's request models allow extra fields and ignore them) ------------------
 
@@ -103,21 +98,6 @@ def parse(schema: type[M], body: JSON) -> M:
 # --- sampling: the request's knobs after vLLM's checks --------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    max_tokens: int
-    min_tokens: int
-    greedy: bool
-    seed: int | None
-    ignore_eos: bool
-    stop: tuple[str, ...]
-    stop_token_ids: frozenset[int]
-    include_stop: bool
-    bad_words: frozenset[str]
-    logprobs: int | None  # alternatives per token; None when not asked
-    forced: str | None  # the text structured outputs pin the answer to
-
-
 def check_request_level(req: Knobs) -> None:
     """vLLM's request-model validators, which run before the model is looked up."""
     if req.stream_options is not None and not req.stream:
@@ -179,18 +159,18 @@ def check_lengths(max_tokens: int, min_tokens: int) -> None:
         raise invalid(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
 
 
-def check_context(prompt_len: int, requested: int | None) -> int:
+def check_context(prompt_len: int, requested: int | None, context: int) -> int:
     """vLLM's renderer check, then its default: without ``max_tokens`` the rest of the context."""
     wanted = requested or 0
-    if prompt_len + wanted > MAX_MODEL_LEN:
+    if prompt_len + wanted > context:
         raise invalid(
             f"You passed {prompt_len} input tokens and requested {wanted} output tokens. However, the model's "
-            f"context length is only {MAX_MODEL_LEN} tokens, resulting in a maximum input length of "
-            f"{MAX_MODEL_LEN - wanted} tokens. Please reduce the length of the input prompt.",
+            f"context length is only {context} tokens, resulting in a maximum input length of "
+            f"{context - wanted} tokens. Please reduce the length of the input prompt.",
             "input_tokens",
             prompt_len,
         )
-    return MAX_MODEL_LEN - prompt_len if requested is None else requested
+    return context - prompt_len if requested is None else requested
 
 
 def stop_list(req: Knobs) -> tuple[str, ...]:
@@ -235,9 +215,9 @@ def forced_output(req: Knobs) -> str | None:
     return FORCED_OUTPUT["json"] if kind in ("json_object", "json_schema") else None
 
 
-def build_sampling(req: Knobs, prompt_len: int, requested: int | None, logprobs: int | None) -> Sampling:
+def build_sampling(req: Knobs, prompt_len: int, requested: int | None, logprobs: int | None, context: int) -> Sampling:
     """vLLM's order: render (context) check, then ``SamplingParams`` checks, then admission."""
-    max_tokens = check_context(prompt_len, requested)
+    max_tokens = check_context(prompt_len, requested, context)
     check_penalties(req)
     temperature = check_temperature(req)
     check_filters(req)

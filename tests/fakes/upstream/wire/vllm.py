@@ -1,13 +1,18 @@
-"""Jobs rendered in vLLM's wire format: whole bodies, stream chunks, legacy and chat logprobs."""
+"""vLLM's OpenAI-compatible server (0.32+, ``shared/reference/vllm.md`` §3): whole bodies, one chunk per
+engine step, legacy and chat logprobs, ``return_token_ids``, the usage chunk, and its error envelope."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from http import HTTPStatus
+from typing import Any, Final
 
-from tests.fakes.openai_upstream.common import JSON, dumps
-from tests.fakes.openai_upstream.engine import Job, Step, TokenLogprob
+from tests.fakes.upstream.errors import ApiError
+from tests.fakes.upstream.jobs import Job
+from tests.fakes.upstream.model import MAX_MODEL_LEN, Step, TokenLogprob
+from tests.fakes.upstream.wire.base import JSON, Chunk, Wire, openai_error
+
+ERROR_TYPES: Final = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError", 500: "InternalServerError"}
 
 
 def legacy_logprobs(entries: Sequence[TokenLogprob | None], offset: int) -> JSON:
@@ -77,15 +82,6 @@ def chat_body(job: Job) -> JSON:
     return head | tail | {"prompt_token_ids": job.prompts[0].ids if job.token_ids else None, "kv_transfer_params": None}
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    payload: JSON
-    is_token: bool  # counts towards ``reset_after``
-
-    def encode(self) -> bytes:
-        return f"data: {dumps(self.payload)}\n\n".encode()
-
-
 def interleave(job: Job) -> Iterator[tuple[int, int, Step]]:
     """Choice steps in engine order: step t of every choice before step t + 1 of any."""
     for pos in range(max(len(c.steps) for c in job.choices)):
@@ -152,3 +148,22 @@ def chat_chunks(job: Job) -> Iterator[Chunk]:
         choice |= {"stop_reason": step.stop_reason} if step.finish_reason else {}
         yield chunk(job, obj, choice | {"token_ids": [step.token_id] if job.token_ids else None}, pos + 1)
     yield from usage_chunk(job, obj)
+
+
+def error(exc: ApiError) -> JSON:
+    if exc.status == 401:  # vLLM's --api-key answers in OpenAI's words, not its own envelope
+        return openai_error(exc, code="invalid_api_key")
+    kind = ERROR_TYPES.get(exc.status) or HTTPStatus(exc.status).phrase.replace(" ", "") + "Error"
+    return {"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.status}}
+
+
+WIRE: Final = Wire(
+    "vllm",
+    "/v1",
+    lambda job, chat: chat_body(job) if chat else completion_body(job),
+    lambda job, chat: chat_chunks(job) if chat else completion_chunks(job),
+    error,
+    base_suffix="/v1",
+    strict_models=True,
+    context=MAX_MODEL_LEN,
+)

@@ -1,48 +1,45 @@
-"""A fast fake OpenAI-compatible upstream for the overhead benchmark.
-
-A raw asyncio protocol (uvloop when installed) speaking just enough HTTP/1.1: keep-alive, bodies by
-``Content-Length`` or chunked, answers with ``Content-Length`` or chunked SSE. Every answer is rendered
-once and cached, so the upstream costs a few microseconds per request and the subject in front of it
-(yardstick proxy or gateway) dominates what is measured.
+"""The fast front end, for the overhead benchmark: a raw asyncio protocol (uvloop when installed)
+speaking just enough HTTP/1.1 (keep-alive, bodies by ``Content-Length`` or chunked) and answering from
+answers drawn once by the OpenAI wire and kept, so the fake costs a few microseconds per request and the
+subject in front of it dominates what is measured. No faults, no validation, no recording: the aiohttp
+front end (``server``) is the one for tests.
 
     POST /v1/completions, /v1/chat/completions
-        non-streaming: one fixed answer in OpenAI's shape, with ``usage``
-        ``"stream": true``: ``--chunks`` chunks ``data: {...}``, then a usage chunk if
-        ``stream_options.include_usage``, then ``data: [DONE]``; ``--ttft-ms`` before the first chunk,
-        ``--gap-ms`` between chunks (0 and 0: the whole stream in one write)
+        non-streaming: a ``WHOLE_TOKENS``-token answer with ``usage``
+        ``"stream": true``: ``chunks`` token chunks, the finish chunk, the usage chunk if
+        ``stream_options.include_usage``, ``[DONE]``; ``ttft`` seconds before the first chunk, ``gap``
+        between chunks (0 and 0: the whole stream in one write)
     GET /v1/models, GET /health
     POST /bench/pacing ``{"ttft_ms": 0, "gap_ms": 1}``: the benchmark runner paces the streams that
         follow (answers with the pacing it replaced, for the runner to put back)
-
-Not a faithful OpenAI (``n``, logprobs, tools are ignored); the tests have faithful stand-ins.
-
-    python -m benchmarks.fake_upstream --port 9000 --chunks 64 --ttft-ms 0 --gap-ms 0
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import math
 import signal
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, TypeVar, cast
 
-CREATED = 1700000000
-PROMPT_TOKENS = 5
-ANSWER = "hello from the fake upstream"
-ANSWER_TOKENS = 6
-MAX_HEAD = 64 * 1024
-MAX_BODY = 8 * 1024 * 1024
-CACHE_LIMIT = 256
+from tests.fakes.upstream.errors import ApiError
+from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job
+from tests.fakes.upstream.wire import openai
 
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
+PROMPT: Final = "Say hello"
+K = TypeVar("K")
+V = TypeVar("V")
+WHOLE_TOKENS: Final = 6
+MAX_HEAD: Final = 64 * 1024
+MAX_BODY: Final = 8 * 1024 * 1024
+CACHE_LIMIT: Final = 256
+REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
+SSE_HEAD: Final = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return openai.WIRE.dumps(obj).encode()
 
 
 def _head(status: int, content_type: bytes, extra: bytes, close: bool) -> bytes:
@@ -61,30 +58,23 @@ def whole(status: int, body: bytes, close: bool = False) -> bytes:
 
 
 def error(status: int, message: str, close: bool = False) -> bytes:
-    return whole(status, _dumps({"error": {"message": message, "type": "invalid_request_error"}}), close)
+    return whole(status, _dumps(openai.error(ApiError(status, message))), close)
 
 
 def http_chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-SSE_HEAD = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-
-
 def sse_head(close: bool) -> bytes:
     return b"HTTP/1.1 200 OK\r\n%s%s\r\n" % (SSE_HEAD, b"Connection: close\r\n" if close else b"")
 
 
-def event(obj: Any) -> bytes:
-    return http_chunk(b"data: " + _dumps(obj) + b"\n\n")
-
-
-DONE = http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+DONE: Final = http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
 class Stream:
-    """A streamed answer: the frames (each already an HTTP chunk) and the tail (usage, [DONE], end)."""
+    """A streamed answer: the frames (each already an HTTP chunk) and the tail ([DONE], end)."""
 
     frames: tuple[bytes, ...]
     tail: bytes
@@ -92,86 +82,50 @@ class Stream:
 
 
 class Answers:
-    """Renders answers once per (operation, model, usage) and keeps them (bounded)."""
+    """Draws answers once per (route, model, stream, usage) with the one model and wire, and keeps them."""
 
     def __init__(self, chunks: int) -> None:
         self.chunks = chunks
+        self._engine = Engine(("tiny",))
         self._whole: dict[tuple[bool, str], bytes] = {}
         self._streams: dict[tuple[bool, str, bool], Stream] = {}
 
+    def _job(self, chat: bool, model: str, tokens: int, usage: bool | None) -> Job:
+        """The model's answer to the benchmark's prompt: ``tokens`` long (EOS ignored); a stream if
+        ``usage`` is not None."""
+        body: dict[str, Any] = {"model": model, "max_tokens": tokens, "ignore_eos": True}
+        if usage is not None:
+            body |= {"stream": True, "stream_options": {"include_usage": usage}}
+        if chat:
+            return chat_job(self._engine, body | {"messages": [{"role": "user", "content": PROMPT}]}, "bench")
+        return completion_job(self._engine, body | {"prompt": PROMPT}, "bench")
+
     def completion(self, chat: bool, model: str) -> bytes:
-        key = (chat, model)
-        hit = self._whole.get(key)
+        hit = self._whole.get((chat, model))
         if hit is None:
-            usage = {
-                "prompt_tokens": PROMPT_TOKENS,
-                "completion_tokens": ANSWER_TOKENS,
-                "total_tokens": PROMPT_TOKENS + ANSWER_TOKENS,
-            }
-            if chat:
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": ANSWER},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-                obj: dict[str, Any] = {"id": "chatcmpl-bench", "object": "chat.completion"}
-            else:
-                choice = {"index": 0, "text": " " + ANSWER, "logprobs": None, "finish_reason": "stop"}
-                obj = {"id": "cmpl-bench", "object": "text_completion"}
-            obj |= {"created": CREATED, "model": model, "system_fingerprint": "fp_bench", "choices": [choice]}
-            obj["usage"] = usage
-            hit = _dumps(obj)
-            if len(self._whole) >= CACHE_LIMIT:
-                self._whole.clear()
-            self._whole[key] = hit
+            hit = _dumps(openai.body(self._job(chat, model, WHOLE_TOKENS, None), chat))
+            keep(self._whole, (chat, model), hit)
         return hit
 
     def stream(self, chat: bool, model: str, usage: bool) -> Stream:
-        key = (chat, model, usage)
-        hit = self._streams.get(key)
+        hit = self._streams.get((chat, model, usage))
         if hit is None:
-            hit = self._render_stream(chat, model, usage)
-            if len(self._streams) >= CACHE_LIMIT:
-                self._streams.clear()
-            self._streams[key] = hit
+            chunks = openai.chunks(self._job(chat, model, self.chunks, usage), chat)
+            frames = tuple(http_chunk(b"data: " + _dumps(c.payload) + b"\n\n") for c in chunks)
+            hit = Stream(frames, DONE, b"".join(frames) + DONE)
+            keep(self._streams, (chat, model, usage), hit)
         return hit
 
-    def _render_stream(self, chat: bool, model: str, usage: bool) -> Stream:
-        base: dict[str, Any] = {
-            "id": "chatcmpl-bench" if chat else "cmpl-bench",
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": CREATED,
-            "model": model,
-            "system_fingerprint": "fp_bench",
-        }
-        frames = []
-        for i in range(self.chunks):
-            finish = "length" if i == self.chunks - 1 else None
-            if chat:
-                delta: dict[str, Any] = {"content": f" w{i}"}
-                if i == 0:
-                    delta = {"role": "assistant", **delta}
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": f" w{i}", "logprobs": None, "finish_reason": finish}
-            frames.append(event({**base, "choices": [choice]}))
-        tail = b""
-        if usage:
-            counts = {
-                "prompt_tokens": PROMPT_TOKENS,
-                "completion_tokens": self.chunks,
-                "total_tokens": PROMPT_TOKENS + self.chunks,
-            }
-            tail += event({**base, "choices": [], "usage": counts})
-        tail += DONE
-        return Stream(tuple(frames), tail, b"".join(frames) + tail)
+
+def keep(cache: dict[K, V], key: K, value: V) -> None:
+    """Bounded: a client sending endless model names empties the cache rather than filling memory."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
 
 
-MODELS = _dumps(
-    {"object": "list", "data": [{"id": "tiny", "object": "model", "created": CREATED, "owned_by": "bench"}]}
-)
-HEALTH = _dumps({"status": "ok"})
+MODELS: Final = _dumps({"object": "list", "data": [{"id": "tiny", "object": "model", "owned_by": "bench"}]})
+HEALTH: Final = _dumps({"status": "ok"})
 
 
 class Settings:
@@ -347,36 +301,13 @@ class HttpProtocol(asyncio.Protocol):
             self.process()
 
 
-async def serve(host: str, port: int, settings: Settings) -> None:
+async def serve_fast(host: str, port: int, settings: Settings, ready: str = "") -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: HttpProtocol(settings), host, port, reuse_address=True, backlog=4096)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with server:
+        if ready:
+            print(ready, flush=True)
         await stop.wait()
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--chunks", type=int, default=64, help="content chunks per stream (default 64)")
-    p.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first chunk")
-    p.add_argument("--gap-ms", type=float, default=0.0, help="delay between chunks")
-    p.add_argument("--no-uvloop", action="store_true", help="use asyncio's own loop even if uvloop is installed")
-    a = p.parse_args(argv)
-    if a.chunks < 1:
-        p.error("--chunks must be at least 1")
-    settings = Settings(a.chunks, a.ttft_ms / 1000, a.gap_ms / 1000)
-    runner: Any = asyncio.run
-    if not a.no_uvloop:
-        with contextlib.suppress(ImportError):
-            import uvloop
-
-            runner = uvloop.run
-    runner(serve(a.host, a.port, settings))
-
-
-if __name__ == "__main__":
-    main()

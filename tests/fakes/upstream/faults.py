@@ -1,0 +1,88 @@
+"""Fault markers: ``[[fault:...]]`` in a prompt (any string of a batch) or in the last chat message asks
+the fake to misbehave, so faults work through the gateway from any client. Several markers combine.
+
+* ``status=500`` (any status) answers that status in the wire's error envelope; ``retry_after=2`` adds
+  ``Retry-After: 2``.
+* ``reset_before`` drops the TCP connection before any header is sent.
+* ``reset_after=3`` streams three token chunks, then drops the connection (no ``[DONE]``); on a
+  non-streaming request it drops the connection instead of answering.
+* ``error_after=2`` streams two token chunks, then vLLM's in-stream error event (after the 200).
+* ``hang_before=S`` waits S seconds before answering.
+* ``hang_between=S`` and ``slow=S`` (the same delay) wait S seconds before every stream event after the
+  first, ``[DONE]`` included; a non-streaming answer waits S per token.
+* ``burst`` writes the whole stream at once, as a busy upstream's reads arrive.
+* ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
+  add ``id=x`` to tell two otherwise equal markers apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tests.fakes.upstream.errors import ApiError
+from tests.fakes.upstream.jobs import message_text
+
+FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
+FAULT_KEYS: Final = frozenset(
+    {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
+    | {"burst", "id"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    status: int | None = None
+    retry_after: str | None = None
+    reset_before: bool = False
+    reset_after: int | None = None
+    error_after: int | None = None
+    hang_before: float = 0.0
+    gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
+    burst: bool = False
+
+    def injected(self) -> ApiError:
+        headers = {"Retry-After": self.retry_after} if self.retry_after else {}
+        return ApiError(self.status or 500, f"fake upstream: injected {self.status}", None, headers)
+
+
+def parse_faults(text: str, fired: set[str]) -> Faults:
+    """Every marker in ``text``; a ``once:`` marker only the first time it is seen."""
+    fields: dict[str, str] = {}
+    for match in FAULT_RE.finditer(text):
+        if match.group(1):
+            if match.group(0) in fired:
+                continue
+            fired.add(match.group(0))
+        for item in filter(None, (part.strip() for part in match.group(2).split(","))):
+            key, _, value = item.partition("=")
+            fields[key.strip()] = value.strip()
+    if unknown := set(fields) - FAULT_KEYS:
+        raise ApiError(500, f"fake upstream: unknown fault key(s) {sorted(unknown)} in {text!r}")
+    try:
+        return Faults(
+            status=int(fields["status"]) if "status" in fields else None,
+            retry_after=fields.get("retry_after"),
+            reset_before="reset_before" in fields,
+            reset_after=int(fields["reset_after"]) if "reset_after" in fields else None,
+            error_after=int(fields["error_after"]) if "error_after" in fields else None,
+            hang_before=float(fields.get("hang_before") or 0),
+            gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
+            burst="burst" in fields,
+        )
+    except ValueError as exc:
+        raise ApiError(500, f"fake upstream: bad fault marker value ({exc})") from None
+
+
+def marker_text(body: dict[str, Any]) -> str:
+    """Where faults are read from: the prompt text(s), or the last chat message's content."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        last = messages[-1] if messages else None
+        content = last.get("content") if isinstance(last, dict) else None
+        return message_text(content) if isinstance(content, str | list) else ""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        return "\n".join(p for p in prompt if isinstance(p, str))
+    return prompt if isinstance(prompt, str) else ""

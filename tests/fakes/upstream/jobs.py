@@ -1,0 +1,173 @@
+"""Jobs: a validated request with its generated choices, which every wire renders in its own shape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.upstream.bodies import (
+    JSON,
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    Knobs,
+    StreamOptions,
+    build_sampling,
+    check_logprobs,
+    check_request_level,
+    parse,
+)
+from tests.fakes.upstream.errors import ApiError, invalid
+from tests.fakes.upstream.model import (
+    MAX_MODEL_LEN,
+    VOCAB_SIZE,
+    Choice,
+    TokenLogprob,
+    Vocabulary,
+    generate,
+    token_logprob,
+)
+
+
+@dataclass
+class Engine:
+    """What one server's model knows: the names it serves, its context, the token strings it has seen."""
+
+    models: tuple[str, ...]
+    strict_models: bool = False  # unknown models answer 404 (vLLM) rather than being served anyway
+    context: int = MAX_MODEL_LEN
+    vocab: Vocabulary = field(default_factory=Vocabulary)
+
+    def check_model(self, model: str | None) -> None:
+        if self.strict_models and model is not None and model not in self.models:
+            raise ApiError(404, f"The model `{model}` does not exist.", "model")
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    text: str
+    ids: list[int]
+    key: str = ""  # what the answer is seeded by when not the text: a chat's last message
+
+    @property
+    def answer_key(self) -> str:
+        return self.key or self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    created: int
+    model: str
+    prompts: tuple[Prompt, ...]
+    n: int
+    choices: tuple[Choice, ...]  # prompt-major: choice index = prompt_i * n + j
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    token_ids: bool
+    logprobs: int | None
+    echo: bool
+    echo_text: str = ""  # chat: the last assistant message, when echo is asked
+    role: str = "assistant"
+    prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
+    seed: int | None = None
+
+    def prompt_of(self, index: int) -> Prompt:
+        return self.prompts[index // self.n]
+
+    def usage(self) -> JSON:
+        prompt = sum(len(p.ids) for p in self.prompts)
+        completion = sum(len(c.steps) for c in self.choices)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
+
+def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, request_id: str, **extra: Any) -> Job:
+    n = 1 if req.n is None else req.n
+    requested: int | None = req.max_tokens
+    logprobs: int | None = req.logprobs if isinstance(req, CompletionRequest) else None
+    if isinstance(req, ChatRequest):
+        requested = req.max_completion_tokens or req.max_tokens
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    samplings = [build_sampling(req, len(p.ids), requested, logprobs, engine.context) for p in prompts]
+    choices = tuple(
+        generate(p.answer_key, len(p.ids), s, j) for p, s in zip(prompts, samplings, strict=True) for j in range(n)
+    )
+    options = req.stream_options or StreamOptions()
+    return Job(
+        id=f"{id_prefix}-{request_id}",
+        created=int(time.time()),
+        model=req.model,
+        prompts=tuple(prompts),
+        n=n,
+        choices=choices,
+        stream=bool(req.stream),
+        include_usage=bool(req.stream and options.include_usage),
+        continuous_usage=bool(req.stream and options.include_usage and options.continuous_usage_stats),
+        token_ids=bool(req.return_token_ids),
+        logprobs=samplings[0].logprobs,
+        echo=bool(req.echo),
+        seed=req.seed,
+        **extra,
+    )
+
+
+def completion_prompts(vocab: Vocabulary, req: CompletionRequest) -> list[Prompt]:
+    p = req.prompt
+    if p is None or p == "" or p == []:
+        raise invalid("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+    if isinstance(p, str):
+        return [Prompt(p, vocab.encode(p))]
+    if all(isinstance(x, str) for x in p):
+        return [Prompt(x, vocab.encode(x)) for x in p if isinstance(x, str)]
+    lists = [x for x in p if isinstance(x, list)] or [[x for x in p if isinstance(x, int)]]
+    for ids in lists:
+        if not ids:
+            raise invalid("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+        if bad := [i for i in ids if not 0 <= i < VOCAB_SIZE]:
+            raise invalid(f"Token id {bad[0]} is out of vocabulary", "prompt")
+    return [Prompt(vocab.decode(ids), list(ids)) for ids in lists]
+
+
+def message_text(content: str | list[dict[str, Any]] | None) -> str:
+    if isinstance(content, list):
+        texts = (part.get("text") for part in content if isinstance(part, dict) and part.get("type") == "text")
+        return "\n".join(str(t) for t in texts)
+    return content or ""
+
+
+def render_chat(messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
+    """The fake's chat template: ``<|role|>`` then the text, one message a line."""
+    lines = "".join(f"<|{m.role}|> {message_text(m.content)}\n" for m in messages)
+    return lines + ("<|assistant|>" if add_generation_prompt else "")
+
+
+def completion_job(engine: Engine, body: JSON, request_id: str) -> Job:
+    req = parse(CompletionRequest, body)
+    check_request_level(req)
+    engine.check_model(req.model)
+    prompts = completion_prompts(engine.vocab, req)
+    prompt_lps: tuple[tuple[TokenLogprob | None, ...], ...] = ()
+    if req.echo and req.logprobs is not None:
+        k = check_logprobs(req.logprobs) or 0
+        prompt_lps = tuple(prompt_logprobs(engine.vocab, p, k) for p in prompts)
+    return make_job(engine, req, prompts, "cmpl", request_id, prompt_logprobs=prompt_lps)
+
+
+def prompt_logprobs(vocab: Vocabulary, prompt: Prompt, k: int) -> tuple[TokenLogprob | None, ...]:
+    first, *rest = [vocab.token(t) for t in prompt.ids]
+    return (TokenLogprob(first, None, ()), *(token_logprob(t, i + 1, k, frozenset()) for i, t in enumerate(rest)))
+
+
+def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
+    req = parse(ChatRequest, body)
+    check_request_level(req)
+    engine.check_model(req.model)
+    text = render_chat(req.messages, req.add_generation_prompt)
+    role = "assistant" if req.add_generation_prompt or not req.messages else req.messages[-1].role
+    last = req.messages[-1] if req.messages else None
+    echo = message_text(last.content) if req.echo and last is not None and last.role == role else ""
+    prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
+    return make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)

@@ -1,0 +1,337 @@
+"""The aiohttp front end the tests run: one wire per server, auth, recording, faults, streaming, and
+vLLM's side routes (models, tokenize, detokenize, the load gauges a router scrapes)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from tests.fakes.upstream.bodies import TokenizeRequest, parse
+from tests.fakes.upstream.errors import ApiError, ClientGone, invalid
+from tests.fakes.upstream.faults import Faults, marker_text, parse_faults
+from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job, render_chat
+from tests.fakes.upstream.wire import WIRES, Chunk, Wire
+
+POLL_SECONDS: Final = 0.02
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: Any  # parsed JSON, or None when the body was empty or not JSON
+    raw: bytes
+
+
+@dataclass
+class UpstreamState:
+    """Everything one fake server knows; tests reach it as ``app[STATE]`` or through ``Upstream``."""
+
+    wire: Wire
+    engine: Engine
+    api_key: str | None
+    faults: str = ""  # markers applied to every request, e.g. "[[fault:status=503]]" for a dead target
+    created: int = field(default_factory=lambda: int(time.time()))
+    requests: list[RecordedRequest] = field(default_factory=list)
+    sent: list[bytes] = field(default_factory=list)  # the last stream's events, as written after "data: "
+    cancelled: int = 0
+    active: int = 0
+    fired_once: set[str] = field(default_factory=set)
+
+    def respond(self, exc: ApiError) -> web.Response:
+        text = self.wire.dumps(self.wire.error(exc))
+        return web.Response(text=text, status=exc.status, headers=exc.headers, content_type="application/json")
+
+
+STATE: Final = web.AppKey("fake_upstream_state", UpstreamState)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def pause(request: web.Request, seconds: float) -> None:
+    """Sleep, noticing a client that hangs up meanwhile (vLLM aborts the request then)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not gone(request):
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, POLL_SECONDS))
+    raise ClientGone
+
+
+def abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
+    """Drop the TCP connection without a goodbye: no (further) headers, body or ``[DONE]``."""
+    if request.transport is not None:
+        request.transport.abort()
+    return response if response is not None else web.Response()
+
+
+def try_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+@web.middleware
+async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Generation requests, refused ones included (probes of /models or /health are not recorded)."""
+    if request.path.endswith("/completions"):
+        raw = await request.read()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        recorded = RecordedRequest(request.method, request.path, headers, try_json(raw), raw)
+        request.app[STATE].requests.append(recorded)
+    return await handler(request)
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Like vLLM's ``--api-key``, only API paths are guarded (not /health or /metrics)."""
+    state = request.app[STATE]
+    wire, key = state.wire, state.api_key
+    sent = request.headers.get(wire.key_header, "")
+    wanted = f"Bearer {key}" if wire.key_header == "authorization" else key
+    if not key or not request.path.startswith(("/v", "/tokenize", "/detokenize")):
+        return await handler(request)
+    if hmac.compare_digest(sent.encode(), (wanted or "").encode()):
+        return await handler(request)
+    return state.respond(ApiError(401, "Incorrect API key provided."))
+
+
+@web.middleware
+async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors into the wire's envelope; in-flight and hung-up counts for generation requests."""
+    state = request.app[STATE]
+    counted = request.path.endswith("/completions")
+    state.active += int(counted)
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return state.respond(exc)
+    except (ClientGone, asyncio.CancelledError) as exc:
+        state.cancelled += int(counted)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return web.Response()
+    finally:
+        state.active -= int(counted)
+
+
+async def json_body(request: web.Request) -> JSON:
+    try:
+        body = json.loads(await request.read())
+    except ValueError as exc:
+        raise ApiError(400, f"JSON decode error: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "Input should be a valid dictionary or object to extract fields from", None)
+    return body
+
+
+async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) -> web.StreamResponse:
+    state = request.app[STATE]
+    wire, sent = state.wire, state.sent
+    sent.clear()
+    headers = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+    response, tokens_sent, held = web.StreamResponse(headers=headers), 0, []
+    for name, value in wire.headers:
+        response.headers.add(name, value)
+    try:
+        await response.prepare(request)
+        for n, item in enumerate(chunks):
+            await pause(request, faults.gap if n else 0)
+            sent.append(wire.dumps(item.payload).encode())
+            event = b"data: " + sent[-1] + b"\n\n"
+            if faults.burst:
+                held.append(event)
+            else:
+                await response.write(event)
+            tokens_sent += item.is_token
+            if faults.reset_after is not None and tokens_sent >= faults.reset_after:
+                return abort(request, response)
+            if faults.error_after is not None and tokens_sent >= faults.error_after:
+                break
+        if faults.reset_after is not None:
+            return abort(request, response)
+        await pause(request, faults.gap)
+        if faults.error_after is not None:
+            # vLLM's create_streaming_error_response: the error envelope as one more event, then [DONE].
+            error = ApiError(500, "fake upstream: injected stream error")
+            held.append(b"data: " + wire.dumps(wire.error(error)).encode() + b"\n\n")
+        if wire.done:
+            held.append(b"data: [DONE]\n\n")
+        await response.write(b"".join(held))
+        await response.write_eof()
+    except (ConnectionError, ClientGone):
+        state.cancelled += 1
+    return response
+
+
+def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE]
+        wire, chat = state.wire, request.path.endswith("/chat/completions")
+        body = await json_body(request)
+        faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
+        await pause(request, faults.hang_before)
+        if faults.reset_before:
+            return abort(request)
+        if faults.status is not None:
+            raise faults.injected()
+        # vLLM bases the response id on X-Request-Id when the client sends one.
+        job = build(state.engine, wire.read(body), request.headers.get("X-Request-Id") or uuid.uuid4().hex)
+        if job.stream:
+            return await stream(request, faults, wire.chunks(job, chat))
+        await pause(request, faults.gap * max(len(c.steps) for c in job.choices))
+        if faults.reset_after is not None:
+            return abort(request)
+        response = web.Response(text=wire.dumps(wire.body(job, chat)), content_type="application/json")
+        for name, value in wire.headers:
+            response.headers.add(name, value)
+        return response
+
+    return handle
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response()
+
+
+async def list_models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    permission = {"object": "model_permission", "created": state.created, "allow_create_engine": False}
+    permission |= {"allow_sampling": True, "allow_logprobs": True, "allow_view": True, "organization": "*"}
+    cards = [
+        {"id": m, "object": "model", "created": state.created, "owned_by": "vllm", "root": m, "parent": None}
+        | {"max_model_len": state.engine.context, "permission": [{"id": f"modelperm-{m}"} | permission]}
+        for m in state.engine.models
+    ]
+    return web.Response(text=state.wire.dumps({"object": "list", "data": cards}), content_type="application/json")
+
+
+async def tokenize_endpoint(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req = parse(TokenizeRequest, await json_body(request))
+    state.engine.check_model(req.model)
+    if req.prompt is None and req.messages is None:
+        raise invalid("Either prompt or messages must be provided.", "prompt")
+    text = req.prompt if req.prompt is not None else render_chat(req.messages or [])
+    ids = state.engine.vocab.encode(text)
+    strs = [state.engine.vocab.token(t) for t in ids] if req.return_token_strs else None
+    return web.json_response(
+        {"count": len(ids), "max_model_len": state.engine.context, "tokens": ids, "token_strs": strs}
+    )
+
+
+async def detokenize_endpoint(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = await json_body(request)
+    state.engine.check_model(body.get("model"))
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise invalid("tokens must be a list of token ids", "tokens")
+    return web.json_response({"prompt": state.engine.vocab.decode(tokens)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The three load gauges a router scrapes (vLLM's names)."""
+    state = request.app[STATE]
+    lines = []
+    for name, value in (
+        ("num_requests_running", state.active),
+        ("num_requests_waiting", 0),
+        ("kv_cache_usage_perc", 0.0),
+    ):
+        lines += [f"# TYPE vllm:{name} gauge"] + [
+            f'vllm:{name}{{engine="0",model_name="{m}"}} {value}' for m in state.engine.models
+        ]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def create_app(
+    kind: str = "vllm", models: Sequence[str] | None = None, api_key: str | None = None, faults: str = ""
+) -> web.Application:
+    wire = WIRES[kind]
+    app = web.Application(middlewares=[record, authenticate, envelope], client_max_size=64 * 2**20)
+    engine = Engine(tuple(models or ("up-model",)), wire.strict_models, wire.context)
+    app[STATE] = UpstreamState(wire, engine, api_key or None, faults)
+    routes = {wire.prefix, "/v1"}
+    app.router.add_routes(
+        [
+            web.get("/health", health),
+            web.get("/metrics", metrics),
+            *(web.get(prefix + "/models", list_models) for prefix in routes),
+            web.post(wire.prefix + "/completions", generation_handler(completion_job)),
+            web.post(wire.prefix + "/chat/completions", generation_handler(chat_job)),
+            web.post("/tokenize", tokenize_endpoint),
+            web.post("/detokenize", detokenize_endpoint),
+        ]
+    )
+    return app
+
+
+class Upstream:
+    """A started fake: ``url`` is a client's base URL (``origin`` plus ``/v1`` for OpenAI's kinds)."""
+
+    def __init__(self, runner: web.AppRunner, origin: str) -> None:
+        self._runner = runner
+        self.state = runner.app[STATE]
+        self.origin = origin
+        self.url = origin + self.state.wire.base_suffix
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.state.requests
+
+    @property
+    def sent(self) -> list[bytes]:
+        return self.state.sent
+
+    @property
+    def cancelled(self) -> int:
+        return self.state.cancelled
+
+    @property
+    def active(self) -> int:
+        return self.state.active
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> Upstream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def start(
+    kind: str = "vllm",
+    models: Sequence[str] | None = None,
+    api_key: str | None = None,
+    faults: str = "",
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> Upstream:
+    # handler_cancellation: like vLLM, a request whose client hangs up is abandoned, not finished.
+    app = create_app(kind, models, api_key, faults)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return Upstream(runner, f"http://{shown}:{bound_port}")
