@@ -30,6 +30,7 @@ from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
+from gateway.runtime.aiohttp_tuning import drain_whole
 from gateway.runtime.config import Target
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
@@ -284,6 +285,7 @@ class HTTPUpstream:
                 resp = await self._post(request, call)
         except TimeoutError:
             raise call.timed_out(self.name, "no response headers in time") from None
+        drain_whole(resp.content)
         watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)

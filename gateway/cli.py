@@ -102,28 +102,27 @@ def serve(args: argparse.Namespace) -> int:
     workers = args.workers or config.server.workers
     drain = args.drain_seconds if args.drain_seconds is not None else os.environ.get("LLM_GATEWAY_DRAIN_SECONDS")
     if drain is not None:
-        try:
-            config = config.model_copy(
-                update={"server": config.server.model_copy(update={"drain_seconds": float(drain)})}
-            )
+        try:  # validated as the config file's own value would be
+            server = type(config.server).model_validate({**config.server.model_dump(), "drain_seconds": drain})
         except ValueError:
-            print(f"error: drain seconds must be a number, not {drain!r}", file=sys.stderr)
+            print(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}", file=sys.stderr)
             return 2
-    if workers > 1 and config.redis is None:
-        # Issued keys, revocations and limits would live in each worker apart: a key made in one would
-        # be unknown to the others, and every limit would be multiplied by the worker count.
-        print(
-            f"error: --workers {workers} needs redis: without it keys and limits live in each worker apart; "
-            "set redis.url in the config (or serve with one worker)",
-            file=sys.stderr,
-        )
-        return 2
+        config = config.model_copy(update={"server": server})
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
         print(
             f"error: --workers {workers}: target(s) {', '.join(in_process)} run an engine in this process; "
             "serve them with one worker (scale out with more gateway replicas or with vllm serve replicas)",
+            file=sys.stderr,
+        )
+        return 2
+    if workers > 1 and config.redis is None:
+        # Issued keys, revocations and limits would live in each worker apart: a key made in one would
+        # be unknown to the others, and every limit would be multiplied by the worker count.
+        print(
+            f"error: --workers {workers} needs redis: without it keys and limits live in each worker apart; "
+            "set redis.url in the config (or serve with one worker)",
             file=sys.stderr,
         )
         return 2

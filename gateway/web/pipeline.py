@@ -46,16 +46,6 @@ class RouteSpec:
     flavour: str = ""
 
 
-class EventStream(web.StreamResponse):
-    """An SSE answer whose head waits for its first write, as aiohttp (3.12 on, aio-libs/aiohttp#10991)
-    does for whole answers: the head and the first event leave in one send instead of two, and a client
-    has nothing to read before the first event anyway.
-    The answer is prepared only once that event is in hand, so the head is never held back waiting on
-    the upstream."""
-
-    _send_headers_immediately = False
-
-
 def request_id(headers: Mapping[str, str]) -> str:
     given = headers.get("X-Request-Id", "")
     if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
@@ -110,7 +100,7 @@ async def relay(
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
     encoder = dialect.encoder(ireq)
-    resp = EventStream(headers=headers)
+    resp = web.StreamResponse(headers=headers)
     await resp.prepare(request)
     try:
         out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written

@@ -45,4 +45,4 @@ def test_replace_copies_every_field_and_changes_only_the_named_ones() -> None:
     assert (b.seeds, b.n, b.max_tokens, b.stop, b.temperature) == ((7,), 2, 3, ("x",), 0.5)
     assert a == Sampling(max_tokens=3, stop=("x",), temperature=0.5)  # the original is untouched
     with pytest.raises(TypeError):
-        dataclasses.replace(a, no_such_field=1)
+        dataclasses.replace(a, no_such_field=1)  # type: ignore[call-arg]
