@@ -23,6 +23,7 @@ from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
     UpstreamFailed,
+    UpstreamMalformed,
     UpstreamRejected,
 )
 from gateway.core.request import Feature, InternalRequest, Operation
@@ -119,6 +120,26 @@ def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     if decoder.started:
         return (chunk,)
     return _split_first(chunk) or (chunk,)
+
+
+# What a sans-IO decoder raises on JSON of the wrong shape (a list where an object goes, "abc" for an
+# index, 1e400 for a count): translated here, at the IO boundary, into the target's failure.
+# A decoder's own UpstreamMalformed is caught too, so that every such message names the target.
+SHAPE_ERRORS = (
+    UpstreamMalformed,
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+)
+
+
+def malformed(name: str, exc: BaseException) -> UpstreamMalformed:
+    why = str(exc)[:120] if isinstance(exc, UpstreamMalformed) else f"{type(exc).__name__}: {str(exc)[:80]}"
+    return UpstreamMalformed(f"target '{name}' answered in an unexpected shape ({why})")
 
 
 class HTTPUpstream:
@@ -274,7 +295,10 @@ class HTTPUpstream:
             data = pydantic_core.from_json(raw)
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
-        return self.wire.decode(data, request)
+        try:
+            return self.wire.decode(data, request)
+        except SHAPE_ERRORS as exc:
+            raise malformed(self.name, exc) from None
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
         first_byte = call.hop(self.target.timeouts.first_byte)
@@ -312,8 +336,12 @@ class HTTPUpstream:
                             # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
                             batch += decoder.finish()
                             done = True
-                    except GatewayError:
+                    except SHAPE_ERRORS as exc:
                         if batch:  # what arrived before the failure still reaches the client
+                            yield batch
+                        raise malformed(self.name, exc) from None
+                    except GatewayError:
+                        if batch:
                             yield batch
                         raise
                     if done:

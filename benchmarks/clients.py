@@ -31,13 +31,18 @@ class Dialect:
     headers: dict[str, str]
     model: str
     stream_extra: dict[str, Any] = field(default_factory=dict)
+    chat: bool = False  # a chat request (messages) instead of a completion (prompt)
 
     @property
     def script(self) -> Path:
         return WRK_DIR / f"{self.name}.lua"
 
     def body(self, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "prompt": "Say hello", "max_tokens": 16}
+        body: dict[str, Any] = {"model": self.model, "max_tokens": 16}
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": "Say hello"}]
+        else:
+            body["prompt"] = "Say hello"
         if stream:
             body |= {"stream": True, **self.stream_extra}
         return body
@@ -55,6 +60,8 @@ DIALECTS = (
     ),
     Dialect("sgp", "/v4/beta/completions", {"x-api-key": KEY}, "openai/tiny"),
     Dialect("octoai", "/v1/completions", {"Authorization": f"Bearer {KEY}", "X-Fern-SDK-Name": "octoai"}, "tiny"),
+    # The path most clients use: the same OpenAI dialect's chat endpoint.
+    Dialect("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, "tiny", USAGE, chat=True),
 )
 OPENAI = DIALECTS[0]
 

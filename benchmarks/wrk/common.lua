@@ -14,8 +14,13 @@ M.key = os.getenv("BENCH_KEY") or "gw-bench-0123456789abcdef"
 M.stream = os.getenv("BENCH_STREAM") == "1"
 
 -- The completion body: a short prompt, 16 tokens; stream_extra is added to streamed bodies only.
-function M.body(model, stream_extra)
-  local s = '{"model":"' .. (os.getenv("BENCH_MODEL") or model) .. '","prompt":"Say hello","max_tokens":16'
+-- With chat, the same prompt as one user message (clients.py's Dialect.body says the same).
+function M.body(model, stream_extra, chat)
+  local input = '"prompt":"Say hello"'
+  if chat then
+    input = '"messages":[{"role":"user","content":"Say hello"}]'
+  end
+  local s = '{"model":"' .. (os.getenv("BENCH_MODEL") or model) .. '",' .. input .. ',"max_tokens":16'
   if M.stream then
     s = s .. ',"stream":true'
     if stream_extra then

@@ -129,6 +129,13 @@ class UpstreamFailed(UpstreamError):
     retryable = True
 
 
+class UpstreamMalformed(UpstreamFailed):
+    """The target answered, but not in its wire format's shape (valid JSON of the wrong kind, numbers out
+    of range): a failure of the target, tried elsewhere before the first byte."""
+
+    code = "upstream_malformed"
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"

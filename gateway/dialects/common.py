@@ -17,7 +17,7 @@ import pydantic_core
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gateway.core import caps
-from gateway.core.errors import InvalidRequest, PayloadTooLarge
+from gateway.core.errors import InvalidRequest, PayloadTooLarge, UpstreamMalformed
 from gateway.core.request import Feature
 from gateway.core.response import TokenLogprob, Usage
 
@@ -350,16 +350,40 @@ def usage_json(usage: Usage, details: bool = False) -> dict[str, JSON]:
     return out
 
 
+# The most tokens one answer may report for any one count: what no model serves, far below what would
+# overflow the limits' arithmetic in Redis. A figure past it is a broken upstream, not usage.
+MAX_REPORTED_TOKENS = 2**31 - 1
+
+
+def token_count(value: JSON, name: str) -> int:
+    """A usage figure as the upstream reported it: a whole number of tokens (``12`` or ``12.0``) within
+    ``MAX_REPORTED_TOKENS``; anything else makes the answer malformed, naming the field."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, float) and value.is_integer():
+        count = int(value)
+    else:
+        raise UpstreamMalformed(f"upstream usage.{name} is not a token count: {str(value)[:40]}")
+    if not 0 <= count <= MAX_REPORTED_TOKENS:
+        raise UpstreamMalformed(f"upstream usage.{name} is out of range: {str(value)[:40]}")
+    return count
+
+
 def usage_from(data: JSON) -> Usage | None:
     if not isinstance(data, dict):
         return None
-    prompt = int(data.get("prompt_tokens") or 0)
-    completion = int(data.get("completion_tokens") or 0)
+    prompt = token_count(data.get("prompt_tokens") or 0, "prompt_tokens")
+    completion = token_count(data.get("completion_tokens") or 0, "completion_tokens")
     details = data.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     cdetails = data.get("completion_tokens_details")
     reasoning = cdetails.get("reasoning_tokens") if isinstance(cdetails, dict) else None
-    return Usage(prompt, completion, cached, reasoning)
+    return Usage(
+        prompt,
+        completion,
+        None if cached is None else token_count(cached, "prompt_tokens_details.cached_tokens"),
+        None if reasoning is None else token_count(reasoning, "completion_tokens_details.reasoning_tokens"),
+    )
 
 
 # --- logprobs ------------------------------------------------------------------------------------

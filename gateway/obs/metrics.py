@@ -57,6 +57,9 @@ OVERHEAD_SECONDS = Histogram(
 TOKENS = Counter("gateway_tokens_total", "Tokens, from upstream usage", ["model", "team", "kind"])
 RETRIES = Counter("gateway_retries_total", "Attempts beyond the first (fallbacks to another target)", ["model"])
 COOLDOWNS = Counter("gateway_cooldowns_total", "Targets put in cool-down after repeated failures", ["target"])
+UPSTREAM_FAILURES = Counter(
+    "gateway_upstream_failures_total", "Failed tries of a target, by error code", ["target", "code"]
+)
 DROPPED = Counter("gateway_dropped_features_total", "Features dropped by target config", ["target", "feature"])
 IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["dialect"], multiprocess_mode="livesum")
 TARGET_UP = Gauge(

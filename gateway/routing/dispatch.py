@@ -37,6 +37,7 @@ class Attempt:
     dropped: list[Feature] = field(default_factory=list)
     upstream_seconds: float = 0.0  # waiting on upstreams: whole answers, or up to a stream's first event
     cooled: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (target, error code) of each failed try
 
 
 DropHook = Callable[[str, list[Feature]], None]
@@ -95,6 +96,7 @@ async def complete(
             completion = await upstream.complete(req, call)
         except GatewayError as err:
             attempt.upstream_seconds += time.perf_counter() - began
+            attempt.failed.append((upstream.name, err.code))
             if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
@@ -153,6 +155,7 @@ async def open_stream(
             attempt.upstream_seconds += time.perf_counter() - began
             await events.aclose()  # type: ignore[attr-defined]
             err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
+            attempt.failed.append((upstream.name, err.code))
             if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):

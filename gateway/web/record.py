@@ -179,6 +179,8 @@ class RequestLog:
         }
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
+        if self.attempt.failed:  # every failed try, fallbacks included: which target, and how
+            fields["failures"] = [f"{target}: {code}" for target, code in self.attempt.failed]
         if not logs.put_line(fields):
             self.logger.info("request", extra={"fields": fields})
 
@@ -205,6 +207,8 @@ class RequestLog:
             m.RETRIES.labels(model).inc(self.attempt.tries - 1)
         for target in self.attempt.cooled:
             m.COOLDOWNS.labels(target).inc()
+        for target, code in self.attempt.failed:
+            m.UPSTREAM_FAILURES.labels(target, code).inc()
         for feature in self.attempt.dropped:
             m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.errors import InvalidRequest, UpstreamFailed
+from gateway.core.errors import InvalidRequest, UpstreamFailed, UpstreamMalformed
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import (
     FINISH_REASONS,
@@ -220,7 +220,7 @@ def finish_from(value: JSON) -> FinishReason | None:
 
 def decode(data: JSON, operation: Operation) -> Completion:
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-        raise UpstreamFailed("upstream answer is not a completion object")
+        raise UpstreamMalformed("upstream answer is not a completion object")
     chat = operation is Operation.CHAT
     choices = []
     for i, c in enumerate(data["choices"]):
@@ -330,7 +330,7 @@ class ChunkDecoder:
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):
-            raise UpstreamFailed("upstream stream chunk is not a JSON object")
+            raise UpstreamMalformed("upstream stream chunk is not a JSON object")
         if data.get("error"):
             err = data["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
