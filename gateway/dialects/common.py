@@ -158,8 +158,8 @@ def too_many_values(body: bytes, cap: int) -> bool:
     """``body`` may hold more than ``cap`` JSON values, judged from its bytes without parsing: every
     value is the root, the first in its array or object, or follows a comma. In a body of few strings
     only the characters between them are counted (a long prompt is one value); a body of many is
-    counted whole, which can only judge it stricter. Each count is a pass over the body (about 2.5 ms
-    per 8 MiB) and ends the judgement as soon as it passes the cap."""
+    counted whole, which can only judge it stricter. Each count is one pass over the body's bytes and
+    ends the judgement as soon as it passes the cap."""
     quotes = body.count(b'"')
     if quotes // 2 > cap:
         return True

@@ -78,9 +78,8 @@ _Merged = tuple[Plan, list[str] | None, tuple[int, int, int, int], list[Settleme
 def _merged(items: list[Settlement]) -> list[_Merged]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
     corrections and usage add up, and the concurrency leases go in one list; last, the settlements
-    summed (to keep if the call fails). A settlement per request cost ~12 µs of the gateway's CPU
-    per request under load (argument JSON, the call's packing and reply), more than the rest of its
-    limits."""
+    summed (to keep if the call fails). A settlement per request cost more CPU under load (argument
+    JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
     groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str], list[Settlement]]] = {}
     for s in items:
         plan = s.plan

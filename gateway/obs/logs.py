@@ -22,8 +22,10 @@ import logging
 import logging.handlers
 import sys
 import threading
+import traceback
 from typing import Any, TextIO
 
+import pydantic
 import pydantic_core
 
 ACCESS_LOGGER = "gateway.access"
@@ -33,8 +35,55 @@ MAX_PENDING = 100_000
 _sink: LogSink | None = None  # the writer's, once ``configure`` has run
 
 
+MAX_MESSAGE = 2000  # characters of a log message; a client's 5 MB model name must not make a 5 MB line
+MAX_EXCEPTION_MESSAGE = 200  # characters of an exception's own message within a traceback
+
+
 def _json(out: dict[str, Any]) -> str:
     return pydantic_core.to_json(out, fallback=str).decode()
+
+
+def capped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def exception_message(exc: BaseException) -> str:
+    """What a logged exception may say of itself. A validation error's message quotes its input (a
+    prompt, a completion), so only where it failed is kept; any other message is capped."""
+    if isinstance(exc, pydantic.ValidationError):
+        where = ["/".join(str(p) for p in e["loc"]) or "(root)" for e in exc.errors(include_input=False)[:5]]
+        return f"{exc.error_count()} validation error(s) at {', '.join(where)}"
+    return capped(str(exc), MAX_EXCEPTION_MESSAGE)
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The traceback's frames as Python prints them, each exception's message through
+    ``exception_message``; causes and contexts first, as Python orders them."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < 5:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    parts: list[str] = []
+    for item in reversed(chain):
+        frames = "".join(traceback.format_tb(item.__traceback__))
+        kind = type(item).__qualname__
+        parts.append(f"Traceback (most recent call last):\n{frames}{kind}: {exception_message(item)}")
+    return "\n\nDuring handling of the above, another exception occurred:\n\n".join(parts)
+
+
+class SafeFormatter(logging.Formatter):
+    """Formats a record's message as the log line holds it: capped, and with a traceback that never
+    quotes a request's content (``traceback_text``). The queue handler uses it, so what reaches the
+    writer thread is already safe."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = capped(record.getMessage(), MAX_MESSAGE)
+        if record.exc_info and record.exc_info[1] is not None:
+            message = f"{message}\n{traceback_text(record.exc_info[1])}"
+        return message
 
 
 class JsonFormatter(logging.Formatter):
@@ -48,9 +97,9 @@ class JsonFormatter(logging.Formatter):
         if fields is not None:
             out.update(fields)
         else:
-            out["msg"] = record.getMessage()
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["msg"] = capped(record.getMessage(), MAX_MESSAGE)
+        if record.exc_info and record.exc_info[1] is not None:
+            out["exc"] = traceback_text(record.exc_info[1])
         return _json(out)
 
 
@@ -136,7 +185,9 @@ def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
     sink = LogSink()
     writer = LogWriter(sink, stream or sys.stderr)
     root = logging.getLogger()
-    root.handlers[:] = [logging.handlers.QueueHandler(sink)]  # type: ignore[arg-type]
+    handler = logging.handlers.QueueHandler(sink)  # type: ignore[arg-type]
+    handler.setFormatter(SafeFormatter())  # formats in the logging thread, before the record is queued
+    root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     writer.start()

@@ -20,8 +20,8 @@ from gateway.core.records import record
 def _sha256() -> Callable[[bytes], Any]:
     """CPython's own SHA-256 (``_sha2`` from 3.12, ``_sha256`` before), else hashlib's. Every request
     hashes its key: hashlib's goes through OpenSSL's EVP layer, a large body of code that is cold
-    again by each request on a busy core (3.5 µs of CPU per request in the benchmark, against 0.3 µs
-    in a tight loop); the built-in one is a few compact functions and gives the same digest."""
+    again by each request on a busy core (docs/performance.md); the built-in one is a few compact
+    functions and gives the same digest."""
     try:
         from _sha2 import sha256  # type: ignore[import-not-found]
     except ImportError:

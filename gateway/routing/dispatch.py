@@ -43,6 +43,12 @@ class Attempt:
 DropHook = Callable[[str, list[Feature]], None]
 
 
+def loggable(err: GatewayError) -> str:
+    """What a log line may say of a failed try: our own words; of an upstream's rejection only its
+    status, as its message may quote the request back."""
+    return f"HTTP {err.status}" if isinstance(err, UpstreamRejected) else err.message
+
+
 def _for(request: InternalRequest, upstream: Upstream) -> InternalRequest:
     """The request as ``upstream`` gets it: a seed the gateway drew (for a dialect that reports the
     seed used) only goes to a target that takes seeds, so a reported seed is one really used."""
@@ -101,7 +107,7 @@ async def complete(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
-            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, err.message)
+            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, loggable(err))
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
@@ -161,7 +167,7 @@ async def open_stream(
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
             log.warning(
-                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, err.message
+                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, loggable(err)
             )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue

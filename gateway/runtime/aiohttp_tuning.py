@@ -1,5 +1,6 @@
 """The one place the gateway relies on aiohttp's private parts: ``drain_whole`` has an upstream
-stream's body reader take every buffered chunk in one join. Nothing else may reach into aiohttp;
+stream's body reader take every buffered chunk in one join, and ``EventStream`` sends an SSE
+answer's head with its first event. Nothing else may reach into aiohttp;
 anything added here needs its own A/B measurement, a check in ``tests/unit/test_aiohttp_tuning.py``
 and a note of the upstream change that would retire it.
 
@@ -15,6 +16,12 @@ made (``drain_whole``). An aiohttp whose reader lacks a name relied on here keep
 which returns the same bytes; the test fails on any other aiohttp version until this is checked
 again (tests and the A/B benchmark, docs/performance.md).
 
+``EventStream`` sets ``StreamResponse._send_headers_immediately`` to False, as aiohttp (3.12 on,
+aio-libs/aiohttp#10991) does for whole answers: the head waits for the first write and leaves in the
+same send, one send per stream fewer. The answer is prepared only once the first event is in hand,
+so the head is never held back waiting on the upstream. Retired by: a public way to ask for it
+(a ``StreamResponse`` argument, or ``prepare()`` taking the first bytes).
+
 Retired by: aiohttp's ``StreamReader._read_nowait(-1)`` draining its buffer in one join with the
 bookkeeping done once, or its protocol's ``resume_reading()`` returning at once when reading is
 not paused. Either, upstream, makes this module unnecessary.
@@ -22,6 +29,7 @@ not paused. Either, upstream, makes this module unnecessary.
 
 from __future__ import annotations
 
+from aiohttp import web
 from aiohttp.streams import StreamReader
 
 CHECKED_AGAINST = "3.14.5"
@@ -73,3 +81,9 @@ def drain_whole(content: StreamReader) -> None:
     plain reader (an empty one), or an aiohttp without what ``WholeReads`` uses, reads as before."""
     if SUPPORTED and type(content) is StreamReader:
         content.__class__ = WholeReads
+
+
+class EventStream(web.StreamResponse):
+    """An SSE answer whose head leaves with its first write (module docstring)."""
+
+    _send_headers_immediately = False

@@ -27,6 +27,7 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.routing import dispatch
+from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import InFlight, RequestLog
 from gateway.web.state import GATEWAY
@@ -100,7 +101,7 @@ async def relay(
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
     encoder = dialect.encoder(ireq)
-    resp = web.StreamResponse(headers=headers)
+    resp = EventStream(headers=headers)  # its head leaves with the first events
     await resp.prepare(request)
     try:
         out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written

@@ -145,3 +145,15 @@ async def test_a_chunked_answer_is_read_through_a_plain_reader_that_can_change_c
         while data := await resp.content.readany():
             body += data
     assert body == b"".join(b"data: %d\n\n" % i for i in range(8))
+
+
+def test_a_stream_response_still_reads_the_head_flag_it_sets() -> None:
+    """``EventStream`` flips a class attribute aiohttp's own StreamResponse declares and reads when it
+    writes the head; a release that renames or drops it would send the head alone again, silently."""
+    import inspect
+
+    from aiohttp import web
+
+    assert web.StreamResponse._send_headers_immediately is True  # type: ignore[attr-defined]
+    assert tuning.EventStream._send_headers_immediately is False  # type: ignore[attr-defined]
+    assert "_send_headers_immediately" in inspect.getsource(web.StreamResponse)

@@ -257,9 +257,9 @@ def decode(data: JSON, operation: Operation) -> Completion:
 # A key whose value the gateway must see (a finish reason, usage, an error), unless it is null.
 ACCOUNTED = re.compile(rb'"(?:finish_reason|usage|error)"(?!:null)')
 # The same over a run of chunks, a scan each: a pattern that opens with a quote is tried at every
-# quote of a run (18 µs per 12 KB); one that opens with a rarer literal is found by a fast search
-# (~5 µs). ``_reason"`` takes vLLM's ``stop_reason`` too: a stop reason's chunk is decoded. One chunk
-# (``relay``) keeps ``ACCOUNTED``: three calls cost more than one there (575 vs 400 ns per chunk).
+# quote of a run; one that opens with a rarer literal is found by a fast search, several times
+# quicker (docs/performance.md). ``_reason"`` takes vLLM's ``stop_reason`` too: a stop reason's chunk
+# is decoded. One chunk (``relay``) keeps ``ACCOUNTED``: three calls cost more than one there.
 FINISHED = re.compile(rb'_reason"(?!:null)')
 USAGE_OR_ERROR = ((b'"usage"', re.compile(rb'"usage"(?!:null)')), (b'"error"', re.compile(rb'"error"(?!:null)')))
 

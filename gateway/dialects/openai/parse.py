@@ -191,8 +191,8 @@ def completion_sampling(b: CompletionBody, fs: FeatureSet) -> dict[str, Any]:
 
 # The body most clients send: a model, one text prompt, a length, perhaps temperature, top_p and a
 # stream. Such a body is built by ``plain_completion`` without the full parse's walk over every field
-# of every dialect (helpers, a FeatureSet, a Sampling of 35 keyword arguments: ~3 µs of a ~7 µs
-# parse in a tight loop, about three times that on a busy core). Each dialect's full parser is the
+# of every dialect (helpers, a FeatureSet, a Sampling of 35 keyword arguments: about half of a full
+# parse, docs/performance.md). Each dialect's full parser is the
 # reference: tests/unit/test_plain_parse.py generates bodies and checks both give the same request.
 PLAIN_FIELDS = frozenset({"model", "prompt", "max_tokens", "temperature", "top_p", "stream", "stream_options"})
 
