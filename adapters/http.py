@@ -32,7 +32,8 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
 from gateway.runtime.aiohttp_tuning import drain_whole
-from gateway.runtime.config import Target
+from gateway.runtime.budget import MemoryBudget
+from gateway.runtime.config import Server, Target
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
 JSON = Any
@@ -42,9 +43,10 @@ PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 # growing the gateway's memory.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+DEFAULT_BUDGET = Server().max_buffered_bytes
 
 
-def upstream_message(body: bytes) -> tuple[str, str | None]:
+def upstream_message(body: bytes | bytearray) -> tuple[str, str | None]:
     """A tolerant reader of every vendor's error envelope (dialects.md §6.16)."""
     try:
         data = pydantic_core.from_json(body)
@@ -86,22 +88,52 @@ def unreachable(name: str, target: Target, exc: BaseException) -> UpstreamFailed
     return UpstreamFailed(f"target '{name}' at {where} is unreachable ({why}); to fix: {fix}")
 
 
-async def _body(resp: aiohttp.ClientResponse, name: str) -> bytes:
-    """The whole body, up to ``MAX_ANSWER_BYTES`` (decompressed: a small compressed body may expand
-    without bound, so a compressed one is counted as it comes, like a chunked one)."""
-    too_large = UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
-    length = resp.content_length
-    if length is not None and "Content-Encoding" not in resp.headers:
-        if length > MAX_ANSWER_BYTES:
-            raise too_large
-        return await resp.read()
-    parts, size = [], 0  # chunked or compressed: counted as it comes
-    while chunk := await resp.content.readany():
-        size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            raise too_large
-        parts.append(chunk)
-    return b"".join(parts)
+async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -> bytearray:
+    """The whole body, up to ``MAX_ANSWER_BYTES`` and within what ``budget`` has left (decompressed: a
+    small compressed body may expand without bound, so a compressed one is counted as it comes, like a
+    chunked one). Read into one buffer, not joined from parts: the answer is held once, not twice.
+
+    The budget's share is given back on return, and on any exception or cancellation; callers decode
+    the body without awaiting before they drop it, so at every await the budget counts each body held.
+    """
+    length = None if "Content-Encoding" in resp.headers else resp.content_length
+    with budget.share() as share:
+        if length is not None:  # known: refused before a byte is read, read into its own buffer
+            if length > MAX_ANSWER_BYTES:
+                raise _too_large(name)
+            if not share.grow(length):
+                raise _over_budget(name, f"{length} bytes", budget)
+            buf, pos = bytearray(length), 0
+            with memoryview(buf) as view:
+                while pos < length and (chunk := await resp.content.readany()):
+                    view[pos : pos + len(chunk)] = chunk
+                    pos += len(chunk)
+            if pos < length:
+                raise UpstreamFailed(f"target '{name}' broke off: {pos} of {length} bytes")
+            return buf
+        buf = bytearray()  # chunked or compressed: counted as it comes
+        while chunk := await resp.content.readany():
+            if len(buf) + len(chunk) > MAX_ANSWER_BYTES:
+                raise _too_large(name)
+            if not share.grow(len(chunk)):
+                raise _over_budget(name, f"over {len(buf)} bytes", budget)
+            buf += chunk
+        return buf
+
+
+def _too_large(name: str) -> UpstreamFailed:
+    return UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
+
+
+def _over_budget(name: str, size: str, budget: MemoryBudget) -> UpstreamFailed:
+    err = UpstreamFailed(
+        f"target '{name}' answered with {size}, past what is left of the budget for answers read at once "
+        f"(server.max_buffered_bytes: {budget.held} of {budget.limit} bytes in use)"
+    )
+    # Not retried: another target draws on the same budget, and a failure counted against this one
+    # would cool a healthy target (three in a burst) and refuse every request to it for a while.
+    err.retryable = False
+    return err
 
 
 def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:
@@ -114,9 +146,9 @@ def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     """A network read, split after the stream's first event when more follows. The first event is
     decoded on its own (the stream's identity), so the rest of the read can be relayed; and its batch,
     a ``SplitBatch``, may go to the client (with the answer's head) without waiting for the work on
-    the rest of a read that may hold the whole answer: with a 64-chunk burst at concurrency 1, the
-    first token reached the client ~0.1 ms sooner, and the stream's end sooner too (the client reads
-    while the rest is relayed). A model's first read holds just its first event: no split."""
+    the rest of a read that may hold the whole answer: the first token reaches the client sooner, and
+    the stream's end too (the client reads while the rest is relayed; docs/performance.md). A model's
+    first read holds just its first event: no split."""
     if decoder.started:
         return (chunk,)
     return _split_first(chunk) or (chunk,)
@@ -145,8 +177,10 @@ def malformed(name: str, exc: BaseException) -> UpstreamMalformed:
 class HTTPUpstream:
     """One configured target, speaking its vendor's ``Wire``."""
 
-    def __init__(self, target: Target, public_model: str, wire: Wire) -> None:
+    def __init__(self, target: Target, public_model: str, wire: Wire, budget: MemoryBudget | None = None) -> None:
         self.target = target
+        # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
+        self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
         self.wire = wire
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
@@ -255,7 +289,7 @@ class HTTPUpstream:
             )
         if resp.status >= 400:
             try:
-                raw = await _body(resp, self.name)
+                raw = await _body(resp, self.name, self.budget)
             finally:
                 resp.release()
             message, param = upstream_message(raw)
@@ -282,7 +316,7 @@ class HTTPUpstream:
                 headers_in = True
                 bound.reschedule(call.hop(self.target.timeouts.total))
                 try:
-                    raw = await _body(resp, self.name)
+                    raw = await _body(resp, self.name, self.budget)
                 finally:
                     resp.release()
         except TimeoutError:

@@ -6,6 +6,10 @@
 
 ``--workers N`` runs N processes on one port (SO_REUSEPORT); the kernel spreads connections. It is
 refused when a target runs an engine in the process (``vllm-engine``): each worker would load the model.
+
+``serve --config`` and ``check-config`` run the same checks before anything listens, and refuse a
+broken config in one line on stderr naming the file and key path (exit 2); a port already taken is
+one line too (exit 1). Errors go to stderr, output to stdout.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import tempfile
 from typing import Any
 
-from gateway.runtime.config import ConfigError, GatewayConfig, Target, hash_key, key_hashes, load_config
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, check_environment, hash_key, load_config
 
 log = logging.getLogger("gateway")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
@@ -57,7 +62,11 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
     listener = logs.configure()
     _use_uvloop()
     try:
-        app = create_app(config, catch_all)
+        try:
+            app = create_app(config, catch_all)
+        except ConfigError as exc:  # e.g. an in-process engine's optional extra is not installed
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         _tune_gc()
         web.run_app(
             app,
@@ -85,6 +94,43 @@ def in_process_targets(config: GatewayConfig) -> list[str]:
     ]
 
 
+def check_targets(config: GatewayConfig, source: str) -> None:
+    """Each target's provider exists and is configured its way (the registries know: ``check_target``).
+    Imported here, not at the top: the registries import prometheus-client, which must come after the
+    metrics mode is chosen (``_worker``)."""
+    from gateway.web.app import check_target
+
+    for entry in config.models:
+        for i, target in enumerate(entry.targets):
+            try:
+                check_target(target)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None. The probe binds without SO_REUSEPORT, so that a
+    gateway already serving there (its workers share the port through it) counts as taken too; port 0
+    is any free port."""
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"unknown host {host!r} ({exc.strerror})"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            # as asyncio binds: a listener closed a moment ago (TIME_WAIT) is no obstacle, IPv6 alone
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return (exc.strerror or str(exc)).lower()
+    return None
+
+
 def serve(args: argparse.Namespace) -> int:
     from gateway.runtime.defaults import embedded
 
@@ -95,7 +141,7 @@ def serve(args: argparse.Namespace) -> int:
         else:
             config, catch_all = embedded()
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
@@ -129,6 +175,17 @@ def serve(args: argparse.Namespace) -> int:
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Workers write their metrics to files here; /metrics in any worker aggregates them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
+    try:
+        if args.config:  # the embedded default is built from the environment, so it always passes these
+            check_targets(config, args.config)
+            check_environment(config, args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
+        return 2
+    taken = port_taken(host, port)
+    if taken is not None:
+        print(f"error: cannot listen on {host}:{port}: {taken} (choose another --port)", file=sys.stderr)
+        return 1
     if catch_all is not None:
         from gateway.runtime.defaults import announcement
 
@@ -174,18 +231,10 @@ def serve(args: argparse.Namespace) -> int:
 def check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.file)
-        for team in config.teams:
-            key_hashes(team)
-        from gateway.web.app import check_target
-
-        for entry in config.models:
-            for i, target in enumerate(entry.targets):
-                try:
-                    check_target(target)
-                except ConfigError as exc:
-                    raise ConfigError(f"{args.file}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+        check_targets(config, args.file)
+        check_environment(config, args.file)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
         return 2
     print(f"{args.file}: OK")
     print("routes:")
@@ -254,13 +303,16 @@ def teams_cmd(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """Every option says what it does and its default (``test_cli`` checks each one)."""
     p = argparse.ArgumentParser(prog="llm-gateway", description="Multi-provider LLM gateway")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the gateway")
-    s.add_argument("--config", help="config file (YAML); omitted: the embedded default")
-    s.add_argument("--host")
-    s.add_argument("--port", type=int)
-    s.add_argument("--workers", type=int, help="processes sharing the port (default: config, else 1)")
+    s = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
+    s.add_argument("--config", help="config file (YAML) (default: the embedded default, docs/configuration.md)")
+    s.add_argument("--host", help="address to listen on (default: config server.host, else 127.0.0.1)")
+    s.add_argument(
+        "--port", type=int, help="port to listen on; 0 for any free one (default: config server.port, else 8080)"
+    )
+    s.add_argument("--workers", type=int, help="processes sharing the port (default: config server.workers, else 1)")
     s.add_argument(
         "--drain-seconds",
         type=float,
@@ -268,34 +320,47 @@ def parser() -> argparse.ArgumentParser:
         "else config server.drain_seconds, else 30)",
     )
     s.set_defaults(func=serve)
-    c = sub.add_parser("check-config", help="validate a config file and print what it would serve")
-    c.add_argument("file")
+    c = sub.add_parser(
+        "check-config",
+        help="validate a config file and print what it would serve",
+        description="Validate a config file, its providers and the environment it needs, as serve does at "
+        "start-up; print the routes and keys it would serve, or the first mistake in one line (exit 2).",
+    )
+    c.add_argument("file", help="the config file (YAML)")
     c.set_defaults(func=check_config)
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
     admin = argparse.ArgumentParser(add_help=False)
-    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway")
-    admin.add_argument("--admin-key", help="default: LLM_GATEWAY_ADMIN_KEY")
+    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway (default: %(default)s)")
+    admin.add_argument("--admin-key", help="the admin key (default: LLM_GATEWAY_ADMIN_KEY)")
     k = sub.add_parser("keys", help="issue, list and revoke team API keys", parents=[admin])
     ks = k.add_subparsers(dest="action", required=True)
-    create = ks.add_parser("create", parents=[admin])
-    create.add_argument("--team", action="append", required=True, help="repeat for a key of several teams")
-    create.add_argument("--name")
-    create.add_argument("--expires-in", type=float, help="seconds")
-    ks.add_parser("list", parents=[admin])
-    revoke = ks.add_parser("revoke", parents=[admin])
-    revoke.add_argument("id")
+    create = ks.add_parser("create", parents=[admin], help="issue a key (printed once)")
+    create.add_argument("--team", action="append", required=True, help="its team (required); repeat for several")
+    create.add_argument("--name", help="a label for listings (default: none)")
+    create.add_argument("--expires-in", type=float, help="seconds until it expires (default: never)")
+    ks.add_parser("list", parents=[admin], help="list issued keys")
+    revoke = ks.add_parser("revoke", parents=[admin], help="revoke an issued key")
+    revoke.add_argument("id", help="the key id (from keys list)")
     k.set_defaults(func=keys_cmd)
     t = sub.add_parser("teams", help="teams and their usage", parents=[admin])
     ts = t.add_subparsers(dest="action", required=True)
-    ts.add_parser("list", parents=[admin])
-    use = ts.add_parser("usage", parents=[admin])
-    use.add_argument("team")
-    use.add_argument("--hours", type=int, default=24)
+    ts.add_parser("list", parents=[admin], help="list teams, their limits and models")
+    use = ts.add_parser("usage", parents=[admin], help="a team's usage, hour by hour")
+    use.add_argument("team", help="the team id")
+    use.add_argument("--hours", type=int, default=24, help="how many hours back (default: %(default)s)")
     t.set_defaults(func=teams_cmd)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return int(args.func(args))
+    code = 1
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit, so that a reader gone away is caught below
+    except BrokenPipeError:
+        # The reader left (``| head -1``): what it did not read had nowhere to go. stdout goes to
+        # /dev/null so that the interpreter's own flush at exit does not print a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code

@@ -12,7 +12,8 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── AuthenticationFailed 401
     │   ├── PermissionDenied    403    key valid, but not for this team or model
     │   ├── NotFound            404    unknown model or path
-    │   └── PayloadTooLarge     413
+    │   ├── PayloadTooLarge     413
+    │   └── RequestTimeout      408    the body did not arrive whole in time
     ├── RateLimited             429    a limit refused admission (carries retry_after)
     ├── DeadlineExceeded        504    the request's deadline expired, waiting for a slot too (Friendli: 429)
     └── UpstreamError                  the upstream's answer, split in two:
@@ -145,3 +146,10 @@ class UpstreamTimeout(UpstreamError):
 class NoHealthyTarget(UpstreamError):
     status = 503
     code = "no_healthy_target"
+
+
+class RequestTimeout(RequestError):
+    """The client stopped sending its body (short of its Content-Length, or chunked with no last chunk)."""
+
+    status = 408
+    code = "request_timeout"

@@ -9,13 +9,17 @@
               each upstream vendor (the embedded default fills these from the environment)
 
 ``ConfigError`` names the file, the key path and the reason, in one line. Secrets are referenced
-(``api_key_env``), never required inline.
+(``api_key_env``), never required inline. ``parse_config`` checks what the file alone shows (shapes,
+values, names that must refer to a model); ``check_environment`` checks, at start-up, what the file
+needs from the environment (credential variables, someone able to present a key). Whether a provider
+exists is checked where the providers are known (``gateway.web.app.check_target``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -143,6 +147,9 @@ class Team(_Model):
 FailureMode = Literal["open", "closed"]
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 class RedisConfig(_Model):
     url: str = "redis://127.0.0.1:6379/0"
     cluster: bool = False
@@ -151,6 +158,14 @@ class RedisConfig(_Model):
     # per limit kind, what happens while Redis is unreachable: "open" enforces limit / replicas in each
     # process; "closed" refuses with 503
     on_failure: dict[Literal["rpm", "tpm", "concurrency"], FailureMode] = {}
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        # the schemes redis-py's from_url takes; any other fails there, at start-up, as a traceback
+        if not value.startswith(REDIS_SCHEMES):
+            raise ValueError(f"must start with {', '.join(REDIS_SCHEMES[:-1])} or {REDIS_SCHEMES[-1]}")
+        return value
 
 
 class LimitSettings(_Model):
@@ -180,10 +195,19 @@ class Server(_Model):
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     workers: Annotated[int, Field(ge=1)] = 1
     max_body_bytes: Annotated[int, Field(gt=0)] = 8 * 1024 * 1024
+    # A request body not whole this long after its head gets 408: a client that stops sending (a
+    # Content-Length never reached, a chunked body with no last chunk) must not hold its connection.
+    body_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # What all the non-streamed upstream answers being read at once may hold in memory; an answer
+    # that would pass it fails as its target's failure (502, or the next target).
+    max_buffered_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
     # On SIGTERM: stop accepting, let requests in flight run this long, then end what is left with the
     # dialect's error (LLM_GATEWAY_DRAIN_SECONDS or --drain-seconds override it; the Helm chart's
     # terminationGracePeriodSeconds must exceed it).
     drain_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # While this variable holds a token, /metrics and /ready's per-model detail (team, model and target
+    # names) answer only ``Authorization: Bearer <token>``; unset, they are open to whoever reaches them.
+    metrics_token_env: Annotated[str, Field(min_length=1)] = "LLM_GATEWAY_METRICS_TOKEN"
 
 
 class GatewayConfig(_Model):
@@ -214,7 +238,7 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def key_hashes(team: Team, env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+def key_hashes(team: Team, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(key id, sha256) for each key of a team; ``env`` keys are read and hashed here, once."""
     environ = os.environ if env is None else env
     out = []
@@ -225,9 +249,44 @@ def key_hashes(team: Team, env: dict[str, str] | None = None) -> list[tuple[str,
         assert key.env is not None
         secret = environ.get(key.env)
         if not secret:
-            raise ConfigError(f"teams.{team.id}.keys.{key.id}: environment variable {key.env} is not set")
+            raise ConfigError(f"teams[{team.id!r}].keys[{key.id!r}].env: {_unset(key.env, environ)}")
         out.append((key.id, hash_key(secret)))
     return out
+
+
+def _unset(var: str, environ: Mapping[str, str]) -> str:
+    return f"environment variable {var} is {'empty' if var in environ else 'not set'}"
+
+
+def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapping[str, str] | None = None) -> None:
+    """At start-up (and in ``check-config``): every credential variable the config names is set, and
+    someone can present a key. Unchecked, an unset ``api_key_env`` would surface as a 502 on the first
+    request, and a keyless config as a 401 to everyone."""
+    environ = os.environ if env is None else env
+    named = [
+        (f"models[{m.name!r}].targets[{i}].api_key_env", t.api_key_env)
+        for m in config.models
+        for i, t in enumerate(m.targets)
+    ]
+    named += [(f"vendors.{prefix}.api_key_env", v.api_key_env) for prefix, v in config.vendors.items()]
+    for where, var in named:
+        if var is not None and not environ.get(var):
+            raise ConfigError(f"{source}: {where}: {_unset(var, environ)}")
+    try:
+        keyed = [team.id for team in config.teams if key_hashes(team, environ)]
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    if config.auth == "none" or keyed:
+        return
+    fix = "add keys to a team ({id, sha256} or {id, env}), or set auth: none for open access"
+    if not config.teams:
+        raise ConfigError(f"{source}: teams: none given, and auth: keys (the default) needs one with a key: {fix}")
+    admin_var = config.admin.key_env or "LLM_GATEWAY_ADMIN_KEY"
+    if not (config.admin.key_sha256 or environ.get(admin_var)):
+        # With an admin key, keys can be issued at run time (``llm-gateway keys create``).
+        raise ConfigError(
+            f"{source}: teams: no team has a key and no admin key ({admin_var}) is set to issue one: {fix}"
+        )
 
 
 def _path(loc: tuple[int | str, ...], data: Any) -> str:
@@ -244,16 +303,60 @@ def _path(loc: tuple[int | str, ...], data: Any) -> str:
     return "".join(parts)
 
 
+def _plain(err: Any) -> str:
+    """pydantic's message in the config's words: no type names (``Tuple``, ``dictionary``)."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping (key: value)"
+    if kind in ("tuple_type", "list_type"):
+        return "must be a list"
+    if kind == "too_short":
+        n = ctx.get("min_length", 1)
+        return f"must list at least {n} item{'s' if n != 1 else ''}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return msg.replace("Input should be", "must be", 1)
+
+
+def _resolvable(name: str, models: set[str], vendors: Mapping[str, Vendor]) -> bool:
+    """Whether the model table would resolve ``name`` without a catch-all (``gateway/routing/table.py``
+    ``ModelTable.resolve``): a name or alias; ``vendor/model[/deployment]`` by its model; a vendor."""
+    if name in models:
+        return True
+    parts = name.split("/")
+    if len(parts) == 3 and ("/".join(parts[:2]) in models or parts[1] in models):
+        return True
+    return len(parts) >= 2 and (parts[1] in models or (parts[0] in vendors and bool(parts[1])))
+
+
+def _check_names(config: GatewayConfig, source: str) -> None:
+    models = {n for m in config.models for n in (m.name, *m.aliases)}
+    for team in config.teams:
+        for name in team.models or ():
+            if not _resolvable(name, models, config.vendors):
+                known = ", ".join([*(m.name for m in config.models), *(f"{p}/..." for p in sorted(config.vendors))])
+                raise ConfigError(
+                    f"{source}: teams[{team.id!r}].models: unknown model {name!r} (known: {known or 'none'})"
+                )
+
+
 def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
+    if data is None:
+        raise ConfigError(f"{source}: (top level): the file is empty: give at least 'models' (docs/configuration.md)")
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
+        raise ConfigError(f"{source}: (top level): must be a mapping of keys (models, teams, ...), not {kind}")
     try:
-        return GatewayConfig.model_validate(data or {})
+        config = GatewayConfig.model_validate(data)
     except pydantic.ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         where = _path(tuple(err["loc"]), data) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise ConfigError(f"{source}: {where}: {msg}") from None
+        raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
+    _check_names(config, source)
+    return config
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from adapters import PROVIDERS, HTTPUpstream, build
+from adapters import PROVIDERS, HTTPUpstream
 from backends import ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
@@ -24,6 +24,7 @@ from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
+from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.web import admin, ops, status
 from gateway.web.pipeline import make_handler
@@ -52,16 +53,18 @@ def check_target(target: Target) -> None:
         raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
 
 
-def build_upstream(target: Target, public: str) -> Upstream:
+def build_upstream(target: Target, public: str, budget: MemoryBudget | None = None) -> Upstream:
+    """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own)."""
     check_target(target)
     if target.provider in ENGINES:
         try:
             return ENGINES[target.provider](target, public)
         except ImportError as exc:
             raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
+    wire = PROVIDERS[target.provider]
     if target.replicas:
-        return ReplicaPool(target, public, PROVIDERS[target.provider], HTTPUpstream, ReplicaGaugeSet())
-    return build(target, public)
+        return ReplicaPool(target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget), ReplicaGaugeSet())
+    return HTTPUpstream(target, public, wire, budget)
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:
@@ -86,19 +89,20 @@ def unique_names(config: GatewayConfig) -> dict[tuple[str, int], str]:
 def build_table(config: GatewayConfig, catch_all: Target | None = None) -> ModelTable:
     routes: dict[str, Route] = {}
     names = unique_names(config)
+    budget = MemoryBudget(config.server.max_buffered_bytes)  # one for the process: every target draws on it
     for entry in config.models:
         upstreams = [
-            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
+            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name, budget)
             for i, t in enumerate(entry.targets)
         ]
         route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
         for name in (entry.name, *entry.aliases):
             routes[name] = route
-    vendors = {name: build_upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
+    vendors = {name: build_upstream(vendor_target(name, v), name, budget) for name, v in config.vendors.items()}
     return ModelTable(
         routes=routes,
         vendors=vendors,
-        catch_all=build_upstream(catch_all, "") if catch_all is not None else None,
+        catch_all=build_upstream(catch_all, "", budget) if catch_all is not None else None,
         default_model=config.models[0].name if config.models else None,
     )
 
@@ -177,9 +181,7 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
-    app.router.add_get("/health", ops.health)
-    app.router.add_get("/ready", ops.ready)
-    app.router.add_get("/metrics", ops.metrics)
+    ops.install(app, config)
     admin.install(app, config)
     app.router.add_get("/status", status.status)
     app.on_shutdown.append(_drain)

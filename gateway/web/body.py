@@ -5,15 +5,20 @@ it answers a body it cannot decode with a plain-text 400 before any handler runs
 not the gzip it claims with a 500. Here ``identity``, ``gzip`` and ``deflate`` are decoded, with the
 decoded size capped as the raw size is (a small gzip can inflate a thousandfold), and anything else
 is refused with 415; every refusal is a ``GatewayError``, so the client gets it in its own dialect.
+
+A body must arrive whole within ``server.body_timeout_seconds``, else 408: aiohttp bounds the wait for
+a request's head (its keep-alive timeout) but not for its body once the handler runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 from aiohttp import web
 
-from gateway.core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from gateway.core.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from gateway.web.state import GATEWAY
 
 ACCEPTED = ("identity", "gzip", "deflate")
 # zlib's window bits: 16 + MAX_WBITS reads a gzip member, MAX_WBITS a zlib stream, -MAX_WBITS raw deflate
@@ -27,10 +32,17 @@ async def read_body(request: web.Request) -> bytes:
         raise UnsupportedMediaType(
             f"Content-Encoding {encoding[:40]!r} is not supported: send {', '.join(ACCEPTED)}", param="Content-Encoding"
         )
+    seconds = request.app[GATEWAY].config.server.body_timeout_seconds
     try:
-        raw = await request.read()
+        if request.content.is_eof():  # most bodies came with their head: no timer to arm
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(seconds):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge("request body is too large") from None
+    except TimeoutError:
+        raise RequestTimeout(f"request body did not arrive whole within {seconds:g} s") from None
     if encoding == "identity":
         return raw
     return decode(raw, encoding, request.client_max_size)

@@ -1,25 +1,58 @@
-"""Operational endpoints: ``/health`` (alive), ``/ready`` (some model can be served) and the model
-lists (what is reachable), plus the background prober that keeps target reachability and the models
-each target lists fresh without touching the request path.
+"""Operational endpoints: ``/health`` (alive), ``/ready`` (some model can be served), ``/metrics`` and
+the model lists (what is reachable), plus the background prober that keeps target reachability and the
+models each target lists fresh without touching the request path.
+
+``/metrics`` and ``/ready``'s detail name teams, models and targets. While the variable
+``server.metrics_token_env`` names holds a token, ``/metrics`` answers only ``Authorization: Bearer
+<token>`` (401 otherwise) and ``/ready`` gives everyone else its status code and ``{"ready": ...}``
+alone, which is all a kubelet probe reads. ``/health`` stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import os
 import time
 
 from aiohttp import web
 
 from gateway.core.errors import GatewayError
 from gateway.dialects import OPENAI
+from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.obs.metrics import TARGET_UP, exposition, flush
+from gateway.policy.auth import key_digest
+from gateway.runtime.config import GatewayConfig
 from gateway.web.pipeline import credentials, error_response, request_id
 from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway.ops")
 PROBE_INTERVAL = 15.0
+METRICS_DIGEST = web.AppKey("metrics_digest", bytes)  # b"" while /metrics and /ready are open
+
+
+def install(app: web.Application, config: GatewayConfig) -> None:
+    """The operational routes, and the metrics token's digest, read from the environment once."""
+    var = config.server.metrics_token_env
+    token = os.environ.get(var)
+    app[METRICS_DIGEST] = key_digest(token) if token else b""
+    if token:
+        log.info("/metrics and /ready's detail need the metrics token (%s)", var)  # its name, never its value
+    app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/metrics", metrics)
+
+
+def token_holder(request: web.Request) -> bool:
+    """Whether the request may see names: no token is configured, or it carries it. Digests of equal
+    length are compared, so the time taken says nothing of the token, whatever bytes were sent."""
+    expected = request.app[METRICS_DIGEST]
+    if not expected:
+        return True
+    token = bearer_token(request.headers.get("Authorization"))
+    return hmac.compare_digest(key_digest(token) if token else b"", expected)
 
 
 async def probe(gw: Gateway) -> None:
@@ -67,7 +100,8 @@ def limits_state(gw: Gateway) -> str:
 
 async def ready(request: web.Request) -> web.Response:
     """200 while at least one model can be served; the body says, model by model, which can and
-    through which targets (``vendor/*``: the vendor routes; ``*``: the local catch-all)."""
+    through which targets (``vendor/*``: the vendor routes; ``*``: the local catch-all), to the
+    holder of the metrics token when one is configured."""
     gw = request.app[GATEWAY]
     table = gw.models
     models: dict[str, bool] = {}
@@ -82,6 +116,9 @@ async def ready(request: web.Request) -> web.Response:
         if table.fallback is not None:
             detail["*"] |= detail[f"{table.fallback}/*"]
     serving = not gw.draining and any(any(targets.values()) for targets in detail.values())
+    status = 200 if serving else 503
+    if not token_holder(request):
+        return _json({"ready": serving}, status)
     body = {
         "ready": serving,
         "draining": gw.draining,
@@ -90,7 +127,7 @@ async def ready(request: web.Request) -> web.Response:
         "targets": dict(gw.ready),
         "limits": limits_state(gw),
     }
-    return _json(body, 200 if serving else 503)
+    return _json(body, status)
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -121,6 +158,12 @@ def reachable(gw: Gateway) -> list[str]:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    if not token_holder(request):
+        return web.Response(
+            status=401,
+            text="the metrics token is required",
+            headers={"WWW-Authenticate": 'Bearer realm="llm-gateway-metrics"'},
+        )
     request.app[GATEWAY].backlog.drain()  # the requests that ended since the last batch count too
     flush()  # this worker's tallies, on the loop that keeps them; the rendering, off it
     body, content_type = await asyncio.to_thread(exposition)

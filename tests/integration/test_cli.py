@@ -206,3 +206,107 @@ async def test_sigterm_drains_streams_and_cuts_the_rest_in_their_dialect(serve: 
     with pytest.raises(aiohttp.ClientConnectionError):  # the listener closed with the signal
         async with aiohttp.ClientSession() as session, session.get(url + "/ready"):
             pass
+
+
+def cli(args: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """``llm-gateway ARGS`` in a process of its own, with the admin key variable unset unless given."""
+    base = {k: v for k, v in os.environ.items() if k != "LLM_GATEWAY_ADMIN_KEY"}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "auth: none\nmodels: [{name: m, targets: [{provider: openai, base_url: 'http://127.0.0.1:9', "
+            "api_key_env: GW_TEST_UNSET}]}]\n",
+            "models['m'].targets[0].api_key_env: environment variable GW_TEST_UNSET is not set",
+        ),
+        (
+            "models: [{name: m, targets: [{provider: mock}]}]\nteams: [{id: t}]\n",
+            "teams: no team has a key and no admin key (LLM_GATEWAY_ADMIN_KEY) is set to issue one",
+        ),
+    ],
+)
+def test_serve_refuses_what_would_fail_later_before_listening(tmp_path: Path, text: str, expected: str) -> None:
+    """An unset credential variable would be a 502 on the first request, a keyless config a 401 to all."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(text)
+    port = free_port()
+    done = cli(["serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)])
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"{cfg}: ") and expected in line, line
+    assert cli(["check-config", str(cfg)]).stderr.strip() == line  # the same check, the same words
+
+
+@pytest.mark.parametrize("reuse_port", [False, True], ids=["another-server", "another-gateway"])
+def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path: Path, reuse_port: bool) -> None:
+    """Another gateway listens with SO_REUSEPORT, as ours does: the port must count as taken all the same,
+    not be shared silently with a stranger."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text("auth: none\nmodels: [{name: m, targets: [{provider: mock}]}]\n")
+    with socket.socket() as taken:
+        if reuse_port:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(["serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)])
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line == f"error: cannot listen on 127.0.0.1:{port}: address already in use (choose another --port)"
+
+
+def test_output_piped_to_head_ends_without_a_traceback(tmp_path: Path) -> None:
+    """``check-config FILE | head -1``: more output than the pipe holds, so that the reader is gone while
+    the gateway still writes."""
+    cfg = tmp_path / "gw.yaml"
+    models = "".join(f"  - {{name: model-{i}, targets: [{{provider: mock}}]}}\n" for i in range(4000))
+    cfg.write_text(f"auth: none\nmodels:\n{models}")
+    done = subprocess.run(
+        f"'{sys.executable}' -m gateway check-config '{cfg}' | head -1",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == f"{cfg}: OK\n"
+    assert done.stderr == ""
+
+
+def test_every_option_says_what_it_does_and_its_default() -> None:
+    import argparse
+    from collections.abc import Iterator
+
+    from gateway.cli import parser
+
+    def commands(p: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+        yield p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from commands(sub)
+
+    checked = 0
+    for command in commands(parser()):
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            assert action.help, f"{command.prog} {action.dest}: no help text"
+            if action.option_strings:
+                said = "(default: " in action.help or (action.required and "required" in action.help)
+                assert said, f"{command.prog} {action.option_strings[0]}: no default in {action.help!r}"
+                checked += 1
+    assert checked > 10
+    usage = next(c for c in commands(parser()) if c.prog.endswith("teams usage"))
+    assert "(default: 24)" in " ".join(usage.format_help().split())

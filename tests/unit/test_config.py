@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.runtime.config import ConfigError, hash_key, key_hashes, load_config
+from gateway.runtime.config import ConfigError, check_environment, hash_key, key_hashes, load_config, parse_config
 from gateway.runtime.defaults import embedded
 
 GOOD = """
@@ -32,6 +32,11 @@ teams:
 """
 
 
+MOCK = "models: [{name: m, targets: [{provider: mock}]}]\n"
+KEY = "{id: k, sha256: " + "a" * 64 + "}"
+JARGON = ("Input should", "Tuple", "dictionary", "Value error", "Field required", "pydantic", "validation error")
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "gw.yaml"
     path.write_text(text)
@@ -40,6 +45,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAM1_KEY", "secret-2")
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-upstream")
     path = write(tmp_path, GOOD.format(digest=hash_key("secret-1")))
     config = load_config(path)
     assert config.models[0].targets[0].base_url == "http://127.0.0.1:8000/v1"
@@ -53,7 +59,7 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("models: [{name: m, targets: []}]", "models['m'].targets: Tuple should have at least 1 item"),
+        ("models: [{name: m, targets: []}]", "models['m'].targets: must list at least 1 item"),
         ("models: [{name: m, targets: [{provider: vllm, base_url: ftp://x}]}]", "base_url: must start with http"),
         ("models: [{name: m, targets: [{provider: vllm, base_url: http://x, wat: 1}]}]", "wat: unknown key"),
         ("teams: [{id: t, keys: [{id: k}]}]", "teams['t'].keys['k']: give exactly one of 'sha256' or 'env'"),
@@ -69,15 +75,74 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
         ("models: [{name: m, targets: [{provider: vllm, replicas: [ftp://y]}]}]", "replicas: must start with http"),
         ("models: [{name: m, targets: [{provider: vllm, engine: {model: x}}]}]", "is for in-process providers"),
         ("models: [{name: m, targets: [{provider: vllm-engine, base_url: http://x}]}]", "runs in this process"),
+        # a team's allow-list names a model the gateway serves (aliases and configured vendors count)
+        (f"{MOCK}teams: [{{id: t, models: [m, nope], keys: [{KEY}]}}]", "teams['t'].models: unknown model 'nope'"),
+        (f"{MOCK}teams: [{{id: t, models: [openai/x], keys: [{KEY}]}}]", "unknown model 'openai/x' (known: m)"),
+        ("", "(top level): the file is empty"),
+        ("- models", "(top level): must be a mapping of keys (models, teams, ...), not a list"),
+        ("just words", "(top level): must be a mapping of keys (models, teams, ...), not a single value"),
+        ("redis: {url: 'http://127.0.0.1:6379'}", "redis.url: must start with redis://, rediss:// or unix://"),
+        (f"{MOCK}redis: {{url: '127.0.0.1:6379'}}", "redis.url: must start with redis://"),
+        # a credential variable the config names is unset: refused here, not a 502 on the first request
+        (
+            "auth: none\nmodels: [{name: m, targets: [{provider: openai, base_url: http://x, api_key_env: UNSET_1}]}]",
+            "models['m'].targets[0].api_key_env: environment variable UNSET_1 is not set",
+        ),
+        (
+            "auth: none\nvendors: {openai: {provider: openai, base_url: http://x, api_key_env: UNSET_2}}",
+            "vendors.openai.api_key_env: environment variable UNSET_2 is not set",
+        ),
+        ("teams: [{id: t, keys: [{id: k, env: UNSET_3}]}]", "teams['t'].keys['k'].env: environment variable UNSET_3"),
+        # keys are required (the default) but nobody can present one
+        (f"{MOCK}teams: [{{id: t}}]", "teams: no team has a key and no admin key (LLM_GATEWAY_ADMIN_KEY) is set"),
+        (f"{MOCK}teams: [{{id: t}}]", "add keys to a team ({id, sha256} or {id, env}), or set auth: none"),
+        (f"{MOCK}admin: {{key_env: UNSET_4}}\nteams: [{{id: t}}]", "no admin key (UNSET_4) is set"),
+        (MOCK, "teams: none given, and auth: keys (the default) needs one with a key"),
+        # pydantic's words for shapes, in the config's words
+        ("vendors: [openai]", "vendors: must be a mapping"),
+        ("teams: {id: t}", "teams: must be a list"),
+        ("auth: maybe", "auth: must be 'keys' or 'none'"),
+        ("models: [{targets: [{provider: mock}]}]", "models[0].name: required"),
     ],
 )
 def test_broken_config_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, text: str, expected: str
 ) -> None:
+    for var in ("UNSET_1", "UNSET_2", "UNSET_3", "UNSET_4", "LLM_GATEWAY_ADMIN_KEY"):
+        monkeypatch.delenv(var, raising=False)
     path = write(tmp_path, text)
     assert main(["check-config", str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and str(path) in err and expected in err, err
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"{path}: ") and expected in err, err
+    assert not any(word in err for word in JARGON), err
+    assert captured.out == ""
+
+
+def test_team_models_count_aliases_and_configured_vendors() -> None:
+    vendor = {"provider": "openai", "base_url": "http://x"}
+    model = {"name": "m", "aliases": ["meta/m"], "targets": [{"provider": "mock"}]}
+    allowed = ["m", "meta/m", "meta/m/my-lora", "other/m", "openai/gpt-x"]
+    config = parse_config({"models": [model], "vendors": {"openai": vendor}, "teams": [{"id": "t", "models": allowed}]})
+    assert config.teams[0].models == tuple(allowed)
+    with pytest.raises(ConfigError, match=r"^<config>: teams\['t'\].models: unknown model 'openai/gpt-x'"):
+        parse_config({"models": [model], "teams": [{"id": "t", "models": allowed}]})
+
+
+def test_environment_checks_pass_once_the_environment_has_what_the_config_names() -> None:
+    config = parse_config(
+        {
+            "models": [{"name": "m", "targets": [{"provider": "openai", "base_url": "http://x", "api_key_env": "UP"}]}],
+            "teams": [{"id": "t"}],
+            "admin": {"key_env": "ADMIN"},
+        }
+    )
+    check_environment(config, env={"UP": "sk", "ADMIN": "a"})  # keys are issued at run time
+    with pytest.raises(ConfigError, match="api_key_env: environment variable UP is empty"):
+        check_environment(config, env={"UP": "", "ADMIN": "a"})
+    with pytest.raises(ConfigError, match="no admin key"):
+        check_environment(config, env={"UP": "sk"})
+    check_environment(config.model_copy(update={"auth": "none"}), env={"UP": "sk"})
 
 
 def test_missing_key_env_names_the_variable(tmp_path: Path) -> None:

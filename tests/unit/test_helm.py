@@ -68,6 +68,23 @@ SERVICE_MONITOR = {
                             "port": {"type": "string"},
                             "path": {"type": "string"},
                             "interval": {"type": "string", "pattern": DURATION},
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "credentials": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["key"],
+                                        "properties": {
+                                            "key": {"type": "string"},
+                                            "name": {"type": "string"},
+                                            "optional": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
                         },
                     },
                 },
@@ -108,7 +125,10 @@ VALUE_SETS = {
     "existing-secret": (*KEYED, "secrets.existingSecret=gw-keys"),
     "long-drain": ("drain.graceSeconds=600", "drain.preStopSeconds=10"),
     "monitor-labels-pdb-percent": ('serviceMonitor.labels={"release": "prometheus"}', "pdb.minAvailable=50%"),
+    "metrics-token": ("metrics.token=m1",),
+    "metrics-existing-secret": ("metrics.existingSecret=gw-metrics", "secrets.existingSecret=gw-keys"),
 }
+METRICS_VAR = "LLM_GATEWAY_METRICS_TOKEN"
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -320,6 +340,72 @@ def test_keys_come_from_existing_secrets_by_reference_only() -> None:
     assert key_refs(mixed)["SGP_API_KEY"] == {"name": "vendor-keys", "key": "2024"}
 
 
+def scrape_auth(manifests: dict[str, dict[str, Any]]) -> Any:
+    (endpoint,) = manifests["ServiceMonitor"]["spec"]["endpoints"]
+    return endpoint.get("authorization")
+
+
+def test_without_a_metrics_token_metrics_stay_open() -> None:
+    m = render(*VALUE_SETS["existing-secret"], apis=MONITORING)
+    assert METRICS_VAR not in key_refs(m) and scrape_auth(m) is None
+    assert "Secret" not in m  # nothing written for it either
+
+
+def test_a_metrics_token_value_reaches_the_pods_and_the_scrape_from_the_charts_secret() -> None:
+    m = render(*VALUE_SETS["metrics-token"], apis=MONITORING)
+    secret = m["Secret"]
+    assert secret["stringData"] == {METRICS_VAR: "m1"}
+    ref = {"name": secret["metadata"]["name"], "key": METRICS_VAR}
+    assert key_refs(m) == {METRICS_VAR: ref}  # not optional: the pod never starts open by mistake
+    assert scrape_auth(m) == {"type": "Bearer", "credentials": ref}
+    assert needed_from_outside(m) == set()
+    # a new token rolls the pods, as a changed key does
+    changed = render("metrics.token=m2")
+    annotations = [x["Deployment"]["spec"]["template"]["metadata"]["annotations"] for x in (m, changed)]
+    assert annotations[0]["checksum/secret"] != annotations[1]["checksum/secret"]
+    # beside keys given as values, in the one Secret
+    both = render(*VALUE_SETS["secret-values"], "metrics.token=m1")
+    assert both["Secret"]["stringData"] == {
+        "FRIENDLI_TOKEN": "f1",
+        "SGP_API_KEY": "s1",
+        "OPS_KEY": "o1",
+        METRICS_VAR: "m1",
+    }
+
+
+def test_a_metrics_token_in_a_secret_of_yours_is_read_by_reference() -> None:
+    m = render(*VALUE_SETS["metrics-existing-secret"], apis=MONITORING)
+    assert "Secret" not in m
+    ref = {"name": "gw-metrics", "key": METRICS_VAR}
+    assert key_refs(m)[METRICS_VAR] == ref and scrape_auth(m) == {"type": "Bearer", "credentials": ref}
+    # required, unlike the admin key gw-keys may lack: a pod without it would serve the names to anyone
+    assert needed_from_outside(m) == {("Secret", "gw-metrics")}
+    keyed = render("metrics.existingSecret=gw-keys", "metrics.existingSecretKey=metrics", apis=MONITORING)
+    assert key_refs(keyed) == {METRICS_VAR: {"name": "gw-keys", "key": "metrics"}}
+    assert scrape_auth(keyed)["credentials"] == {"name": "gw-keys", "key": "metrics"}
+
+
+def test_the_metrics_token_goes_in_the_variable_the_config_names() -> None:
+    m = render("metrics.token=m1", "config.server.metrics_token_env=OPS_METRICS_TOKEN", apis=MONITORING)
+    assert parse_config(gateway_config(m)).server.metrics_token_env == "OPS_METRICS_TOKEN"
+    assert set(key_refs(m)) == {"OPS_METRICS_TOKEN"} and m["Secret"]["stringData"] == {"OPS_METRICS_TOKEN": "m1"}
+    assert scrape_auth(m)["credentials"]["key"] == "OPS_METRICS_TOKEN"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        (("metrics.token=a", "metrics.existingSecret=b"), "give token or existingSecret, not both"),
+        ((f"secrets.values.{METRICS_VAR}=a",), "comes from metrics.token or metrics.existingSecret"),
+        ((f"config.admin.key_env={METRICS_VAR}", "metrics.token=a"), "names LLM_GATEWAY_METRICS_TOKEN, which the"),
+        (("metrics.existingSecret=Gw_Metrics",), "metrics.existingSecret"),
+    ],
+)
+def test_a_metrics_token_given_twice_or_elsewhere_fails_the_render(overrides: tuple[str, ...], complaint: str) -> None:
+    out = helm("template", "gw", str(CHART), *flags(overrides))
+    assert out.returncode != 0 and complaint in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize(
     ("overrides", "complaint"),
     [
@@ -426,5 +512,8 @@ def test_the_validators_reject_a_misspelt_field() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate(monitor)
     monitor["spec"]["endpoints"][0] = {"port": "http", "interval": "15 seconds"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate(monitor)
+    monitor["spec"]["endpoints"][0] = {"port": "http", "authorization": {"credential": {"key": "k"}}}
     with pytest.raises(jsonschema.ValidationError):
         validate(monitor)

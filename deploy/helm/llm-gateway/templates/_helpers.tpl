@@ -68,12 +68,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $vars := include "gw.keyVars" . | fromJson -}}
 {{- $named := merge (dict) $vars.required $vars.optional -}}
 {{- $refs := dict -}}
+{{- $metrics := include "gw.metricsToken" . | fromJson -}}
+{{- $hint := printf " (the metrics token, %s, comes from metrics.token or metrics.existingSecret)" (include "gw.metricsVar" .) -}}
 {{- range .Values.secrets.env -}}
-{{- if not (hasKey $named .name) }}{{ fail (printf "secrets.env: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env), so no Secret should be needed for it" .name) }}{{ end -}}
+{{- if not (hasKey $named .name) }}{{ fail (printf "secrets.env: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env), so no Secret should be needed for it%s" .name (ternary $hint "" (eq .name (include "gw.metricsVar" $)))) }}{{ end -}}
 {{- $_ := set $refs .name (dict "name" .secretName "key" .key) -}}
 {{- end -}}
 {{- range $var, $_ := .Values.secrets.values -}}
-{{- if not (hasKey $named $var) }}{{ fail (printf "secrets.values: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env)" $var) }}{{ end -}}
+{{- if not (hasKey $named $var) }}{{ fail (printf "secrets.values: %s is named nowhere in the config (api_key_env, keys[].env, admin.key_env)%s" $var (ternary $hint "" (eq $var (include "gw.metricsVar" $)))) }}{{ end -}}
 {{- end -}}
 {{- $env := list -}}
 {{- range $var := keys $named | sortAlpha -}}
@@ -92,5 +94,43 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $env = append $env (dict "name" $var "valueFrom" (dict "secretKeyRef" $ref)) -}}
 {{- end -}}
 {{- end -}}
+{{- with $metrics -}}
+{{- $env = append $env (dict "name" .var "valueFrom" (dict "secretKeyRef" .ref)) -}}
+{{- end -}}
 {{- toJson $env -}}
+{{- end -}}
+
+{{/* The variable the gateway reads its metrics token from: config.server.metrics_token_env. */}}
+{{- define "gw.metricsVar" -}}
+{{- dig "server" "metrics_token_env" "LLM_GATEWAY_METRICS_TOKEN" .Values.config -}}
+{{- end -}}
+
+{{/* The metrics token, as JSON {"var": VAR, "ref": a secretKeyRef}, or {} when none is given (then
+     /metrics and /ready's detail are open). The pods and the ServiceMonitor read the same key: the
+     scrape cannot go without the token the gateway asks for. It is a value of its own, not one of
+     secrets.*, because the ServiceMonitor must know it is there: a key that may be absent from a
+     Secret of yours would leave the scrape refused. */}}
+{{- define "gw.metricsToken" -}}
+{{- $m := .Values.metrics -}}
+{{- $var := include "gw.metricsVar" . -}}
+{{- if and $m.token $m.existingSecret }}{{ fail "metrics: give token or existingSecret, not both" }}{{ end -}}
+{{- $vars := include "gw.keyVars" . | fromJson -}}
+{{- if and (or $m.token $m.existingSecret) (or (hasKey $vars.required $var) (hasKey $vars.optional $var)) -}}
+{{- fail (printf "config.server.metrics_token_env names %s, which the config names for another key too" $var) -}}
+{{- end -}}
+{{- if $m.token -}}
+{{- toJson (dict "var" $var "ref" (dict "name" (include "gw.name" .) "key" $var)) -}}
+{{- else if $m.existingSecret -}}
+{{- toJson (dict "var" $var "ref" (dict "name" $m.existingSecret "key" $m.existingSecretKey)) -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/* What the chart's own Secret holds, as JSON (empty: no Secret): secrets.values, and metrics.token
+     under its variable's name. Its checksum rolls the pods when a key changes. */}}
+{{- define "gw.secretData" -}}
+{{- $data := deepCopy .Values.secrets.values -}}
+{{- if .Values.metrics.token }}{{ $_ := set $data (include "gw.metricsVar" .) .Values.metrics.token }}{{ end -}}
+{{- if $data }}{{ toJson $data }}{{ end -}}
 {{- end -}}
