@@ -1,10 +1,9 @@
 """The process-wide budget for upstream answers held whole in memory.
 
 A non-streamed answer is read whole before it is decoded. Each is capped on its own
-(``adapters/http.py``), but concurrent ones add up: twelve oversized answers at once took a process to
-850 MiB. Every target's reads draw on one ``MemoryBudget`` that the app builds from
-``server.max_buffered_bytes``; a read that would pass it fails instead (as its target's failure), and
-its ``Share`` gives back what it held when the read ends, however it ends.
+(``adapters/http.py``), but concurrent ones add up without bound. Every target's reads draw on one
+``MemoryBudget`` that the app builds from ``server.max_buffered_bytes``; a read that would pass it fails
+instead, and its ``Share`` gives back what it held when the read ends, however it ends.
 
 Only counting lives here: what the bytes are and what failing means is the reader's. One event loop
 owns a budget, so there is no lock. What an answer becomes once decoded (its text, the client's

@@ -33,6 +33,12 @@ from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway")
 CUT_SECONDS = 2.0  # for requests cut at the drain's end to write their error
+# Bodies are decoded by gateway.web.body (auto_decompress off); after an early answer (408, 413) the
+# rest of a body is read and dropped for at most a second, not aiohttp's ten.
+HANDLER_ARGS = {
+    "auto_decompress": False,
+    "lingering_time": 1.0,
+}  # for requests cut at the drain's end to write their error
 
 
 def known_providers() -> list[str]:
@@ -174,8 +180,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
-    # Bodies are decoded by gateway.web.body, so that every refusal comes in the client's dialect.
-    app = web.Application(client_max_size=config.server.max_body_bytes, handler_args={"auto_decompress": False})
+    app = web.Application(client_max_size=config.server.max_body_bytes, handler_args=HANDLER_ARGS)
     gw = app[GATEWAY] = build_state(config, catch_all)
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))

@@ -77,6 +77,9 @@ async def answer(request: web.Request, resp: web.Response, log: RequestLog) -> w
         await resp.write_eof()
     except ConnectionResetError:  # the client went away before its answer
         log.gone()
+    # aiohttp keeps a connection's last response until its next request: an idle keep-alive
+    # connection would hold the whole rendered answer (the sent bytes are the transport's now).
+    resp.body = None
     return resp
 
 
