@@ -35,10 +35,7 @@ log = logging.getLogger("gateway")
 CUT_SECONDS = 2.0  # for requests cut at the drain's end to write their error
 # Bodies are decoded by gateway.web.body (auto_decompress off); after an early answer (408, 413) the
 # rest of a body is read and dropped for at most a second, not aiohttp's ten.
-HANDLER_ARGS = {
-    "auto_decompress": False,
-    "lingering_time": 1.0,
-}  # for requests cut at the drain's end to write their error
+HANDLER_ARGS = {"auto_decompress": False, "lingering_time": 1.0}
 
 
 def known_providers() -> list[str]:
