@@ -192,6 +192,7 @@ class HTTPUpstream:
         self._fresh: aiohttp.ClientSession | None = None
         self._key = os.environ.get(target.api_key_env) if target.api_key_env else None
         self._wheel: Wheel | None = None  # this target's time bounds, on the loop that serves it
+        self._finisher = pool.Finisher()  # streams' body ends read in the background
 
     @property
     def name(self) -> str:
@@ -239,6 +240,7 @@ class HTTPUpstream:
         """Nothing to start: the connection pool opens on first use."""
 
     async def close(self) -> None:
+        await self._finisher.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -388,7 +390,7 @@ class HTTPUpstream:
         finally:
             watch.cancel()
             if ended:
-                pool.finish(resp)
+                self._finisher.finish(resp)
             else:
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()

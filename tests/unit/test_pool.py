@@ -1,4 +1,4 @@
-"""``adapters.pool.finish``: a complete stream's body is read to its end in the background and the
+"""``adapters.pool.Finisher``: a complete stream's body is read to its end in the background and the
 response closed then (its connection back in the pool); a body that goes on, or does not end in
 time, is closed without waiting longer."""
 
@@ -38,7 +38,7 @@ class Response:
 
 
 async def finished(resp: Response) -> Response:
-    pool.finish(resp)  # type: ignore[arg-type]
+    pool.Finisher().finish(resp)  # type: ignore[arg-type]
     async with asyncio.timeout(10):  # only a guard: the close is what is waited for
         await resp.closed.wait()
     return resp
@@ -46,8 +46,19 @@ async def finished(resp: Response) -> Response:
 
 async def test_a_response_whose_body_has_ended_is_left_alone() -> None:
     resp = Response(Body([b"x"]), connection=None)
-    pool.finish(resp)  # type: ignore[arg-type]
-    assert not pool._finishing and not resp.closed.is_set() and resp.content.chunks == [b"x"]
+    finisher = pool.Finisher()
+    finisher.finish(resp)  # type: ignore[arg-type]
+    assert not finisher.tasks and not resp.closed.is_set() and resp.content.chunks == [b"x"]
+
+
+async def test_closing_the_finisher_stops_what_it_still_reads() -> None:
+    """An upstream's close (the app's shutdown) ends its background reads: no task outlives its app."""
+    resp = Response(Body([], stalls=True))
+    finisher = pool.Finisher()
+    finisher.finish(resp)  # type: ignore[arg-type]
+    assert finisher.tasks
+    await finisher.close()
+    assert not finisher.tasks and resp.closed.is_set()
 
 
 async def test_the_body_end_is_read_then_the_response_closed() -> None:
