@@ -1,15 +1,17 @@
-"""``llm-gateway``: serve, check a config, hash a key.
+"""``llm-gateway``: serve, check a config, hash a key, manage keys and teams on a running gateway.
 
-    llm-gateway serve [--config FILE] [--host H] [--port P] [--workers N]
+    llm-gateway serve [--config FILE] [--host H] [--port P] [--workers N] [--log-format text|json]
     llm-gateway check-config FILE
     llm-gateway hash-key            (reads a key on stdin, prints the sha256 the config wants)
+    llm-gateway keys create|list|revoke, teams list|usage   (tables; ``--json`` for scripts)
 
 ``--workers N`` runs N processes on one port (SO_REUSEPORT); the kernel spreads connections. It is
 refused when a target runs an engine in the process (``vllm-engine``): each worker would load the model.
 
 ``serve --config`` and ``check-config`` run the same checks before anything listens, and refuse a
 broken config in one line on stderr naming the file and key path (exit 2); a port already taken is
-one line too (exit 1). Errors go to stderr, output to stdout.
+one line too (exit 1). Errors go to stderr, output to stdout. ``serve`` logs one summary line at
+start-up (``start_summary``); its workers one at shutdown (``web.app``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,24 @@ import signal
 import socket
 import sys
 import tempfile
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, TextIO
 
+from gateway.obs.logs import FORMATS, LEVELS
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, check_environment, hash_key, load_config
 
 log = logging.getLogger("gateway")
+
+
+class LogSettings(NamedTuple):
+    """``logs.configure``'s arguments, as ``serve`` resolved them for itself and its workers."""
+
+    level: str
+    stream: TextIO | None
+    fmt: str | None
+
+
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
 
@@ -51,7 +66,7 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 
 
-def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int) -> None:
+def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int, log_to: LogSettings) -> None:
     # Imported here, after the CLI has chosen the metrics mode: prometheus-client reads
     # PROMETHEUS_MULTIPROC_DIR when it is first imported.
     from aiohttp import web
@@ -59,7 +74,7 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
     from gateway.obs import logs
     from gateway.web.app import create_app
 
-    listener = logs.configure()
+    listener = logs.configure(*log_to)
     _use_uvloop()
     try:
         try:
@@ -131,9 +146,48 @@ def port_taken(host: str, port: int) -> str | None:
     return None
 
 
+def log_settings(args: argparse.Namespace) -> LogSettings:
+    """``--log-level``/``--log-format``, else their environment variables, else INFO and the format
+    that suits stderr (``logs.default_format``); a wrong value is a ``ConfigError`` naming its source."""
+    level = args.log_level or os.environ.get("LLM_GATEWAY_LOG_LEVEL") or "INFO"
+    fmt = args.log_format or os.environ.get("LLM_GATEWAY_LOG_FORMAT") or None
+    if level.upper() not in LEVELS:
+        source = "--log-level" if args.log_level else "LLM_GATEWAY_LOG_LEVEL"
+        raise ConfigError(f"error: {source} {level!r}: not one of {', '.join(LEVELS)}")
+    if fmt is not None and fmt.lower() not in FORMATS:
+        source = "--log-format" if args.log_format else "LLM_GATEWAY_LOG_FORMAT"
+        raise ConfigError(f"error: {source} {fmt!r}: not one of {', '.join(FORMATS)}")
+    return LogSettings(level.upper(), None, fmt.lower() if fmt else None)
+
+
+def start_summary(config: GatewayConfig, catch_all: Target | None, host: str, port: int, workers: int) -> None:
+    """The one start-up line: what is served, to whom, where, and how it stops."""
+    models = [name for entry in config.models for name in (entry.name, *entry.aliases)]
+    prefixes = [f"{prefix}/*" for prefix in sorted(config.vendors)] + (["*"] if catch_all is not None else [])
+    redis = "none" if config.redis is None else ("cluster" if config.redis.cluster else "single")
+    where = f"http://{f'[{host}]' if ':' in host else host}:{port}"  # port 0: any free one
+    fields = {
+        "event": "start",
+        "listen": where,
+        "models": models[:20],  # a config of thousands of models would make the line unreadable
+        "model_count": len(config.models),
+        "routes": prefixes,
+        "teams": len(config.teams),
+        "redis": redis,
+        "workers": workers,
+        "drain_seconds": config.server.drain_seconds,
+    }
+    log.info("serving", extra={"fields": fields})  # the fields say it all, in either log format
+
+
 def serve(args: argparse.Namespace) -> int:
     from gateway.runtime.defaults import embedded
 
+    try:
+        log_to = log_settings(args)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     catch_all: Target | None = None
     try:
         if args.config:
@@ -193,7 +247,7 @@ def serve(args: argparse.Namespace) -> int:
         print("\n".join(announcement(config, catch_all, host, port)), file=sys.stderr, flush=True)
     from gateway.obs import logs
 
-    listener = logs.configure()
+    listener = logs.configure(*log_to)
     if catch_all is not None:
         vendors = ", ".join(sorted(config.vendors)) or "none (no vendor API key in the environment)"
         other = f"the local vLLM at {catch_all.base_url}"
@@ -202,13 +256,15 @@ def serve(args: argparse.Namespace) -> int:
         log.info("no config given: embedded default; model 'demo': mock; vendors: %s; other names: %s", vendors, other)
         if config.auth == "none":
             log.warning("open access: set LLM_GATEWAY_API_KEY or use a config file with teams and keys")
-    log.info("serving on http://%s:%d with %d worker(s)", host, port, workers)
+    start_summary(config, catch_all, host, port, workers)
     listener.stop()
     if workers == 1:
-        _worker(config, catch_all, host, port)
+        _worker(config, catch_all, host, port, log_to)
         return 0
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_worker, args=(config, catch_all, host, port), daemon=False) for _ in range(workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(config, catch_all, host, port, log_to), daemon=False) for _ in range(workers)
+    ]
     for p in procs:
         p.start()
 
@@ -264,25 +320,138 @@ def hash_key_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def admin_call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
-    """One admin API call (``gateway/web/admin.py``), its JSON answer printed."""
-    import json
-
+def admin_call(
+    args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any] | int:
+    """One admin API call (``gateway/web/admin.py``): its JSON answer, or an int exit code once the
+    failure has been said in one line on stderr."""
     import httpx
 
     key = args.admin_key or os.environ.get("LLM_GATEWAY_ADMIN_KEY")
     if not key:
         print("error: give --admin-key or set LLM_GATEWAY_ADMIN_KEY", file=sys.stderr)
         return 2
+    url = args.url.rstrip("/")
     try:
-        resp = httpx.request(
-            method, args.url.rstrip("/") + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10
-        )
+        resp = httpx.request(method, url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10)
     except httpx.HTTPError as exc:
-        print(f"error: {args.url}: {exc}", file=sys.stderr)
+        print(f"error: cannot reach {url}: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
-    print(json.dumps(resp.json(), indent=2))
-    return 0 if resp.is_success else 1
+    try:
+        answer = resp.json()
+    except ValueError:
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if resp.status_code == 401 and isinstance(error, dict) and error.get("type") == "admin_error":
+        print(f"error: invalid admin key (refused by {url})", file=sys.stderr)
+        return 1
+    if not resp.is_success or not isinstance(answer, dict):
+        said = error.get("message") if isinstance(error, dict) else None
+        print(f"error: {said or f'{url}{path} answered HTTP {resp.status_code}, not the admin API'}", file=sys.stderr)
+        return 1
+    return answer
+
+
+def iso(seconds: float | None, none: str = "-") -> str:
+    """A time as the CLI shows it: ISO 8601, UTC, to the second."""
+    if seconds is None:
+        return none
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, two blanks apart, a header line on top."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+def pairs(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def show(args: argparse.Namespace, answer: dict[str, Any] | int, render: Callable[[dict[str, Any]], str]) -> int:
+    """An admin answer as ``render`` lays it out for a person, or as JSON (``--json``) for scripts;
+    an int is the call's exit code, its error already said."""
+    if isinstance(answer, int):
+        return answer
+    import json
+
+    print(json.dumps(answer, indent=2) if args.json else render(answer))
+    return 0
+
+
+def key_state(key: dict[str, Any]) -> str:
+    if key.get("revoked"):
+        return "revoked"
+    expires = key.get("expires")
+    return "expired" if expires is not None and expires <= time.time() else "active"
+
+
+def render_keys(answer: dict[str, Any]) -> str:
+    keys = answer.get("keys", [])
+    if not keys:
+        return "no issued keys"
+    rows = [
+        [
+            k["id"],
+            k.get("name") or "-",
+            ",".join(k["teams"]),
+            iso(k["created"]),
+            iso(k["expires"], "never"),
+            key_state(k),
+        ]
+        for k in sorted(keys, key=lambda k: k.get("created") or 0)
+    ]
+    return table(["ID", "NAME", "TEAMS", "CREATED", "EXPIRES", "STATE"], rows)
+
+
+def render_new_key(answer: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"key: {answer['key']}",
+            "(shown once: store it now; the gateway keeps only its digest)",
+            f"id: {answer['id']}",
+            f"teams: {', '.join(answer['teams'])}",
+            f"expires: {iso(answer['expires'], 'never')}",
+        ]
+    )
+
+
+def render_revoked(answer: dict[str, Any]) -> str:
+    return f"revoked key {answer['id']} (teams: {', '.join(answer['teams'])})"
+
+
+def render_teams(answer: dict[str, Any]) -> str:
+    rows = [
+        [
+            t["id"],
+            ",".join(t["models"]) if t.get("models") is not None else "all",
+            pairs(t.get("limits") or {}),
+            pairs(t.get("key_limits") or {}),
+            f"{t['deadline']:g} s" if t.get("deadline") is not None else "-",
+            ",".join(t.get("static_keys") or []) or "-",
+        ]
+        for t in answer.get("teams", [])
+    ]
+    return table(["TEAM", "MODELS", "LIMITS", "KEY LIMITS", "DEADLINE", "STATIC KEYS"], rows) if rows else "no teams"
+
+
+def render_usage(answer: dict[str, Any]) -> str:
+    buckets = answer.get("buckets", [])
+    if not buckets:
+        return f"team {answer.get('team')}: no usage in that time"
+    rows = [
+        [
+            iso(b["start"]),
+            str(b["requests"]),
+            str(b["prompt_tokens"]),
+            str(b["completion_tokens"]),
+            " ".join(f"{kid}:{v.get('requests', 0)}" for kid, v in sorted(b.get("keys", {}).items())) or "-",
+        ]
+        for b in sorted(buckets, key=lambda b: b["start"])
+    ]
+    return table(["HOUR (UTC)", "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "REQUESTS BY KEY"], rows)
 
 
 def keys_cmd(args: argparse.Namespace) -> int:
@@ -290,16 +459,16 @@ def keys_cmd(args: argparse.Namespace) -> int:
         body: dict[str, Any] = {"teams": args.team, "name": args.name or ""}
         if args.expires_in:
             body["expires_in"] = args.expires_in
-        return admin_call(args, "POST", "/admin/keys", body)
+        return show(args, admin_call(args, "POST", "/admin/keys", body), render_new_key)
     if args.action == "revoke":
-        return admin_call(args, "DELETE", f"/admin/keys/{args.id}")
-    return admin_call(args, "GET", "/admin/keys")
+        return show(args, admin_call(args, "DELETE", f"/admin/keys/{args.id}"), render_revoked)
+    return show(args, admin_call(args, "GET", "/admin/keys"), render_keys)
 
 
 def teams_cmd(args: argparse.Namespace) -> int:
     if args.action == "usage":
-        return admin_call(args, "GET", f"/admin/teams/{args.team}/usage?hours={args.hours}")
-    return admin_call(args, "GET", "/admin/teams")
+        return show(args, admin_call(args, "GET", f"/admin/teams/{args.team}/usage?hours={args.hours}"), render_usage)
+    return show(args, admin_call(args, "GET", "/admin/teams"), render_teams)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -319,6 +488,18 @@ def parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long requests in flight may run on (default: LLM_GATEWAY_DRAIN_SECONDS, "
         "else config server.drain_seconds, else 30)",
     )
+    s.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        help="log lines as text (for a person) or JSON lines (for a collector) (default: "
+        "LLM_GATEWAY_LOG_FORMAT, else text when stderr is a terminal and json when it is not)",
+    )
+    s.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        help="the least severe level logged (default: LLM_GATEWAY_LOG_LEVEL, else INFO)",
+    )
     s.set_defaults(func=serve)
     c = sub.add_parser(
         "check-config",
@@ -333,6 +514,9 @@ def parser() -> argparse.ArgumentParser:
     admin = argparse.ArgumentParser(add_help=False)
     admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway (default: %(default)s)")
     admin.add_argument("--admin-key", help="the admin key (default: LLM_GATEWAY_ADMIN_KEY)")
+    admin.add_argument(
+        "--json", action="store_true", help="print the gateway's JSON answer, for scripts (default: a table)"
+    )
     k = sub.add_parser("keys", help="issue, list and revoke team API keys", parents=[admin])
     ks = k.add_subparsers(dest="action", required=True)
     create = ks.add_parser("create", parents=[admin], help="issue a key (printed once)")

@@ -1,4 +1,4 @@
-"""Structured logs: JSON lines written off the event loop by one writer thread.
+"""Structured logs: one line per record, JSON or text, written off the event loop by one writer thread.
 
 One writer thread formats and writes every line, in batches. The loop never wakes it: a request's
 line (``gateway.web.record``) is its whole dict of fields appended to a deque (the writer's Python
@@ -11,6 +11,13 @@ interleave. Until ``configure`` runs (an app embedded in tests), request lines g
 ``gateway.access`` logger instead. Lines wait at most ``FLUSH_SECONDS``; when stderr blocks for
 long, lines past ``MAX_PENDING`` are counted and dropped rather than held without bound.
 
+Two formats (``FORMATS``), one line per record either way: JSON for collectors, and text for a person
+at a terminal (time, level, logger, message, then the record's fields as ``key=value``). Both stamp
+``ts`` as ISO 8601 UTC with milliseconds, made by the writer thread from the float the record carries,
+and both keep a record's message capped and its traceback free of a request's content
+(``SafeFormatter``); the text format also escapes control characters, so that no message can start a
+line of its own, and indents a traceback's lines under its record.
+
 The writer is process-wide because the root logger is: ``configure`` runs once per process.
 """
 
@@ -18,10 +25,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import logging.handlers
+import re
 import sys
 import threading
+import time
 import traceback
 from typing import Any, TextIO
 
@@ -29,6 +39,9 @@ import pydantic
 import pydantic_core
 
 ACCESS_LOGGER = "gateway.access"
+AUDIT_LOGGER = "gateway.audit"
+FORMATS = ("json", "text")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 WRITE_BATCH = 256
 FLUSH_SECONDS = 0.05
 MAX_PENDING = 100_000
@@ -41,6 +54,81 @@ MAX_EXCEPTION_MESSAGE = 200  # characters of an exception's own message within a
 
 def _json(out: dict[str, Any]) -> str:
     return pydantic_core.to_json(out, fallback=str).decode()
+
+
+class _Clock:
+    """``iso_time``'s last second, formatted: lines come in bursts within one second, so most lines
+    cost an integer comparison and a string join, not a ``strftime``."""
+
+    second = -1
+    prefix = ""
+
+
+def iso_time(seconds: float) -> str:
+    """``2026-11-25T22:30:01.123Z``: UTC, milliseconds truncated (a line never claims a later time)."""
+    whole = int(seconds)
+    cached = _Clock.second, _Clock.prefix  # read together: another thread may format at the same time
+    if cached[0] == whole:
+        prefix = cached[1]
+    else:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+        _Clock.second, _Clock.prefix = whole, prefix
+    return f"{prefix}.{int((seconds - whole) * 1000):03d}Z"
+
+
+# Control characters (and Unicode's line breaks) written as escapes: a client's string must not end a
+# text line and start a forged one.
+_CONTROL = {i: f"\\x{i:02x}" for i in (*range(0x20), 0x7F, 0x85)} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+_CONTROL.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"})
+_BARE = re.compile(r"[^\s\"'=\\]+")  # a value written without quotes: no blank, quote, '=' or backslash
+
+
+def one_line(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, str):
+        return value if _BARE.fullmatch(value) and value.isprintable() else json.dumps(value)
+    if isinstance(value, bool | int | float):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) and _BARE.fullmatch(v) for v in value):
+        return ",".join(value) if value else "[]"
+    return one_line(pydantic_core.to_json(value, fallback=str).decode())  # lists, dicts: compact JSON
+
+
+_HEAD = frozenset({"ts", "level", "logger", "msg", "exc"})  # placed by ``text_line`` itself
+
+
+def text_line(fields: dict[str, Any]) -> str:
+    """A record's fields as one text line: time, level, logger and message, then the other fields as
+    ``key=value`` (absent ones left out), then the traceback's lines, indented."""
+    ts = fields.get("ts")
+    head = [
+        iso_time(ts) if isinstance(ts, float | int) else str(ts or iso_time(time.time())),
+        str(fields.get("level", "info")).upper().ljust(7),
+        str(fields.get("logger", "-")),
+    ]
+    message = fields.get("msg")
+    if message is None:
+        message = fields.get("event", "")
+    parts = [" ".join(head), one_line(str(message))]
+    for key, value in fields.items():
+        if key in _HEAD or value is None or (key == "event" and value == message):
+            continue
+        parts.append(f"{key}={_value(value)}")
+    line = " ".join(parts)
+    exc = fields.get("exc")
+    if exc:  # each line indented: nothing in a traceback can pass for a record of its own
+        line += "".join(f"\n    {one_line(x)}" for x in str(exc).splitlines())
+    return line
+
+
+def json_line(fields: dict[str, Any]) -> str:
+    ts = fields.get("ts")
+    if isinstance(ts, float | int):  # a request line's, as its record took it: formatted here, off the loop
+        fields["ts"] = iso_time(ts)
+    return _json(fields)
 
 
 def capped(text: str, limit: int) -> str:
@@ -75,32 +163,42 @@ def traceback_text(exc: BaseException) -> str:
 
 
 class SafeFormatter(logging.Formatter):
-    """Formats a record's message as the log line holds it: capped, and with a traceback that never
-    quotes a request's content (``traceback_text``). The queue handler uses it, so what reaches the
-    writer thread is already safe."""
+    """Formats a record's message as the log line holds it: capped, its traceback (``safe_exc`` on the
+    record, never quoting a request's content: ``traceback_text``) kept apart for the line's format to
+    place. The queue handler uses it, so what reaches the writer thread is already safe."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = capped(record.getMessage(), MAX_MESSAGE)
         if record.exc_info and record.exc_info[1] is not None:
-            message = f"{message}\n{traceback_text(record.exc_info[1])}"
-        return message
+            record.safe_exc = traceback_text(record.exc_info[1])
+        return capped(record.getMessage(), MAX_MESSAGE)
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A ``logging`` record as a line's fields. ``extra={"fields": {...}}`` adds structured ones (a
+    request's, an audit's); the message is left out when it only repeats their ``event``."""
+    out: dict[str, Any] = {"ts": record.created, "level": record.levelname.lower(), "logger": record.name}
+    message = capped(record.getMessage(), MAX_MESSAGE)
+    fields = getattr(record, "fields", None)
+    if fields is None or message != fields.get("event"):
+        out["msg"] = message
+    if fields is not None:
+        out.update(fields)
+    exc = getattr(record, "safe_exc", None)
+    if exc is None and record.exc_info and record.exc_info[1] is not None:  # not through the queue handler
+        exc = traceback_text(record.exc_info[1])
+    if exc is not None:
+        out["exc"] = exc
+    return out
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        fields = getattr(record, "fields", None)
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-        }
-        if fields is not None:
-            out.update(fields)
-        else:
-            out["msg"] = capped(record.getMessage(), MAX_MESSAGE)
-        if record.exc_info and record.exc_info[1] is not None:
-            out["exc"] = traceback_text(record.exc_info[1])
-        return _json(out)
+        return json_line(record_fields(record))
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return text_line(record_fields(record))
 
 
 class LogSink:
@@ -130,9 +228,9 @@ class LogSink:
 class LogWriter:
     """The thread that formats and writes what the sink holds, every ``FLUSH_SECONDS``."""
 
-    def __init__(self, sink: LogSink, stream: TextIO) -> None:
+    def __init__(self, sink: LogSink, stream: TextIO, fmt: str = "json") -> None:
         self.sink, self.stream = sink, stream
-        self.formatter = JsonFormatter()
+        self.line = text_line if fmt == "text" else json_line
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
 
@@ -149,10 +247,13 @@ class LogWriter:
 
     def _line(self, item: object) -> str:
         if isinstance(item, logging.LogRecord):
-            return self.formatter.format(item)
+            return self.line(record_fields(item))
         if isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
-            return _json(item)
+            return self.line(item)
         raise TypeError(f"not a log line: {type(item).__name__}")
+
+    def _own(self, level: str, message: str) -> str:
+        return self.line({"ts": time.time(), "level": level, "logger": "gateway.logs", "msg": message})
 
     def _drain(self) -> None:
         pending, sink = self.sink.lines, self.sink
@@ -163,10 +264,10 @@ class LogWriter:
                 try:
                     lines.append(self._line(item))
                 except Exception as exc:  # a bad record must not end logging
-                    lines.append(_json({"level": "error", "msg": f"log line dropped: {type(exc).__name__}"}))
+                    lines.append(self._own("error", f"log line dropped: {type(exc).__name__}"))
             if sink.dropped:
                 dropped, sink.dropped = sink.dropped, 0
-                lines.append(_json({"level": "warning", "msg": f"{dropped} log lines dropped: output blocked"}))
+                lines.append(self._own("warning", f"{dropped} log lines dropped: output blocked"))
             with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing left to tell
                 self.stream.write("\n".join(lines) + "\n")
                 self.stream.flush()
@@ -180,10 +281,21 @@ class LogWriter:
         self._drain()
 
 
-def configure(level: str = "INFO", stream: TextIO | None = None) -> LogWriter:
+def default_format(stream: TextIO) -> str:
+    """Text for a person at a terminal, JSON for everything else (a collector, a file, a pipe)."""
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):  # closed, or not a file
+        return "json"
+
+
+def configure(level: str = "INFO", stream: TextIO | None = None, fmt: str | None = None) -> LogWriter:
+    """Route every log line through one writer thread to ``stream`` (stderr) in ``fmt`` (``FORMATS``;
+    by default ``default_format``) from ``level`` up."""
     global _sink
+    stream = stream or sys.stderr
     sink = LogSink()
-    writer = LogWriter(sink, stream or sys.stderr)
+    writer = LogWriter(sink, stream, fmt or default_format(stream))
     root = logging.getLogger()
     handler = logging.handlers.QueueHandler(sink)  # type: ignore[arg-type]
     handler.setFormatter(SafeFormatter())  # formats in the logging thread, before the record is queued

@@ -7,11 +7,16 @@ answers 403 to everyone.
     DELETE /admin/keys/{id}               revoke (every replica within a second)
     GET    /admin/teams
     GET    /admin/teams/{team}/usage?hours=24
+
+Every change (a key issued or revoked) is logged as an audit line (``event: audit``): which admin
+credential made it (the first 8 hex of its key's SHA-256, never the key), the action, the key's id,
+teams and label. An issued key's secret is in the answer only, never in a log line.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -24,12 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
+from gateway.obs.logs import AUDIT_LOGGER, iso_time
 from gateway.policy.auth import hex_digest
 from gateway.policy.keystore import new_key
 from gateway.runtime.config import GatewayConfig
 from gateway.web.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+audit_log = logging.getLogger(AUDIT_LOGGER)
+ADMIN_ID_HEX = 8  # of the admin key's SHA-256: names the credential in audit lines, reveals nothing of it
 
 
 class NewKey(BaseModel):
@@ -76,6 +84,12 @@ def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) 
     return wrapped
 
 
+def audit(request: web.Request, action: str, **fields: object) -> None:
+    """One audit line: who (the admin credential's id), what, on which key. Callers pass no secret."""
+    who = request.app[ADMIN_DIGEST][:ADMIN_ID_HEX]
+    audit_log.info("audit", extra={"fields": {"event": "audit", "admin": who, "action": action, **fields}})
+
+
 async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     try:
         spec = NewKey.model_validate_json(await request.read())
@@ -87,6 +101,8 @@ async def create_key(request: web.Request, gw: Gateway) -> web.Response:
         return problem(400, f"unknown team {unknown[0]!r}")
     key, record = new_key(spec.teams, spec.name, spec.expires_in)
     await gw.auth.store.put(record)
+    expires = iso_time(record.expires) if record.expires is not None else None
+    audit(request, "key.create", key_id=record.id, teams=record.teams, name=record.name or None, expires=expires)
     return reply({"key": key, **record.public()}, 201)
 
 
@@ -98,8 +114,10 @@ async def revoke_key(request: web.Request, gw: Gateway) -> web.Response:
     record = await gw.auth.store.get(request.match_info["key_id"])
     if record is None:
         return problem(404, "no such key")
+    already = record.revoked
     record.revoked = True
     await gw.auth.store.put(record)
+    audit(request, "key.revoke", key_id=record.id, teams=record.teams, already_revoked=already or None)
     return reply(record.public())
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -153,9 +154,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
     await connect_redis(gw)
     await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
-    await ops.probe(gw)
-    for name, ok in sorted(gw.ready.items()):
-        log.info("target %s: %s", name, "reachable" if ok else "unreachable")
+    await ops.probe(gw)  # which logs each target's reachability, as it does every change of it
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
         asyncio.create_task(metrics.flusher(), name="metrics-flusher"),
@@ -198,6 +197,10 @@ async def _drain(app: web.Application) -> None:
     gw = app[GATEWAY]
     gw.draining = True
     seconds = gw.config.server.drain_seconds
-    log.info("draining: %d request(s) in flight, up to %.0f s", len(gw.in_flight.tasks), seconds)
+    in_flight = len(gw.in_flight.tasks)
+    log.info("draining: %d request(s) in flight, up to %g s", in_flight, seconds)
+    started = time.monotonic()
     cut = await gw.in_flight.drain(seconds, CUT_SECONDS)
-    log.info("drained%s", f": {cut} request(s) cut at the drain's end" if cut else "")
+    took = round(time.monotonic() - started, 3)
+    fields = {"event": "shutdown", "in_flight": in_flight, "cut": cut, "drain_seconds": took}
+    log.info("shut down", extra={"fields": fields})  # the shutdown summary, once per worker

@@ -157,7 +157,7 @@ class RequestLog:
         if not self.logger.isEnabledFor(logging.INFO):
             return
         fields: dict[str, object] = {
-            "ts": round(self.wall or time.time(), 3),
+            "ts": self.wall or time.time(),  # the writer thread makes it ISO 8601 (``logs.json_line``)
             "level": "info",
             "logger": logs.ACCESS_LOGGER,
             "event": "request",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -310,3 +311,67 @@ def test_every_option_says_what_it_does_and_its_default() -> None:
     assert checked > 10
     usage = next(c for c in commands(parser()) if c.prog.endswith("teams usage"))
     assert "(default: 24)" in " ".join(usage.format_help().split())
+
+
+ADMIN = "admin-key-for-cli-tests"
+TEAM_CONFIG = "models: [{name: m, aliases: [m-alias], targets: [{provider: mock}]}]\nteams: [{id: t}, {id: u}]\n"
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
+
+async def test_text_logs_open_with_one_summary_line_and_end_with_one(serve: Any, tmp_path: Path) -> None:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(TEAM_CONFIG)
+    url, proc = await serve(
+        ["--config", str(cfg), "--log-format", "text", "--drain-seconds", "7"], {"LLM_GATEWAY_ADMIN_KEY": ADMIN}
+    )
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    lines = err.decode().splitlines()
+    assert not any(line.startswith("{") for line in lines), lines
+    (summary,) = [line for line in lines if " serving " in line]
+    assert re.fullmatch(rf"{STAMP} INFO    gateway serving event=start listen={url} .*", summary), summary
+    for field in ("models=m,m-alias", "model_count=1", "teams=2", "redis=none", "workers=1", "drain_seconds=7.0"):
+        assert f" {field}" in summary, (field, summary)
+    (shutdown,) = [line for line in lines if " shut down " in line]
+    assert re.fullmatch(rf"{STAMP} INFO    gateway shut down event=shutdown in_flight=0 cut=0 .*", shutdown)
+    assert ADMIN not in err.decode()
+
+
+async def test_admin_actions_are_audited_and_the_cli_shows_tables_or_json(serve: Any, tmp_path: Path) -> None:
+    """Key create and revoke through the admin API each log one audit line naming the admin credential
+    by its digest's first 8 hex, never the admin key nor the issued secret; ``keys list`` is a table,
+    or the gateway's JSON with ``--json``; a wrong admin key is said in those words."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(TEAM_CONFIG)
+    url, proc = await serve(["--config", str(cfg), "--log-format", "json"], {"LLM_GATEWAY_ADMIN_KEY": ADMIN})
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    async with aiohttp.ClientSession() as session:
+        body = {"teams": ["t", "u"], "name": "ci bot"}
+        async with session.post(url + "/admin/keys", json=body, headers=headers) as resp:
+            assert resp.status == 201, await resp.text()
+            issued = await resp.json()
+    admin_env = {"LLM_GATEWAY_ADMIN_KEY": ADMIN}
+    listed = await asyncio.to_thread(cli, ["keys", "list", "--url", url], admin_env)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "TEAMS", "CREATED", "EXPIRES", "STATE"]
+    assert row.startswith(issued["id"]) and "ci bot" in row and " t,u " in row and row.endswith("active")
+    assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +never ", row), row
+    as_json = await asyncio.to_thread(cli, ["keys", "list", "--url", url, "--json"], admin_env)
+    assert json.loads(as_json.stdout)["keys"] == [{k: v for k, v in issued.items() if k != "key"}]
+    revoked = await asyncio.to_thread(cli, ["keys", "revoke", issued["id"], "--url", url], admin_env)
+    assert revoked.stdout == f"revoked key {issued['id']} (teams: t, u)\n", revoked.stderr
+    wrong = await asyncio.to_thread(cli, ["keys", "list", "--url", url], {"LLM_GATEWAY_ADMIN_KEY": "not-it"})
+    assert (wrong.returncode, wrong.stdout) == (1, "")
+    assert wrong.stderr == f"error: invalid admin key (refused by {url})\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    text = err.decode()
+    audits = [line for line in map(json.loads, text.splitlines()) if line.get("event") == "audit"]
+    who = hash_key(ADMIN)[:8]
+    assert [(a["action"], a["admin"], a["key_id"], a["teams"]) for a in audits] == [
+        ("key.create", who, issued["id"], ["t", "u"]),
+        ("key.revoke", who, issued["id"], ["t", "u"]),
+    ]
+    assert all(a["logger"] == "gateway.audit" and re.fullmatch(STAMP, a["ts"]) for a in audits)
+    assert issued["key"] not in text and issued["key"].rsplit("_", 1)[1] not in text and ADMIN not in text

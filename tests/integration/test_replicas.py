@@ -149,7 +149,7 @@ async def test_cli_keys_create_and_list(fleet: Any) -> None:
     env = {**os.environ, "LLM_GATEWAY_ADMIN_KEY": ADMIN}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "gateway", "keys", *args, "--url", url]
+        cmd = [sys.executable, "-m", "gateway", "keys", *args, "--url", url, "--json"]
         return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=30)
 
     created = await asyncio.to_thread(cli, "create", "--team", "team1")

@@ -1,6 +1,7 @@
 """The log writer: request lines and ordinary log calls reach the output in order, within the flush
 interval and at shutdown, without a thread wake-up per line; a blocked output drops and counts lines
-instead of holding them without bound."""
+instead of holding them without bound. Both formats, JSON and text, stamp ISO 8601 UTC times with
+milliseconds and keep a line bounded, one record to a line, and free of a request's content."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import asyncio
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 
+import pydantic
 import pytest
 
 from gateway.obs import logs
@@ -131,7 +134,7 @@ async def test_a_request_is_timed_when_it_ends_not_when_its_batch_is_done() -> N
         writer.stop()
     (line,) = lines_of(out.getvalue())
     assert line["duration_ms"] == round((ended - log.started) * 1000, 3) < 50
-    assert line["ts"] == round(wall, 3)
+    assert line["ts"] == logs.iso_time(wall)
 
 
 async def test_one_record_that_cannot_be_logged_does_not_lose_its_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,3 +151,104 @@ async def test_one_record_that_cannot_be_logged_does_not_lose_its_batch(monkeypa
         RequestLog(backlog, logging.getLogger(logs.ACCESS_LOGGER), rid, "openai").close()
     backlog.drain()
     assert emitted == ["a", "b"] and backlog.timer is None
+
+
+ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+CANARY = "PROMPT-CANARY-7f3a"
+
+
+def test_times_are_iso_8601_utc_with_milliseconds_never_rounded_up() -> None:
+    assert logs.iso_time(0.0) == "1970-01-01T00:00:00.000Z"
+    assert logs.iso_time(1795645801.1239) == "2026-11-25T22:30:01.123Z"
+    assert logs.iso_time(1795645801.9999) == "2026-11-25T22:30:01.999Z"  # not :02.000
+    assert logs.iso_time(1795645802.0) == "2026-11-25T22:30:02.000Z"  # the cached second moves on
+
+
+def test_json_lines_carry_iso_times_for_requests_and_log_calls() -> None:
+    out = io.StringIO()
+    writer = logs.configure("INFO", out, "json")
+    try:
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid-j", "openai").emit()
+        logging.getLogger("gateway.test").info("hello")
+    finally:
+        writer.stop()
+    request, call = lines_of(out.getvalue())
+    assert ISO_MS.fullmatch(str(request["ts"])) and ISO_MS.fullmatch(str(call["ts"]))
+    assert request["event"] == "request" and call["msg"] == "hello"
+
+
+def test_text_lines_read_time_level_logger_message_then_fields() -> None:
+    out = io.StringIO()
+    writer = logs.configure("INFO", out, "text")
+    try:
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid-t", "openai").emit()
+        logging.getLogger("gateway.test").warning("disk %s", "full")
+        fields = {"event": "audit", "admin": "ab12cd34", "teams": ["a", "b"], "name": "two words", "gone": None}
+        logging.getLogger(logs.AUDIT_LOGGER).info("audit", extra={"fields": fields})
+    finally:
+        writer.stop()
+    request, call, audit = out.getvalue().splitlines()
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert re.fullmatch(rf"{stamp} INFO    gateway\.access request request_id=rid-t dialect=openai .*", request)
+    assert " status=200 " in request and " duration_ms=" in request and "team=" not in request  # None: left out
+    assert re.fullmatch(rf"{stamp} WARNING gateway\.test disk full", call)
+    assert audit.endswith('gateway.audit audit admin=ab12cd34 teams=a,b name="two words"'), audit
+
+
+def test_the_default_format_is_text_at_a_terminal_and_json_elsewhere() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert logs.default_format(Terminal()) == "text"
+    assert logs.default_format(io.StringIO()) == "json"
+    out = io.StringIO()
+    writer = logs.configure("INFO", out)
+    try:
+        logging.getLogger("gateway.test").info("to a pipe")
+    finally:
+        writer.stop()
+    assert lines_of(out.getvalue())[0]["msg"] == "to a pipe"
+
+
+def test_the_level_filters_in_either_format() -> None:
+    out = io.StringIO()
+    writer = logs.configure("WARNING", out, "text")
+    try:
+        logging.getLogger("gateway.test").info("not shown")
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid-quiet", "openai").emit()
+        logging.getLogger("gateway.test").warning("shown")
+    finally:
+        writer.stop()
+    (line,) = out.getvalue().splitlines()
+    assert line.endswith("gateway.test shown")
+
+
+class Body(pydantic.BaseModel):
+    prompt: int
+
+
+def test_text_lines_stay_one_record_a_line_capped_and_free_of_request_content() -> None:
+    """A client's newline cannot forge a record; a traceback's lines are indented under its own record
+    and name where validation failed, not the prompt; a huge message is capped as in JSON."""
+    out = io.StringIO()
+    writer = logs.configure("INFO", out, "text")
+    forged = "m\n2026-11-25T22:30:01.123Z ERROR   gateway forged\u2028line"
+    try:
+        logging.getLogger("gateway.test").warning("model %s unknown", forged)
+        try:
+            Body.model_validate({"prompt": CANARY * 3})
+        except pydantic.ValidationError:
+            logging.getLogger("gateway.test").exception("parsing failed")
+        logging.getLogger("gateway.test").warning("model %s unknown", "m" * 5_000_000)
+        RequestLog(Backlog(), logging.getLogger(logs.ACCESS_LOGGER), "rid\nforged=1", "openai").emit()
+    finally:
+        writer.stop()
+    text = out.getvalue()
+    records = [line for line in text.splitlines() if not line.startswith(" ")]
+    assert len(records) == 4 and all(ISO_MS.match(line) for line in records)
+    assert "m\\n2026-11-25T22:30:01.123Z ERROR   gateway forged\\u2028line unknown" in records[0]
+    assert records[1].endswith("parsing failed") and "validation error(s) at prompt" in text
+    assert CANARY not in text
+    assert len(records[2]) < logs.MAX_MESSAGE + 200 and "more characters" in records[2]
+    assert 'request_id="rid\\nforged=1"' in records[3]
