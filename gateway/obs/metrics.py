@@ -125,15 +125,33 @@ def exposition() -> tuple[bytes, str]:
 # --- tallies ------------------------------------------------------------------------------------
 
 
+class Tallies:
+    """The tallies one owner flushes: an app's (its requests' series and in-flight levels, made by
+    ``gateway.web.record``), or ``PROCESS``'s, for the process-wide figures declared below (Redis, the
+    limits), whose metrics are the process's as prometheus-client's registry is."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[CountTally | LevelTally] = []
+
+    def flush(self) -> None:
+        for tally in self.items:
+            tally.flush()
+
+
+PROCESS = Tallies()
+
+
 class CountTally:
     """Increments of one counter child: ``n += amount`` on the hot path."""
 
     __slots__ = ("_child", "n")
 
-    def __init__(self, child: Counter) -> None:
+    def __init__(self, child: Counter, owner: Tallies = PROCESS) -> None:
         self._child = child
         self.n: float = 0
-        _TALLIES.append(self)
+        owner.items.append(self)
 
     def flush(self) -> None:
         if self.n:
@@ -146,11 +164,11 @@ class LevelTally:
 
     __slots__ = ("_child", "_shown", "n")
 
-    def __init__(self, child: Gauge) -> None:
+    def __init__(self, child: Gauge, owner: Tallies = PROCESS) -> None:
         self._child = child
         self.n = 0
         self._shown = 0
-        _TALLIES.append(self)
+        owner.items.append(self)
 
     def flush(self) -> None:
         if self.n != self._shown:
@@ -171,20 +189,19 @@ class HistogramTally:
         self._child.observe(value)
 
 
-_TALLIES: list[CountTally | LevelTally] = []
+def flush(*owned: Tallies) -> None:
+    """The process's tallies and ``owned`` (an app's) into prometheus-client's values; on the event
+    loop that updates them."""
+    PROCESS.flush()
+    for tallies in owned:
+        tallies.flush()
 
 
-def flush() -> None:
-    """Every tally into prometheus-client's values; on the event loop that updates them."""
-    for tally in _TALLIES:
-        tally.flush()
-
-
-async def flusher() -> None:
+async def flusher(*owned: Tallies) -> None:
     """Other workers' scrapes read this one's values from its files: at most a second behind."""
     while True:
         await asyncio.sleep(FLUSH_SECONDS)
-        flush()
+        flush(*owned)
 
 
 # Updated per request or per Redis round trip outside ``gateway.obs.logs``.

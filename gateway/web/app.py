@@ -157,7 +157,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await ops.probe(gw)  # which logs each target's reachability, as it does every change of it
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
-        asyncio.create_task(metrics.flusher(), name="metrics-flusher"),
+        asyncio.create_task(metrics.flusher(*gw.tallies()), name="metrics-flusher"),
     ]
     async with admission_running(gw.admission):
         yield
@@ -167,7 +167,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     gw.backlog.drain()
-    metrics.flush()
+    metrics.flush(*gw.tallies())
     try:
         await asyncio.gather(*(u.close() for u in gw.models.upstreams()))
     finally:

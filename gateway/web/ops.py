@@ -164,7 +164,8 @@ async def metrics(request: web.Request) -> web.Response:
             text="the metrics token is required",
             headers={"WWW-Authenticate": 'Bearer realm="llm-gateway-metrics"'},
         )
-    request.app[GATEWAY].backlog.drain()  # the requests that ended since the last batch count too
-    flush()  # this worker's tallies, on the loop that keeps them; the rendering, off it
+    gw = request.app[GATEWAY]
+    gw.backlog.drain()  # the requests that ended since the last batch count too
+    flush(*gw.tallies())  # this worker's tallies, on the loop that keeps them; the rendering, off it
     body, content_type = await asyncio.to_thread(exposition)
     return web.Response(body=body, headers={"Content-Type": content_type})

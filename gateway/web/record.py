@@ -33,14 +33,14 @@ class _Series:
 
     __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
 
-    def __init__(self, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
-        self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome))
+    def __init__(self, owner: m.Tallies, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
+        self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome), owner)
         self.duration = m.HistogramTally(m.DURATION.labels(dialect, model))
         self.overhead = m.HistogramTally(m.OVERHEAD_SECONDS.labels(dialect))
         self.ttft = m.HistogramTally(m.TTFT.labels(dialect, model))
         self.inter_token = m.HistogramTally(m.INTER_TOKEN.labels(model))
-        self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"))
-        self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"))
+        self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"), owner)
+        self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"), owner)
 
 
 class RequestLog:
@@ -191,7 +191,7 @@ class RequestLog:
         key = (self.dialect, model, provider, team, outcome)
         series = self.backlog.series.get(key)
         if series is None:
-            series = self.backlog.series[key] = _Series(*key)
+            series = self.backlog.series[key] = _Series(self.backlog.tallies, *key)
         series.requests.n += 1
         series.duration.observe(duration)
         series.overhead.observe(overhead)
@@ -217,11 +217,12 @@ class Backlog:
     """Ended requests waiting for their lines and metrics, done in one batch per ``BACKLOG_SECONDS``
     (one loop timer per batch, armed by its first request), or sooner by ``drain``."""
 
-    __slots__ = ("items", "series", "timer")
+    __slots__ = ("items", "series", "tallies", "timer")
 
     def __init__(self) -> None:
         self.items: list[RequestLog] = []
         self.series: dict[SeriesKey, _Series] = {}  # resolved metric children, by label set
+        self.tallies = m.Tallies()  # theirs, flushed by the app that owns this backlog
         self.timer: asyncio.TimerHandle | None = None
 
     def add(self, log: RequestLog) -> None:
@@ -247,10 +248,11 @@ class InFlight:
     a tally per route would set the one gauge child from each in turn), and the tasks serving them,
     which a drain waits for and, at its end, cuts."""
 
-    __slots__ = ("idle", "levels", "tasks")
+    __slots__ = ("idle", "levels", "tallies", "tasks")
 
     def __init__(self) -> None:
         self.levels: dict[str, m.LevelTally] = {}
+        self.tallies = m.Tallies()
         self.tasks: set[asyncio.Task[object]] = set()
         self.idle: asyncio.Event | None = None  # made by a drain; set when the last request ends
 
@@ -280,7 +282,7 @@ class InFlight:
 
     def level(self, dialect: str) -> m.LevelTally:
         if dialect not in self.levels:
-            self.levels[dialect] = m.LevelTally(m.IN_FLIGHT.labels(dialect))
+            self.levels[dialect] = m.LevelTally(m.IN_FLIGHT.labels(dialect), self.tallies)
         return self.levels[dialect]
 
     def busy(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.limits.admission import Admission
+from gateway.obs.metrics import Tallies
 from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
@@ -32,6 +33,10 @@ class Gateway:
     backlog: Backlog = field(default_factory=Backlog)  # ended requests awaiting their log lines and metrics
     in_flight: InFlight = field(default_factory=InFlight)
     draining: bool = False  # set on shutdown: /ready says 503, requests cut at the drain's end say why
+
+    def tallies(self) -> tuple[Tallies, ...]:
+        """This app's metric tallies, for its flushes (the process's own are flushed with them)."""
+        return self.backlog.tallies, self.in_flight.tallies
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -39,21 +39,36 @@ def test_a_histogram_tally_fills_the_same_buckets_and_sum_as_observe() -> None:
 
 def test_a_count_tally_adds_its_increments_once() -> None:
     direct, child, tallied, other = pair(Counter)
-    tally = CountTally(other)
+    owner = metrics.Tallies()
+    tally = CountTally(other, owner)
     for n in (1, 5, 2):
         child.inc(n)
         tally.n += n
-    metrics.flush()
-    metrics.flush()
+    metrics.flush(owner)
+    metrics.flush(owner)
     assert exposition(tallied) == exposition(direct)
 
 
 @pytest.mark.parametrize("moves", [[1, 1, -1], [1, -1], [3, -1, -1, -1]])
 def test_a_level_tally_sets_the_gauge_to_its_level(moves: list[int]) -> None:
     direct, child, tallied, other = pair(Gauge)
-    tally = LevelTally(other)
+    owner = metrics.Tallies()
+    tally = LevelTally(other, owner)
     for n in moves:
         child.inc(n)
         tally.n += n
-    metrics.flush()
+    metrics.flush(owner)
     assert exposition(tallied) == exposition(direct)
+
+
+def test_an_apps_tallies_are_its_own() -> None:
+    """Two apps in one process (tests) keep their tallies apart: one's flush leaves the other's
+    figures alone, and neither lands in the process-wide list."""
+    *_, other = pair(Counter)
+    first, second = metrics.Tallies(), metrics.Tallies()
+    tally = CountTally(other, first)
+    tally.n += 3
+    metrics.flush(second)
+    assert tally.n == 3 and tally not in metrics.PROCESS.items
+    metrics.flush(first)
+    assert tally.n == 0
