@@ -1,9 +1,9 @@
 """FriendliAI, current and 2024 generations (dialects.md §2, clients.md §3-4).
 
-Answers carry what Friendli's SDKs require: ``choices[].seed`` and ``choices[].tokens`` (friendli
-0.16 and friendli-client 1.5 both fail validation without them), stream chunks carry the sampled
-``token``. A request carrying any 2024-only key (friendli-client sends them all, as ``null``) gets
-the 2024 stream: ``token_sampled`` lines, then one ``complete`` line with the whole answer.
+A request carrying any 2024-only key (friendli-client sends them all, as ``null``) is answered by the
+2024 dialect, whose completion stream is friendli-client's. The bodies are in ``schema``, their
+parsing in ``parse``, answers and errors in ``render``, the upstream side in ``egress``; this module
+builds the two dialects from them.
 """
 
 from __future__ import annotations
@@ -11,57 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.core.errors import DeadlineExceeded, GatewayError
+from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
-from gateway.core.response import Accumulator, Completion, Delta, StreamEvent
-from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import DONE, sse
+from gateway.core.response import Completion
+from gateway.dialects.base import ErrorReply, StreamEncoder
 from gateway.dialects.friendli.parse import parse_chat, parse_completion
+from gateway.dialects.friendli.render import STYLE, STYLE_STREAM, Legacy2024Encoder, error_reply
 from gateway.dialects.friendli.schema import LEGACY_FIELDS
-from gateway.dialects.openai.render import ChunkEncoder, Style, error_object, render
+from gateway.dialects.openai.render import ChunkEncoder
+from gateway.dialects.openai.render import render as render_openai
 
 JSON = Any
-
-# Friendli knows only stop|length for completions (dialects.md §6.12); chat adds tool_calls.
-STYLE = Style(token_ids=True, seed=True, usage_details=True, finish={"content_filter": "stop", "abort": "stop"})
-
-
-def error_envelope(err: GatewayError) -> JSON:
-    # Third-party Friendli clients read a top-level ``message``, others OpenAI's ``error.message``
-    # (dialects.md §2.8): send both.
-    return {"message": err.message, "error": error_object(err)}
-
-
-class Legacy2024Encoder:
-    """friendli-client's completion stream: it ``json.loads`` every line, needs ``event`` and
-    ``token`` on each, and stops at the first line that parses as a whole ``Completion``."""
-
-    def __init__(self, req: InternalRequest) -> None:
-        self.req = req
-        self.acc = Accumulator()
-
-    def event(self, ev: StreamEvent) -> bytes:
-        self.acc.add(ev)
-        if not isinstance(ev, Delta) or not (ev.text or ev.token_ids):
-            return b""
-        token = ev.token_ids[-1] if ev.token_ids else None
-        return sse({"event": "token_sampled", "index": ev.index, "text": ev.text, "token": token})
-
-    def end(self) -> bytes:
-        body = render(STYLE, self.req, self.acc.completion())
-        body["event"] = "complete"
-        return sse(body) + DONE
-
-    def error(self, err: GatewayError) -> bytes:
-        return sse({"event": "error", "token": None, **error_envelope(err)})
-
-
-STYLE_STREAM = Style(
-    token_ids=True,
-    usage_details=True,
-    finish=STYLE.finish,
-    stream_error=error_envelope,
-)
 
 
 class FriendliDialect:
@@ -85,7 +45,7 @@ class FriendliDialect:
         return parse_chat(body, flavour)
 
     def render(self, request: InternalRequest, completion: Completion) -> JSON:
-        return render(STYLE, request, completion)
+        return render_openai(STYLE, request, completion)
 
     def encoder(self, request: InternalRequest) -> StreamEncoder:
         if self.legacy and request.operation is Operation.COMPLETION:
@@ -93,9 +53,7 @@ class FriendliDialect:
         return ChunkEncoder(STYLE_STREAM, request)
 
     def error(self, err: GatewayError) -> ErrorReply:
-        # Friendli answers an expired ``timeout_microseconds`` with 429 (seed 002).
-        status = 429 if isinstance(err, DeadlineExceeded) else err.status
-        return ErrorReply(status, error_envelope(err), retry_headers(err))
+        return error_reply(err)
 
 
 FRIENDLI = FriendliDialect(legacy=False)

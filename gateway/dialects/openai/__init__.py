@@ -1,7 +1,9 @@
 """OpenAI: the baseline dialect (dialects.md §1, clients.md §2), both ways.
 
-Ingress: ``parse`` and ``render``; egress: ``egress.encode`` and ``egress.decode`` (the same shapes,
-read and written by the OpenAI-compatible upstream adapter).
+The bodies are in ``schema``, their parsing in ``parse``, answers and errors in ``render`` (with
+``relay``: upstream chunks passed through, retouched in bytes), the upstream side (the same shapes,
+read and written by the OpenAI-compatible upstream adapter) in ``egress``; this module builds the
+dialect from them.
 
 ``/v1/completions`` and ``/v1/chat/completions`` are shared with friendli-client, the Friendli
 container SDK and both OctoAI SDKs; ``select`` recognises them by their body keys and SDK headers
@@ -18,36 +20,11 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Completion
 from gateway.dialects.base import Dialect, ErrorReply, StreamEncoder
 from gateway.dialects.openai import parse as request_codec
-from gateway.dialects.openai.render import OPENAI_STYLE, ChunkEncoder, openai_error, render
+from gateway.dialects.openai.render import OPENAI_STYLE, ChunkEncoder, openai_error
+from gateway.dialects.openai.render import render as render_openai
+from gateway.dialects.openai.schema import FRIENDLI_KEYS, OCTOAI_KEYS
 
 JSON = Any
-
-FRIENDLI_KEYS = frozenset(
-    {
-        "tokens",
-        "max_total_tokens",
-        "min_total_tokens",
-        "stop_tokens",
-        "eos_token",
-        "bad_word_tokens",
-        "no_repeat_ngram",
-        "encoder_repetition_penalty",
-        "encoder_no_repeat_ngram",
-        "forced_output_tokens",
-        "token_index_to_replace",
-        "embedding_to_replace",
-        "xtc_threshold",
-        "xtc_probability",
-        # the 2024 generation's keys, which friendli-client always sends (as null)
-        "timeout_microseconds",
-        "num_beams",
-        "beam_search_type",
-        "include_output_logits",
-        "include_output_logprobs",
-        "generation_offset",
-    }
-)
-OCTOAI_KEYS = frozenset({"peft", "loglikelihood", "log_prompt"})
 
 
 class OpenAIDialect:
@@ -75,7 +52,7 @@ class OpenAIDialect:
         return request_codec.parse(operation, body)
 
     def render(self, request: InternalRequest, completion: Completion) -> JSON:
-        return render(OPENAI_STYLE, request, completion)
+        return render_openai(OPENAI_STYLE, request, completion)
 
     def encoder(self, request: InternalRequest) -> StreamEncoder:
         return ChunkEncoder(OPENAI_STYLE, request)

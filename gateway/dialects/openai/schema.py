@@ -193,3 +193,33 @@ PLATFORM_FIELDS = (
     "prompt_cache_key",
     "safety_identifier",
 )
+
+
+# Body keys that only other SDKs send on the shared ``/v1`` paths (dialects.md §7): ``select`` hands
+# such a body to that dialect.
+FRIENDLI_KEYS = frozenset(
+    {
+        "tokens",
+        "max_total_tokens",
+        "min_total_tokens",
+        "stop_tokens",
+        "eos_token",
+        "bad_word_tokens",
+        "no_repeat_ngram",
+        "encoder_repetition_penalty",
+        "encoder_no_repeat_ngram",
+        "forced_output_tokens",
+        "token_index_to_replace",
+        "embedding_to_replace",
+        "xtc_threshold",
+        "xtc_probability",
+        # the 2024 generation's keys, which friendli-client always sends (as null)
+        "timeout_microseconds",
+        "num_beams",
+        "beam_search_type",
+        "include_output_logits",
+        "include_output_logprobs",
+        "generation_offset",
+    }
+)
+OCTOAI_KEYS = frozenset({"peft", "loglikelihood", "log_prompt"})

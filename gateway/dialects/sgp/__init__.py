@@ -1,286 +1,24 @@
 """Scale GenAI Platform: ``/v4/beta`` (seed 001, scale-gp 0.1.0a58/a62) and ``/v5`` (scale-gp-beta).
 
 Quirks honoured (dialects.md §3, clients.md §5): ``x-api-key`` auth and ``x-selected-account-id``;
-``vendor/model[/deployment]`` names (resolved by routing); three max-token synonyms collapsed with a
-documented precedence; ``logprobs`` as bool (a58) or int (a62); streams never end with ``[DONE]``
-(every SGP SDK ``json.loads`` it and fails); FastAPI error bodies (``detail``); a mid-stream error
-as ``event: error`` (scale-gp raises on it) followed by an in-band ``error`` chunk (scale-gp-beta
-skips named events but yields the chunk).
+``vendor/model[/deployment]`` names (resolved by routing). The bodies are in ``schema``, their parsing
+in ``parse``, answers and errors in ``render``, the upstream side in ``egress``; this module builds
+the two dialects from them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field
-
-from gateway.core import caps
-from gateway.core.errors import GatewayError, InvalidRequest, RequestError
-from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.dialects.base import ErrorReply, StreamEncoder, retry_headers
-from gateway.dialects.common import (
-    Bias,
-    Body,
-    Choices,
-    FeatureSet,
-    Logprobs,
-    Name,
-    Objects,
-    Penalty,
-    Seed,
-    Temperature,
-    Texts,
-    TokenCount,
-    TopK,
-    Unit,
-    choice_cap,
-    dumps,
-    stop_list,
-    validate,
-    without,
-)
-from gateway.dialects.openai import parse as oai
-from gateway.dialects.openai.render import ChunkEncoder, Style, render
-from gateway.dialects.openai.schema import STREAM_FORMAT, ChatBody, ResponseFormat
+from gateway.core.errors import GatewayError
+from gateway.core.request import InternalRequest, Operation
+from gateway.dialects.base import ErrorReply, StreamEncoder
+from gateway.dialects.openai.render import render as render_openai
+from gateway.dialects.sgp.parse import parse_chat, parse_completion
+from gateway.dialects.sgp.render import SGPEncoder, error_reply, style_for
+from gateway.dialects.sgp.schema import SGPChatBody, SGPCompletionBody
 
 JSON = Any
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "host", "content-length"})
-
-
-class Guided(Body):
-    guided_json: dict[str, JSON] | None = None
-    guided_regex: str | None = None
-    guided_choice: Texts | None = None
-    guided_grammar: str | None = None
-    include_stop_str_in_output: bool | None = None
-    top_k: TopK | None = None
-    inference_timeout: Annotated[float, Field(gt=0, le=caps.MAX_TIMEOUT_S)] | Name | None = None
-    inference_extra_params: dict[str, JSON] | None = None
-    inference_extra_headers: dict[str, str] | None = None
-
-
-class SGPCompletionBody(Guided):
-    model: Name
-    prompt: str | Texts
-    max_tokens: TokenCount | None = None
-    max_completion_tokens: TokenCount | None = None
-    max_new_tokens: TokenCount | None = None
-    temperature: Temperature | None = None
-    top_p: Unit | None = None
-    stop: str | Texts | None = None
-    stop_sequences: Texts | None = None
-    presence_penalty: Penalty | None = None
-    frequency_penalty: Penalty | None = None
-    logit_bias: dict[str, Bias] | None = None
-    logprobs: bool | Logprobs | None = None
-    top_logprobs: Logprobs | None = None
-    return_token_log_probs: bool | None = None
-    n: Choices | None = None
-    best_of: Choices | None = None
-    echo: bool | None = None
-    seed: Seed | None = None
-    suffix: str | None = None
-    user: Name | None = None
-    response_format: ResponseFormat | None = None
-    stream: bool | None = None
-    stream_options: dict[str, JSON] | None = None
-    tools: Objects | None = None
-    tool_choice: Name | dict[str, JSON] | None = None
-    parallel_tool_calls: bool | None = None
-    audio: dict[str, JSON] | None = None
-    modalities: Texts | None = None
-    prediction: dict[str, JSON] | None = None
-
-
-class SGPChatBody(ChatBody, Guided):
-    guided_decoding_backend: Name | None = None
-    guided_whitespace_pattern: str | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, JSON] | None = None
-    memory_strategy: dict[str, JSON] | None = None
-
-
-def max_new_tokens(b: SGPCompletionBody) -> int | None:
-    """Precedence max_tokens > max_completion_tokens > max_new_tokens; differing values are refused
-    because SGP documents no precedence of its own (dialects.md §3.2)."""
-    given = [
-        (n, v) for n in ("max_tokens", "max_completion_tokens", "max_new_tokens") if (v := getattr(b, n)) is not None
-    ]
-    if len({v for _, v in given}) > 1:
-        names = " and ".join(f"'{n}'" for n, _ in given)
-        raise InvalidRequest(f"{names} are synonyms but were given different values", param=given[1][0])
-    return given[0][1] if given else None
-
-
-def guided(b: Guided, rf: ResponseFormat | None, fs: FeatureSet) -> StructuredOutput | None:
-    options: list[tuple[str, StructuredOutput]] = []
-    for name, kind, value in (
-        ("guided_json", "json_schema", b.guided_json),
-        ("guided_regex", "regex", b.guided_regex),
-        ("guided_choice", "choice", b.guided_choice),
-        ("guided_grammar", "grammar", b.guided_grammar),
-    ):
-        if value is not None:
-            options.append((name, StructuredOutput(kind, value)))  # type: ignore[arg-type]
-            fs.use(Feature(kind), name)
-    from_format = oai.structured_from_format(rf, fs)
-    if from_format is not None:
-        options.append(("response_format", from_format))
-    if len(options) > 1:
-        raise InvalidRequest(
-            f"only one output constraint may be given, got {' and '.join(n for n, _ in options)}", param=options[1][0]
-        )
-    return options[0][1] if options else None
-
-
-def timeout(value: float | str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise InvalidRequest("'inference_timeout' must be a number of seconds", param="inference_timeout") from None
-    if not 0 < seconds <= caps.MAX_TIMEOUT_S:  # also false for NaN
-        raise InvalidRequest(
-            f"'inference_timeout' must be within (0, {caps.MAX_TIMEOUT_S}] seconds", param="inference_timeout"
-        )
-    return seconds
-
-
-def passthrough(b: Guided, fs: FeatureSet) -> tuple[dict[str, JSON], dict[str, str] | None]:
-    extra = dict(b.inference_extra_params or {})
-    fs.use(Feature.EXTRA_BODY, "inference_extra_params", extra)
-    headers = b.inference_extra_headers
-    if headers:
-        bad = [h for h in headers if h.lower() in CREDENTIAL_HEADERS]
-        if bad:
-            raise InvalidRequest(f"'inference_extra_headers' may not set {bad[0]!r}", param="inference_extra_headers")
-        fs.use(Feature.EXTRA_HEADERS, "inference_extra_headers")
-    return extra, headers or None
-
-
-def stream_usage(b: SGPCompletionBody) -> bool:
-    """SGP's SDKs read usage from a stream's final chunk (dialects.md §3.5): sent unless the client
-    turns it off."""
-    return bool(b.stream) and bool((b.stream_options or {}).get("include_usage", True))
-
-
-def parse_completion(data: dict[str, JSON]) -> InternalRequest:
-    b = validate(SGPCompletionBody, data)
-    stream = bool(b.stream)
-    if oai.is_plain(b):
-        return oai.plain_completion(b, max_new_tokens(b), stream_usage(b), STREAM_FORMAT)
-    fs = FeatureSet()
-    if b.top_logprobs is not None and b.logprobs is not True:
-        raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
-    if b.logprobs is True or (b.logprobs is None and b.return_token_log_probs):
-        logprobs: int | None = b.top_logprobs or 0
-    else:
-        logprobs = None if b.logprobs is False else b.logprobs
-    fs.use(Feature.LOGPROBS, "logprobs" if b.logprobs is not None else "return_token_log_probs", logprobs is not None)
-    stop = tuple(dict.fromkeys(stop_list(b.stop) + stop_list(b.stop_sequences, "stop_sequences")))
-    fs.use(Feature.STOP, "stop" if b.stop else "stop_sequences", stop)
-    fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))
-    fs.use(Feature.INCLUDE_STOP_STR, "include_stop_str_in_output", b.include_stop_str_in_output)
-    fs.use(Feature.ECHO, "echo", b.echo)
-    fs.use(Feature.SUFFIX, "suffix", b.suffix is not None)
-    extra, headers = passthrough(b, fs)
-    for name, feature in (
-        ("tools", Feature.TOOLS),
-        ("tool_choice", Feature.TOOLS),
-        ("parallel_tool_calls", Feature.TOOLS),
-        ("audio", Feature.AUDIO),
-        ("modalities", Feature.AUDIO),
-        ("prediction", Feature.PREDICTION),
-    ):
-        if getattr(b, name) is not None:
-            fs.use(feature, name)
-            extra[name] = getattr(b, name)
-    kw = oai.penalties(b, fs)  # type: ignore[arg-type]
-    kw["stop"] = stop
-    items = oai.prompts(b.prompt, fs)
-    n = oai.choices(b.n, b.best_of, stream, fs)
-    choice_cap(len(items), n, b.best_of)
-    return InternalRequest(
-        operation=Operation.COMPLETION,
-        model=b.model,
-        prompts=items,
-        sampling=Sampling(
-            **kw,
-            max_tokens=max_new_tokens(b),
-            n=n,
-            best_of=b.best_of,
-            top_k=b.top_k if b.top_k not in (None, 0, -1) else None,
-            logprobs=logprobs,
-            echo=bool(b.echo),
-            suffix=b.suffix,
-            include_stop_str_in_output=bool(b.include_stop_str_in_output),
-            structured=guided(b, b.response_format, fs),
-        ),
-        stream=stream,
-        stream_usage=stream_usage(b),
-        relay=oai.relay_for(stream, logprobs, STREAM_FORMAT),  # SGP streams OpenAI's chunks (§3.5)
-        timeout=timeout(b.inference_timeout),
-        user=b.user,
-        extra_body=extra or None,
-        extra_headers=headers,
-        features=fs.frozen(),
-        fields=fs.fields,
-    )
-
-
-def parse_chat(data: dict[str, JSON]) -> InternalRequest:
-    b = validate(SGPChatBody, data)
-    fs = FeatureSet()
-    kw = oai.chat_sampling(without(b, "response_format"), fs)
-    kw["structured"] = guided(b, b.response_format, fs)
-    fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))
-    kw["top_k"] = b.top_k if b.top_k not in (None, 0, -1) else None
-    fs.use(Feature.INCLUDE_STOP_STR, "include_stop_str_in_output", b.include_stop_str_in_output)
-    kw["include_stop_str_in_output"] = bool(b.include_stop_str_in_output)
-    extra, headers = passthrough(b, fs)
-    for name in ("guided_decoding_backend", "guided_whitespace_pattern", "chat_template", "memory_strategy"):
-        if getattr(b, name) is not None:
-            fs.use(Feature.EXTRA_BODY, name)
-            extra[name] = getattr(b, name)
-    stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
-        messages=oai.messages(b),
-        sampling=Sampling(**kw),
-        chat=oai.chat_options(b, fs, {"chat_template_kwargs": b.chat_template_kwargs}),
-        stream=stream,
-        stream_usage=oai.stream_usage(stream, b.stream_options) or stream,
-        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
-        timeout=timeout(b.inference_timeout),
-        user=b.user,
-        extra_body=extra or None,
-        extra_headers=headers,
-        features=fs.frozen(),
-        fields=fs.fields,
-    )
-
-
-def _error_chunk(err: GatewayError) -> JSON:
-    return {"error": {"message": err.message, "status_code": err.status}}
-
-
-class SGPEncoder:
-    """OpenAI chunks without ``[DONE]``; a mid-stream error is sent both ways (see module doc)."""
-
-    def __init__(self, style: Style, req: InternalRequest) -> None:
-        self.inner = ChunkEncoder(style, req)
-
-    def event(self, ev: Any) -> bytes:
-        return self.inner.event(ev)
-
-    def end(self) -> bytes:
-        return self.inner.end()
-
-    def error(self, err: GatewayError) -> bytes:
-        data = dumps(_error_chunk(err))
-        return b"event: error\ndata: " + data + b"\n\ndata: " + data + b"\n\n"
 
 
 class SGPDialect:
@@ -289,7 +27,7 @@ class SGPDialect:
 
     def __init__(self, name: str, logprobs: str) -> None:
         self.name = name
-        self.style = Style(done=False, fingerprint="", usage_always=True, usage_details=True, logprobs=logprobs)  # type: ignore[arg-type]
+        self.style = style_for(logprobs)
 
     def select(self, body: dict[str, JSON], headers: Any) -> SGPDialect:
         return self
@@ -298,23 +36,16 @@ class SGPDialect:
         return parse_completion(body) if operation is Operation.COMPLETION else parse_chat(body)
 
     def render(self, request: InternalRequest, completion: Any) -> JSON:
-        return render(self.style, request, completion)
+        return render_openai(self.style, request, completion)
 
     def encoder(self, request: InternalRequest) -> StreamEncoder:
         return SGPEncoder(self.style, request)
 
     def error(self, err: GatewayError) -> ErrorReply:
-        if isinstance(err, InvalidRequest):
-            # FastAPI's validation envelope, which SGP's backend uses (dialects.md §3.6)
-            loc = ["body", *(err.param or "").split(".")] if err.param else ["body"]
-            detail = [{"loc": loc, "msg": err.message, "type": "value_error"}]
-            return ErrorReply(422, {"detail": detail})
-        status = err.status
-        body: JSON = {"detail": err.message}
-        if isinstance(err, RequestError) and err.param:
-            body["param"] = err.param
-        return ErrorReply(status, body, retry_headers(err))
+        return error_reply(err)
 
 
 SGP_V4 = SGPDialect("sgp", "chat")  # v4 beta answers logprobs chat-style (scale-gp a58)
 SGP_V5 = SGPDialect("sgp5", "legacy")
+
+__all__ = ["SGP_V4", "SGP_V5", "SGPChatBody", "SGPCompletionBody", "SGPDialect", "parse_chat", "parse_completion"]

@@ -1,0 +1,56 @@
+"""Internal answers → Scale SGP's wire answers: OpenAI's shape (``Style``) with usage always on and
+streams that never end with ``[DONE]`` (every SGP SDK ``json.loads`` it and fails); FastAPI error
+bodies (``detail``); a mid-stream error as ``event: error`` (scale-gp raises on it) followed by an
+in-band ``error`` chunk (scale-gp-beta skips named events but yields the chunk).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.errors import GatewayError, InvalidRequest, RequestError
+from gateway.core.request import InternalRequest
+from gateway.dialects.base import ErrorReply, retry_headers
+from gateway.dialects.common import dumps
+from gateway.dialects.openai.render import ChunkEncoder, Style
+
+JSON = Any
+
+
+def style_for(logprobs: str) -> Style:
+    """``logprobs``: "chat" (``/v4/beta``, scale-gp a58) or "legacy" (``/v5``)."""
+    return Style(done=False, fingerprint="", usage_always=True, usage_details=True, logprobs=logprobs)  # type: ignore[arg-type]
+
+
+def _error_chunk(err: GatewayError) -> JSON:
+    return {"error": {"message": err.message, "status_code": err.status}}
+
+
+class SGPEncoder:
+    """OpenAI chunks without ``[DONE]``; a mid-stream error is sent both ways (see module doc)."""
+
+    def __init__(self, style: Style, req: InternalRequest) -> None:
+        self.inner = ChunkEncoder(style, req)
+
+    def event(self, ev: Any) -> bytes:
+        return self.inner.event(ev)
+
+    def end(self) -> bytes:
+        return self.inner.end()
+
+    def error(self, err: GatewayError) -> bytes:
+        data = dumps(_error_chunk(err))
+        return b"event: error\ndata: " + data + b"\n\ndata: " + data + b"\n\n"
+
+
+def error_reply(err: GatewayError) -> ErrorReply:
+    if isinstance(err, InvalidRequest):
+        # FastAPI's validation envelope, which SGP's backend uses (dialects.md §3.6)
+        loc = ["body", *(err.param or "").split(".")] if err.param else ["body"]
+        detail = [{"loc": loc, "msg": err.message, "type": "value_error"}]
+        return ErrorReply(422, {"detail": detail})
+    status = err.status
+    body: JSON = {"detail": err.message}
+    if isinstance(err, RequestError) and err.param:
+        body["param"] = err.param
+    return ErrorReply(status, body, retry_headers(err))
