@@ -69,10 +69,9 @@ def _tune_gc() -> None:
 def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int, log_to: LogSettings) -> None:
     # Imported here, after the CLI has chosen the metrics mode: prometheus-client reads
     # PROMETHEUS_MULTIPROC_DIR when it is first imported.
-    from aiohttp import web
-
     from gateway.obs import logs
     from gateway.web.app import create_app
+    from gateway.web.listener import serve
 
     listener = logs.configure(*log_to)
     _use_uvloop()
@@ -83,16 +82,15 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         _tune_gc()
-        web.run_app(
+        server = config.server
+        serving = serve(
             app,
-            host=host,
-            port=port,
-            reuse_port=True,
-            handler_cancellation=True,
-            access_log=None,
-            print=None,
-            shutdown_timeout=5.0,  # for idle connections: requests in flight are drained first (web.app)
+            host,
+            port,
+            per_client=server.max_connections_per_client,
+            idle_timeout=server.idle_timeout_seconds,
         )
+        asyncio.run(serving)
     finally:
         listener.stop()
 

@@ -198,6 +198,13 @@ class Server(_Model):
     # A request body not whole this long after its head gets 408: a client that stops sending (a
     # Content-Length never reached, a chunked body with no last chunk) must not hold its connection.
     body_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # A connection's next request head must arrive whole this long after the connection opened or its
+    # previous answer ended, else the connection is closed (aiohttp's keep-alive timeout: a head sent
+    # byte by byte does not extend it).
+    idle_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    # Connections one client address may hold open; the next gets 429 and is closed (0: no cap).
+    # Behind a proxy every client shares the proxy's address: raise it there.
+    max_connections_per_client: Annotated[int, Field(ge=0)] = 1000
     # What all the non-streamed upstream answers being read at once may hold in memory; an answer
     # that would pass it fails as its target's failure (502, or the next target).
     max_buffered_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
