@@ -25,6 +25,7 @@ from tests.integration.dialect_clients import BEARER, KEY
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+SAMPLED = 0x01  # the trace-flags bit (W3C Trace Context); others, such as "random", may be set too
 PROMPT = "Tell nobody: the walrus recipe is pickled herring"
 TEAMS = [{"id": "team1", "keys": [{"id": "k1", "sha256": hash_key(KEY)}], "limits": {"concurrency": 4}}]
 
@@ -72,7 +73,7 @@ def attrs(span: Span) -> dict[str, Any]:
 def traceparent(header: str) -> tuple[str, str]:
     """(trace id, parent span id) of a W3C ``traceparent``."""
     version, trace_id, parent, flags = header.split("-")
-    assert version == "00" and flags == "01", header
+    assert version == "00" and int(flags, 16) & SAMPLED, header
     return trace_id, parent
 
 
@@ -160,3 +161,28 @@ async def test_without_tracing_nothing_goes_upstream_but_what_the_client_sent(
         assert resp.status == 200, await resp.text()
     (tried,) = live.requests
     assert "traceparent" not in tried.headers and "tracestate" not in tried.headers
+
+
+async def test_sampling_follows_the_client_and_the_ratio_applies_to_traces_begun_here(
+    gateway: GatewayFactory, upstream: Any, receiver: tuple[Receiver, str]
+) -> None:
+    """At ``sampling_ratio: 0`` a trace the client samples is still recorded (parent-based), and one
+    that begins here is not; both still carry a trace context upstream, with its sampled flag."""
+    got, endpoint = receiver
+    live = await upstream("vllm")
+    tracing = {"endpoint": endpoint, "sampling_ratio": 0}
+    gw = await gateway(config([{"name": "m", "targets": [target(live, "vllm")]}], tracing=tracing))
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+    for traced in ({"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}, {}):
+        async with gw.session.post(gw.url + "/v1/completions", json=body, headers={**BEARER, **traced}) as resp:
+            assert resp.status == 200, await resp.text()
+    await gw.server.close()
+    assert {s.trace_id.hex() for s in got.spans} == {TRACE_ID}
+    assert sorted(s.name for s in got.spans) == [
+        "POST /v1/completions",
+        "gateway.admission",
+        "text_completion up-model",
+    ]
+    sampled, begun_here = (r.headers["traceparent"].split("-") for r in live.requests)
+    assert sampled[1] == TRACE_ID and int(sampled[3], 16) & SAMPLED
+    assert begun_here[1] != TRACE_ID and not int(begun_here[3], 16) & SAMPLED
