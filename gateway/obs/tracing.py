@@ -152,8 +152,8 @@ class RequestTrace:
         self.finish_reasons = [c.finish_reason for c in completion.choices if c.finish_reason is not None]
 
     def end(self, fields: Mapping[str, Any], status: int, err: str | None) -> None:
-        """The request is over: ``fields`` (its record's, ``None`` values left out) on the server span;
-        marked failed for a server-side status, as the HTTP conventions mark server spans."""
+        """The request is over: ``fields`` (its record's, ``None`` values left out) on the server span,
+        marked failed as the HTTP conventions mark server spans: not for the client's own errors."""
         self.ended()
         span = self.server
         span.set_attributes({k: v for k, v in fields.items() if v is not None})
@@ -164,7 +164,8 @@ class RequestTrace:
         span.set_attribute("http.response.status_code", status)
         if err is not None:
             span.set_attribute("error.type", err)
-            if status >= 500:
+            # a server-side status, or a stream that broke after its 200 (not one the client left)
+            if status >= 500 or (status < 400 and err != "client_gone"):
                 span.set_status(self.owner.trace.Status(self.owner.trace.StatusCode.ERROR, err))
         span.end()
 

@@ -186,3 +186,22 @@ async def test_sampling_follows_the_client_and_the_ratio_applies_to_traces_begun
     sampled, begun_here = (r.headers["traceparent"].split("-") for r in live.requests)
     assert sampled[1] == TRACE_ID and int(sampled[3], 16) & SAMPLED
     assert begun_here[1] != TRACE_ID and not int(begun_here[3], 16) & SAMPLED
+
+
+async def test_a_stream_broken_after_its_first_byte_is_a_failed_request_span(
+    gateway: GatewayFactory, upstream: Any, receiver: tuple[Receiver, str]
+) -> None:
+    """The client got a 200 and then an in-band error: the server span says the request failed (there
+    is no fallback after the first byte, so the one try's span is the one that answered)."""
+    got, endpoint = receiver
+    live = await upstream("vllm")
+    gw = await gateway(config([{"name": "m", "targets": [target(live, "vllm")]}], tracing={"endpoint": endpoint}))
+    body = {"model": "m", "prompt": "x [[fault:reset_after=2]]", "max_tokens": 8, "stream": True}
+    async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
+        answer = await resp.text()
+    assert resp.status == 200 and '"error"' in answer, answer
+    await gw.server.close()
+    (server,) = (s for s in got.spans if s.kind == Span.SPAN_KIND_SERVER)
+    assert attrs(server)["http.response.status_code"] == 200 and attrs(server)["error.type"] == "upstream_failed"
+    assert server.status.code == Status.STATUS_CODE_ERROR
+    assert [e.name for e in server.events] == ["first_token"]
