@@ -268,6 +268,8 @@ class HTTPUpstream:
         headers = self.wire.headers(self._key, self.target.team, req)
         headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
+        if call.trace:
+            headers.update(call.trace)
         url, data = self.target.base_url + path, pydantic_core.to_json(body)
         try:
             # Redirects are not followed: an API's POST is never redirected in normal operation, and

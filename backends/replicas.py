@@ -183,7 +183,7 @@ class ReplicaPool:
             state.waiting = gauges.get("waiting", 0.0)
             state.kv_usage = gauges.get("kv_usage", 0.0)
             state.scraped_at = time.monotonic()
-            self.gauges.replica_load(self.name, state.label, state.running + state.waiting)
+            self.gauges.replica_load(self.name, state.label, state.running, state.waiting, state.kv_usage)
 
     # -- serving ---------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class Call:
     deadline: float | None = None
     model: str | None = None  # upstream model name, when routing chose it (``vendor/model`` names)
     session: str | None = None  # the client's session id (``X-Session-Id``), for replica affinity
+    # headers that carry the attempt's trace context upstream (W3C ``traceparent``, ``tracestate``)
+    trace: tuple[tuple[str, str], ...] = ()
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -97,7 +99,9 @@ class ReplicaGauges(Protocol):
 
     def replica_up(self, target: str, replica: str, up: bool) -> None: ...
 
-    def replica_load(self, target: str, replica: str, requests: float) -> None: ...
+    def replica_load(self, target: str, replica: str, running: float, waiting: float, kv_usage: float) -> None:
+        """The engine's own figures from its last scrape: requests running and waiting, KV-cache use (0-1)."""
+        ...
 
 
 class NoGauges:
@@ -106,5 +110,5 @@ class NoGauges:
     def replica_up(self, target: str, replica: str, up: bool) -> None:
         pass
 
-    def replica_load(self, target: str, replica: str, requests: float) -> None:
+    def replica_load(self, target: str, replica: str, running: float, waiting: float, kv_usage: float) -> None:
         pass

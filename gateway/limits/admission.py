@@ -27,6 +27,7 @@ from gateway.core.request import InternalRequest
 from gateway.limits import plan as planning
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
+from gateway.obs.load import ModelLoad
 from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
@@ -143,7 +144,10 @@ class Admission:
         seconds = request.timeout or (policy.deadline if policy else None)
         return asyncio.get_running_loop().time() + seconds if seconds else None
 
-    async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
+    async def admit(
+        self, team: str, key_id: str, request: InternalRequest, deadline: float | None, load: ModelLoad | None = None
+    ) -> Plan:
+        """``load``: the model's levels, where a wait for a slot is counted (with its token estimate)."""
         if team not in self.limited:
             return planning.unlimited(team, key_id, request)
         limits = self.layouts.get((team, key_id))
@@ -174,15 +178,19 @@ class Admission:
                 if deadline is None and not self.settings.admission_timeout:
                     raise refusal_error(refusal)  # configured not to wait: a refusal like the rates'
                 raise deadline_error(refusal)
-            await self._wait(team, min(remaining, POLL_SECONDS))
+            await self._wait(team, min(remaining, POLL_SECONDS), load, plan.estimate)
 
-    async def _wait(self, team: str, seconds: float) -> None:
+    async def _wait(self, team: str, seconds: float, load: ModelLoad | None = None, tokens: int = 0) -> None:
         fut = self.waiters.join(team)
+        if load is not None:
+            load.wait_began(tokens)
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(fut), seconds)
         finally:
             self.waiters.leave(team, fut)
+            if load is not None:
+                load.wait_ended(tokens)
 
     def release(self, plan: Plan, prompt: int | None, completion: int | None) -> None:
         """Settle after the answer has gone out: off the request path, in the app-owned task set."""

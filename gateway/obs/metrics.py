@@ -65,33 +65,58 @@ IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["diale
 TARGET_UP = Gauge(
     "gateway_target_up", "1 when the target answered its last probe", ["target", "provider"], multiprocess_mode="max"
 )
-REPLICA_UP = Gauge(
-    "gateway_replica_up",
-    "1 when the replica's /health answered 200 at the last scrape",
-    ["target", "replica"],
-    multiprocess_mode="max",
+
+
+def _per_replica(name: str, documentation: str) -> Gauge:
+    """A replica's figure from its last scrape: every worker scrapes, so the highest is shown."""
+    return Gauge(name, documentation, ["target", "replica"], multiprocess_mode="max")
+
+
+REPLICA_UP = _per_replica("gateway_replica_up", "1 when the replica's /health answered 200 at the last scrape")
+REPLICA_LOAD = _per_replica(
+    "gateway_replica_engine_requests", "Requests running or waiting in the replica's engine, from its /metrics"
 )
-REPLICA_LOAD = Gauge(
-    "gateway_replica_engine_requests",
-    "Requests running or waiting in the replica's engine, from its /metrics",
-    ["target", "replica"],
-    multiprocess_mode="max",
+# vLLM's own scaling signals (``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``)
+REPLICA_WAITING = _per_replica(
+    "gateway_replica_engine_waiting", "Requests waiting in the replica's engine queue, from its /metrics"
+)
+REPLICA_KV_USAGE = _per_replica(
+    "gateway_replica_kv_cache_usage", "Fraction of the replica's KV cache in use (0-1), from its /metrics"
 )
 
 
 class ReplicaGaugeSet:
-    """The replica pools' ``ReplicaGauges`` (``gateway.core.upstream``), on the two gauges above."""
+    """The replica pools' ``ReplicaGauges`` (``gateway.core.upstream``), on the gauges above."""
 
     def replica_up(self, target: str, replica: str, up: bool) -> None:
         REPLICA_UP.labels(target, replica).set(1 if up else 0)
 
-    def replica_load(self, target: str, replica: str, requests: float) -> None:
-        REPLICA_LOAD.labels(target, replica).set(requests)
+    def replica_load(self, target: str, replica: str, running: float, waiting: float, kv_usage: float) -> None:
+        REPLICA_LOAD.labels(target, replica).set(running + waiting)
+        REPLICA_WAITING.labels(target, replica).set(waiting)
+        REPLICA_KV_USAGE.labels(target, replica).set(kv_usage)
 
 
 RATE_LIMIT = Counter("gateway_ratelimit_decisions_total", "Admission decisions by limit kind", ["limit", "decision"])
 QUEUE_DEPTH = Gauge(
     "gateway_admission_queue_depth", "Requests waiting for a concurrency slot", [], multiprocess_mode="livesum"
+)
+
+
+def _per_model(name: str, documentation: str) -> Gauge:
+    """A level per public model, summed over the live workers: for autoscalers (``gateway.obs.load``)."""
+    return Gauge(name, documentation, ["model"], multiprocess_mode="livesum")
+
+
+MODEL_IN_FLIGHT = _per_model(
+    "gateway_model_in_flight_requests", "Requests being served per public model, those waiting in admission included"
+)
+MODEL_QUEUE_DEPTH = _per_model(
+    "gateway_model_admission_queue_depth", "Requests waiting for a concurrency slot, per public model"
+)
+MODEL_QUEUED_TOKENS = _per_model(
+    "gateway_model_queued_tokens",
+    "Tokens the requests waiting for a concurrency slot are estimated to need (prompt and answer), per model",
 )
 ADMISSION_WAIT = Histogram("gateway_admission_wait_seconds", "Time spent waiting for admission", [], buckets=LATENCY)
 REDIS_UP = Gauge("gateway_redis_up", "1 when Redis answered the last check", [], multiprocess_mode="min")

@@ -19,6 +19,7 @@ from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
+from gateway.obs.tracing import RequestTrace
 from gateway.policy.capabilities import fit
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
@@ -38,6 +39,7 @@ class Attempt:
     upstream_seconds: float = 0.0  # waiting on upstreams: whole answers, or up to a stream's first event
     cooled: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (target, error code) of each failed try
+    trace: RequestTrace | None = None  # the request's spans, when tracing is on: a span per try
 
 
 DropHook = Callable[[str, list[Feature]], None]
@@ -97,11 +99,15 @@ async def complete(
     candidates = _candidates(table, route, request, attempt)
     for i, (upstream, req) in enumerate(candidates):
         attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
+        trace = attempt.trace
+        hop = call if trace is None else trace.calling(upstream, i + 1, call)
         began = time.perf_counter()
         try:
-            completion = await upstream.complete(req, call)
+            completion = await upstream.complete(req, hop)
         except GatewayError as err:
             attempt.upstream_seconds += time.perf_counter() - began
+            if trace is not None:
+                trace.call_failed(err)
             attempt.failed.append((upstream.name, err.code))
             if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
@@ -111,6 +117,8 @@ async def complete(
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
+        if trace is not None:
+            trace.ended()
         table.succeeded(upstream)
         return _with_seeds(completion, req)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -151,7 +159,8 @@ async def open_stream(
     candidates = _candidates(table, route, request, attempt)
     for i, (upstream, req) in enumerate(candidates):
         attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
-        events = upstream.stream(req, call)
+        trace = attempt.trace
+        events = upstream.stream(req, call if trace is None else trace.calling(upstream, i + 1, call))
         if req.want_seed:
             events = _seed_finishes(events, req)
         began = time.perf_counter()
@@ -162,6 +171,8 @@ async def open_stream(
             await events.aclose()  # type: ignore[attr-defined]
             err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
             attempt.failed.append((upstream.name, err.code))
+            if trace is not None:
+                trace.call_failed(err)
             if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):

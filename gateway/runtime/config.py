@@ -190,6 +190,19 @@ class Vendor(_Model):
     team: str | None = None
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP (``gateway.obs.tracing``, the ``tracing`` extra)."""
+
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"  # the collector's OTLP/HTTP traces URL
+    sampling_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0  # of traces begun here; a client's choice is kept
+    service_name: Annotated[str, Field(min_length=1)] = "llm-gateway"
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+
 class Server(_Model):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
@@ -226,6 +239,7 @@ class GatewayConfig(_Model):
     redis: RedisConfig | None = None  # absent: keys and limits live in this process
     limits: LimitSettings = LimitSettings()
     admin: Admin = Admin()
+    tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -19,7 +19,7 @@ from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, close_redis, redis_client
 from gateway.limits.admission import running as admission_running
-from gateway.obs import metrics
+from gateway.obs import metrics, tracing
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
 from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
@@ -131,6 +131,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         access=logging.getLogger("gateway.access"),
         admission=build_admission(config, client),
         redis=client,
+        tracer=tracing.build(config.tracing),
     )
 
 
@@ -173,6 +174,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     finally:
         if gw.redis is not None:
             await close_redis(gw.redis)
+        if gw.tracer is not None:
+            await gw.tracer.close()  # the spans of the last requests are exported
 
 
 def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:

@@ -157,7 +157,10 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
         gw = request.app[GATEWAY]
         rid = request_id(request.headers)
         dialect = spec.dialect
-        log = RequestLog(gw.backlog, gw.access, rid, dialect.name)
+        tracer = gw.tracer  # None unless tracing is configured: then nothing of it runs
+        trace = None if tracer is None else tracer.begin(request.headers, spec.method, spec.path, spec.operation)
+        log = RequestLog(gw.backlog, gw.access, rid, dialect.name, trace)
+        load = None  # the model's levels, once it is known
         in_flight.n += 1
         task = asyncio.current_task()
         assert task is not None  # aiohttp runs every handler in a task
@@ -173,11 +176,14 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             log.model = ireq.model
             resolved = gw.models.resolve(ireq.model)
             log.model_label = resolved.route.label
+            load = gw.load.of(resolved.route.label)
+            load.in_flight.n += 1
             gw.model_access.check(principal, ireq.model)
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
             deadline = gw.admission.deadline_for(principal.team, ireq)
-            plan = await gw.admission.admit(principal.team, principal.key_id, ireq, deadline)
+            admitting = gw.admission.admit(principal.team, principal.key_id, ireq, deadline, load)
+            plan = await (admitting if trace is None else trace.admitted(admitting, principal.team))
             try:
                 call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
                 if ireq.stream:
@@ -213,6 +219,8 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             return await answer(request, error_response(dialect, internal_error(log, "serving"), rid), log)
         finally:
             in_flight.n -= 1
+            if load is not None:
+                load.in_flight.n -= 1
             gw.in_flight.ended(task)
             log.close()
 

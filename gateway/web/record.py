@@ -20,6 +20,7 @@ from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageRe
 from gateway.limits.plan import Plan
 from gateway.obs import logs
 from gateway.obs import metrics as m
+from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing.dispatch import Attempt
 
@@ -65,12 +66,15 @@ class RequestLog:
         "started",
         "status",
         "streamed",
+        "trace",
         "ttfb",
         "ttft",
         "wall",
     )
 
-    def __init__(self, backlog: Backlog, logger: logging.Logger, rid: str, dialect: str) -> None:
+    def __init__(
+        self, backlog: Backlog, logger: logging.Logger, rid: str, dialect: str, trace: RequestTrace | None = None
+    ) -> None:
         self.backlog = backlog
         self.logger = logger
         self.rid = rid
@@ -78,7 +82,8 @@ class RequestLog:
         self.started = time.perf_counter()
         self.ended = 0.0  # set by ``close``
         self.wall = 0.0
-        self.attempt = Attempt()
+        self.trace = trace  # the request's spans, when tracing is on
+        self.attempt = Attempt(trace=trace)
         self.principal: Principal | None = None
         self.model: str | None = None
         self.model_label = "-"
@@ -94,6 +99,8 @@ class RequestLog:
 
     def first_byte(self) -> None:
         self.ttfb = time.perf_counter() - self.started
+        if self.trace is not None:
+            self.trace.first_token()
 
     def overhead(self) -> float:
         """Our own time so far: everything but the wait on upstreams (up to the first byte, for streams)."""
@@ -114,6 +121,8 @@ class RequestLog:
                 if isinstance(event, UsageReport):
                     self.prompt_tokens = event.usage.prompt_tokens
                     self.completion_tokens = event.usage.completion_tokens
+                elif self.trace is not None:
+                    self.trace.event(event)  # the answer's model and finish reasons
                 continue
             if not now:
                 now = time.perf_counter()
@@ -124,6 +133,8 @@ class RequestLog:
             self.streamed += tokens
 
     def completed(self, completion: Completion) -> None:
+        if self.trace is not None:
+            self.trace.completed(completion)
         if completion.usage is not None:
             self.prompt_tokens = completion.usage.prompt_tokens
             self.completion_tokens = completion.usage.completion_tokens
@@ -148,6 +159,23 @@ class RequestLog:
         self.ended = time.perf_counter()
         self.wall = time.time()
         self.backlog.add(self)
+        if self.trace is not None:
+            self.trace.end(self._span_fields(), self.status, self.error)
+
+    def _span_fields(self) -> dict[str, object]:
+        """What the request's server span says of it: GenAI conventions' names where they have one."""
+        return {
+            "gateway.request_id": self.rid,
+            "gateway.dialect": self.dialect,
+            "gateway.team": self.principal.team if self.principal else None,
+            "gateway.model": self.model_label,
+            "gen_ai.request.model": self.model,
+            "gen_ai.provider.name": self.attempt.provider,
+            "gateway.target": self.attempt.target,
+            "gateway.attempts": self.attempt.tries,
+            "gen_ai.usage.input_tokens": self.prompt_tokens,
+            "gen_ai.usage.output_tokens": self.completion_tokens,
+        }
 
     def emit(self) -> None:
         """The log line and the metrics, now."""

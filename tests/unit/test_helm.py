@@ -36,52 +36,55 @@ DRAIN_MARGIN = 5  # seconds the chart leaves the gateway to exit after its drain
 # cut to the fields the chart sets, and strict like the checks above: a misspelt field fails.
 DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-SERVICE_MONITOR = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "ServiceMonitor"},
-        "metadata": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["name"],
-            "properties": {"name": {"type": "string"}, "labels": _STRING_MAP},
-        },
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["endpoints", "selector"],
-            "properties": {
-                "selector": {
+
+
+def strict(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """An object schema with only ``properties``, as a CRD's structural schema refuses unknown fields."""
+    return {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
+
+
+def crd(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A custom resource of the chart's: its kind, a name and labels, and ``spec``."""
+    metadata = strict(["name"], {"name": {"type": "string"}, "labels": _STRING_MAP})
+    head = {"apiVersion": {"const": api_version}, "kind": {"const": kind}, "metadata": metadata}
+    return strict(["apiVersion", "kind", "metadata", "spec"], {**head, "spec": spec})
+
+
+SERVICE_MONITOR = crd(
+    "monitoring.coreos.com/v1",
+    "ServiceMonitor",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["endpoints", "selector"],
+        "properties": {
+            "selector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"matchLabels": _STRING_MAP},
+            },
+            "endpoints": {
+                "type": "array",
+                "items": {
                     "type": "object",
                     "additionalProperties": False,
-                    "properties": {"matchLabels": _STRING_MAP},
-                },
-                "endpoints": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "port": {"type": "string"},
-                            "path": {"type": "string"},
-                            "interval": {"type": "string", "pattern": DURATION},
-                            "authorization": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {
-                                    "type": {"type": "string"},
-                                    "credentials": {
-                                        "type": "object",
-                                        "additionalProperties": False,
-                                        "required": ["key"],
-                                        "properties": {
-                                            "key": {"type": "string"},
-                                            "name": {"type": "string"},
-                                            "optional": {"type": "boolean"},
-                                        },
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string"},
+                        "interval": {"type": "string", "pattern": DURATION},
+                        "authorization": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "type": {"type": "string"},
+                                "credentials": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["key"],
+                                    "properties": {
+                                        "key": {"type": "string"},
+                                        "name": {"type": "string"},
+                                        "optional": {"type": "boolean"},
                                     },
                                 },
                             },
@@ -91,7 +94,32 @@ SERVICE_MONITOR = {
             },
         },
     },
-}
+)
+
+# KEDA's ScaledObject (keda.sh/v1alpha1, a CRD too), cut to the fields the chart sets, as strict: the
+# scale target, the bounds, and its triggers (a trigger's metricType as KEDA 2.8+ takes it, for CPU).
+_TRIGGER = strict(
+    ["type", "metadata"],
+    {
+        "type": {"type": "string"},
+        "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+        "metadata": _STRING_MAP,  # every trigger's settings are strings
+    },
+)
+SCALED_OBJECT = crd(
+    "keda.sh/v1alpha1",
+    "ScaledObject",
+    strict(
+        ["scaleTargetRef", "triggers"],
+        {
+            "scaleTargetRef": strict(["name"], {k: {"type": "string"} for k in ("apiVersion", "kind", "name")}),
+            "minReplicaCount": {"type": "integer", "minimum": 0},
+            "maxReplicaCount": {"type": "integer", "minimum": 1},
+            "triggers": {"type": "array", "items": _TRIGGER},
+        },
+    ),
+)
+CRD_SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "ScaledObject": SCALED_OBJECT}
 
 SECRET_REFS = [  # in the order the chart writes them: by variable name
     {"name": "FRIENDLI_TOKEN", "secretName": "vendor-keys", "key": "friendli"},
@@ -127,6 +155,8 @@ VALUE_SETS = {
     "monitor-labels-pdb-percent": ('serviceMonitor.labels={"release": "prometheus"}', "pdb.minAvailable=50%"),
     "metrics-token": ("metrics.token=m1",),
     "metrics-existing-secret": ("metrics.existingSecret=gw-metrics", "secrets.existingSecret=gw-keys"),
+    "in-flight-hpa": ("autoscaling.targetInFlightPerPod=24",),
+    "keda": ("autoscaling.targetInFlightPerPod=24", "autoscaling.keda.enabled=true"),
 }
 METRICS_VAR = "LLM_GATEWAY_METRICS_TOKEN"
 
@@ -156,8 +186,8 @@ def validate(manifest: dict[str, Any]) -> None:
     """Raises on any violation of the schema for the manifest's kind."""
     name = manifest["metadata"]["name"]
     assert DNS_LABEL.match(name), f"{manifest['kind']} name {name!r} is no DNS label"
-    if manifest["kind"] == "ServiceMonitor":
-        jsonschema.Draft202012Validator(SERVICE_MONITOR).validate(manifest)
+    if manifest["kind"] in CRD_SCHEMAS:
+        jsonschema.Draft202012Validator(CRD_SCHEMAS[manifest["kind"]]).validate(manifest)
         return
     for version in K8S_VERSIONS:
         kubernetes_validate.validate(manifest, version, strict=True)
@@ -205,9 +235,10 @@ def needed_from_outside(manifests: dict[str, dict[str, Any]]) -> set[tuple[str, 
             for field, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
                 if field in e and not e[field].get("optional"):
                     named.add((kind, e[field]["name"]))
-    if "HorizontalPodAutoscaler" in manifests:
-        target = manifests["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
-        named.add((target["kind"], target["name"]))
+    for scaler in ("HorizontalPodAutoscaler", "ScaledObject"):
+        if scaler in manifests:
+            target = manifests[scaler]["spec"]["scaleTargetRef"]
+            named.add((target["kind"], target["name"]))
     return named - {(m["kind"], m["metadata"]["name"]) for m in manifests.values()}
 
 
@@ -291,6 +322,42 @@ def test_a_bare_cluster_needs_nothing_outside_the_release() -> None:
             validate(manifest)
     # the check can fail: a Secret of your own is a dependency the release does not create
     assert needed_from_outside(render(*VALUE_SETS["existing-secret"])) == {("Secret", "gw-keys")}
+
+
+def test_cpu_alone_scales_the_pods_unless_llm_load_is_asked_for() -> None:
+    """The default HPA reads CPU only; a target of requests in flight per pod adds the Prometheus
+    adapter's Pods metric beside it (CPU stays: the HPA takes the larger proposal); KEDA, asked for,
+    replaces the HPA with a ScaledObject on the same target, bounds and CPU fallback."""
+    (cpu,) = render()["HorizontalPodAutoscaler"]["spec"]["metrics"]
+    assert cpu["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
+    assert "ScaledObject" not in render(*VALUE_SETS["in-flight-hpa"])
+
+    m = render(*VALUE_SETS["in-flight-hpa"])
+    assert m["HorizontalPodAutoscaler"]["spec"]["metrics"] == [
+        cpu,
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "gateway_model_in_flight_requests"},
+                "target": {"type": "AverageValue", "averageValue": "24"},
+            },
+        },
+    ]
+
+    m = render(*VALUE_SETS["keda"], "autoscaling.minReplicas=4", "autoscaling.maxReplicas=30")
+    assert "HorizontalPodAutoscaler" not in m  # KEDA makes its own: two on one Deployment would fight
+    spec = m["ScaledObject"]["spec"]
+    assert spec["scaleTargetRef"]["name"] == m["Deployment"]["metadata"]["name"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (4, 30)
+    load, fallback = spec["triggers"]
+    assert load["type"] == "prometheus" and load["metadata"]["threshold"] == "24"
+    service = m["Service"]["metadata"]["name"]
+    query = f'sum(gateway_model_in_flight_requests{{namespace="default",service="{service}"}})'
+    assert load["metadata"]["query"] == query
+    assert fallback == {"type": "cpu", "metricType": "Utilization", "metadata": {"value": "70"}}
+    assert "replicas" not in m["Deployment"]["spec"]  # the scaler owns the count
+    own = render(*VALUE_SETS["keda"], "autoscaling.keda.query=sum(x)")["ScaledObject"]
+    assert own["spec"]["triggers"][0]["metadata"]["query"] == "sum(x)"
 
 
 def test_the_service_monitor_is_rendered_only_where_its_api_is_served() -> None:
@@ -493,6 +560,13 @@ def test_the_rendered_config_carries_redis_and_the_limit_shares() -> None:
         (("service.port=null",), "port"),
         (("autoscaling.minReplicas=20",), "autoscaling.minReplicas must not exceed"),
         (("autoscaling.enabled=false", "replicas=2"), "pdb.minAvailable (2)"),  # no pod could ever be evicted
+        (("autoscaling.keda.enabled=true",), "needs autoscaling.targetInFlightPerPod"),
+        (
+            ("autoscaling.keda.enabled=true", "autoscaling.targetInFlightPerPod=8", "autoscaling.enabled=false"),
+            "needs autoscaling.enabled",
+        ),
+        (("autoscaling.targetInFlightPerPod=-1",), "targetInFlightPerPod"),
+        (("autoscaling.keda.serverAddress=prometheus:9090",), "serverAddress"),
     ],
 )
 def test_values_the_chart_cannot_honour_are_refused(overrides: tuple[str, ...], complaint: str) -> None:
@@ -517,3 +591,7 @@ def test_the_validators_reject_a_misspelt_field() -> None:
     monitor["spec"]["endpoints"][0] = {"port": "http", "authorization": {"credential": {"key": "k"}}}
     with pytest.raises(jsonschema.ValidationError):
         validate(monitor)
+    scaled = render(*VALUE_SETS["keda"])["ScaledObject"]
+    scaled["spec"]["triggers"][0]["metadata"]["threshold"] = 24  # KEDA takes strings only
+    with pytest.raises(jsonschema.ValidationError):
+        validate(scaled)

@@ -29,13 +29,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @contextlib.contextmanager
-def running_vllm(log: Path, env: dict[str, str] | None = None) -> Iterator[VLLM]:
+def running_vllm(
+    log: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = server.DEFAULT_ARGS
+) -> Iterator[VLLM]:
     """``server.running_vllm`` for the tier: skipped only when asked to be, any failure an error."""
     if os.environ.get("GATEWAY_SKIP_VLLM") == "1":
         pytest.skip("GATEWAY_SKIP_VLLM=1: the real-vLLM (CPU) tier was asked to be skipped")
     try:
         server.ensure_env()
-        with server.running_vllm(log, env=env) as running:
+        with server.running_vllm(log, extra, env=env) as running:
             yield running
     except VLLMUnavailable as exc:
         pytest.fail(str(exc))

@@ -46,6 +46,8 @@ class UpstreamState:
     sent: list[bytes] = field(default_factory=list)  # the last stream's events, as written after "data: "
     cancelled: int = 0
     active: int = 0
+    waiting: int = 0  # what /metrics reports as the engine's queue (vllm:num_requests_waiting)
+    kv_usage: float = 0.0  # and as its KV cache in use (vllm:kv_cache_usage_perc, 0-1)
     fired_once: set[str] = field(default_factory=set)
 
     def respond(self, exc: ApiError) -> web.Response:
@@ -253,8 +255,8 @@ async def metrics(request: web.Request) -> web.Response:
     lines = []
     for name, value in (
         ("num_requests_running", state.active),
-        ("num_requests_waiting", 0),
-        ("kv_cache_usage_perc", 0.0),
+        ("num_requests_waiting", state.waiting),
+        ("kv_cache_usage_perc", state.kv_usage),
     ):
         lines += [f"# TYPE vllm:{name} gauge"] + [
             f'vllm:{name}{{engine="0",model_name="{m}"}} {value}' for m in state.engine.models
