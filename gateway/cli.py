@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import multiprocessing
 import os
@@ -119,6 +120,24 @@ def check_targets(config: GatewayConfig, source: str) -> None:
                 check_target(target)
             except ConfigError as exc:
                 raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+
+
+# What the ``tracing`` section needs (the ``tracing`` extra), imported by ``gateway.obs.tracing``.
+TRACING_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+def check_extras(config: GatewayConfig, source: str) -> None:
+    """The optional packages the config asks for are installed: ``check-config`` says so in one
+    line, as ``serve`` would when it builds the app."""
+    if config.tracing is None:
+        return
+    for name in TRACING_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise ConfigError(
+                f"{source}: tracing: needs the optional extra: pip install 'llm-gateway[tracing]' ({name} is missing)"
+            ) from None
 
 
 def port_taken(host: str, port: int) -> str | None:
@@ -231,6 +250,7 @@ def serve(args: argparse.Namespace) -> int:
         if args.config:  # the embedded default is built from the environment, so it always passes these
             check_targets(config, args.config)
             check_environment(config, args.config)
+            check_extras(config, args.config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
         return 2
@@ -287,6 +307,7 @@ def check_config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
         check_targets(config, args.file)
         check_environment(config, args.file)
+        check_extras(config, args.file)
     except ConfigError as exc:
         print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
         return 2

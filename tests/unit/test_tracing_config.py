@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from gateway import cli
 from gateway.runtime.config import ConfigError, parse_config
 from gateway.web.app import create_app
 from gateway.web.state import GATEWAY
@@ -38,3 +39,13 @@ def test_without_the_extra_the_app_is_not_built(monkeypatch: pytest.MonkeyPatch)
 
 def test_tracing_is_off_unless_configured() -> None:
     assert create_app(parse_config({"models": MODELS, "auth": "none"}))[GATEWAY].tracer is None
+
+
+def test_check_config_says_in_one_line_that_the_extra_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    config = parse_config({"models": MODELS, "auth": "none", "tracing": {}})
+    with pytest.raises(ConfigError) as caught:
+        cli.check_extras(config, "gw.yaml")
+    assert str(caught.value).startswith("gw.yaml: tracing: needs the optional extra: pip install")
+    monkeypatch.undo()
+    cli.check_extras(config, "gw.yaml")  # installed: nothing to say
