@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from gateway.core.upstream import Upstream
 from gateway.obs.metrics import CONFIG_RELOADS, set_config_info
 from gateway.runtime.config import ConfigError, GatewayConfig, load_config
 from gateway.runtime.secrets import Stamp, file_stamp
+from gateway.web import ops
 from gateway.web.state import Gateway, Generation
 
 log = logging.getLogger("gateway")
@@ -166,6 +167,8 @@ class Reloader:
         removed = [u for k, u in old.upstreams.items() if k not in gen.upstreams]
         if removed:
             self._retire(removed)
+        if fresh:  # /ready and the catch-all's model list learn of new targets now, not at the next round
+            self._spawn(ops.probe(gw), "probe")
         return Outcome("applied", gen.version, gen.digest, None, changes(old.config, config), restart, reread)
 
     def _retire(self, upstreams: list[Upstream]) -> None:
@@ -183,7 +186,10 @@ class Reloader:
 
     def trigger(self, who: str) -> None:
         """A reload in the app's own task set (from a signal handler, which cannot await)."""
-        task = asyncio.get_running_loop().create_task(self.reload(who), name="reload")
+        self._spawn(self.reload(who), "reload")
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

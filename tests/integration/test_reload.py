@@ -259,6 +259,8 @@ def put(path: Path, text: str) -> None:
 
 
 async def test_the_file_watch_and_sighup_reload(served: Any, tmp_path: Path) -> None:
+    """The watch applies a changed file (one turning the watch off); SIGHUP the next, whose change of
+    ``server`` waits for a restart and is said to."""
     async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
         cfg = tmp_path / "gw.yaml"
         put(cfg, config(upstream.url, extra="reload: {watch: true, poll_seconds: 0.05}\n"))
@@ -267,12 +269,13 @@ async def test_the_file_watch_and_sighup_reload(served: Any, tmp_path: Path) -> 
             assert await ask(session, url, LOAD_KEY, "m2") == 404
             put(cfg, config(upstream.url, new_model=True, extra="reload: {watch: false}\n"))
             await until(lambda: answers(session, url, "m2", 200), "the watch applied the file")
-            put(cfg, config(upstream.url, extra="reload: {watch: false}\n"))
+            put(cfg, config(upstream.url, extra="reload: {watch: false}\nserver: {drain_seconds: 7}\n"))
             proc.send_signal(signal.SIGHUP)
             await until(lambda: answers(session, url, "m2", 404), "SIGHUP applied the file")
             async with session.get(url + "/admin/audit", headers=ADMIN_HEADERS) as r:
-                who = [(e["admin"], e["version"]) for e in (await r.json())["entries"]]
-            assert who == [("sighup", 3), ("watch", 2)]
+                entries = (await r.json())["entries"]
+            assert [(e["admin"], e["version"]) for e in entries] == [("sighup", 3), ("watch", 2)]
+            assert entries[0]["restart_needed"] == ["server"] and "restart_needed" not in entries[1]
 
 
 async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path: Path) -> None:
