@@ -167,7 +167,7 @@ def build_generation(
         digest=reload.config_digest(config),
         config=config,
         keys=keys,
-        auth=Authenticator(keys, store),
+        auth=Authenticator(keys, store, frozenset(t.id for t in config.teams)),
         models=models,
         model_access=ModelAccess(
             {t.id: t.models for t in config.teams}, {a: m.name for m in config.models for a in m.aliases}
@@ -205,7 +205,8 @@ def rebuild(gw: Gateway, config: GatewayConfig, source: str) -> Generation:
         gen = build_generation(config, None, old.version + 1, old.auth.store, builder)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    kept = {u.name for u in gen.models.upstreams()}
+    # Health goes with a target taken over, not with a new one that only shares its name.
+    kept = {u.name for identity, u in gen.upstreams.items() if identity in old.upstreams}
     gen.models.health.update({n: h for n, h in old.models.health.items() if n in kept})
     gen.models.listed.update({n: m for n, m in old.models.listed.items() if n in kept})
     return gen

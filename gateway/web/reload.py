@@ -154,6 +154,10 @@ class Reloader:
         except ConfigError as exc:
             refused.reason = str(exc)
             return refused
+        except Exception as exc:  # a fault of ours: the running config serves on, the traceback is logged
+            log.exception("building the reloaded config failed")
+            refused.reason = f"internal error building the config ({type(exc).__name__})"
+            return refused
         fresh = [u for k, u in gen.upstreams.items() if k not in old.upstreams]
         try:
             await asyncio.gather(*(u.start() for u in fresh))

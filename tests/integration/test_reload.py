@@ -155,6 +155,9 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
         async with aiohttp.ClientSession() as session:
             assert [await ask(session, url, STEADY_KEY) for _ in range(2)] == [200, 200]
             assert await ask(session, url, GONE_KEY) == 200
+            async with session.post(url + "/admin/keys", json={"teams": ["gone"]}, headers=ADMIN_HEADERS) as r:
+                issued = (await r.json())["key"]  # outlives its team: refused once the team is gone
+            assert await ask(session, url, issued) == 200
             before = await config_info(session, url)
             reloaded = asyncio.Event()
             statuses: list[int] = []
@@ -196,6 +199,7 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
             assert await ask(session, url, "key-load", "m2") == 200
             assert await ask(session, url, "key-load", "old") == 404
             assert await ask(session, url, GONE_KEY) == 401
+            assert await ask(session, url, issued) == 401
             assert [await ask(session, url, LIMITED_KEY) for _ in range(2)] == [200, 429]
             assert await ask(session, url, STEADY_KEY) == 429  # its two of the minute were spent before
             after = await config_info(session, url)
@@ -206,6 +210,7 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
         text = await stopped(proc, log)
         lines = log_lines(text)
         (audit,) = [a for a in lines if a.get("event") == "audit" and a["action"] == "config.reload"]
+        assert issued not in text
         assert audit["admin"] == hash_key(ADMIN)[:8] and audit["result"] == "applied"
         assert ADMIN not in text and "upstream-key" not in text
 
