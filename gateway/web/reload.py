@@ -67,8 +67,13 @@ class Outcome:
     def public(self) -> dict[str, Any]:
         """The admin answer and the log line's fields: the empty parts left out."""
         always = {"result": self.result, "version": self.version, "hash": self.hash}
-        rest = {"reason": self.reason, "changes": self.changes, "restart_needed": self.restart_needed}
-        return always | {k: v for k, v in (rest | {"keys_reread": self.keys_reread}).items() if v}
+        rest = {
+            "reason": self.reason,
+            "changes": self.changes,
+            "restart_needed": self.restart_needed,
+            "keys_reread": self.keys_reread,
+        }
+        return always | {k: v for k, v in rest.items() if v}
 
 
 def _named(items: dict[str, Any], before: dict[str, Any]) -> dict[str, list[str]]:
@@ -149,7 +154,8 @@ class Reloader:
             config = await asyncio.to_thread(load_config, self.path)
             config, restart = keep_running(config, old.config)
             if config_digest(config) == old.digest:
-                return Outcome("unchanged", old.version, old.digest, keys_reread=gw.secrets.refresh())
+                reread = gw.secrets.refresh()
+                return Outcome("unchanged", old.version, old.digest, restart_needed=restart, keys_reread=reread)
             gen = self.rebuild(gw, config, self.path)
         except ConfigError as exc:
             refused.reason = str(exc)
