@@ -9,7 +9,6 @@ What a vendor's upstream is sent and how its answers read is its ``Wire`` (sans-
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +33,7 @@ from gateway.dialects.sse import Event, SSEParser
 from gateway.runtime.aiohttp_tuning import drain_whole
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import Server, Target
+from gateway.runtime.secrets import Secret
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
 JSON = Any
@@ -177,7 +177,14 @@ def malformed(name: str, exc: BaseException) -> UpstreamMalformed:
 class HTTPUpstream:
     """One configured target, speaking its vendor's ``Wire``."""
 
-    def __init__(self, target: Target, public_model: str, wire: Wire, budget: MemoryBudget | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        public_model: str,
+        wire: Wire,
+        budget: MemoryBudget | None = None,
+        secret: Secret | None = None,
+    ) -> None:
         self.target = target
         # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
         self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
@@ -190,7 +197,8 @@ class HTTPUpstream:
         self._features = features
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None
-        self._key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        # The app's, shared with every target of the same source and re-read on change; one alone otherwise.
+        self.secret = secret if secret is not None else Secret.of(target)
         self._wheel: Wheel | None = None  # this target's time bounds, on the loop that serves it
         self._finisher = pool.Finisher()  # streams' body ends read in the background
 
@@ -265,12 +273,25 @@ class HTTPUpstream:
         req, model = self._prepare(req, call)
         path = self.wire.path(req.operation)
         body = self.wire.encode(req, model)
-        headers = self.wire.headers(self._key, self.target.team, req)
+        url, data = self.target.base_url + path, pydantic_core.to_json(body)
+        key = self.secret.value
+        resp = await self._send(url, data, self._headers(key, req, call))
+        if resp.status in (401, 403) and self.secret.renewed(key):
+            # The key was rotated under us (a Secret mount updated before our poll saw it): once more
+            # with the key the source holds now, before the refusal is reported.
+            resp.release()
+            resp = await self._send(url, data, self._headers(self.secret.value, req, call))
+        return await self._checked(resp)
+
+    def _headers(self, key: str | None, req: InternalRequest, call: Call) -> dict[str, str]:
+        headers = self.wire.headers(key, self.target.team, req)
         headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
         if call.trace:
             headers.update(call.trace)
-        url, data = self.target.base_url + path, pydantic_core.to_json(body)
+        return headers
+
+    async def _send(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         try:
             # Redirects are not followed: an API's POST is never redirected in normal operation, and
             # aiohttp would carry a vendor's key header (SGP's x-api-key) to wherever one points.
@@ -285,6 +306,10 @@ class HTTPUpstream:
                 resp = await self.fresh_session.post(url, data=data, headers=headers, allow_redirects=False)
         except aiohttp.ClientError as exc:
             raise unreachable(self.name, self.target, exc) from None
+        return resp
+
+    async def _checked(self, resp: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
+        """``resp`` if it is an answer; its failure translated into our errors otherwise."""
         if 300 <= resp.status < 400:
             resp.release()
             raise UpstreamFailed(
@@ -443,7 +468,7 @@ class HTTPUpstream:
 
     async def list_models(self) -> list[str]:
         try:
-            headers = self.wire.headers(self._key, self.target.team, PROBE_REQUEST)
+            headers = self.wire.headers(self.secret.value, self.target.team, PROBE_REQUEST)
             async with self.session.get(
                 self.target.base_url + self.wire.path(Operation.COMPLETION).replace("completions", "models"),
                 headers=headers,

@@ -67,7 +67,16 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 
 
-def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: int, log_to: LogSettings) -> None:
+def _worker(
+    config: GatewayConfig,
+    catch_all: Target | None,
+    host: str,
+    port: int,
+    log_to: LogSettings,
+    config_path: str | None = None,
+    parent: int | None = None,
+) -> None:
+    """``parent``: the pid of the ``--workers`` parent, which forwards SIGHUP (a reload) to every worker."""
     # Imported here, after the CLI has chosen the metrics mode: prometheus-client reads
     # PROMETHEUS_MULTIPROC_DIR when it is first imported.
     from gateway.obs import logs
@@ -78,7 +87,7 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
     _use_uvloop()
     try:
         try:
-            app = create_app(config, catch_all)
+            app = create_app(config, catch_all, config_path, _signaller(parent))
         except ConfigError as exc:  # e.g. an in-process engine's optional extra is not installed
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -94,6 +103,18 @@ def _worker(config: GatewayConfig, catch_all: Target | None, host: str, port: in
         asyncio.run(serving)
     finally:
         listener.stop()
+
+
+def _signaller(parent: int | None) -> Callable[[], None] | None:
+    """How a worker has every worker reload: SIGHUP to the parent, which forwards it (``serve``)."""
+    if parent is None:
+        return None
+
+    def tell() -> None:
+        if os.getppid() == parent:  # not a process that took the parent's place
+            os.kill(parent, signal.SIGHUP)
+
+    return tell
 
 
 def in_process_targets(config: GatewayConfig) -> list[str]:
@@ -112,14 +133,9 @@ def check_targets(config: GatewayConfig, source: str) -> None:
     """Each target's provider exists and is configured its way (the registries know: ``check_target``).
     Imported here, not at the top: the registries import prometheus-client, which must come after the
     metrics mode is chosen (``_worker``)."""
-    from gateway.web.app import check_target
+    from gateway.web.app import check_targets as check
 
-    for entry in config.models:
-        for i, target in enumerate(entry.targets):
-            try:
-                check_target(target)
-            except ConfigError as exc:
-                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+    check(config, source)
 
 
 # What the ``tracing`` section needs (the ``tracing`` extra), imported by ``gateway.obs.tracing``.
@@ -277,14 +293,22 @@ def serve(args: argparse.Namespace) -> int:
     start_summary(config, catch_all, host, port, workers)
     listener.stop()
     if workers == 1:
-        _worker(config, catch_all, host, port, log_to)
+        _worker(config, catch_all, host, port, log_to, args.config)
         return 0
     ctx = multiprocessing.get_context("fork")
-    procs = [
-        ctx.Process(target=_worker, args=(config, catch_all, host, port, log_to), daemon=False) for _ in range(workers)
-    ]
+    worker_args = (config, catch_all, host, port, log_to, args.config, os.getpid())
+    procs = [ctx.Process(target=_worker, args=worker_args, daemon=False) for _ in range(workers)]
+    # Ignored until each worker's loop takes it (a reload), and here until it is forwarded.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     for p in procs:
         p.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGHUP)
+
+    signal.signal(signal.SIGHUP, forward)
 
     def stop(signum: int, frame: Any) -> None:
         for p in procs:

@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.admission import Admission, Policies, Settings, TeamPolicy
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import Limiter
 from gateway.limits.local import LocalLimiter
@@ -59,9 +59,13 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
             policy,
             retry_seconds=config.redis.retry_seconds,
         )
-    teams = {t.id: TeamPolicy(values(t.limits), values(t.key_limits), t.deadline) for t in config.teams}
     s = config.limits
-    return Admission(limiter, teams, Settings(s.admission_timeout, s.max_waiters, s.lease_ttl))
+    return Admission(limiter, team_policies(config).teams, Settings(s.admission_timeout, s.max_waiters, s.lease_ttl))
 
 
-__all__ = ["Admission", "build_admission", "redis_client"]
+def team_policies(config: GatewayConfig) -> Policies:
+    """The teams' limits and deadlines of one config (a reload builds the next generation's)."""
+    return Policies({t.id: TeamPolicy(values(t.limits), values(t.key_limits), t.deadline) for t in config.teams})
+
+
+__all__ = ["Admission", "Policies", "build_admission", "redis_client", "team_policies"]

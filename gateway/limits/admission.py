@@ -79,6 +79,26 @@ def deadline_error(refusal: Refusal) -> DeadlineExceeded:
     return err
 
 
+class Policies:
+    """The teams' limits of one config generation: a reload makes a new one, and a request keeps the
+    one it started with (``gateway.web.reload``). Counters live in the limiter, keyed by team and key
+    (``plan.tag``), so a team's state carries over from one generation to the next."""
+
+    __slots__ = ("layouts", "limited", "teams")
+
+    def __init__(self, teams: dict[str, TeamPolicy]) -> None:
+        self.teams = teams
+        self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
+        self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
+
+    def layout(self, team: str, key_id: str) -> Layout:
+        limits = self.layouts.get((team, key_id))
+        if limits is None:
+            policy = self.teams[team]
+            limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
+        return limits
+
+
 class Waiters:
     """Requests waiting for a concurrency slot, served round-robin across teams."""
 
@@ -124,9 +144,7 @@ class Waiters:
 class Admission:
     def __init__(self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings) -> None:
         self.limiter = limiter
-        self.teams = teams
-        self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
-        self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
+        self.policies = Policies(teams)  # the start-up generation's; a reload passes its own per request
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
         self.live: dict[str, Plan] = {}
@@ -138,23 +156,27 @@ class Admission:
         self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
 
-    def deadline_for(self, team: str, request: InternalRequest) -> float | None:
+    def deadline_for(self, team: str, request: InternalRequest, policies: Policies | None = None) -> float | None:
         """On the event loop's clock, as ``Call.deadline``."""
-        policy = self.teams.get(team)
+        policy = (policies or self.policies).teams.get(team)
         seconds = request.timeout or (policy.deadline if policy else None)
         return asyncio.get_running_loop().time() + seconds if seconds else None
 
     async def admit(
-        self, team: str, key_id: str, request: InternalRequest, deadline: float | None, load: ModelLoad | None = None
+        self,
+        team: str,
+        key_id: str,
+        request: InternalRequest,
+        deadline: float | None,
+        load: ModelLoad | None = None,
+        policies: Policies | None = None,
     ) -> Plan:
-        """``load``: the model's levels, where a wait for a slot is counted (with its token estimate)."""
-        if team not in self.limited:
+        """``load``: the model's levels, where a wait for a slot is counted (with its token estimate);
+        ``policies``: the request's config generation's (the start-up one by default)."""
+        policies = policies or self.policies
+        if team not in policies.limited:
             return planning.unlimited(team, key_id, request)
-        limits = self.layouts.get((team, key_id))
-        if limits is None:
-            policy = self.teams[team]
-            limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
-        plan = planning.planned(team, key_id, limits, request, planning.new_lease())
+        plan = planning.planned(team, key_id, policies.layout(team, key_id), request, planning.new_lease())
         if not plan.checks:
             return plan
         began = time.monotonic()

@@ -250,3 +250,23 @@ SETTLEMENTS_HELD = LevelTally(SETTLEMENTS_HELD_GAUGE)
 USAGE_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage"))
 LEASES_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("lease"))
 USAGE_UNKNOWN = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage_unknown"))
+
+
+# Config reloads (gateway.web.reload): the config in force, 1 on its version and hash (earlier ones
+# read 0; with several workers, one series per worker, so a reload that reached all of them shows).
+CONFIG_INFO = Gauge(
+    "gateway_config_info",
+    "The config in force: 1 on its version and hash",
+    ["version", "hash"],
+    multiprocess_mode="liveall",
+)
+CONFIG_RELOADS = Counter("gateway_config_reloads_total", "Config reloads, by result", ["result"])
+RELOAD_RESULTS = ("applied", "unchanged", "refused")  # the label's values
+
+
+def set_config_info(version: int, digest: str, previous: tuple[int, str] | None = None) -> None:
+    if previous is not None:
+        # 0 first: with several workers the value lives on in this worker's file after ``remove``
+        CONFIG_INFO.labels(str(previous[0]), previous[1]).set(0)
+        CONFIG_INFO.remove(str(previous[0]), previous[1])
+    CONFIG_INFO.labels(str(version), digest).set(1)

@@ -103,9 +103,12 @@ def _is_key_id(text: str) -> bool:
 class Authenticator:
     """Static keys first (a dict look-up), then issued keys through a one-second cache."""
 
-    def __init__(self, static: KeyRing, store: Store) -> None:
+    def __init__(self, static: KeyRing, store: Store, teams: frozenset[str] | None = None) -> None:
+        """``teams``: the configured team ids (None: any): an issued key outlives a config that
+        removes one of its teams, and must not serve it after that."""
         self.static = static
         self.store = store
+        self.teams = teams
         self.cache: dict[str, tuple[float, KeyRecord | None]] = {}
 
     async def authenticate(self, token: str | None, team: str | None) -> Principal:
@@ -122,7 +125,10 @@ class Authenticator:
             raise AuthenticationFailed("this API key was revoked")
         if record.expires is not None and record.expires < time.time():
             raise AuthenticationFailed("this API key has expired")
-        return select_team(record.id, record.teams, team)
+        teams = record.teams if self.teams is None else [t for t in record.teams if t in self.teams]
+        if not teams:
+            raise AuthenticationFailed("this API key's teams are no longer configured")
+        return select_team(record.id, teams, team)
 
     async def _record(self, key_id: str) -> KeyRecord | None:
         now = time.monotonic()

@@ -74,6 +74,9 @@ class Target(_Model):
     engine: dict[str, Any] | None = None  # in-process engine arguments (``vllm-engine``: AsyncEngineArgs)
     model: str | None = None  # upstream model name; defaults to the public name
     api_key_env: str | None = None
+    # a file holding the key (a Kubernetes Secret mount): re-read when it changes, on reload, and once
+    # when the upstream answers 401 (``gateway/runtime/secrets.py``)
+    api_key_file: str | None = None
     team: str | None = None  # the vendor's team/account header (X-Friendli-Team, x-selected-account-id)
     weight: Annotated[float, Field(gt=0)] = 1.0
     timeouts: Timeouts = Timeouts()
@@ -103,6 +106,8 @@ class Target(_Model):
         given = [k for k, set_ in places.items() if set_]
         if len(given) > 1:
             raise ValueError("give exactly one of 'base_url', 'replicas' or 'engine'")
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give at most one of 'api_key_env' or 'api_key_file'")
         return self
 
 
@@ -230,6 +235,15 @@ class Server(_Model):
     metrics_token_env: Annotated[str, Field(min_length=1)] = "LLM_GATEWAY_METRICS_TOKEN"
 
 
+class Reload(_Model):
+    """Reloading the config without a restart (``gateway/web/reload.py``); SIGHUP and
+    ``POST /admin/reload`` always work."""
+
+    watch: bool = False  # reload when the config file changes
+    # how often the config file (with ``watch``) and the targets' ``api_key_file``s are checked for change
+    poll_seconds: Annotated[float, Field(gt=0, le=3600)] = 1.0
+
+
 class GatewayConfig(_Model):
     server: Server = Server()
     models: tuple[ModelEntry, ...] = ()
@@ -240,6 +254,7 @@ class GatewayConfig(_Model):
     limits: LimitSettings = LimitSettings()
     admin: Admin = Admin()
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
+    reload: Reload = Reload()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -293,6 +308,17 @@ def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapp
     for where, var in named:
         if var is not None and not environ.get(var):
             raise ConfigError(f"{source}: {where}: {_unset(var, environ)}")
+    for m in config.models:
+        for i, t in enumerate(m.targets):
+            if t.api_key_file is not None:
+                try:
+                    empty = not Path(t.api_key_file).read_text().strip()
+                except OSError as exc:
+                    raise ConfigError(
+                        f"{source}: models[{m.name!r}].targets[{i}].api_key_file: cannot read: {exc.strerror}"
+                    ) from None
+                if empty:
+                    raise ConfigError(f"{source}: models[{m.name!r}].targets[{i}].api_key_file: the file is empty")
     try:
         keyed = [team.id for team in config.teams if key_hashes(team, environ)]
     except ConfigError as exc:

@@ -7,16 +7,18 @@ answers 403 to everyone.
     DELETE /admin/keys/{id}               revoke (every replica within a second)
     GET    /admin/teams
     GET    /admin/teams/{team}/usage?hours=24
+    POST   /admin/reload                  reload the config file (every worker); 422 and the reason if refused
+    GET    /admin/audit?limit=100         the audit trail, newest first
 
-Every change (a key issued or revoked) is logged as an audit line (``event: audit``): which admin
-credential made it (the first 8 hex of its key's SHA-256, never the key), the action, the key's id,
-teams and label. An issued key's secret is in the answer only, never in a log line.
+Every change (a key issued or revoked, a config reloaded) is an audit entry (``gateway/policy/audit.py``):
+which admin credential made it (the first 8 hex of its key's SHA-256, never the key), the action, the
+key's id, teams and label. An issued key's secret is in the answer only, never in a log line.
+The admin key is the current config generation's: a reload may change it.
 """
 
 from __future__ import annotations
 
 import hmac
-import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -29,14 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
-from gateway.obs.logs import AUDIT_LOGGER, iso_time
+from gateway.obs.logs import iso_time
 from gateway.policy.auth import hex_digest
 from gateway.policy.keystore import new_key
 from gateway.runtime.config import GatewayConfig
+from gateway.web.reload import RELOADER
 from gateway.web.state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-audit_log = logging.getLogger(AUDIT_LOGGER)
+AUDIT_LIMIT = 1000  # entries one /admin/audit answer holds at most
 ADMIN_ID_HEX = 8  # of the admin key's SHA-256: names the credential in audit lines, reveals nothing of it
 
 
@@ -72,7 +75,7 @@ def problem(status: int, message: str) -> web.Response:
 def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) -> Handler:
     async def wrapped(request: web.Request) -> web.Response:
         gw = request.app[GATEWAY]
-        expected = request.app[ADMIN_DIGEST]
+        expected = gw.gen.admin_digest
         if not expected:
             return problem(403, "the admin API is disabled: no admin key is configured")
         token = bearer_token(request.headers.get("Authorization"))
@@ -84,10 +87,15 @@ def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) 
     return wrapped
 
 
-def audit(request: web.Request, action: str, **fields: object) -> None:
-    """One audit line: who (the admin credential's id), what, on which key. Callers pass no secret."""
-    who = request.app[ADMIN_DIGEST][:ADMIN_ID_HEX]
-    audit_log.info("audit", extra={"fields": {"event": "audit", "admin": who, "action": action, **fields}})
+def who(request: web.Request) -> str:
+    """The admin credential that made a request, by its digest's first hex (``guarded`` checked it)."""
+    token = bearer_token(request.headers.get("Authorization")) or ""
+    return hex_digest(token)[:ADMIN_ID_HEX]
+
+
+async def audit(request: web.Request, action: str, **fields: object) -> None:
+    """One audit entry: who, what, on which key. Callers pass no secret."""
+    await request.app[GATEWAY].audit.record(who(request), action, **fields)
 
 
 async def create_key(request: web.Request, gw: Gateway) -> web.Response:
@@ -102,7 +110,7 @@ async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     key, record = new_key(spec.teams, spec.name, spec.expires_in)
     await gw.auth.store.put(record)
     expires = iso_time(record.expires) if record.expires is not None else None
-    audit(request, "key.create", key_id=record.id, teams=record.teams, name=record.name or None, expires=expires)
+    await audit(request, "key.create", key_id=record.id, teams=record.teams, name=record.name or None, expires=expires)
     return reply({"key": key, **record.public()}, 201)
 
 
@@ -117,7 +125,7 @@ async def revoke_key(request: web.Request, gw: Gateway) -> web.Response:
     already = record.revoked
     record.revoked = True
     await gw.auth.store.put(record)
-    audit(request, "key.revoke", key_id=record.id, teams=record.teams, already_revoked=already or None)
+    await audit(request, "key.revoke", key_id=record.id, teams=record.teams, already_revoked=already or None)
     return reply(record.public())
 
 
@@ -161,13 +169,30 @@ async def usage(request: web.Request, gw: Gateway) -> web.Response:
     return reply({"team": team, "buckets": buckets})
 
 
-ADMIN_DIGEST = web.AppKey("admin_digest", str)  # "" when the admin API is disabled
+async def reload(request: web.Request, gw: Gateway) -> web.Response:
+    outcome = await request.app[RELOADER].reload(who(request))
+    if outcome.result == "refused":
+        return reply({"error": {"message": outcome.reason, "type": "reload_refused"}, **outcome.public()}, 422)
+    return reply(outcome.public())
 
 
-def install(app: web.Application, config: GatewayConfig) -> None:
-    app[ADMIN_DIGEST] = admin_digest(config) or ""
+async def audit_trail(request: web.Request, gw: Gateway) -> web.Response:
+    try:
+        limit = max(1, min(AUDIT_LIMIT, int(request.query.get("limit", "100"))))
+    except ValueError:
+        return problem(400, "limit must be an integer")
+    try:
+        entries = await gw.audit.recent(limit)
+    except Exception as exc:  # Redis down: say so rather than answer 500
+        return problem(503, f"the audit trail is unavailable ({type(exc).__name__})")
+    return reply({"entries": [{**e, "time": iso_time(e["ts"])} for e in entries]})
+
+
+def install(app: web.Application) -> None:
     app.router.add_post("/admin/keys", guarded(create_key))
     app.router.add_get("/admin/keys", guarded(list_keys))
     app.router.add_delete("/admin/keys/{key_id}", guarded(revoke_key))
     app.router.add_get("/admin/teams", guarded(teams))
     app.router.add_get("/admin/teams/{team}/usage", guarded(usage))
+    app.router.add_post("/admin/reload", guarded(reload))
+    app.router.add_get("/admin/audit", guarded(audit_trail))

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiohttp import web
 
@@ -17,20 +17,22 @@ from adapters import PROVIDERS, HTTPUpstream
 from backends import ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
-from gateway.limits import build_admission, close_redis, redis_client
+from gateway.limits import build_admission, close_redis, redis_client, team_policies
 from gateway.limits.admission import running as admission_running
 from gateway.obs import metrics, tracing
-from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
+from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
 from gateway.policy.access import ModelAccess
+from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
-from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
+from gateway.policy.keystore import Authenticator, LocalStore, RedisStore, Store
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
-from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
-from gateway.web import admin, ops, status
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
+from gateway.runtime.secrets import Secrets
+from gateway.web import admin, ops, reload, status
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
-from gateway.web.state import GATEWAY, Gateway
+from gateway.web.state import GATEWAY, Gateway, Generation
 
 log = logging.getLogger("gateway")
 CUT_SECONDS = 2.0  # for requests cut at the drain's end to write their error
@@ -57,8 +59,21 @@ def check_target(target: Target) -> None:
         raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
 
 
-def build_upstream(target: Target, public: str, budget: MemoryBudget | None = None) -> Upstream:
-    """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own)."""
+def check_targets(config: GatewayConfig, source: str) -> None:
+    """Each target's provider exists and is configured its way, the error naming the file and target."""
+    for entry in config.models:
+        for i, target in enumerate(entry.targets):
+            try:
+                check_target(target)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+
+
+def build_upstream(
+    target: Target, public: str, budget: MemoryBudget | None = None, secrets: Secrets | None = None
+) -> Upstream:
+    """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own);
+    ``secrets``: the app's credentials, shared so that a changed key file reaches every target using it."""
     check_target(target)
     if target.provider in ENGINES:
         try:
@@ -66,9 +81,12 @@ def build_upstream(target: Target, public: str, budget: MemoryBudget | None = No
         except ImportError as exc:
             raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
     wire = PROVIDERS[target.provider]
+    secret = secrets.for_target(target) if secrets is not None else None
     if target.replicas:
-        return ReplicaPool(target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget), ReplicaGaugeSet())
-    return HTTPUpstream(target, public, wire, budget)
+        return ReplicaPool(
+            target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget, secret), ReplicaGaugeSet()
+        )
+    return HTTPUpstream(target, public, wire, budget, secret)
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:
@@ -90,23 +108,44 @@ def unique_names(config: GatewayConfig) -> dict[tuple[str, int], str]:
     return names
 
 
-def build_table(config: GatewayConfig, catch_all: Target | None = None) -> ModelTable:
+class Builder:
+    """Builds the upstreams of one config, taking over from ``reuse`` (the previous generation's, by
+    the identity of their config) those whose config did not change: they keep their connection
+    pools, health and replica scrapers across a reload. ``built`` is the new generation's set."""
+
+    def __init__(
+        self, budget: MemoryBudget, secrets: Secrets | None = None, reuse: Mapping[str, Upstream] | None = None
+    ) -> None:
+        self.budget, self.secrets, self.reuse = budget, secrets, reuse or {}
+        self.built: dict[str, Upstream] = {}
+
+    def upstream(self, target: Target, public: str) -> Upstream:
+        identity = f"{public}\n{target.model_dump_json()}"
+        upstream = self.built.get(identity) or self.reuse.get(identity)
+        if upstream is None:
+            upstream = build_upstream(target, public, self.budget, self.secrets)
+        self.built[identity] = upstream
+        return upstream
+
+
+def build_table(config: GatewayConfig, catch_all: Target | None = None, builder: Builder | None = None) -> ModelTable:
     routes: dict[str, Route] = {}
     names = unique_names(config)
-    budget = MemoryBudget(config.server.max_buffered_bytes)  # one for the process: every target draws on it
+    # one budget for the process: every target draws on it
+    build = builder or Builder(MemoryBudget(config.server.max_buffered_bytes))
     for entry in config.models:
         upstreams = [
-            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name, budget)
+            build.upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
             for i, t in enumerate(entry.targets)
         ]
         route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
         for name in (entry.name, *entry.aliases):
             routes[name] = route
-    vendors = {name: build_upstream(vendor_target(name, v), name, budget) for name, v in config.vendors.items()}
+    vendors = {name: build.upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
     return ModelTable(
         routes=routes,
         vendors=vendors,
-        catch_all=build_upstream(catch_all, "", budget) if catch_all is not None else None,
+        catch_all=build.upstream(catch_all, "") if catch_all is not None else None,
         default_model=config.models[0].name if config.models else None,
     )
 
@@ -116,23 +155,62 @@ def build_keys(config: GatewayConfig) -> KeyRing:
     return KeyRing.from_hashes(entries, open_access=config.auth == "none")
 
 
-def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gateway:
-    client = redis_client(config.redis) if config.redis is not None else None
+def build_generation(
+    config: GatewayConfig, catch_all: Target | None, version: int, store: Store, builder: Builder
+) -> Generation:
+    """One config compiled; raises ``ConfigError`` for what only building shows (a key variable unset,
+    an engine's extra missing). ``store``: the issued keys, which outlive every generation."""
     keys = build_keys(config)
-    store = RedisStore(client) if client is not None else LocalStore()
-    return Gateway(
+    models = build_table(config, catch_all, builder)
+    return Generation(
+        version=version,
+        digest=reload.config_digest(config),
         config=config,
         keys=keys,
-        auth=Authenticator(keys, store),
-        models=build_table(config, catch_all),
+        auth=Authenticator(keys, store, frozenset(t.id for t in config.teams)),
+        models=models,
         model_access=ModelAccess(
             {t.id: t.models for t in config.teams}, {a: m.name for m in config.models for a in m.aliases}
         ),
+        policies=team_policies(config),
+        admin_digest=admin.admin_digest(config) or "",
+        upstreams=builder.built,
+    )
+
+
+def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gateway:
+    client = redis_client(config.redis) if config.redis is not None else None
+    store = RedisStore(client) if client is not None else LocalStore()
+    secrets = Secrets()
+    builder = Builder(MemoryBudget(config.server.max_buffered_bytes), secrets)
+    return Gateway(
+        gen=build_generation(config, catch_all, 1, store, builder),
         access=logging.getLogger("gateway.access"),
         admission=build_admission(config, client),
         redis=client,
         tracer=tracing.build(config.tracing),
+        secrets=secrets,
+        budget=builder.budget,
+        audit=AuditTrail(client),
     )
+
+
+def rebuild(gw: Gateway, config: GatewayConfig, source: str) -> Generation:
+    """The next generation from a reloaded config, checked as ``check-config`` checks a file; the
+    targets whose config did not change are taken over with their pools and health."""
+    check_targets(config, source)
+    check_environment(config, source)
+    old = gw.gen
+    builder = Builder(gw.budget, gw.secrets, old.upstreams)
+    try:
+        gen = build_generation(config, None, old.version + 1, old.auth.store, builder)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    # Health goes with a target taken over, not with a new one that only shares its name.
+    kept = {u.name for identity, u in gen.upstreams.items() if identity in old.upstreams}
+    gen.models.health.update({n: h for n, h in old.models.health.items() if n in kept})
+    gen.models.listed.update({n: m for n, m in old.models.listed.items() if n in kept})
+    return gen
 
 
 async def connect_redis(gw: Gateway) -> None:
@@ -155,12 +233,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
     await connect_redis(gw)
     await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
+    set_config_info(gw.gen.version, gw.gen.digest)
     await ops.probe(gw)  # which logs each target's reachability, as it does every change of it
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
         asyncio.create_task(metrics.flusher(*gw.tallies()), name="metrics-flusher"),
     ]
-    async with admission_running(gw.admission):
+    async with admission_running(gw.admission), reload.running(app):
         yield
     for task in tasks:
         task.cancel()
@@ -178,15 +257,23 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             await gw.tracer.close()  # the spans of the last requests are exported
 
 
-def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Application:
+def create_app(
+    config: GatewayConfig,
+    catch_all: Target | None = None,
+    config_path: str | None = None,
+    siblings: Callable[[], None] | None = None,
+) -> web.Application:
+    """``config_path``: the file a reload reads (none: the embedded default, which does not reload);
+    ``siblings``: tells the other worker processes to reload too (``--workers N``)."""
     app = web.Application(client_max_size=config.server.max_body_bytes, handler_args=HANDLER_ARGS)
     gw = app[GATEWAY] = build_state(config, catch_all)
+    reload.install(app, reload.Reloader(gw, config_path, siblings, rebuild))
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
     ops.install(app, config)
-    admin.install(app, config)
+    admin.install(app)
     app.router.add_get("/status", status.status)
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)

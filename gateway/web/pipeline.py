@@ -155,6 +155,7 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
+        gen = gw.gen  # this request's config generation, whatever a reload swaps in meanwhile
         rid = request_id(request.headers)
         dialect = spec.dialect
         tracer = gw.tracer  # None unless tracing is configured: then nothing of it runs
@@ -170,27 +171,27 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             dialect = dialect.select(data, request.headers)
             log.dialect = dialect.name
             token, team = credentials(dialect, request.headers)
-            principal = await gw.auth.authenticate(token, team)
+            principal = await gen.auth.authenticate(token, team)
             log.principal = principal
             ireq = dialect.parse(spec.operation, data, spec.flavour)
             log.model = ireq.model
-            resolved = gw.models.resolve(ireq.model)
+            resolved = gen.models.resolve(ireq.model)
             log.model_label = resolved.route.label
             load = gw.load.of(resolved.route.label)
             load.in_flight.n += 1
-            gw.model_access.check(principal, ireq.model)
+            gen.model_access.check(principal, ireq.model)
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
-            deadline = gw.admission.deadline_for(principal.team, ireq)
-            admitting = gw.admission.admit(principal.team, principal.key_id, ireq, deadline, load)
+            deadline = gw.admission.deadline_for(principal.team, ireq, gen.policies)
+            admitting = gw.admission.admit(principal.team, principal.key_id, ireq, deadline, load, gen.policies)
             plan = await (admitting if trace is None else trace.admitted(admitting, principal.team))
             try:
                 call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
                 if ireq.stream:
-                    opened = await dispatch.open_stream(gw.models, resolved.route, ireq, call, log.attempt)
+                    opened = await dispatch.open_stream(gen.models, resolved.route, ireq, call, log.attempt)
                     log.observe(opened[0])
                     return await relay(request, dialect, ireq, opened, rid, log)
-                completion = await dispatch.complete(gw.models, resolved.route, ireq, call, log.attempt)
+                completion = await dispatch.complete(gen.models, resolved.route, ireq, call, log.attempt)
                 log.completed(completion)
                 body = dumps(dialect.render(ireq, completion))
                 headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}

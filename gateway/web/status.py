@@ -20,7 +20,6 @@ from prometheus_client import multiprocess as mp
 from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
 from gateway.policy.auth import hex_digest
-from gateway.web.admin import ADMIN_DIGEST
 from gateway.web.state import GATEWAY
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}h1{font-size:20px}
@@ -61,7 +60,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 async def status(request: web.Request) -> web.Response:
-    expected = request.app[ADMIN_DIGEST]
+    expected = request.app[GATEWAY].gen.admin_digest
     key = presented_key(request.headers.get("Authorization"))
     digest = hex_digest(key) if key else ""
     if not expected or not hmac.compare_digest(digest, expected):

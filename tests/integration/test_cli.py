@@ -67,16 +67,21 @@ async def serve() -> AsyncIterator[Any]:
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        end(proc)
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    """A started gateway stopped as Ctrl-C stops it, killed if it does not end in time; pipes closed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 async def test_embedded_default_serves_local_vllm(serve: Any) -> None:

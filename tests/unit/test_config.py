@@ -93,6 +93,16 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
             "vendors.openai.api_key_env: environment variable UNSET_2 is not set",
         ),
         ("teams: [{id: t, keys: [{id: k, env: UNSET_3}]}]", "teams['t'].keys['k'].env: environment variable UNSET_3"),
+        (
+            "auth: none\nmodels: [{name: m, targets: [{provider: openai, base_url: http://x, "
+            "api_key_file: /nonexistent/key}]}]",
+            "models['m'].targets[0].api_key_file: cannot read: No such file or directory",
+        ),
+        (
+            "models: [{name: m, targets: [{provider: openai, base_url: http://x, api_key_env: A, api_key_file: /k}]}]",
+            "models['m'].targets[0]: give at most one of 'api_key_env' or 'api_key_file'",
+        ),
+        ("reload: {poll_seconds: 0}", "reload.poll_seconds: must be greater than 0"),
         # keys are required (the default) but nobody can present one
         (f"{MOCK}teams: [{{id: t}}]", "teams: no team has a key and no admin key (LLM_GATEWAY_ADMIN_KEY) is set"),
         (f"{MOCK}teams: [{{id: t}}]", "add keys to a team ({id, sha256} or {id, env}), or set auth: none"),

@@ -137,6 +137,7 @@ KEYED_MODELS = [
 KEYED_TEAMS = [{"id": "ops", "keys": [{"id": "ci", "env": "OPS_KEY"}]}]
 KEYED = (f"config.models={json.dumps(KEYED_MODELS)}",)
 
+KEY_FILES = [{"secretName": "upstream-keys", "mountPath": "/var/run/secrets/upstream"}]
 VALUE_SETS = {
     "defaults": (),  # HPA, PDB and ServiceMonitor on, Redis, no keys (the config names none)
     "fixed-replicas": ("autoscaling.enabled=false", "replicas=5", "pdb.enabled=false", "serviceMonitor.enabled=false"),
@@ -157,6 +158,7 @@ VALUE_SETS = {
     "metrics-existing-secret": ("metrics.existingSecret=gw-metrics", "secrets.existingSecret=gw-keys"),
     "in-flight-hpa": ("autoscaling.targetInFlightPerPod=24",),
     "keda": ("autoscaling.targetInFlightPerPod=24", "autoscaling.keda.enabled=true"),
+    "key-files": (f"secrets.files={json.dumps(KEY_FILES)}",),
 }
 METRICS_VAR = "LLM_GATEWAY_METRICS_TOKEN"
 
@@ -405,6 +407,22 @@ def test_keys_come_from_existing_secrets_by_reference_only() -> None:
     # per variable, a reference of your own comes before your Secret and the chart's
     mixed = render(*VALUE_SETS["secret-refs"], "secrets.existingSecret=gw-keys", "secrets.values.SGP_API_KEY=x")
     assert key_refs(mixed)["SGP_API_KEY"] == {"name": "vendor-keys", "key": "2024"}
+
+
+def test_key_files_are_secrets_mounted_as_directories_read_only() -> None:
+    """A directory, not a subPath: the kubelet updates only directory mounts when a Secret changes,
+    and the gateway re-reads a changed ``api_key_file`` without a restart."""
+    manifests = render(*VALUE_SETS["key-files"])
+    assert needed_from_outside(manifests) == {("Secret", "upstream-keys")}
+    pod = manifests["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "key-file-0"]
+    assert mount == {"name": "key-file-0", "mountPath": "/var/run/secrets/upstream", "readOnly": True}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "key-file-0"]
+    assert volume == {"name": "key-file-0", "secret": {"secretName": "upstream-keys"}}
+    assert not any(
+        v["name"].startswith("key-file") for v in render()["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    )
 
 
 def scrape_auth(manifests: dict[str, dict[str, Any]]) -> Any:

@@ -1,0 +1,315 @@
+"""Config reload without restart, against ``llm-gateway serve`` as an operator runs it: SIGHUP and
+``POST /admin/reload`` under load, a broken config refused while serving goes on, ``--workers 2``
+reloading every worker, and the audit trail of it all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.runtime.config import hash_key
+from tests.fakes import upstream as fake
+from tests.integration.test_cli import ROOT, end, free_port, wait_healthy
+
+ADMIN = "admin-secret-for-reload"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+LOAD_KEY, GONE_KEY, LIMITED_KEY, STEADY_KEY = "key-load", "key-gone", "key-limited", "key-steady"
+CLIENTS = 4
+AFTER = 15  # requests each load client sends once the reload is done
+MAX_REQUESTS = 400  # the load loop's bound, whatever happens
+
+
+def config(upstream: str, *, new_model: bool = False, extra: str = "") -> str:
+    """v1 serves ``m`` and ``old`` (a target of its own); v2 (``new_model``) adds ``m2``, removes
+    ``old`` and the key ``gone/k``, and gives team ``limited`` an rpm limit; ``steady``'s limit
+    (2 a minute) is the same in both."""
+    target = f"{{provider: openai, base_url: '{upstream}', api_key_env: UP_KEY}}"
+    models = f"  - name: m\n    targets: [{target}]\n"
+    if new_model:
+        m2 = f"{{provider: openai, base_url: '{upstream}', model: m, api_key_env: UP_KEY}}"
+        models += f"  - name: m2\n    targets: [{m2}]\n"
+    else:
+        old = f"{{provider: openai, base_url: '{upstream}', model: m, api_key_env: UP_KEY, name: old-target}}"
+        models += f"  - name: old\n    targets: [{old}]\n"
+    gone = "" if new_model else f"\n  - id: gone\n    keys: [{{id: k, sha256: {hash_key(GONE_KEY)}}}]"
+    limited = "\n    limits: {rpm: 1}" if new_model else ""
+    return (
+        f"models:\n{models}"
+        "teams:\n"
+        f"  - id: load\n    keys: [{{id: k, sha256: {hash_key(LOAD_KEY)}}}]"
+        f"{gone}"
+        f"\n  - id: limited\n    keys: [{{id: k, sha256: {hash_key(LIMITED_KEY)}}}]{limited}"
+        f"\n  - id: steady\n    keys: [{{id: k, sha256: {hash_key(STEADY_KEY)}}}]\n    limits: {{rpm: 2}}\n"
+        f"admin: {{key_sha256: {hash_key(ADMIN)}}}\n{extra}"
+    )
+
+
+Started = tuple[str, "subprocess.Popen[bytes]", Path]
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    """``llm-gateway serve`` on a free port, its log lines (JSON) in a file: a pipe nobody reads
+    would fill under load and stall the gateway."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(cfg: Path, *args: str) -> Started:
+        port = free_port()
+        log = tmp_path / f"gateway-{len(procs)}.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port), *args],
+                cwd=ROOT,
+                env={**os.environ, "UP_KEY": "upstream-key", "LLM_GATEWAY_LOG_FORMAT": "json"},
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        await wait_healthy(url, proc)
+        return url, proc, log
+
+    yield start
+    for proc in procs:
+        end(proc)
+
+
+async def ask(session: aiohttp.ClientSession, url: str, key: str, model: str = "m", stream: bool = False) -> int:
+    body = {"model": model, "prompt": "hello", "max_tokens": 4, "stream": stream}
+    async with session.post(url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}) as r:
+        await r.read()
+        return r.status
+
+
+async def config_info(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, ...], float]:
+    """``gateway_config_info`` samples: (version, hash[, pid]) → value."""
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    return {
+        tuple(v for _, v in sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "gateway_config_info"
+    }
+
+
+async def metric(session: aiohttp.ClientSession, url: str, name: str, **labels: str) -> float:
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    found = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    return sum(found)
+
+
+async def until(done: Callable[[], Awaitable[bool]], what: str, polls: int = 400) -> None:
+    """Polls ``done`` until it holds (the gateway's state, seen from outside), failing after ``polls``."""
+    for _ in range(polls):
+        if await done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def answered(value: bool) -> bool:
+    return value
+
+
+async def answers(session: aiohttp.ClientSession, url: str, model: str, status: int) -> bool:
+    return await ask(session, url, LOAD_KEY, model) == status
+
+
+async def stopped(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """Stops the gateway (its log lines are written in the background) and returns its log."""
+    proc.send_signal(signal.SIGINT)
+    await asyncio.to_thread(proc.wait, 30)
+    return await asyncio.to_thread(log.read_text)
+
+
+def log_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(served: Any, tmp_path: Path) -> None:
+    """A new model, a removed model and key, a changed limit, applied by ``POST /admin/reload`` while
+    clients keep sending: none of their requests fails; a stream in flight on the removed model's
+    target runs to its end; the unchanged team's limit counters carry over."""
+    async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
+        cfg = tmp_path / "gw.yaml"
+        cfg.write_text(config(upstream.url))
+        url, proc, log = await served(cfg)
+        async with aiohttp.ClientSession() as session:
+            assert [await ask(session, url, STEADY_KEY) for _ in range(2)] == [200, 200]
+            assert await ask(session, url, GONE_KEY) == 200
+            async with session.post(url + "/admin/keys", json={"teams": ["gone"]}, headers=ADMIN_HEADERS) as r:
+                issued = (await r.json())["key"]  # outlives its team: refused once the team is gone
+            assert await ask(session, url, issued) == 200
+            before = await config_info(session, url)
+            reloaded = asyncio.Event()
+            statuses: list[int] = []
+
+            async def load(stream: bool) -> None:
+                after = 0
+                while after < AFTER and len(statuses) < MAX_REQUESTS:
+                    statuses.append(await ask(session, url, LOAD_KEY, stream=stream))
+                    after += reloaded.is_set()
+
+            clients = [asyncio.create_task(load(i % 2 == 1)) for i in range(CLIENTS)]
+            # A stream on ``old`` (removed by the reload) that is still running when the reload is done.
+            body = {"model": "old", "prompt": "[[fault:slow=0.2]] hello", "max_tokens": 8, "stream": True}
+            async with session.post(
+                url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {LOAD_KEY}"}
+            ) as slow:
+                assert slow.status == 200
+                await slow.content.readline()  # its first event: the stream is under way
+                await until(lambda: answered(len(statuses) >= CLIENTS), "the load under way")
+                cfg.write_text(config(upstream.url, new_model=True))
+                async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                    assert r.status == 200, await r.text()
+                    answer = await r.json()
+                reloaded.set()
+                assert upstream.active >= 1  # the removed model's stream outlived the swap
+                rest = (await slow.read()).decode()
+            assert rest.rstrip().endswith("data: [DONE]") and '"error"' not in rest
+            await asyncio.gather(*clients)
+            assert statuses.count(200) == len(statuses) and len(statuses) >= CLIENTS * AFTER, statuses
+            assert answer["result"] == "applied" and answer["version"] == 2
+            assert answer["changes"] == {
+                "models_added": ["m2"],
+                "models_removed": ["old"],
+                "teams_removed": ["gone"],
+                "teams_changed": ["limited"],
+                "keys_removed": ["gone/k"],
+            }
+            # What the change itself refuses, and what it now serves.
+            assert await ask(session, url, "key-load", "m2") == 200
+            assert await ask(session, url, "key-load", "old") == 404
+            assert await ask(session, url, GONE_KEY) == 401
+            assert await ask(session, url, issued) == 401
+            assert [await ask(session, url, LIMITED_KEY) for _ in range(2)] == [200, 429]
+            assert await ask(session, url, STEADY_KEY) == 429  # its two of the minute were spent before
+            after = await config_info(session, url)
+            assert await metric(session, url, "gateway_config_reloads_total", result="applied") == 1
+        ((h1, v1),) = [k for k, v in before.items() if v == 1]
+        ((h2, v2),) = [k for k, v in after.items() if v == 1]
+        assert (v1, v2) == ("1", "2") and h1 != h2 == answer["hash"]
+        text = await stopped(proc, log)
+        lines = log_lines(text)
+        (audit,) = [a for a in lines if a.get("event") == "audit" and a["action"] == "config.reload"]
+        assert issued not in text
+        assert audit["admin"] == hash_key(ADMIN)[:8] and audit["result"] == "applied"
+        assert ADMIN not in text and "upstream-key" not in text
+
+
+async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any, tmp_path: Path) -> None:
+    """By the admin API (422, the reason named as check-config names it) and by SIGHUP (logged): the
+    running config serves on, and the refusal is counted and in the audit list."""
+    async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
+        cfg = tmp_path / "gw.yaml"
+        good = config(upstream.url)
+        cfg.write_text(good)
+        url, proc, log = await served(cfg)
+        async with aiohttp.ClientSession() as session:
+            cfg.write_text(good.replace("provider: openai", "provider: nope", 1))
+            async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                assert r.status == 422
+                refused = await r.json()
+            assert refused["result"] == "refused" and refused["version"] == 1
+            assert refused["error"]["message"] == (
+                f"{cfg}: models['m'].targets[0]: unknown provider 'nope' "
+                "(known: friendli, mock, octoai, openai, sgp, sgp-v4, vllm, vllm-engine)"
+            )
+            assert await ask(session, url, LOAD_KEY) == 200
+            cfg.write_text(good + "teams: oops\n")  # the last ``teams`` wins: not a list
+            proc.send_signal(signal.SIGHUP)
+
+            async def refused_twice() -> bool:
+                return await metric(session, url, "gateway_config_reloads_total", result="refused") == 2
+
+            await until(refused_twice, "the SIGHUP reload refused")
+            assert await ask(session, url, LOAD_KEY, stream=True) == 200
+            async with session.get(url + "/admin/audit", headers=ADMIN_HEADERS) as r:
+                entries = (await r.json())["entries"]
+            assert [(e["admin"], e["action"], e["result"]) for e in entries] == [
+                ("sighup", "config.reload", "refused"),
+                (hash_key(ADMIN)[:8], "config.reload", "refused"),
+            ]
+            assert "unknown provider" in entries[1]["reason"] and entries[0]["time"].endswith("Z")
+            async with session.get(url + "/admin/audit") as r:
+                assert r.status == 401
+        warned = [a for a in log_lines(await stopped(proc, log)) if a.get("event") == "config_reload"]
+        assert [w["result"] for w in warned] == ["refused", "refused"] and warned[1]["by"] == "sighup"
+
+
+def put(path: Path, text: str) -> None:
+    """Writes ``path`` as an editor or a ConfigMap update does: whole, in one rename (a watch never
+    sees it half written)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def test_the_file_watch_and_sighup_reload(served: Any, tmp_path: Path) -> None:
+    """The watch applies a changed file (one turning the watch off); SIGHUP the next, whose change of
+    ``server`` waits for a restart and is said to."""
+    async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
+        cfg = tmp_path / "gw.yaml"
+        put(cfg, config(upstream.url, extra="reload: {watch: true, poll_seconds: 0.05}\n"))
+        url, proc, _ = await served(cfg)
+        async with aiohttp.ClientSession() as session:
+            assert await ask(session, url, LOAD_KEY, "m2") == 404
+            put(cfg, config(upstream.url, new_model=True, extra="reload: {watch: false}\n"))
+            await until(lambda: answers(session, url, "m2", 200), "the watch applied the file")
+            put(cfg, config(upstream.url, extra="reload: {watch: false}\nserver: {drain_seconds: 7}\n"))
+            proc.send_signal(signal.SIGHUP)
+            await until(lambda: answers(session, url, "m2", 404), "SIGHUP applied the file")
+            async with session.get(url + "/admin/audit", headers=ADMIN_HEADERS) as r:
+                entries = (await r.json())["entries"]
+            assert [(e["admin"], e["version"]) for e in entries] == [("sighup", 3), ("watch", 2)]
+            assert entries[0]["restart_needed"] == ["server"] and "restart_needed" not in entries[1]
+
+
+async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path: Path) -> None:
+    """The worker that takes ``POST /admin/reload`` signals the parent, which signals both workers:
+    each worker's ``gateway_config_info`` series (by pid) moves to the new hash. The audit list is
+    in Redis, shared by both."""
+    async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
+        cfg = tmp_path / "gw.yaml"
+        redis = "redis: {url: 'redis://127.0.0.1:6379/11'}\n"
+        cfg.write_text(config(upstream.url, extra=redis))
+        url, proc, _ = await served(cfg, "--workers", "2")
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+
+            async def workers_on(digest: str | None) -> bool:
+                """Both workers' series show, on ``digest`` (any, when None)."""
+                assert proc.poll() is None
+                info = await config_info(session, url)
+                on = {pid: h for (h, pid, _), v in info.items() if v == 1 and digest in (None, h)}
+                return len(on) == 2
+
+            await until(lambda: workers_on(None), "both workers up")
+            cfg.write_text(config(upstream.url, new_model=True, extra=redis))
+            async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                assert r.status == 200, await r.text()
+                new = (await r.json())["hash"]
+            await until(lambda: workers_on(new), "both workers on the new config")
+            for _ in range(8):  # new connections, spread over both workers by the kernel
+                assert await ask(session, url, LOAD_KEY, "m2") == 200
+            async with session.get(url + "/admin/audit?limit=1000", headers=ADMIN_HEADERS) as r:
+                mine = [e for e in (await r.json())["entries"] if e.get("hash") == new]
+            # the admin call's reload, then one from the forwarded SIGHUP in the other worker
+            assert sorted(e["admin"] for e in mine) == sorted([hash_key(ADMIN)[:8], "sighup"])

@@ -1,0 +1,61 @@
+"""Upstream credentials re-read while the gateway runs (``gateway/runtime/secrets.py``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.runtime.config import Target
+from gateway.runtime.secrets import Secret, Secrets
+
+
+def swap(path: Path, text: str) -> None:
+    tmp = path.with_name("new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_a_file_is_read_stripped_and_seen_stale_only_once_changed(tmp_path: Path) -> None:
+    f = tmp_path / "key"
+    f.write_text("first\n")
+    secret = Secret(file=str(f))
+    assert (secret.value, secret.stale(), secret.source) == ("first", False, f"file {f}")
+    swap(f, "second\n")
+    assert secret.stale() and secret.refresh() and secret.value == "second"
+    assert not secret.stale() and not secret.refresh()
+
+
+@pytest.mark.parametrize("gone", ["empty", "missing"])
+def test_an_empty_or_missing_file_keeps_the_key_it_had(tmp_path: Path, gone: str) -> None:
+    """A Secret mount is briefly empty while the kubelet swaps it: no request goes out keyless."""
+    f = tmp_path / "key"
+    f.write_text("kept")
+    secret = Secret(file=str(f))
+    if gone == "empty":
+        f.write_text("")
+    else:
+        f.unlink()
+    assert not secret.refresh() and secret.value == "kept"
+
+
+def test_renewed_only_when_the_source_holds_another_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTATED_KEY", "one")
+    secret = Secret(env="ROTATED_KEY")
+    assert not secret.renewed("one")
+    monkeypatch.setenv("ROTATED_KEY", "two")
+    assert secret.renewed("one") and secret.value == "two"
+    assert not secret.stale()  # a variable is never polled
+
+
+def test_targets_naming_one_source_share_its_secret(tmp_path: Path) -> None:
+    f = tmp_path / "key"
+    f.write_text("k")
+    secrets = Secrets()
+    a = secrets.for_target(Target(provider="openai", base_url="http://a", api_key_file=str(f)))
+    b = secrets.for_target(Target(provider="vllm", base_url="http://b", api_key_file=str(f)))
+    assert a is b
+    swap(f, "k2")
+    assert secrets.refresh_stale() == [f"file {f}"] and b.value == "k2"
+    assert secrets.refresh_stale() == []
