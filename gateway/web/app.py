@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -57,8 +58,11 @@ def check_target(target: Target) -> None:
         raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
 
 
-def build_upstream(target: Target, public: str, budget: MemoryBudget | None = None) -> Upstream:
-    """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own)."""
+def build_upstream(
+    target: Target, public: str, budget: MemoryBudget | None = None, redis: Any | None = None
+) -> Upstream:
+    """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own);
+    ``redis``: the client replica pools share their prefix index through (``kv-shared``)."""
     check_target(target)
     if target.provider in ENGINES:
         try:
@@ -67,7 +71,9 @@ def build_upstream(target: Target, public: str, budget: MemoryBudget | None = No
             raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
     wire = PROVIDERS[target.provider]
     if target.replicas:
-        return ReplicaPool(target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget), ReplicaGaugeSet())
+        return ReplicaPool(
+            target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget), ReplicaGaugeSet(), redis
+        )
     return HTTPUpstream(target, public, wire, budget)
 
 
@@ -90,13 +96,13 @@ def unique_names(config: GatewayConfig) -> dict[tuple[str, int], str]:
     return names
 
 
-def build_table(config: GatewayConfig, catch_all: Target | None = None) -> ModelTable:
+def build_table(config: GatewayConfig, catch_all: Target | None = None, redis: Any | None = None) -> ModelTable:
     routes: dict[str, Route] = {}
     names = unique_names(config)
     budget = MemoryBudget(config.server.max_buffered_bytes)  # one for the process: every target draws on it
     for entry in config.models:
         upstreams = [
-            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name, budget)
+            build_upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name, budget, redis)
             for i, t in enumerate(entry.targets)
         ]
         route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
@@ -124,7 +130,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         config=config,
         keys=keys,
         auth=Authenticator(keys, store),
-        models=build_table(config, catch_all),
+        models=build_table(config, catch_all, client),
         model_access=ModelAccess(
             {t.id: t.models for t in config.teams}, {a: m.name for m in config.models for a in m.aliases}
         ),
