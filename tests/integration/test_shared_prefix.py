@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
+from backends.balance import Balancer, ReplicaState
 from backends.prefix_index import SharedRouter
 from backends.replicas import ReplicaPool
-from gateway.runtime.config import GatewayConfig
+from gateway.core.request import InternalRequest, Operation
+from gateway.runtime.config import Balance, GatewayConfig
 from gateway.web.state import GATEWAY
 from tests.fakes.upstream import Upstream, start
 from tests.integration.conftest import Gateway, GatewayFactory, config
@@ -104,3 +107,49 @@ async def test_a_stalled_redis_is_not_waited_for(
         os.kill(own_redis.proc.pid, signal.SIGCONT)
     assert statuses == [200] * 4
     assert router(gw).fallbacks >= 1
+
+
+@pytest.fixture
+async def shared_redis() -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:6379/12")
+    yield client
+    await client.aclose()
+
+
+def shared_router(client: aioredis.Redis, pool: str, **settings: Any) -> SharedRouter:
+    """One gateway's view of a pool of three replicas (its own loads), sharing ``pool``'s index."""
+    urls = [f"http://10.0.0.{i}:8000/v1" for i in range(3)]
+    states = [ReplicaState(url, f"r{i}") for i, url in enumerate(urls)]
+    balance = Balance.model_validate({"strategy": "kv-shared", "prefix_block_chars": 16, **settings})
+    return SharedRouter(Balancer(states, balance), pool, urls, client)
+
+
+def completion(prompt: str) -> InternalRequest:
+    return InternalRequest(Operation.COMPLETION, model="m", prompts=(prompt,))
+
+
+async def first_choice(router: SharedRouter, prompt: str, session: str | None = None) -> int:
+    return (await router.order(completion(prompt), session, 0.0))[0][0]
+
+
+async def test_the_script_keeps_a_cached_prefix_only_where_load_allows(shared_redis: aioredis.Redis) -> None:
+    pool = f"unit-{uuid.uuid4().hex[:8]}"
+    a, b = shared_router(shared_redis, pool, affinity_slack=1), shared_router(shared_redis, pool, affinity_slack=1)
+    home = await first_choice(a, SYSTEM + "first?")
+    assert await first_choice(b, SYSTEM + "second?") == home and b.hits == 1
+    # Busier than the slack allows (as gateway a sees it): the least loaded takes it, and the prefix
+    # now lives there for gateway b too.
+    a.balancer.replicas[home].in_flight = 5
+    moved = await first_choice(a, SYSTEM + "third?")
+    assert moved != home
+    assert await first_choice(b, SYSTEM + "fourth?") == moved
+
+
+async def test_a_session_records_its_replica_for_the_prefix(shared_redis: aioredis.Redis) -> None:
+    r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
+    await first_choice(r, SYSTEM + "a")
+    sessions = [f"conversation-{i}" for i in range(12)]
+    homes = {s: await first_choice(r, SYSTEM + "b", s) for s in sessions}
+    assert len(set(homes.values())) > 1  # sessions are spread by rendezvous hashing, not by the index
+    # Without a session the prefix goes where it was recorded last: the last session's replica.
+    assert await first_choice(r, SYSTEM + "c") == homes[sessions[-1]]
