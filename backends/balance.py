@@ -125,8 +125,8 @@ class PrefixIndex:
 @dataclass(slots=True)
 class Plan:
     """One request's candidates: ``ranked`` (available, best first), ``down`` (last resorts), the prompt's
-    block ``hashes``, ``sticky`` (a session's replica, whatever its load: it is never overridden) and
-    ``eligible`` (the replicas near enough the least loaded for a cached prefix to win there)."""
+    block ``hashes``, ``sticky`` (its session's replica, if that is eligible) and ``eligible`` (the
+    replicas near enough the least loaded for affinity to win there)."""
 
     ranked: list[int]
     down: list[int]

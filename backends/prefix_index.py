@@ -4,9 +4,12 @@ vLLM replica instead of each learning its own, diverging map.
 
 One Lua script per request, at choice time: it walks the prompt's blocks to the longest run it knows,
 keeps that replica if the balancer counts it among the ``eligible`` (near enough the least loaded),
-else takes the least loaded, and records every block against the choice with a TTL (the bound on
-the index's size: unused prefixes expire). Recording at choice time, not after the answer, is what
-llm-d's picker does too: the next request for the same prefix, from any gateway, already finds it.
+else takes the session's replica (if any, and eligible), else the least loaded, and records every
+block against the choice with a TTL (the bound on the index's size: unused prefixes expire).
+Recording at choice time, not after the answer, is what llm-d's picker does too: the next request for
+the same prefix, from any gateway, already finds it. A cached prefix outranks a session here: a
+conversation's own turns are recorded where it runs, so they lead back to it anyway, while a session
+that opens with a shared system prompt finds the replica already holding it.
 
 Redis is never on the critical path for longer than ``shared_timeout_ms``: a slow or failed answer
 falls back to the balancer's local order (``prefix``) and keeps Redis out for ``RETRY_SECONDS``.
@@ -29,7 +32,7 @@ RETRY_SECONDS = 2.0  # how long a failed or slow Redis answer keeps the shared i
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
 # KEYS: the prompt's block keys in order (one hash slot: the target's hash tag).
-# ARGV: ttl seconds, the forced replica ("" if none), then the eligible replicas, best first.
+# ARGV: ttl seconds, the session's replica ("" if none), then the eligible replicas, best first.
 # Returns {the chosen replica, how many leading blocks were found}.
 PICK = """
 local found, depth = nil, 0
@@ -39,12 +42,10 @@ for i, key in ipairs(KEYS) do
   found, depth = r, i
 end
 local choice = ARGV[2]
-if choice == '' then
-  choice = ARGV[3]
-  if found then
-    for i = 3, #ARGV do
-      if ARGV[i] == found then choice = found; break end
-    end
+if choice == '' then choice = ARGV[3] end
+if found then
+  for i = 3, #ARGV do
+    if ARGV[i] == found then choice = found; break end
   end
 end
 local ttl = tonumber(ARGV[1])
@@ -97,8 +98,8 @@ class SharedRouter:
     async def _shared_choice(self, plan: Plan) -> int | None:
         s = self.balancer.settings
         keys = [f"{self._prefix}{h:016x}" for h in plan.hashes[:MAX_BLOCKS]]
-        forced = self.urls[plan.sticky] if plan.sticky is not None else ""
-        args = [max(1, round(s.shared_ttl)), forced, *(self.urls[i] for i in plan.eligible)]
+        session = self.urls[plan.sticky] if plan.sticky is not None else ""
+        args = [max(1, round(s.shared_ttl)), session, *(self.urls[i] for i in plan.eligible)]
         try:
             async with asyncio.timeout(s.shared_timeout_ms / 1000):
                 choice, depth = await self._pick(keys=keys, args=args)

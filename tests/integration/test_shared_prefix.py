@@ -145,11 +145,11 @@ async def test_the_script_keeps_a_cached_prefix_only_where_load_allows(shared_re
     assert await first_choice(b, SYSTEM + "fourth?") == moved
 
 
-async def test_a_session_records_its_replica_for_the_prefix(shared_redis: aioredis.Redis) -> None:
+async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) -> None:
     r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
-    await first_choice(r, SYSTEM + "a")
     sessions = [f"conversation-{i}" for i in range(12)]
-    homes = {s: await first_choice(r, SYSTEM + "b", s) for s in sessions}
-    assert len(set(homes.values())) > 1  # sessions are spread by rendezvous hashing, not by the index
-    # Without a session the prefix goes where it was recorded last: the last session's replica.
-    assert await first_choice(r, SYSTEM + "c") == homes[sessions[-1]]
+    homes = {s: await first_choice(r, f"{s} opens with its own words, long enough for blocks", s) for s in sessions}
+    assert len(set(homes.values())) == 3  # nothing cached: each session goes to its rendezvous replica
+    cached = await first_choice(r, SYSTEM + "a")
+    # The system prompt is cached: every session that sends it goes there, whatever its own replica.
+    assert {await first_choice(r, SYSTEM + "b", s) for s in sessions} == {cached}
