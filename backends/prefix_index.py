@@ -67,6 +67,7 @@ class LocalRouter:
 
 
 def router(balancer: Balancer, target: str, urls: list[str], client: Any | None) -> LocalRouter | SharedRouter:
+    """The pool's router: ``client`` is the app's Redis client, if Redis is configured."""
     if client is not None and balancer.settings.strategy == "kv-shared":
         return SharedRouter(balancer, target, urls, client)
     return LocalRouter(balancer)
@@ -74,8 +75,8 @@ def router(balancer: Balancer, target: str, urls: list[str], client: Any | None)
 
 class SharedRouter:
     """The pool's order for one request: the shared index's choice first when Redis answers in time,
-    the balancer's local order otherwise. ``hits`` and ``fallbacks`` count what happened (tests and
-    the benchmark read them)."""
+    the balancer's local order otherwise. ``hits`` (a cached prefix found) and ``fallbacks`` (Redis
+    failed or was too slow) count what happened."""
 
     def __init__(self, balancer: Balancer, target: str, urls: list[str], client: Any) -> None:
         self.balancer = balancer
@@ -106,7 +107,8 @@ class SharedRouter:
         except Exception as exc:  # slow, down or refusing: the local order serves, nothing waits on Redis
             self._out_until = time.monotonic() + RETRY_SECONDS
             self.fallbacks += 1
-            log.warning("shared prefix index unavailable (%s); local routing for %.0f s", exc, RETRY_SECONDS)
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("shared prefix index unavailable (%s); local routing for %.0f s", why, RETRY_SECONDS)
             return None
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
         if depth:
