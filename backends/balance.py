@@ -13,6 +13,10 @@ unless the replica's scrapes are timing out (busy, not gone): then its last gaug
 Affinity (a session, or a prompt sharing its leading blocks with an earlier one) picks the sticky
 replica only while its load is within ``affinity_slack`` of the least loaded one: a warm prefix cache
 is worth some queueing, not unbounded queueing.
+
+``strategy`` picks among ``round-robin`` and ``least-loaded`` (no affinity: the benchmark's baselines),
+``prefix`` (the above, with this process's own prefix index) and ``kv-shared`` (the same, against an
+index every gateway replica shares: ``backends/prefix_index.py``, which asks ``plan`` for the candidates).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import Balance
@@ -76,12 +80,13 @@ def prompt_text(request: InternalRequest) -> str | None:
 
 def block_hashes(text: str, block: int) -> list[int]:
     """Chained hashes of the prompt's full blocks: equal hashes mean equal prefixes up to that block,
-    which is what an engine's prefix cache can reuse (it caches full blocks only)."""
+    which is what an engine's prefix cache can reuse (it caches full blocks only). The same in every
+    process (``hash()`` is salted per process), so gateway replicas can share them."""
     out: list[int] = []
-    h = 0
+    running = hashlib.blake2b(digest_size=8)
     for start in range(0, len(text) - block + 1, block):
-        h = hash((h, text[start : start + block]))
-        out.append(h)
+        running.update(text[start : start + block].encode())
+        out.append(int.from_bytes(running.copy().digest(), "big"))
     return out
 
 
@@ -117,6 +122,24 @@ class PrefixIndex:
         return len(self._where)
 
 
+@dataclass(slots=True)
+class Plan:
+    """One request's candidates: ``ranked`` (available, best first), ``down`` (last resorts), the prompt's
+    block ``hashes``, ``sticky`` (its session's replica, if that is eligible) and ``eligible`` (the
+    replicas near enough the least loaded for affinity to win there)."""
+
+    ranked: list[int]
+    down: list[int]
+    hashes: list[int] = field(default_factory=list)
+    sticky: int | None = None
+    eligible: list[int] = field(default_factory=list)
+
+    def first(self, replica: int) -> list[int]:
+        """The order with ``replica`` tried first."""
+        ranked = [replica, *(i for i in self.ranked if i != replica)] if replica in self.ranked else self.ranked
+        return ranked + self.down
+
+
 class Balancer:
     """The order in which to try a pool's replicas for one request."""
 
@@ -125,6 +148,7 @@ class Balancer:
         self.settings = settings
         self.prefixes = PrefixIndex(settings.prefix_capacity)
         self._salts = [stable_hash(r.url) for r in replicas]
+        self._turn = 0  # round-robin's next replica
 
     def _session_pick(self, session: str, candidates: list[int]) -> int:
         """Rendezvous hashing: the replica with the highest score for this session; when one goes down
@@ -132,32 +156,46 @@ class Balancer:
         key = stable_hash(session)
         return max(candidates, key=lambda i: stable_hash(f"{key}:{self._salts[i]}"))
 
-    def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
-        """Replica indexes, best first (the unavailable ones last, as a last resort), and the prompt's
-        block hashes to ``record`` once a replica has answered."""
+    def plan(self, request: InternalRequest, session: str | None, now: float) -> Plan:
+        """The candidates before any prefix index is asked (``order`` asks the local one)."""
         s = self.settings
         loads = [r.load(now, s.stale_after) for r in self.replicas]
         up = [i for i, r in enumerate(self.replicas) if r.available(now)]
         down = [i for i in range(len(self.replicas)) if i not in up]
         if not up:
-            return sorted(down, key=loads.__getitem__), []
+            return Plan(ranked=[], down=sorted(down, key=loads.__getitem__))
+        if s.strategy == "round-robin":
+            self._turn += 1
+            start = self._turn % len(up)
+            return Plan(ranked=up[start:] + up[:start], down=down)
         # Least loaded first; ties broken at random so equal replicas share the work.
         jitter = {i: random.random() for i in up}
         ranked = sorted(up, key=lambda i: (loads[i], jitter[i]))
+        if s.strategy == "least-loaded":
+            return Plan(ranked=ranked, down=down)
         least = loads[ranked[0]]
+        eligible = [i for i in ranked if loads[i] <= least + s.affinity_slack]
         text = prompt_text(request)
         hashes = block_hashes(text, s.prefix_block_chars) if text is not None else []
-        sticky: int | None = None
         key = session or request.user
-        if key:
-            sticky = self._session_pick(key, up)
-        elif hashes:
-            found = self.prefixes.lookup(hashes)
-            sticky = found if found in up else None
-        if sticky is not None and loads[sticky] <= least + s.affinity_slack:
-            ranked.remove(sticky)
-            ranked.insert(0, sticky)
-        return ranked + down, hashes
+        sticky = self._session_pick(key, up) if key else None
+        return Plan(ranked, down, hashes, sticky if sticky in eligible else None, eligible)
+
+    def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+        """Replica indexes, best first (the unavailable ones last, as a last resort), and the prompt's
+        block hashes to ``record`` once a replica has answered."""
+        plan = self.plan(request, session, now)
+        return self.local_order(plan), plan.hashes
+
+    def local_order(self, plan: Plan) -> list[int]:
+        """The order by this process's own prefix index."""
+        if plan.sticky is not None:
+            return plan.first(plan.sticky)
+        if plan.hashes:  # none under round-robin and least-loaded
+            found = self.prefixes.lookup(plan.hashes)
+            if found in plan.eligible:
+                return plan.first(found)
+        return plan.ranked + plan.down
 
     def record(self, hashes: list[int], replica: int) -> None:
         if hashes:

@@ -16,11 +16,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
+from backends.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
@@ -89,7 +91,9 @@ class ReplicaPool:
         wire: Wire,
         member: MemberFactory,
         gauges: ReplicaGauges | None = None,
+        shared: Any | None = None,
     ) -> None:
+        """``shared``: the Redis client holding the prefix index of ``balance.strategy: kv-shared``."""
         self.target = target
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
@@ -103,6 +107,7 @@ class ReplicaPool:
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance)
+        self.router = router(self.balancer, self._name, list(target.replicas), shared)
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -196,7 +201,7 @@ class ReplicaPool:
         )
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
-        order, hashes = self.balancer.order(request, call.session, time.monotonic())
+        order, hashes = await self.router.order(request, call.session, time.monotonic())
         for attempt, i in enumerate(order):
             state = self.states[i]
             state.in_flight += 1
@@ -214,7 +219,7 @@ class ReplicaPool:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
-        order, hashes = self.balancer.order(request, call.session, time.monotonic())
+        order, hashes = await self.router.order(request, call.session, time.monotonic())
         for attempt, i in enumerate(order):
             state = self.states[i]
             state.in_flight += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -57,21 +58,48 @@ def cpuidle() -> str:
     return driver + (f" ({governor})" if governor and governor != driver else "")
 
 
-def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> dict[str, Any]:
+def write_report(out: Path, name: str, report: dict[str, Any], markdown: str) -> None:
+    """``out/name.json`` (every figure) and ``out/name.md`` (the table), and the table printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{name}.md").write_text(markdown)
+    print(markdown)
+
+
+def measured(meta: dict[str, Any], software: str = "") -> str:
+    """A results table's first line, from ``basic_meta`` and a ``note``: when, where, what was run."""
+    return (
+        f"Measured {meta['date']} on {meta['cpu_model']} ({meta['nproc']} cores, {meta['memory_gib']} GiB), "
+        f"{software}git {meta['git']}: `{meta['command']}`. {meta['note']}"
+    )
+
+
+def basic_meta(command: str, watch: tuple[str, ...] = ("gateway", "adapters")) -> dict[str, Any]:
+    """The date, the machine and the commit (marked when ``watch`` has uncommitted changes): what every
+    results table states."""
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = next((x.split(":", 1)[1].strip() for x in cpuinfo.splitlines() if x.startswith("model name")), "?")
     mem_kib = next(
         int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")
     )
-    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False).stdout.split(" [")[0]
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False)
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "gateway", "adapters"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
+        ["git", "status", "--porcelain", "--", *watch], capture_output=True, text=True, cwd=ROOT, check=False
     ).stdout.strip()
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "memory_gib": round(mem_kib / 1024 / 1024),
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "git": (git.stdout.strip() or "?") + (f" (uncommitted changes in {' or '.join(watch)})" if dirty else ""),
+    }
+
+
+def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> dict[str, Any]:
+    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False).stdout.split(" [")[0]
     # as typed: scripts/bench adds --redis (its default) to the runner's own arguments
     command = os.environ.get("BENCH_COMMAND") or " ".join(["scripts/bench", *sys.argv[1:]])
     load_model = "closed loop at fixed concurrencies 1, 8 and 64 (wrk, one thread)" + (
@@ -89,19 +117,13 @@ def machine_meta(args: argparse.Namespace, cores: Cores, background: float) -> d
             f"client on core {cores.load}" + (" (and redis-server)" if args.redis else "") + "."
         )
     return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command,
+        **basic_meta(command),
         "profile": "quick" if args.quick else "full",
         "nproc": cores.available,
-        "cpu_model": model,
-        "memory_gib": round(mem_kib / 1024 / 1024),
-        "kernel": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
         "aiohttp": aiohttp.__version__,
         "uvloop": version_of("uvloop"),
         "wrk": wrk_version.strip() or "wrk",
         "open_loop_rate": args.rate,
-        "git": (git.stdout.strip() or "?") + (" (uncommitted changes in gateway/ or adapters/)" if dirty else ""),
         "load_model": load_model,
         "pinning": pinning,
         "subject_core": cores.subject,

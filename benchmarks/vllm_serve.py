@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from benchmarks.machine import write_report
 from benchmarks.procs import BenchError, Cores, Processes, choose_cores, descendants, free_port, log, tree_cpu_s
 from gateway.runtime.config import hash_key
 from tests.vllm import server
@@ -74,21 +76,27 @@ def prompts(count: int, seed: int) -> list[str]:
     return [f"{i} " + " ".join(rng.choice(WORDS) for _ in range(24)) for i in range(count)]
 
 
-async def one(session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: dict[str, Any]) -> Sample:
-    began = time.perf_counter()
-    first: float | None = None
-    tokens = 0
+async def chunks(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: dict[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """The JSON chunks of one streamed completion; any status but 200 is the run's error."""
     async with session.post(url, json=body, headers=headers) as resp:
         if resp.status != 200:
             raise BenchError(f"{url}: HTTP {resp.status}: {(await resp.text())[:300]}")
         async for line in resp.content:
-            if not line.startswith(b"data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices"):
-                first = time.perf_counter()
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+            if line.startswith(b"data: {"):
+                yield json.loads(line[6:])
+
+
+async def one(session: aiohttp.ClientSession, url: str, headers: dict[str, str], body: dict[str, Any]) -> Sample:
+    began = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    async for chunk in chunks(session, url, headers, body):
+        if first is None and chunk.get("choices"):
+            first = time.perf_counter()
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
     if first is None or not tokens:
         raise BenchError(f"{url}: a stream without choices or usage")
     return Sample(first - began, time.perf_counter() - began, tokens)
@@ -315,11 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 procs.stop_all()
     report = {"meta": machine(args), "scenarios": results}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "vllm.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = render(report)
-    (args.out / "vllm.md").write_text(markdown)
-    print(markdown)
+    write_report(args.out, "vllm", report, render(report))
     return 0
 
 

@@ -64,6 +64,11 @@ class Balance(_Model):
     prefix_capacity: Annotated[int, Field(gt=0)] = 65536  # remembered prompt blocks (LRU)
     affinity_slack: Annotated[float, Field(ge=0)] = 4.0  # load a sticky replica may carry above the least loaded
     session_header: str | None = "X-Session-Id"  # header naming a session; the request's user id otherwise
+    # round-robin | least-loaded | prefix (this process's prefix index) | kv-shared (one index in Redis for
+    # every gateway replica; prefix without Redis, or while Redis is slow)
+    strategy: Literal["round-robin", "least-loaded", "prefix", "kv-shared"] = "prefix"
+    shared_ttl: Annotated[float, Field(gt=0)] = 600.0  # seconds a block stays in the shared index unused
+    shared_timeout_ms: Annotated[float, Field(gt=0)] = 20.0  # the shared index's answer, or the local one
 
 
 class Target(_Model):

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -70,10 +71,15 @@ def check_targets(config: GatewayConfig, source: str) -> None:
 
 
 def build_upstream(
-    target: Target, public: str, budget: MemoryBudget | None = None, secrets: Secrets | None = None
+    target: Target,
+    public: str,
+    budget: MemoryBudget | None = None,
+    secrets: Secrets | None = None,
+    redis: Any | None = None,
 ) -> Upstream:
     """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own);
-    ``secrets``: the app's credentials, shared so that a changed key file reaches every target using it."""
+    ``secrets``: the app's credentials, shared so that a changed key file reaches every target using it;
+    ``redis``: the client replica pools share their prefix index through (``kv-shared``)."""
     check_target(target)
     if target.provider in ENGINES:
         try:
@@ -84,7 +90,7 @@ def build_upstream(
     secret = secrets.for_target(target) if secrets is not None else None
     if target.replicas:
         return ReplicaPool(
-            target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget, secret), ReplicaGaugeSet()
+            target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget, secret), ReplicaGaugeSet(), redis
         )
     return HTTPUpstream(target, public, wire, budget, secret)
 
@@ -114,16 +120,20 @@ class Builder:
     pools, health and replica scrapers across a reload. ``built`` is the new generation's set."""
 
     def __init__(
-        self, budget: MemoryBudget, secrets: Secrets | None = None, reuse: Mapping[str, Upstream] | None = None
+        self,
+        budget: MemoryBudget,
+        secrets: Secrets | None = None,
+        reuse: Mapping[str, Upstream] | None = None,
+        redis: Any | None = None,
     ) -> None:
-        self.budget, self.secrets, self.reuse = budget, secrets, reuse or {}
+        self.budget, self.secrets, self.reuse, self.redis = budget, secrets, reuse or {}, redis
         self.built: dict[str, Upstream] = {}
 
     def upstream(self, target: Target, public: str) -> Upstream:
         identity = f"{public}\n{target.model_dump_json()}"
         upstream = self.built.get(identity) or self.reuse.get(identity)
         if upstream is None:
-            upstream = build_upstream(target, public, self.budget, self.secrets)
+            upstream = build_upstream(target, public, self.budget, self.secrets, self.redis)
         self.built[identity] = upstream
         return upstream
 
@@ -182,7 +192,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
     client = redis_client(config.redis) if config.redis is not None else None
     store = RedisStore(client) if client is not None else LocalStore()
     secrets = Secrets()
-    builder = Builder(MemoryBudget(config.server.max_buffered_bytes), secrets)
+    builder = Builder(MemoryBudget(config.server.max_buffered_bytes), secrets, redis=client)
     return Gateway(
         gen=build_generation(config, catch_all, 1, store, builder),
         access=logging.getLogger("gateway.access"),
@@ -201,7 +211,7 @@ def rebuild(gw: Gateway, config: GatewayConfig, source: str) -> Generation:
     check_targets(config, source)
     check_environment(config, source)
     old = gw.gen
-    builder = Builder(gw.budget, gw.secrets, old.upstreams)
+    builder = Builder(gw.budget, gw.secrets, old.upstreams, gw.redis)
     try:
         gen = build_generation(config, None, old.version + 1, old.auth.store, builder)
     except ConfigError as exc:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 
 from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes
@@ -132,6 +135,36 @@ def test_block_hashes_are_chained_and_full_blocks_only() -> None:
     c = block_hashes("Xbcdefgh" + "abcdefgh" * 2, 8)
     assert len(a) == 3 and a == b  # the partial tail block is not cached by engines
     assert a[1] != c[1] and a[2] != c[2]  # a different first block changes every later hash
+
+
+def test_block_hashes_are_the_same_in_every_process() -> None:
+    """Gateway replicas share them (kv-shared): ``hash()`` of a str would differ per process."""
+    code = "from backends.balance import block_hashes; print(block_hashes('abcdefgh' * 3, 8))"
+    run = [sys.executable, "-c", code]
+    outs = {
+        subprocess.run(
+            run, env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
+        ).stdout
+        for seed in ("1", "7")
+    }
+    assert outs == {f"{block_hashes('abcdefgh' * 3, 8)}\n"}
+
+
+def test_round_robin_takes_turns_and_ignores_affinity() -> None:
+    b = pool(3, strategy="round-robin")
+    firsts = [b.order(completion("same prompt " * 20), "session", NOW)[0][0] for _ in range(6)]
+    assert sorted(firsts) == [0, 0, 1, 1, 2, 2] and firsts[:3] == firsts[3:]
+    b.replicas[1].healthy = False
+    assert {b.order(completion(), None, NOW)[0][0] for _ in range(4)} == {0, 2}
+
+
+def test_least_loaded_ignores_affinity() -> None:
+    b = pool(2, strategy="least-loaded")
+    system = "You are a helpful assistant. " * 10
+    order, hashes = b.order(completion(system + "a"), "s", NOW)
+    assert hashes == []  # nothing to record: no prefix index
+    b.replicas[order[0]].in_flight = 1
+    assert b.order(completion(system + "b"), "s", NOW)[0][0] == order[1]
 
 
 def test_prefix_index_is_bounded_lru_and_forgets_a_replica() -> None:

@@ -1,0 +1,155 @@
+"""``balance.strategy: kv-shared``: two gateways in front of the same replicas agree, through one real
+Redis, on where a prompt's prefix lives; with Redis gone or stalled they route locally and no request
+fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from backends.balance import Balancer, ReplicaState
+from backends.prefix_index import SharedRouter
+from backends.replicas import ReplicaPool
+from gateway.core.request import InternalRequest, Operation
+from gateway.runtime.config import Balance, GatewayConfig
+from gateway.web.state import GATEWAY
+from tests.fakes.upstream import Upstream, start
+from tests.integration.conftest import Gateway, GatewayFactory, config
+from tests.integration.dialect_clients import KEY
+from tests.redis_servers import RedisServer
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+SYSTEM = "You are a terse assistant who answers in one word. " * 4
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[list[Upstream]]:
+    started = [await start("vllm", models=("tiny",)) for _ in range(3)]
+    yield started
+    for f in started:
+        await f.close()
+
+
+def shared_config(urls: list[str], redis_url: str, strategy: str = "kv-shared") -> GatewayConfig:
+    # A pool name of its own: the shared Redis outlives the test, and its keys are named by the pool.
+    balance = {"strategy": strategy, "prefix_block_chars": 32, "scrape_interval": 5}
+    target = {"provider": "vllm", "replicas": urls, "model": "tiny", "name": f"pool-{uuid.uuid4().hex[:8]}"}
+    return config([{"name": "m", "targets": [{**target, "balance": balance}]}], redis={"url": redis_url})
+
+
+def router(gw: Gateway) -> SharedRouter:
+    pool = gw.server.app[GATEWAY].models.routes["m"].upstreams[0]
+    assert isinstance(pool, ReplicaPool) and isinstance(pool.router, SharedRouter)
+    return pool.router
+
+
+def served(fake: Upstream) -> int:
+    return sum(1 for r in fake.requests if r.path.endswith("/completions"))
+
+
+async def post(gw: Gateway, prompt: str) -> int:
+    body: dict[str, Any] = {"model": "m", "prompt": prompt, "max_tokens": 4}
+    async with gw.session.post(gw.url + "/v1/completions", json=body, headers=AUTH) as resp:
+        await resp.read()
+        return resp.status
+
+
+async def test_two_gateways_send_a_prefix_to_the_same_replica(
+    gateway: GatewayFactory, replicas: list[Upstream]
+) -> None:
+    cfg = shared_config([f.url for f in replicas], "redis://127.0.0.1:6379/12")
+    a, b = await gateway(cfg), await gateway(cfg)
+    for i in range(12):
+        assert await post((a, b)[i % 2], SYSTEM + f"Question {i}?") == 200
+    # Each gateway alone would pick its own least-loaded replica for its first request (2 in 3 apart).
+    assert sorted(served(f) for f in replicas) == [0, 0, 12]
+    assert router(a).hits >= 5 and router(b).hits >= 6
+    assert router(a).fallbacks == router(b).fallbacks == 0
+
+
+@pytest.fixture
+def own_redis() -> Any:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+async def test_redis_gone_falls_back_to_local_routing(
+    gateway: GatewayFactory, replicas: list[Upstream], own_redis: RedisServer
+) -> None:
+    gw = await gateway(shared_config([f.url for f in replicas], own_redis.url))
+    assert await post(gw, SYSTEM + "first?") == 200
+    own_redis.stop()
+    statuses = [await post(gw, SYSTEM + f"then {i}?") for i in range(6)]
+    assert statuses == [200] * 6
+    assert router(gw).fallbacks >= 1
+    # The local index learned the prefix alongside: it stays on the replica that holds it.
+    assert sorted(served(f) for f in replicas) == [0, 0, 7]
+
+
+async def test_a_stalled_redis_is_not_waited_for(
+    gateway: GatewayFactory, replicas: list[Upstream], own_redis: RedisServer
+) -> None:
+    gw = await gateway(shared_config([f.url for f in replicas], own_redis.url))
+    assert await post(gw, SYSTEM + "first?") == 200
+    assert own_redis.proc is not None
+    os.kill(own_redis.proc.pid, signal.SIGSTOP)  # alive, connections open, answering nothing
+    try:
+        statuses = await asyncio.gather(*(post(gw, SYSTEM + f"then {i}?") for i in range(4)))
+    finally:
+        os.kill(own_redis.proc.pid, signal.SIGCONT)
+    assert statuses == [200] * 4
+    assert router(gw).fallbacks >= 1
+
+
+@pytest.fixture
+async def shared_redis() -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:6379/12")
+    yield client
+    await client.aclose()
+
+
+def shared_router(client: aioredis.Redis, pool: str, **settings: Any) -> SharedRouter:
+    """One gateway's view of a pool of three replicas (its own loads), sharing ``pool``'s index."""
+    urls = [f"http://10.0.0.{i}:8000/v1" for i in range(3)]
+    states = [ReplicaState(url, f"r{i}") for i, url in enumerate(urls)]
+    balance = Balance.model_validate({"strategy": "kv-shared", "prefix_block_chars": 16, **settings})
+    return SharedRouter(Balancer(states, balance), pool, urls, client)
+
+
+def completion(prompt: str) -> InternalRequest:
+    return InternalRequest(Operation.COMPLETION, model="m", prompts=(prompt,))
+
+
+async def first_choice(router: SharedRouter, prompt: str, session: str | None = None) -> int:
+    return (await router.order(completion(prompt), session, 0.0))[0][0]
+
+
+async def test_the_script_keeps_a_cached_prefix_only_where_load_allows(shared_redis: aioredis.Redis) -> None:
+    pool = f"unit-{uuid.uuid4().hex[:8]}"
+    a, b = shared_router(shared_redis, pool, affinity_slack=1), shared_router(shared_redis, pool, affinity_slack=1)
+    home = await first_choice(a, SYSTEM + "first?")
+    assert await first_choice(b, SYSTEM + "second?") == home and b.hits == 1
+    # Busier than the slack allows (as gateway a sees it): the least loaded takes it, and the prefix
+    # now lives there for gateway b too.
+    a.balancer.replicas[home].in_flight = 5
+    moved = await first_choice(a, SYSTEM + "third?")
+    assert moved != home
+    assert await first_choice(b, SYSTEM + "fourth?") == moved
+
+
+async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) -> None:
+    r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
+    sessions = [f"conversation-{i}" for i in range(12)]
+    homes = {s: await first_choice(r, f"{s} opens with its own words, long enough for blocks", s) for s in sessions}
+    assert len(set(homes.values())) == 3  # nothing cached: each session goes to its rendezvous replica
+    cached = await first_choice(r, SYSTEM + "a")
+    # The system prompt is cached: every session that sends it goes there, whatever its own replica.
+    assert {await first_choice(r, SYSTEM + "b", s) for s in sessions} == {cached}

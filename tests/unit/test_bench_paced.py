@@ -1,0 +1,59 @@
+"""The paced-stream benchmark's client (``benchmarks/paced.py``): what it counts from the bytes a
+stream delivers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.paced import PacedStream, Window, stream_request
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+
+def opened(window: Window) -> tuple[PacedStream, Transport]:
+    stream, transport = PacedStream(b"POST / HTTP/1.1\r\n\r\n", window), Transport()
+    stream.connection_made(transport)  # type: ignore[arg-type]
+    return stream, transport
+
+
+def test_every_event_in_the_window_counts_and_each_read_after_the_first_gives_a_gap() -> None:
+    window = Window(start=0.0)
+    stream, transport = opened(window)
+    assert transport.written.startswith(b"POST / ")
+    stream.data_received(HEAD)
+    stream.data_received(b'2a\r\ndata: {"choices":[{"text":"a"}]}\n\n\r\n')
+    stream.data_received(b'data: {"x":1}\n\ndata: {"x":2}\n\n')  # two events in one read: one gap
+    stream.data_received(b"data: [DONE]\n\n")  # not a token
+    assert window.tokens == 3 and len(window.gaps) == 1 and window.failed == 0
+
+
+def test_events_outside_the_window_do_not_count() -> None:
+    window = Window()  # not started
+    stream, _ = opened(window)
+    stream.data_received(HEAD + b'data: {"x":1}\n\n')
+    assert window.tokens == 0 and len(window.gaps) == 0
+
+
+def test_a_refused_stream_and_one_cut_short_are_failures() -> None:
+    window = Window(start=0.0)
+    refused, _ = opened(window)
+    refused.data_received(b"HTTP/1.1 429 Too Many Requests\r\n\r\n")
+    cut, _ = opened(window)
+    cut.connection_lost(None)  # before the window's end (never set: infinity)
+    assert window.failed == 2
+
+
+def test_the_request_is_one_http_message() -> None:
+    body: dict[str, Any] = {"model": "tiny", "stream": True}
+    raw = stream_request(9000, "/v1/completions", {"Authorization": "Bearer k"}, body)
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:9000\r\n")
+    assert b"Authorization: Bearer k" in head and f"Content-Length: {len(payload)}".encode() in head
