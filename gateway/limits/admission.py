@@ -19,14 +19,18 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
+from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
+from gateway.limits.budgets import Notices
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
-from gateway.limits.plan import Layout, LimitValues, Plan
+from gateway.limits.plan import Budgets, Layout, LimitValues, Plan
+from gateway.limits.prices import PriceTable
+from gateway.limits.spend import refusal as budget_refusal
 from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
@@ -39,6 +43,8 @@ class TeamPolicy:
     limits: LimitValues = field(default_factory=LimitValues)
     key_limits: LimitValues = field(default_factory=LimitValues)
     deadline: float | None = None  # default request deadline, seconds
+    budget: Budgets = ()  # the team's budget rules and limits (``spend.rules``)
+    key_budget: Budgets = ()  # each key's
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,8 @@ class Settings:
 
 
 def _limits_any(policy: TeamPolicy) -> bool:
-    return any(values.rpm or values.tpm or values.concurrency for values in (policy.limits, policy.key_limits))
+    limits = (policy.limits, policy.key_limits)
+    return any(v.rpm or v.tpm or v.concurrency for v in limits) or bool(policy.budget or policy.key_budget)
 
 
 HEADER_KIND = {"rpm": "Requests", "tpm": "Tokens", "conc": "Concurrency"}
@@ -67,6 +74,15 @@ def refusal_error(refusal: Refusal) -> RateLimited:
     if refusal.retry_after is not None:
         err.headers[f"X-RateLimit-Reset-{name}"] = f"{refusal.retry_after:.3f}s"
     return err
+
+
+def budget_error(refusal: Refusal) -> RateLimited:
+    check = refusal.check
+    assert check.rule is not None
+    now = time.time()
+    return budget_refusal(
+        check.scope, check.rule, check.limit, refusal.remaining, now + (refusal.retry_after or 0), now
+    )
 
 
 def deadline_error(refusal: Refusal) -> DeadlineExceeded:
@@ -121,8 +137,12 @@ class Waiters:
 
 
 class Admission:
-    def __init__(self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings) -> None:
+    def __init__(
+        self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings, prices: PriceTable | None = None
+    ) -> None:
         self.limiter = limiter
+        self.prices = prices if prices is not None else PriceTable()
+        self.notices = Notices()
         self.teams = teams
         self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
         self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
@@ -132,7 +152,7 @@ class Admission:
         self.pending: list[Settlement] = []
         # Usage of requests with no limit to settle, summed per usage hash and key until the settler
         # runs (no Settlement per request; with limits, the Redis limiter merges a round's calls).
-        self.usage: dict[tuple[str, str], tuple[Plan, list[int]]] = {}
+        self.usage: dict[tuple[str, str, str, str], tuple[Plan, list[int]]] = {}
         self.flush = asyncio.Event()
         self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
@@ -143,14 +163,27 @@ class Admission:
         seconds = request.timeout or (policy.deadline if policy else None)
         return asyncio.get_running_loop().time() + seconds if seconds else None
 
-    async def admit(self, team: str, key_id: str, request: InternalRequest, deadline: float | None) -> Plan:
+    async def admit(
+        self,
+        team: str,
+        key_id: str,
+        request: InternalRequest,
+        deadline: float | None,
+        model: str = "",
+        targets: Sequence[Upstream] = (),
+    ) -> Plan:
+        """``model``, ``targets``: the route's model label and target names, whose dearest price a money
+        budget reserves (a fallback may cost more than the first choice)."""
         if team not in self.limited:
             return planning.unlimited(team, key_id, request)
         limits = self.layouts.get((team, key_id))
         if limits is None:
             policy = self.teams[team]
-            limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
-        plan = planning.planned(team, key_id, limits, request, planning.new_lease())
+            limits = self.layouts[team, key_id] = planning.layout(
+                team, key_id, policy.limits, policy.key_limits, policy.budget, policy.key_budget
+            )
+        rate = self.prices.worst(model, tuple(t.name for t in targets)) if limits.budgets and self.prices else None
+        plan = planning.planned(team, key_id, limits, request, planning.new_lease(), rate)
         if not plan.checks:
             return plan
         began = time.monotonic()
@@ -164,8 +197,12 @@ class Admission:
                     ADMISSION_WAITS.observe(time.monotonic() - began)
                 if plan.concurrency_keys:
                     self.live[plan.lease] = plan
+                if plan.spent:
+                    self.notices.admitted(plan)
                 return plan
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
+            if refusal.check.kind == "bud":
+                raise budget_error(refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
             remaining = wait_until - clock()
@@ -184,30 +221,55 @@ class Admission:
         finally:
             self.waiters.leave(team, fut)
 
-    def release(self, plan: Plan, prompt: int | None, completion: int | None) -> None:
-        """Settle after the answer has gone out: off the request path, in the app-owned task set."""
+    def release(
+        self,
+        plan: Plan,
+        prompt: int | None,
+        completion: int | None,
+        cached: int | None = None,
+        model: str = "",
+        target: str = "",
+    ) -> int | None:
+        """Settle after the answer has gone out: off the request path, in the app-owned task set.
+        ``model``, ``target``: the route's model label and the target that answered, for the price.
+        Answers the request's cost (millionths of the currency), None when it is not priced."""
         if plan.settled:
-            return
+            return None
         plan.settled = True
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
+        cost = None
+        if self.prices and target:
+            rate = self.prices.rate(model, target)
+            if rate is not None:
+                cost = rate.cost(prompt or 0, tokens(cached) or 0, completion or 0)
+        priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
-            where = (plan.usage_key, plan.key_id)
+            where = (plan.usage_key, plan.key_id, *priced)
             summed = self.usage.get(where)
             if summed is None:
-                summed = self.usage[where] = (plan, [0, 0, 0])
+                summed = self.usage[where] = (plan, [0, 0, 0, 0])
             sums = summed[1]
             sums[0] += 1
             sums[1] += prompt or 0
             sums[2] += completion or 0
+            sums[3] += cost or 0
             self.flush.set()
-            return
+            return cost
         actual = (prompt or 0) + (completion or 0)
         correction = actual - plan.estimate if prompt is not None or completion is not None else 0
-        self.pending.append(Settlement(plan, correction, prompt or 0, completion or 0))
+        settlement = Settlement(plan, correction, prompt or 0, completion or 0)
+        if plan.layout.budgets or cost is not None:
+            # what the budgets hold for it becomes what it cost (nothing known: nothing charged)
+            settlement = Settlement(
+                plan, correction, prompt or 0, completion or 0, 1,
+                (cost or 0) - plan.cost_estimate, actual - plan.estimate, cost or 0, *priced,
+            )  # fmt: skip
+        self.pending.append(settlement)
         self.flush.set()
         if plan.concurrency_keys:
             self.waiters.wake_next()
+        return cost
 
     async def settler(self) -> None:
         """Settles what finished since the last round, in one batch (one Redis round trip, shared with
@@ -227,7 +289,10 @@ class Admission:
         batch, self.pending = self.pending, []
         if self.usage:
             summed, self.usage = self.usage, {}
-            batch += [Settlement(plan, 0, p, c, n) for plan, (n, p, c) in summed.values()]
+            batch += [
+                Settlement(plan, 0, p, c, n, cost=cost, model=model, target=target)
+                for (_, _, model, target), (plan, (n, p, c, cost)) in summed.items()
+            ]
         if not batch and not self.limiter.held():
             return
         held = self.limiter.held()

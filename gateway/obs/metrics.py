@@ -225,3 +225,14 @@ SETTLEMENTS_HELD = LevelTally(SETTLEMENTS_HELD_GAUGE)
 USAGE_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage"))
 LEASES_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("lease"))
 USAGE_UNKNOWN = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage_unknown"))
+
+# Spend (gateway.limits.spend): team and model labels come from the config, currency is the one configured.
+SPEND = Counter("gateway_spend", "Spend of settled requests, in the configured currency", ["team", "model", "currency"])
+BUDGET_USE = Gauge(
+    "gateway_budget_utilisation",
+    "A team budget's spend (with the last admitted request's worst case) over its amount, as of this "
+    "replica's last admission",
+    ["team", "unit"],
+    multiprocess_mode="max",
+)
+BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])

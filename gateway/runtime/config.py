@@ -27,6 +27,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.runtime.spend import Budget, SpendSettings
+
 
 class ConfigError(Exception):
     pass
@@ -142,6 +144,8 @@ class Team(_Model):
     limits: Limits = Limits()  # for the whole team, across replicas
     key_limits: Limits = Limits()  # for each key of the team
     deadline: Annotated[float, Field(gt=0)] | None = None  # default request deadline (s)
+    budget: Budget | None = None  # spend of the whole team, across replicas
+    key_budget: Budget | None = None  # spend of each key of the team
 
 
 FailureMode = Literal["open", "closed"]
@@ -219,6 +223,7 @@ class GatewayConfig(_Model):
     redis: RedisConfig | None = None  # absent: keys and limits live in this process
     limits: LimitSettings = LimitSettings()
     admin: Admin = Admin()
+    spend: SpendSettings = SpendSettings()  # prices and the budgets' currency, time zone and failure policy
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -29,6 +29,7 @@ from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.web import admin, ops, status
 from gateway.web.pipeline import make_handler
+from gateway.web.record import Backlog
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway
 
@@ -131,6 +132,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         access=logging.getLogger("gateway.access"),
         admission=build_admission(config, client),
         redis=client,
+        backlog=Backlog(config.spend.currency),
     )
 
 
