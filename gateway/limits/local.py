@@ -131,7 +131,7 @@ class LocalLimiter:
                     self.leases[key][plan.lease] = now + lease_ttl_ms
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
-        return [dict(self.counters.get(k, {})) for k in keys]
+        return [dict(self.counters.get(k) or self.spends.get(k, {})) for k in keys]
 
     async def close(self) -> None:
         return None

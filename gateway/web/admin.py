@@ -7,6 +7,7 @@ answers 403 to everyone.
     DELETE /admin/keys/{id}               revoke (every replica within a second)
     GET    /admin/teams
     GET    /admin/teams/{team}/usage?hours=24
+    GET    /admin/spend?group_by=team|key|model|target&period=day|week|month   (``gateway.web.spend``)
 
 Every change (a key issued or revoked) is logged as an audit line (``event: audit``): which admin
 credential made it (the first 8 hex of its key's SHA-256, never the key), the action, the key's id,

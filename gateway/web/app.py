@@ -27,7 +27,7 @@ from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
-from gateway.web import admin, ops, status
+from gateway.web import admin, ops, spend, status
 from gateway.web.pipeline import make_handler
 from gateway.web.record import Backlog
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
@@ -187,6 +187,7 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
     ops.install(app, config)
     admin.install(app, config)
     app.router.add_get("/status", status.status)
+    app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)
     return app
