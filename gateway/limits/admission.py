@@ -202,6 +202,7 @@ class Admission:
                 return plan
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
             if refusal.check.kind == "bud":
+                self.notices.refused(plan, refusal.check, refusal.remaining)
                 raise budget_error(refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.limits.plan import Plan
+from gateway.limits.plan import Check, Plan
 from gateway.obs.metrics import BUDGET_EXCEEDED, BUDGET_USE
 
 log = logging.getLogger("gateway.limits")
@@ -16,6 +16,13 @@ UNITS = {"m": "money", "t": "tokens"}
 class Notices:
     def __init__(self) -> None:
         self.said: set[tuple[str, str]] = set()  # (budget key, period field) whose excess was logged
+
+    def refused(self, plan: Plan, check: Check, room: int) -> None:
+        """A team budget refused ``plan``: its gauge shows the spend with this request's worst case,
+        above 1 (an alert on 100% fires on the refusals, not only on a budget spent to the millionth)."""
+        if check.scope == "team" and check.rule is not None:
+            want = plan.cost_estimate if check.rule.unit == "m" else plan.estimate
+            BUDGET_USE.labels(plan.team, UNITS[check.rule.unit]).set((check.limit - room + want) / check.limit)
 
     def admitted(self, plan: Plan) -> None:
         """``plan`` was admitted with budgets: its ``spent`` holds each budget's spend."""

@@ -59,7 +59,10 @@ def redis_server() -> Iterator[RedisServer]:
 
 def spend_config(server: Any, redis_url: str | None, team: str, **team_cfg: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "models": [{"name": "m", "targets": [target(server, "openai", name="up")]}],
+        "models": [
+            {"name": "m", "targets": [target(server, "openai", name="up")]},
+            {"name": "free", "targets": [target(server, "openai", name="free-up")]},  # no price
+        ],
         "teams": [{"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], **team_cfg}],
         "spend": {"currency": "EUR", "time_zone": ZONE, "prices": [{"model": "m", "input": IN, "output": OUT}]},
         "admin": {"key_sha256": hash_key(ADMIN)},
@@ -137,7 +140,7 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
 
 async def test_a_soft_budget_admits_and_says_so(gateway: GatewayFactory, upstream: Any) -> None:
     """In process (no Redis): a soft token budget admits past its amount, and says so."""
-    _, _, gw = await spend_gateway(gateway, upstream, None, budget={"tokens": 30, "period": "day", "mode": "soft"})
+    _, team, gw = await spend_gateway(gateway, upstream, None, budget={"tokens": 30, "period": "day", "mode": "soft"})
     exceeded = []
     for _ in range(4):
         path, headers, body = OPENAI.request("m", "alpha beta", False, max_tokens=10)
@@ -145,6 +148,16 @@ async def test_a_soft_budget_admits_and_says_so(gateway: GatewayFactory, upstrea
             assert resp.status == 200
             exceeded.append(resp.headers.get("X-Budget-Exceeded"))
     assert exceeded[0] is None and exceeded[-1] == "team"
+    assert (await gw.send(OPENAI, "free", "x", False)).status == 200
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+        page = await resp.text()
+    row = f"<tr><td>{team}</td><td>30 tokens</td><td>per day</td><td>soft</td>"
+    assert row in page and "Not counted, no price: free on free-up" in page, page
+    async with gw.session.get(gw.url + "/admin/spend?group_by=model&period=day", headers=admin) as resp:
+        report = await resp.json()
+    assert report["unpriced"] == [{"model": "free", "target": "free-up"}]
+    assert [r["model"] for r in report["rows"]] == ["m"] and report["rows"][0]["spend_micros"] > 0
 
 
 async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
@@ -235,6 +248,13 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
 
         await asyncio.gather(*(one(*p) for p in plan))
         usage = await settled(redis_server.url, team, ok)
+        counted = 0.0
+        for url in urls:
+            async with session.get(url + "/metrics") as resp:
+                for line in (await resp.text()).splitlines():
+                    if line.startswith("gateway_spend_total{") and f'team="{team}"' in line:
+                        assert 'model="m"' in line and 'currency="EUR"' in line, line
+                        counted += float(line.rsplit(" ", 1)[1])
         report_urls = [f"{urls[0]}/admin/spend?group_by={g}&period=month" for g in ("team", "key", "model", "target")]
         reports = []
         for report_url in report_urls:
@@ -270,6 +290,7 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
     assert len(answered) == ok and all(x["target"] == "up" and x["currency"] == "EUR" for x in answered)
     logged = sum(cost(x["prompt_tokens"], x["completion_tokens"]) for x in answered)
     assert logged == spent == usage["spend"]
+    assert counted == pytest.approx(logged / 1e6, abs=1e-9)
     team_report, key_report, model_report, target_report = reports
     assert team_report["rows"] == [{"team": team, "spend": f"0.{logged:06d}", "spend_micros": logged}]
     assert key_report["rows"] == [{"team": team, "key": "k1", "spend": f"0.{logged:06d}", "spend_micros": logged}]
