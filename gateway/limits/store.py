@@ -96,24 +96,35 @@ Failed = tuple[list[Settlement], Exception]  # the settlements of a script call 
 
 def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[str] | None, list[Settlement]]]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
-    corrections and usage add up, and the concurrency leases go in one list; last, the settlements
-    summed (to keep if the call fails). A settlement per request cost more CPU under load (argument
-    JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
-    groups: dict[Group, tuple[Settlement, list[str], list[Settlement]]] = {}
+    corrections, usage and spend add up, and the concurrency leases go in one list; last, the
+    settlements summed (to keep if the call fails). A settlement per request cost more CPU under load
+    (argument JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
+    groups: dict[Group, tuple[Settlement, list[int], list[str], list[Settlement]]] = {}
     for s in items:
-        same = s.group
+        plan = s.plan
+        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, plan.windows)
         group = groups.get(same)
         if group is None:
-            groups[same] = (s, [s.plan.lease] if s.plan.layout.concurrency_keys else [], [s])
-            continue
-        total, leases, summed = group
-        if s.plan.layout.concurrency_keys:
-            leases.append(s.plan.lease)
-        summed.append(s)
-        groups[same] = (total.summed(s), leases, summed)
+            group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [], [])
+        totals = group[1]
+        totals[0] += s.correction
+        totals[1] += s.requests
+        totals[2] += s.prompt
+        totals[3] += s.completion
+        if s.model or plan.layout.budgets:
+            totals[4] += s.money
+            totals[5] += s.spent_tokens
+            totals[6] += s.cost
+        if plan.layout.concurrency_keys:
+            group[2].append(plan.lease)
+        group[3].append(s)
     return [
-        (total, leases if total.plan.layout.concurrency_keys else None, summed)
-        for total, leases, summed in groups.values()
+        (
+            Settlement(first.plan, t[0], t[2], t[3], t[1], t[4], t[5], t[6], first.model, first.target),
+            leases if first.plan.layout.concurrency_keys else None,
+            summed,
+        )
+        for first, t, leases, summed in groups.values()
     ]
 
 

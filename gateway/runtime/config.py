@@ -27,7 +27,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway.runtime.spend import Budget, SpendSettings
+from gateway.runtime.spend import Budget, SpendSettings, price_problem
 
 
 class ConfigError(Exception):
@@ -361,6 +361,8 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
         where = _path(tuple(err["loc"]), data) or "(top level)"
         raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
     _check_names(config, source)
+    if problem := price_problem(config):
+        raise ConfigError(f"{source}: {problem}")
     return config
 
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import zoneinfo
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:  # the config holds this module's models: imported for types only
+    from gateway.runtime.config import GatewayConfig
 
 MICROS = 1_000_000  # money is kept in integer millionths of the currency: exact, never a float sum
 
@@ -75,3 +78,25 @@ class Budget(_Model):
         if (self.period == "rolling") != (self.window_seconds is not None):
             raise ValueError("'window_seconds' is given with period: rolling, and only then")
         return self
+
+
+def price_problem(config: GatewayConfig) -> str | None:
+    """Why a price could never apply, in the config's words: prices are looked up by a route's model
+    label (a configured name, ``<vendor>/*``, or ``local`` for the catch-all) and a target's name, so
+    a price naming an alias, an unknown model or another model's target would leave that model
+    unpriced without a word."""
+    targets = {m.name: {t.name or f"{t.provider}:{t.model or m.name}" for t in m.targets} for m in config.models}
+    aliases = {a: m.name for m in config.models for a in m.aliases}
+    wildcards = {f"{v}/*" for v in config.vendors} | {"local"}
+    for i, price in enumerate(config.spend.prices):
+        where = f"spend.prices[{i}]"
+        if price.model in aliases:
+            return f"{where}.model: {price.model!r} is an alias: price the model's name, {aliases[price.model]!r}"
+        if price.model in targets:
+            if price.target is not None and price.target not in targets[price.model]:
+                known = ", ".join(sorted(targets[price.model]))
+                return f"{where}.target: model {price.model!r} has no target {price.target!r} (its targets: {known})"
+        elif price.model not in wildcards:
+            known = ", ".join([*targets, *sorted(wildcards)])
+            return f"{where}.model: unknown model {price.model!r} (known: {known})"
+    return None

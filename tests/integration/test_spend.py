@@ -351,3 +351,39 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
             await lim.close()
             await cli.aclose()
         server.close()
+
+
+async def test_fallbacks_and_cached_tokens_are_charged_at_the_answering_targets_price(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """The first target fails (500) and the second answers: charged at the second's price, its cached
+    prompt tokens at its cached price, streamed or not. The worst case is reserved at the dearer
+    price, so a request that fits only at the first target's price is refused."""
+    good, bad = await upstream("openai"), await upstream("openai", faults="[[fault:status=500]]")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    cfg = spend_config(good, redis_server.url, team, budget={"amount": "0.05"})
+    cfg["models"].append(
+        {
+            "name": "fb",
+            "targets": [target(bad, "openai", name="cheap", weight=1e6), target(good, "openai", name="dear")],
+        }
+    )
+    cfg["spend"]["prices"] += [
+        {"model": "fb", "target": "cheap", "input": 1, "output": 1},
+        {"model": "fb", "target": "dear", "input": 100, "cached_input": 50, "output": 300},
+    ]
+    gw = await gateway(parse_config(cfg))
+    charged = 0
+    for stream in (False, True):
+        answer = await gw.send(OPENAI, "fb", "alpha beta gamma [[fault:cached=2]]", stream, max_tokens=20)
+        assert answer.status == 200, answer.raw
+        prompt, completion = answer.usage["prompt_tokens"], answer.usage["completion_tokens"]
+        charged += (prompt - 2) * 100 + 2 * 50 + completion * 300  # the fake reports 2 of them cached
+    assert len(bad.requests) == 2  # each request went to the cheap target first
+    usage = await settled(redis_server.url, team, 2)
+    assert usage["target:dear:spend"] == usage["model:fb:spend"] == usage["spend"] == charged
+    assert "target:cheap:spend" not in usage
+    room = 50_000 - charged  # the next worst case: 9 prompt tokens and 160 completion tokens
+    assert 9 * 1 + 160 * 1 < room < 9 * 100 + 160 * 300
+    refused = await gw.send(OPENAI, "fb", "alpha beta gamma [[fault:cached=2]]", False, max_tokens=160)
+    assert refused.status == 429 and len(bad.requests) == 2

@@ -149,6 +149,34 @@ def test_a_budget_that_cannot_work_is_refused_by_name(budget: dict[str, object],
 def test_a_spend_section_is_checked() -> None:
     with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus'"):
         parse_config({"spend": {"time_zone": "Mars/Olympus"}})
-    twice = [{"model": "m", "input": 1, "output": 1}] * 2
+    twice = [{"model": "local", "input": 1, "output": 1}] * 2
     with pytest.raises(ConfigError, match="priced twice"):
         parse_config({"spend": {"prices": twice}})
+
+
+@pytest.mark.parametrize(
+    ("price", "error"),
+    [
+        ({"model": "chat"}, "spend.prices[0].model: 'chat' is an alias: price the model's name, 'm'"),
+        ({"model": "gpt"}, "spend.prices[0].model: unknown model 'gpt' (known: m, local, openai/*)"),
+        (
+            {"model": "m", "target": "b"},
+            "spend.prices[0].target: model 'm' has no target 'b' (its targets: a, openai:m)",
+        ),
+    ],
+)
+def test_a_price_that_could_never_apply_is_refused(price: dict[str, str], error: str) -> None:
+    targets = [
+        {"provider": "openai", "base_url": "http://x", "name": "a"},
+        {"provider": "openai", "base_url": "http://y"},
+    ]
+    data = {
+        "models": [{"name": "m", "aliases": ["chat"], "targets": targets}],
+        "vendors": {"openai": {"provider": "openai", "base_url": "http://z"}},
+        "spend": {"prices": [{**price, "input": 1, "output": 2}]},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert str(caught.value) == f"<config>: {error}"
+    for fine in ({"model": "m", "target": "openai:m"}, {"model": "openai/*"}, {"model": "local"}):
+        parse_config({**data, "spend": {"prices": [{**fine, "input": 1, "output": 2}]}})
