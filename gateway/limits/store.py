@@ -170,7 +170,8 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if plan.layout.budgets:
-            return budget_answer(plan, await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms)))
+            keys = plan.layout.keys
+            return budget_answer(plan, await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads))
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it

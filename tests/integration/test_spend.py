@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -40,7 +40,7 @@ from gateway.runtime.spend import Budget, Price, SpendSettings
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
 from tests.integration.test_cli import ROOT, free_port, wait_healthy
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisCluster, RedisServer
 
 OPENAI = BY_NAME["openai"]
 ADMIN = "admin-key-for-spend"
@@ -57,7 +57,9 @@ def redis_server() -> Iterator[RedisServer]:
     server.close()
 
 
-def spend_config(server: Any, redis_url: str | None, team: str, **team_cfg: Any) -> dict[str, Any]:
+def spend_config(
+    server: Any, redis_url: str | None, team: str, cluster: bool = False, **team_cfg: Any
+) -> dict[str, Any]:
     data: dict[str, Any] = {
         "models": [
             {"name": "m", "targets": [target(server, "openai", name="up")]},
@@ -68,15 +70,16 @@ def spend_config(server: Any, redis_url: str | None, team: str, **team_cfg: Any)
         "admin": {"key_sha256": hash_key(ADMIN)},
     }
     if redis_url is not None:
-        data["redis"] = {"url": redis_url, "timeout_ms": 1000}
+        data["redis"] = {"url": redis_url, "timeout_ms": 1000, "cluster": cluster}
     return data
 
 
-async def until(condition: Callable[[], bool]) -> None:
+async def until(condition: Callable[[], bool | Awaitable[bool]]) -> None:
     """Waits for ``condition`` (something another task or process does), failing after 30 s."""
     async with asyncio.timeout(30):
         while True:
-            if condition():
+            met = condition()
+            if met if isinstance(met, bool) else await met:
                 return
             await asyncio.sleep(0.02)
 
@@ -109,11 +112,13 @@ async def budget_spent(url: str, team: str, unit: str = "m") -> int:
     return sum(v for k, v in fields.items() if k.endswith(f":{unit}"))
 
 
-async def spend_gateway(gateway: GatewayFactory, upstream: Any, redis_url: str | None, **team_cfg: Any) -> Any:
+async def spend_gateway(
+    gateway: GatewayFactory, upstream: Any, redis_url: str | None, cluster: bool = False, **team_cfg: Any
+) -> Any:
     """A fake upstream, a fresh team id (fresh budgets in a shared Redis) and a gateway in front."""
     server = await upstream("openai")
     team = f"t-{uuid.uuid4().hex[:8]}"
-    return server, team, await gateway(parse_config(spend_config(server, redis_url, team, **team_cfg)))
+    return server, team, await gateway(parse_config(spend_config(server, redis_url, team, cluster, **team_cfg)))
 
 
 @pytest.mark.parametrize("backend", ["redis", "local"])
@@ -387,3 +392,50 @@ async def test_fallbacks_and_cached_tokens_are_charged_at_the_answering_targets_
     assert 9 * 1 + 160 * 1 < room < 9 * 100 + 160 * 300
     refused = await gw.send(OPENAI, "fb", "alpha beta gamma [[fault:cached=2]]", False, max_tokens=160)
     assert refused.status == 429 and len(bad.requests) == 2
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "cluster", "local"])
+async def test_a_budget_is_charged_exactly_what_answers_cost(
+    gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Reserved, then settled to the cost of each answer's usage, on one Redis, a Cluster (every key
+    of a team in its slot) or in process; a failed request costs nothing; the key's own budget refuses
+    by name once its tokens run out."""
+    url = None
+    if backend != "local":
+        url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
+    budget = {"amount": "0.05", "period": "rolling", "window_seconds": 3600}
+    key_budget = {"tokens": 80, "period": "week"}
+    _, team, gw = await spend_gateway(
+        gateway, upstream, url, backend == "cluster", budget=budget, key_budget=key_budget
+    )
+    costs = []
+    for prompt in PROMPTS[:3]:
+        answer = await gw.send(OPENAI, "m", prompt, False, max_tokens=8)
+        assert answer.status == 200
+        costs.append(cost(answer.usage["prompt_tokens"], answer.usage["completion_tokens"]))
+    failed = await gw.send(OPENAI, "m", "alpha [[fault:status=500]]", False, max_tokens=8)
+    assert failed.status == 502
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+
+    async def reported_is(micros: int) -> bool:
+        async with gw.session.get(gw.url + "/admin/spend?group_by=key&period=day", headers=admin) as resp:
+            rows = (await resp.json())["rows"]
+        return bool(rows) and rows[0]["spend_micros"] == micros
+
+    await until(lambda: reported_is(sum(costs)))  # settled after the answers
+    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+        page = await resp.text()
+    spent_row = (
+        f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
+    )
+    assert spent_row in page, page  # the failed request's worst case went back too
+    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=60)  # tokens: past the key's 80
+    assert refused.status == 429 and "the key's budget of 80 tokens per week" in refused.body["error"]["message"]
