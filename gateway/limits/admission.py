@@ -76,13 +76,13 @@ def refusal_error(refusal: Refusal) -> RateLimited:
     return err
 
 
-def budget_error(refusal: Refusal) -> RateLimited:
+def budget_error(refusal: Refusal, plan: Plan) -> RateLimited:
     check = refusal.check
     assert check.rule is not None
     now = time.time()
-    return budget_refusal(
-        check.scope, check.rule, check.limit, refusal.remaining, now + (refusal.retry_after or 0), now
-    )
+    want = plan.cost_estimate if check.rule.unit == "m" else plan.estimate
+    reset = now + (refusal.retry_after or 0)
+    return budget_refusal(check.scope, check.rule, check.limit, refusal.remaining, want, reset, now)
 
 
 def deadline_error(refusal: Refusal) -> DeadlineExceeded:
@@ -203,7 +203,7 @@ class Admission:
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
             if refusal.check.kind == "bud":
                 self.notices.refused(plan, refusal.check, refusal.remaining)
-                raise budget_error(refusal)
+                raise budget_error(refusal, plan)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
             remaining = wait_until - clock()

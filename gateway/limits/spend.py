@@ -134,14 +134,21 @@ def iso(moment: float, zone: ZoneInfo) -> str:
     return datetime.fromtimestamp(moment, zone).isoformat(timespec="seconds")
 
 
-def refusal(scope: str, rule: Rule, limit: int, remaining: int, reset: float, now: float) -> RateLimited:
-    """The 429 of a request whose worst case does not fit: names the budget and when it resets."""
+def refusal(scope: str, rule: Rule, limit: int, remaining: int, want: int, reset: float, now: float) -> RateLimited:
+    """The 429 of a request whose worst case (``want``) does not fit: names the budget and when it
+    resets, or says the worst case exceeds the whole budget (waiting would not help)."""
     when = iso(reset, rule.period.zone)
     left = max(0, remaining)
-    err = RateLimited(
-        f"the {scope}'s budget of {rule.amount(limit)} {rule.per} cannot cover this request's worst case "
-        f"({rule.amount(left)} left); it resets at {when}",
-        retry_after=max(0.0, math.ceil(reset - now)),
-    )
+    if want > limit:
+        err = RateLimited(
+            f"this request's worst case ({rule.amount(want)}) exceeds the {scope}'s whole budget of "
+            f"{rule.amount(limit)} {rule.per}: lower max_tokens"
+        )
+    else:
+        err = RateLimited(
+            f"the {scope}'s budget of {rule.amount(limit)} {rule.per} cannot cover this request's worst "
+            f"case ({rule.amount(left)} left); it resets at {when}",
+            retry_after=max(0.0, math.ceil(reset - now)),
+        )
     err.headers = {"X-Budget-Remaining": rule.amount(left).split(" ")[0], "X-Budget-Reset": when}
     return err

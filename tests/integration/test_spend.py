@@ -31,7 +31,8 @@ from gateway.limits.admission import Admission, Settings, TeamPolicy, running
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
 from gateway.limits.local import LocalLimiter
-from gateway.limits.plan import tag
+from gateway.limits.plan import LimitValues, new_lease, planned, tag
+from gateway.limits.plan import layout as plan_layout
 from gateway.limits.prices import PriceTable
 from gateway.limits.spend import calendar, iso, rules
 from gateway.limits.store import RedisLimiter
@@ -126,21 +127,25 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
 ) -> None:
     url = request.getfixturevalue("redis_server").url if backend == "redis" else None
-    server, _, gw = await spend_gateway(gateway, upstream, url, budget={"amount": "0.001"})
+    server, _, gw = await spend_gateway(gateway, upstream, url, budget={"amount": "0.004"})
     month_end = iso(calendar("month", ZoneInfo(ZONE), time.time())[1], ZoneInfo(ZONE))
-    for ingress in INGRESSES:
-        answer = await gw.send(without_team(ingress), "m", "x", False, max_tokens=100)  # worst case 0.003 EUR
+    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00031 EUR
+    for ingress in INGRESSES:  # a worst case of 0.00391 EUR: within the budget, not within what is left
+        answer = await gw.send(without_team(ingress), "m", "x", False, max_tokens=130)
         assert answer.status == 429, (ingress.name, answer.raw)
-        assert b"budget of 0.001000 EUR per month" in answer.raw and month_end.encode() in answer.raw, answer.raw
-    path, headers, body = without_team(OPENAI).request("m", "x", False, max_tokens=100)
+        assert b"budget of 0.004000 EUR per month" in answer.raw and month_end.encode() in answer.raw, answer.raw
+    path, headers, body = without_team(OPENAI).request("m", "x", False, max_tokens=130)
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 429
-        assert (resp.headers["X-Budget-Remaining"], resp.headers["X-Budget-Reset"]) == ("0.001000", month_end)
+        assert resp.headers["X-Budget-Reset"] == month_end
+        assert Decimal("0.00369") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00391")
         assert int(resp.headers["Retry-After"]) >= 1
         assert (await resp.json())["error"]["type"] == "rate_limit_error"
-    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00032 EUR: fits
+    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)
+    assert never.status == 429 and b"worst case (0.030010 EUR) exceeds the team's whole budget" in never.raw
+    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00031 EUR: fits
     assert ok.status == 200
-    assert len(server.requests) == 1  # nothing refused reached the upstream
+    assert len(server.requests) == 2  # nothing refused reached the upstream
 
 
 async def test_a_soft_budget_admits_and_says_so(gateway: GatewayFactory, upstream: Any) -> None:
@@ -439,3 +444,26 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
     assert spent_row in page, page  # the failed request's worst case went back too
     refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=60)  # tokens: past the key's 80
     assert refused.status == 429 and "the key's budget of 80 tokens per week" in refused.body["error"]["message"]
+
+
+async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: aioredis.Redis) -> None:
+    """The script against Redis directly: spend in the window's slices counts, older spend does not and
+    is pruned once the hash holds many fields."""
+    team, day = f"t-{uuid.uuid4().hex[:8]}", 86400
+    budget = Budget(tokens=100, period="rolling", window_seconds=12 * day)  # slices of a day
+    limits = plan_layout(team, "k1", LimitValues(), LimitValues(), tuple(rules(budget, ZoneInfo(ZONE), "EUR")))
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=9))
+    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case: 95 of 100
+    window = first.windows[0]
+    assert window is not None
+    starts = [int(f.split(":")[0]) for f in window.fields]
+    key = limits.keys[0]
+    old = {f"{starts[-1] - day * (i + 1)}:t": 1000 for i in range(70)}  # before the window: not counted
+    await client.hset(key, mapping={**old, f"{starts[5]}:t": 40, f"{starts[-1]}:t": 45})
+    limiter = RedisLimiter(client)
+    assert await limiter.admit(first, 1000) is None
+    fields = {k.decode(): int(v) for k, v in (await client.hgetall(key)).items()}
+    assert fields == {f"{starts[5]}:t": 40, f"{starts[-1]}:t": 45, f"{starts[0]}:t": 10}
+    refused = await limiter.admit(planned(team, "k1", limits, request, new_lease()), 1000)
+    assert refused is not None and refused.remaining == 5 and refused.check.kind == "bud"
+    await client.delete(key)
