@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -148,16 +149,23 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     assert len(server.requests) == 2  # nothing refused reached the upstream
 
 
-async def test_a_soft_budget_admits_and_says_so(gateway: GatewayFactory, upstream: Any) -> None:
+async def test_a_soft_budget_admits_and_says_so(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """In process (no Redis): a soft token budget admits past its amount, and says so."""
     _, team, gw = await spend_gateway(gateway, upstream, None, budget={"tokens": 30, "period": "day", "mode": "soft"})
     exceeded = []
+    caplog.set_level(logging.WARNING, "gateway.limits")
     for _ in range(4):
         path, headers, body = OPENAI.request("m", "alpha beta", False, max_tokens=10)
         async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
             assert resp.status == 200
             exceeded.append(resp.headers.get("X-Budget-Exceeded"))
     assert exceeded[0] is None and exceeded[-1] == "team"
+    said = [r.getMessage() for r in caplog.records if "soft budget" in r.getMessage()]
+    assert said == [
+        f"team {team!r}: its team soft budget of 30 tokens per day is exceeded; requests are still admitted"
+    ]
     assert (await gw.send(OPENAI, "free", "x", False)).status == 200
     admin = {"Authorization": f"Bearer {ADMIN}"}
     async with gw.session.get(gw.url + "/status", headers=admin) as resp:
@@ -258,13 +266,15 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
 
         await asyncio.gather(*(one(*p) for p in plan))
         usage = await settled(redis_server.url, team, ok)
-        counted = 0.0
+        counted, utilisation = 0.0, []
         for url in urls:
             async with session.get(url + "/metrics") as resp:
                 for line in (await resp.text()).splitlines():
                     if line.startswith("gateway_spend_total{") and f'team="{team}"' in line:
                         assert 'model="m"' in line and 'currency="EUR"' in line, line
                         counted += float(line.rsplit(" ", 1)[1])
+                    if line.startswith(f'gateway_budget_utilisation{{team="{team}",unit="money"}}'):
+                        utilisation.append(float(line.rsplit(" ", 1)[1]))
         report_urls = [f"{urls[0]}/admin/spend?group_by={g}&period=month" for g in ("team", "key", "model", "target")]
         reports = []
         for report_url in report_urls:
@@ -301,6 +311,7 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
     logged = sum(cost(x["prompt_tokens"], x["completion_tokens"]) for x in answered)
     assert logged == spent == usage["spend"]
     assert counted == pytest.approx(logged / 1e6, abs=1e-9)
+    assert len(utilisation) == 3 and all(u > 0 for u in utilisation)  # each replica admitted some
     team_report, key_report, model_report, target_report = reports
     assert team_report["rows"] == [{"team": team, "spend": f"0.{logged:06d}", "spend_micros": logged}]
     assert key_report["rows"] == [{"team": team, "key": "k1", "spend": f"0.{logged:06d}", "spend_micros": logged}]
