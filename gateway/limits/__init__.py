@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.budgets import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import Limiter
 from gateway.limits.local import LocalLimiter
@@ -76,7 +77,7 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
     }
     s = config.limits
     settings = Settings(s.admission_timeout, s.max_waiters, s.lease_ttl)
-    return Admission(limiter, teams, settings, PriceTable.of(spend))
+    return Admission(limiter, teams, settings, Spend(PriceTable.of(spend)))
 
 
 __all__ = ["Admission", "build_admission", "redis_client"]

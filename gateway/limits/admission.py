@@ -26,11 +26,9 @@ from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
-from gateway.limits.budgets import Notices
+from gateway.limits.budgets import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
-from gateway.limits.plan import Budgets, Layout, LimitValues, Plan
-from gateway.limits.prices import PriceTable
-from gateway.limits.spend import refusal as budget_refusal
+from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
 log = logging.getLogger("gateway.limits")
@@ -43,8 +41,8 @@ class TeamPolicy:
     limits: LimitValues = field(default_factory=LimitValues)
     key_limits: LimitValues = field(default_factory=LimitValues)
     deadline: float | None = None  # default request deadline, seconds
-    budget: Budgets = ()  # the team's budget rules and limits (``spend.rules``)
-    key_budget: Budgets = ()  # each key's
+    budget: planning.Budgets = ()  # the team's budget rules and limits (``spend.rules``)
+    key_budget: planning.Budgets = ()  # each key's
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +72,6 @@ def refusal_error(refusal: Refusal) -> RateLimited:
     if refusal.retry_after is not None:
         err.headers[f"X-RateLimit-Reset-{name}"] = f"{refusal.retry_after:.3f}s"
     return err
-
-
-def budget_error(refusal: Refusal, plan: Plan) -> RateLimited:
-    check = refusal.check
-    assert check.rule is not None
-    now = time.time()
-    want = plan.cost_estimate if check.rule.unit == "m" else plan.estimate
-    reset = now + (refusal.retry_after or 0)
-    return budget_refusal(check.scope, check.rule, check.limit, refusal.remaining, want, reset, now)
 
 
 def deadline_error(refusal: Refusal) -> DeadlineExceeded:
@@ -138,11 +127,10 @@ class Waiters:
 
 class Admission:
     def __init__(
-        self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings, prices: PriceTable | None = None
+        self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings, spend: Spend | None = None
     ) -> None:
         self.limiter = limiter
-        self.prices = prices if prices is not None else PriceTable()
-        self.notices = Notices()
+        self.spend = spend if spend is not None else Spend()  # prices, and budgets' notices
         self.teams = teams
         self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
         self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
@@ -182,7 +170,7 @@ class Admission:
             limits = self.layouts[team, key_id] = planning.layout(
                 team, key_id, policy.limits, policy.key_limits, policy.budget, policy.key_budget
             )
-        rate = self.prices.worst(model, tuple(t.name for t in targets)) if limits.budgets and self.prices else None
+        rate = self.spend.worst(model, targets) if limits.budgets else None
         plan = planning.planned(team, key_id, limits, request, planning.new_lease(), rate)
         if not plan.checks:
             return plan
@@ -198,12 +186,11 @@ class Admission:
                 if plan.concurrency_keys:
                     self.live[plan.lease] = plan
                 if plan.spent:
-                    self.notices.admitted(plan)
+                    self.spend.admitted(plan)
                 return plan
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
             if refusal.check.kind == "bud":
-                self.notices.refused(plan, refusal.check, refusal.remaining)
-                raise budget_error(refusal, plan)
+                raise self.spend.refused(plan, refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
             remaining = wait_until - clock()
@@ -239,11 +226,7 @@ class Admission:
         plan.settled = True
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
-        cost = None
-        if self.prices and target:
-            rate = self.prices.rate(model, target)
-            if rate is not None:
-                cost = rate.cost(prompt or 0, tokens(cached) or 0, completion or 0)
+        cost = self.spend.cost(model, target, prompt or 0, tokens(cached) or 0, completion or 0)
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
             where = (plan.usage_key, plan.key_id, *priced)

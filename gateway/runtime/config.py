@@ -222,8 +222,8 @@ class GatewayConfig(_Model):
     auth: Literal["keys", "none"] = "keys"
     redis: RedisConfig | None = None  # absent: keys and limits live in this process
     limits: LimitSettings = LimitSettings()
-    admin: Admin = Admin()
     spend: SpendSettings = SpendSettings()  # prices and the budgets' currency, time zone and failure policy
+    admin: Admin = Admin()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -29,7 +29,6 @@ from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, key_hashes
 from gateway.web import admin, ops, spend, status
 from gateway.web.pipeline import make_handler
-from gateway.web.record import Backlog
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway
 
@@ -132,7 +131,6 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         access=logging.getLogger("gateway.access"),
         admission=build_admission(config, client),
         redis=client,
-        backlog=Backlog(config.spend.currency),
     )
 
 
@@ -188,6 +186,7 @@ def create_app(config: GatewayConfig, catch_all: Target | None = None) -> web.Ap
     admin.install(app, config)
     app.router.add_get("/status", status.status)
     app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
+    gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)
     return app

@@ -120,9 +120,9 @@ class RequestLog:
                 tokens = len(event.token_ids) or 1
             else:
                 if isinstance(event, UsageReport):
+                    self.cached_tokens = event.usage.cached_tokens
                     self.prompt_tokens = event.usage.prompt_tokens
                     self.completion_tokens = event.usage.completion_tokens
-                    self.cached_tokens = event.usage.cached_tokens
                 continue
             if not now:
                 now = time.perf_counter()
@@ -236,8 +236,8 @@ class Backlog:
 
     __slots__ = ("currency", "items", "series", "tallies", "timer")
 
-    def __init__(self, currency: str = "USD") -> None:
-        self.currency = currency  # of the requests' costs (config ``spend.currency``)
+    def __init__(self) -> None:
+        self.currency = "USD"  # of the requests' costs (config ``spend.currency``, set by the app)
         self.items: list[RequestLog] = []
         self.series: dict[SeriesKey, _Series] = {}  # resolved metric children, by label set
         self.tallies = m.Tallies()  # theirs, flushed by the app that owns this backlog

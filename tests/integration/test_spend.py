@@ -29,6 +29,7 @@ from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
 from gateway.limits import redis_client
 from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.budgets import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
 from gateway.limits.local import LocalLimiter
@@ -336,7 +337,7 @@ def outage_admission(url: str, on_failure: str) -> tuple[Admission, FailoverLimi
     prices = PriceTable.of(SpendSettings(prices=(Price(model="m", input=Decimal(IN), output=Decimal(OUT)),)))
     client = redis_client(RedisConfig(url=url, timeout_ms=1000))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), {"bud": on_failure}, retry_seconds=0.5)
-    return Admission(limiter, teams, Settings(admission_timeout=0), prices), limiter, client
+    return Admission(limiter, teams, Settings(admission_timeout=0), Spend(prices)), limiter, client
 
 
 async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redis() -> None:
