@@ -157,6 +157,7 @@ class Admission:
         key_id: str,
         request: InternalRequest,
         deadline: float | None,
+        *,
         model: str = "",
         targets: Sequence[Upstream] = (),
     ) -> Plan:

@@ -182,7 +182,7 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             deadline = gw.admission.deadline_for(principal.team, ireq)
             route = resolved.route
             plan = await gw.admission.admit(
-                principal.team, principal.key_id, ireq, deadline, route.label, route.upstreams
+                principal.team, principal.key_id, ireq, deadline, model=route.label, targets=route.upstreams
             )
             if plan.over is not None:
                 log.budget_exceeded = plan.over.scope

@@ -353,13 +353,13 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
     admission, limiter, client = outage_admission(server.url, "open")
     try:
         async with running(admission):
-            await admission.admit("a", "k1", request, None, "m", targets)  # connected before the outage
-            await closed.admit("a", "k1", request, None, "m", targets)
+            await admission.admit("a", "k1", request, None, model="m", targets=targets)  # connected before the outage
+            await closed.admit("a", "k1", request, None, model="m", targets=targets)
             server.stop()
             with pytest.raises(LimitsUnavailable, match="spend cannot be checked"):
-                await closed.admit("a", "k1", request, None, "m", targets)
+                await closed.admit("a", "k1", request, None, model="m", targets=targets)
             for _ in range(5):
-                plan = await admission.admit("a", "k1", request, None, "m", targets)
+                plan = await admission.admit("a", "k1", request, None, model="m", targets=targets)
                 assert admission.release(plan, 3, 7, 0, "m", "up") == cost(3, 7)
             assert not limiter.up
             await until(lambda: limiter.held() == 5 and not admission.pending)
