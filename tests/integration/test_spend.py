@@ -489,3 +489,31 @@ async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: a
     refused = await limiter.admit(planned(team, "k1", limits, request, new_lease()), 1000)
     assert refused is not None and refused.remaining == 5 and refused.check.kind == "bud"
     await client.delete(key)
+
+
+async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisServer) -> None:
+    """Every limit kind and two budgets (team money, key tokens): still one script call per admission."""
+    zone = ZoneInfo(ZONE)
+    policy = TeamPolicy(
+        LimitValues(rpm=1000, tpm=10**6, concurrency=50),
+        LimitValues(),
+        None,
+        tuple(rules(Budget(amount=Decimal(5)), zone, "EUR")),
+        tuple(rules(Budget(tokens=10**6, period="day"), zone, "EUR")),
+    )
+    client = aioredis.Redis.from_url(redis_server.url)
+    admission = Admission(RedisLimiter(client), {"a": policy}, Settings(), Spend())
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("alpha",), sampling=Sampling(max_tokens=5))
+
+    async def calls() -> int:
+        stats = await client.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+    try:
+        await admission.admit("a", "k1", request, None)  # loads the script
+        before = await calls()
+        plans = [await admission.admit("a", "k1", request, None) for _ in range(10)]
+        assert await calls() - before == 10
+        assert all(len(p.checks) == 5 and p.spent for p in plans)
+    finally:
+        await client.aclose()
