@@ -497,6 +497,21 @@ def render_usage(answer: dict[str, Any]) -> str:
     return table(["HOUR (UTC)", "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "REQUESTS BY KEY"], rows)
 
 
+def render_spend(answer: dict[str, Any]) -> str:
+    names = ["team", "key"] if answer["group_by"] == "key" else [answer["group_by"]]
+    head = f"spend per {answer['group_by']}, {answer['start']} to {answer['end']} ({answer['currency']})"
+    rows = [[*(str(r[n]) for n in names), r["spend"]] for r in answer["rows"]]
+    rows.append([*(["TOTAL"] + [""] * (len(names) - 1)), answer["total"]])
+    unpriced = [f"{u['model']} on {u['target']}" for u in answer.get("unpriced", [])]
+    tail = f"\nnot counted, no price: {', '.join(unpriced)}" if unpriced else ""
+    return f"{head}\n{table([*(n.upper() for n in names), 'SPEND'], rows)}{tail}"
+
+
+def spend_cmd(args: argparse.Namespace) -> int:
+    query = f"group_by={args.group_by}&period={args.period}" + (f"&team={args.team}" if args.team else "")
+    return show(args, admin_call(args, "GET", f"/admin/spend?{query}"), render_spend)
+
+
 def keys_cmd(args: argparse.Namespace) -> int:
     if args.action == "create":
         body: dict[str, Any] = {"teams": args.team, "name": args.name or ""}
@@ -577,6 +592,15 @@ def parser() -> argparse.ArgumentParser:
     use.add_argument("team", help="the team id")
     use.add_argument("--hours", type=int, default=24, help="how many hours back (default: %(default)s)")
     t.set_defaults(func=teams_cmd)
+    sp = sub.add_parser("spend", help="settled spend per team, key, model or target", parents=[admin])
+    sp.add_argument(
+        "--group-by", choices=("team", "key", "model", "target"), default="team", help="rows (default: %(default)s)"
+    )
+    sp.add_argument(
+        "--period", choices=("day", "week", "month"), default="month", help="the current one (default: %(default)s)"
+    )
+    sp.add_argument("--team", help="one team only (default: every team)")
+    sp.set_defaults(func=spend_cmd)
     return p
 
 

@@ -5,15 +5,19 @@ for Redis outages (see ``failover.py`` for the failure policy)."""
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.limits.admission import Admission, Policies, Settings, TeamPolicy
+from gateway.limits.budgets import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import Limiter
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
+from gateway.limits.prices import PriceTable
+from gateway.limits.spend import rules
 from gateway.limits.store import RedisLimiter
 from gateway.runtime.config import GatewayConfig, Limits, RedisConfig
 
@@ -52,7 +56,7 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
     if client is None or config.redis is None:
         limiter = LocalLimiter()
     else:
-        policy = {KIND[k]: v for k, v in config.redis.on_failure.items()}
+        policy = {KIND[k]: v for k, v in config.redis.on_failure.items()} | {"bud": config.spend.on_failure}
         limiter = FailoverLimiter(
             RedisLimiter(client, advance=config.limits.advance),
             LocalLimiter(divisor=config.limits.replicas),
@@ -60,12 +64,26 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
             retry_seconds=config.redis.retry_seconds,
         )
     s = config.limits
-    return Admission(limiter, team_policies(config).teams, Settings(s.admission_timeout, s.max_waiters, s.lease_ttl))
+    settings = Settings(s.admission_timeout, s.max_waiters, s.lease_ttl)
+    return Admission(limiter, team_policies(config).teams, settings, Spend(PriceTable.of(config.spend)))
 
 
 def team_policies(config: GatewayConfig) -> Policies:
     """The teams' limits and deadlines of one config (a reload builds the next generation's)."""
-    return Policies({t.id: TeamPolicy(values(t.limits), values(t.key_limits), t.deadline) for t in config.teams})
+    spend = config.spend
+    zone = ZoneInfo(spend.time_zone)
+    return Policies(
+        {
+            t.id: TeamPolicy(
+                values(t.limits),
+                values(t.key_limits),
+                t.deadline,
+                tuple(rules(t.budget, zone, spend.currency)),
+                tuple(rules(t.key_budget, zone, spend.currency)),
+            )
+            for t in config.teams
+        }
+    )
 
 
 __all__ = ["Admission", "Policies", "build_admission", "redis_client", "team_policies"]

@@ -19,12 +19,14 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
+from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
+from gateway.limits.budgets import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.obs.load import ModelLoad
@@ -40,6 +42,8 @@ class TeamPolicy:
     limits: LimitValues = field(default_factory=LimitValues)
     key_limits: LimitValues = field(default_factory=LimitValues)
     deadline: float | None = None  # default request deadline, seconds
+    budget: planning.Budgets = ()  # the team's budget rules and limits (``spend.rules``)
+    key_budget: planning.Budgets = ()  # each key's
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,8 @@ class Settings:
 
 
 def _limits_any(policy: TeamPolicy) -> bool:
-    return any(values.rpm or values.tpm or values.concurrency for values in (policy.limits, policy.key_limits))
+    limits = (policy.limits, policy.key_limits)
+    return any(v.rpm or v.tpm or v.concurrency for v in limits) or bool(policy.budget or policy.key_budget)
 
 
 HEADER_KIND = {"rpm": "Requests", "tpm": "Tokens", "conc": "Concurrency"}
@@ -95,7 +100,9 @@ class Policies:
         limits = self.layouts.get((team, key_id))
         if limits is None:
             policy = self.teams[team]
-            limits = self.layouts[team, key_id] = planning.layout(team, key_id, policy.limits, policy.key_limits)
+            limits = self.layouts[team, key_id] = planning.layout(
+                team, key_id, policy.limits, policy.key_limits, policy.budget, policy.key_budget
+            )
         return limits
 
 
@@ -142,8 +149,11 @@ class Waiters:
 
 
 class Admission:
-    def __init__(self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings) -> None:
+    def __init__(
+        self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings, spend: Spend | None = None
+    ) -> None:
         self.limiter = limiter
+        self.spend = spend if spend is not None else Spend()  # prices, and budgets' notices
         self.policies = Policies(teams)  # the start-up generation's; a reload passes its own per request
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
@@ -151,7 +161,7 @@ class Admission:
         self.pending: list[Settlement] = []
         # Usage of requests with no limit to settle, summed per usage hash and key until the settler
         # runs (no Settlement per request; with limits, the Redis limiter merges a round's calls).
-        self.usage: dict[tuple[str, str], tuple[Plan, list[int]]] = {}
+        self.usage: dict[tuple[str, str, str, str], tuple[Plan, list[int]]] = {}
         self.flush = asyncio.Event()
         self.stopping = False
         self.ttl_ms = int(settings.lease_ttl * 1000)
@@ -170,13 +180,20 @@ class Admission:
         deadline: float | None,
         load: ModelLoad | None = None,
         policies: Policies | None = None,
+        *,
+        model: str = "",
+        targets: Sequence[Upstream] = (),
     ) -> Plan:
         """``load``: the model's levels, where a wait for a slot is counted (with its token estimate);
-        ``policies``: the request's config generation's (the start-up one by default)."""
+        ``policies``: the request's config generation's (the start-up one by default); ``model``,
+        ``targets``: the route's model label and targets, whose dearest price a money budget reserves
+        (a fallback may cost more than the first choice)."""
         policies = policies or self.policies
         if team not in policies.limited:
             return planning.unlimited(team, key_id, request)
-        plan = planning.planned(team, key_id, policies.layout(team, key_id), request, planning.new_lease())
+        limits = policies.layout(team, key_id)
+        rate = self.spend.worst(model, targets) if limits.budgets else None
+        plan = planning.planned(team, key_id, limits, request, planning.new_lease(), rate)
         if not plan.checks:
             return plan
         began = time.monotonic()
@@ -190,8 +207,12 @@ class Admission:
                     ADMISSION_WAITS.observe(time.monotonic() - began)
                 if plan.concurrency_keys:
                     self.live[plan.lease] = plan
+                if plan.spent:
+                    self.spend.admitted(plan)
                 return plan
             RATE_LIMIT.labels(refusal.check.label, "refuse").inc()
+            if refusal.check.kind == "bud":
+                raise self.spend.refused(plan, refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
             remaining = wait_until - clock()
@@ -214,30 +235,51 @@ class Admission:
             if load is not None:
                 load.wait_ended(tokens)
 
-    def release(self, plan: Plan, prompt: int | None, completion: int | None) -> None:
-        """Settle after the answer has gone out: off the request path, in the app-owned task set."""
+    def release(
+        self,
+        plan: Plan,
+        prompt: int | None,
+        completion: int | None,
+        cached: int | None = None,
+        model: str = "",
+        target: str = "",
+    ) -> int | None:
+        """Settle after the answer has gone out: off the request path, in the app-owned task set.
+        ``model``, ``target``: the route's model label and the target that answered, for the price.
+        Answers the request's cost (millionths of the currency), None when it is not priced."""
         if plan.settled:
-            return
+            return None
         plan.settled = True
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
+        cost = self.spend.cost(model, target, prompt or 0, tokens(cached) or 0, completion or 0)
+        priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
-            where = (plan.usage_key, plan.key_id)
+            where = (plan.usage_key, plan.key_id, *priced)
             summed = self.usage.get(where)
             if summed is None:
-                summed = self.usage[where] = (plan, [0, 0, 0])
+                summed = self.usage[where] = (plan, [0, 0, 0, 0])
             sums = summed[1]
             sums[0] += 1
             sums[1] += prompt or 0
             sums[2] += completion or 0
+            sums[3] += cost or 0
             self.flush.set()
-            return
+            return cost
         actual = (prompt or 0) + (completion or 0)
         correction = actual - plan.estimate if prompt is not None or completion is not None else 0
-        self.pending.append(Settlement(plan, correction, prompt or 0, completion or 0))
+        settlement = Settlement(plan, correction, prompt or 0, completion or 0)
+        if plan.layout.budgets or cost is not None:
+            # what the budgets hold for it becomes what it cost (nothing known: nothing charged)
+            settlement = Settlement(
+                plan, correction, prompt or 0, completion or 0, 1,
+                (cost or 0) - plan.cost_estimate, actual - plan.estimate, cost or 0, *priced,
+            )  # fmt: skip
+        self.pending.append(settlement)
         self.flush.set()
         if plan.concurrency_keys:
             self.waiters.wake_next()
+        return cost
 
     async def settler(self) -> None:
         """Settles what finished since the last round, in one batch (one Redis round trip, shared with
@@ -257,7 +299,10 @@ class Admission:
         batch, self.pending = self.pending, []
         if self.usage:
             summed, self.usage = self.usage, {}
-            batch += [Settlement(plan, 0, p, c, n) for plan, (n, p, c) in summed.values()]
+            batch += [
+                Settlement(plan, 0, p, c, n, cost=cost, model=model, target=target)
+                for (_, _, model, target), (plan, (n, p, c, cost)) in summed.items()
+            ]
         if not batch and not self.limiter.held():
             return
         held = self.limiter.held()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gateway.limits.limiter import Settlement
+from gateway.limits.limiter import Group, Settlement
 from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED
 
 CAPACITY = 20_000  # settlements held; a long outage costs this much memory and no more
@@ -53,23 +53,16 @@ class Backlog:
 
     def _fold(self) -> None:
         old = [self.items.popleft() for _ in range(len(self.items) - self.capacity // 2)]
-        sums: dict[tuple[tuple[str, ...], str, str], Settlement] = {}
+        sums: dict[Group, Settlement] = {}
         for s in old:
-            plan = s.plan
-            same = (plan.layout.keys, plan.usage_key, plan.key_id)
+            same = s.group
             was = sums.get(same)
             if was is None:
                 sums[same] = s
                 continue
             # the sum keeps the first (oldest) settlement's plan and so its lease
-            sums[same] = Settlement(
-                was.plan,
-                was.correction + s.correction,
-                was.prompt + s.prompt,
-                was.completion + s.completion,
-                was.requests + s.requests,
-            )
-            LEASES_DROPPED.n += 1 if plan.concurrency_keys else 0
+            sums[same] = was.summed(s)
+            LEASES_DROPPED.n += 1 if s.plan.concurrency_keys else 0
         folded = list(sums.values())
         over = len(folded) + len(self.items) - self.capacity
         if over > 0:  # more team keys than room, even summed: the oldest go

@@ -97,7 +97,7 @@ class FailoverLimiter:
 
     redis: RedisLimiter
     local: LocalLimiter
-    policy: Mapping[str, str]  # kind (rpm|tpm|conc) → "open" | "closed"
+    policy: Mapping[str, str]  # kind (rpm|tpm|conc|bud) → "open" | "closed"
     retry_seconds: float = 1.0
     down_until: float = 0.0
     via_local: set[str] = field(default_factory=set)  # leases admitted locally, settled locally
@@ -138,6 +138,10 @@ class FailoverLimiter:
         if closed:
             outage.refused += 1
             outage.tick(len(self.backlog))
+            if closed[0].kind == "bud":
+                raise LimitsUnavailable(
+                    f"spend cannot be checked while Redis is unavailable ({closed[0].label} fails closed)"
+                )
             raise LimitsUnavailable(f"rate limits are unavailable ({closed[0].label} fails closed)")
         outage.local += 1
         outage.tick(len(self.backlog))
@@ -151,7 +155,22 @@ class FailoverLimiter:
             self.via_local.discard(s.plan.lease)
         await self.local.settle(local)
         if local:  # the team's usage is counted in Redis all the same, once it answers
-            remote += [Settlement(s.plan, 0, s.prompt, s.completion, s.requests) for s in local]
+            # (and their spend, whole: Redis's budgets never held a reservation for them)
+            remote += [
+                Settlement(
+                    s.plan,
+                    0,
+                    s.prompt,
+                    s.completion,
+                    s.requests,
+                    s.cost,
+                    s.prompt + s.completion,
+                    s.cost,
+                    s.model,
+                    s.target,
+                )
+                for s in local
+            ]
         if not self.up:  # no round trip to a Redis known to be down: held until it answers
             self.backlog.add(remote)
             self.outage.tick(len(self.backlog))

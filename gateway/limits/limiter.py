@@ -36,22 +36,55 @@ class LimitsUnavailable(GatewayError):
     retryable = True
 
 
+Group = tuple[tuple[str, ...], str, str, str, str, tuple[object, ...]]
+
+
 @record
 class Settlement:
     """Finished requests of one plan (or, with no limits to correct, of one team key and hour summed):
-    the token correction (actual - estimate) and their usage."""
+    the token correction (actual - estimate) and their usage; with budgets or prices, the budgets'
+    corrections (money in millionths, tokens: what the budgets hold for them less what they cost),
+    their cost and the model and target it is counted under ("" : not priced)."""
 
     plan: Plan
     correction: int
     prompt: int
     completion: int
     requests: int = 1
+    money: int = 0
+    spent_tokens: int = 0
+    cost: int = 0
+    model: str = ""
+    target: str = ""
+
+    def summed(self, other: Settlement) -> Settlement:
+        """Both together, under this one's plan (its lease)."""
+        return Settlement(
+            self.plan,
+            self.correction + other.correction,
+            self.prompt + other.prompt,
+            self.completion + other.completion,
+            self.requests + other.requests,
+            self.money + other.money,
+            self.spent_tokens + other.spent_tokens,
+            self.cost + other.cost,
+            self.model,
+            self.target,
+        )
+
+    @property
+    def group(self) -> Group:
+        """What settlements must share to be summed into one script call (a budget's corrections go
+        to the period each was admitted in)."""
+        plan = self.plan
+        return (plan.layout.keys, plan.usage_key, plan.key_id, self.model, self.target, plan.windows)
 
 
 @record
 class Refusal:
     check: Check
     retry_after: float | None  # seconds; None: the request can never fit this limit
+    remaining: int = 0  # a budget's room left
 
 
 class Limiter(Protocol):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import Check, Plan
+from gateway.limits.spend import PRUNE_AFTER, Window
 
 USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
 
@@ -22,6 +23,7 @@ class LocalLimiter:
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     leases: dict[str, dict[str, float]] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    spends: dict[str, dict[str, int]] = field(default_factory=dict)  # budget hashes: field -> amount
     _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
 
     def _limit(self, check: Check) -> int:
@@ -30,9 +32,24 @@ class LocalLimiter:
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         now = time.monotonic() * 1000
         staged: list[tuple[Check, float]] = []
-        for c in plan.checks:
+        budgets: list[tuple[Check, Window, int]] = []
+        spent: list[int] = []
+        for i, c in enumerate(plan.checks):
             limit = self._limit(c)
-            if c.kind == "rpm":
+            spent.append(0)
+            if c.kind == "bud":
+                window, rule = plan.windows[i], c.rule
+                assert window is not None and rule is not None
+                want = plan.cost_estimate if rule.unit == "m" else plan.estimate
+                fields = self.spends.get(c.key, {})
+                used = sum(fields.get(f, 0) for f in window.fields)
+                if used + want > limit:
+                    if not rule.soft:
+                        return Refusal(c, max(0.0, window.reset - time.time()), limit - used)
+                    plan.over = plan.over or c
+                budgets.append((c, window, want))
+                spent[i] = used + want
+            elif c.kind == "rpm":
                 period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
                 new_tat = max(self.values.get(c.key, 0.0), now) + period
                 if new_tat - now > burst * period:
@@ -59,7 +76,18 @@ class LocalLimiter:
                 self.buckets[c.key] = (value, now)
             else:
                 self.leases[c.key][plan.lease] = value
+        for c, window, want in budgets:
+            self._spend(c.key, window, want)
+        if budgets:
+            plan.spent = tuple(spent)
         return None
+
+    def _spend(self, key: str, window: Window, amount: int) -> None:
+        fields = self.spends.setdefault(key, {})
+        fields[window.add] = fields.get(window.add, 0) + amount
+        if len(fields) > PRUNE_AFTER:
+            for name in [f for f in fields if int(f.split(":")[0]) < window.oldest]:
+                del fields[name]
 
     def _level(self, key: str, limit: int, now: float) -> float:
         level, ts = self.buckets.get(key, (float(limit), now))
@@ -67,20 +95,26 @@ class LocalLimiter:
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         for s in items:
-            self._settle_one(s.plan, s.correction, s.prompt, s.completion, s.requests)
+            self._settle_one(s)
 
-    def _settle_one(self, plan: Plan, correction: int, prompt: int, completion: int, requests: int = 1) -> None:
+    def _settle_one(self, s: Settlement) -> None:
+        plan, correction = s.plan, s.correction
         now = time.monotonic() * 1000
-        for c in plan.checks:
+        for i, c in enumerate(plan.checks):
             if c.kind == "tpm" and correction:
                 self.buckets[c.key] = (self._level(c.key, self._limit(c), now) - correction, now)
+            elif c.kind == "bud" and c.rule is not None and (window := plan.windows[i]) is not None:
+                self._spend(c.key, window, s.money if c.rule.unit == "m" else s.spent_tokens)
             elif c.kind == "conc":
                 self.leases.get(c.key, {}).pop(plan.lease, None)
         counts = self.counters.setdefault(plan.usage_key, {})
         names = self._names.get(plan.key_id) or self._key_names(plan.key_id)
-        for (name, kname), value in zip(names, (requests, prompt, completion), strict=True):
+        for (name, kname), value in zip(names, (s.requests, s.prompt, s.completion), strict=True):
             counts[name] = counts.get(name, 0) + value
             counts[kname] = counts.get(kname, 0) + value
+        if s.model:  # as SETTLE counts spend
+            for name in ("spend", f"key:{plan.key_id}:spend", f"model:{s.model}:spend", f"target:{s.target}:spend"):
+                counts[name] = counts.get(name, 0) + s.cost
 
     def _key_names(self, key_id: str) -> list[tuple[str, str]]:
         names = self._names[key_id] = [(name, f"key:{key_id}:{name}") for name in USAGE_FIELDS]
@@ -97,7 +131,7 @@ class LocalLimiter:
                     self.leases[key][plan.lease] = now + lease_ttl_ms
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
-        return [dict(self.counters.get(k, {})) for k in keys]
+        return [dict(self.counters.get(k) or self.spends.get(k, {})) for k in keys]
 
     async def close(self) -> None:
         return None

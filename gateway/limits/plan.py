@@ -13,6 +13,8 @@ from random import getrandbits
 
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
+from gateway.limits.prices import Rate
+from gateway.limits.spend import Rule, Window
 
 CHARS_PER_TOKEN = 4  # a deliberately generous estimate for reservation; settlement corrects it
 DEFAULT_MAX_TOKENS_ESTIMATE = 512
@@ -38,10 +40,11 @@ class Check:
     limit: int
     burst: str  # rpm: the requests that may arrive at once; "" for the other kinds
     scope: str  # "team" or "key": for refusal messages and metrics
+    rule: Rule | None = None  # a budget's (kind ``bud``)
 
     @property
     def label(self) -> str:
-        return f"{self.scope}_{self.kind}"
+        return f"{self.scope}_{'budget' if self.kind == 'bud' else self.kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ class Layout:
     keys: tuple[str, ...] = ()
     concurrency_keys: tuple[str, ...] = ()
     tokens: bool = False  # a tokens-per-minute limit applies (a reserve fits by token estimate)
+    budgets: bool = False  # a budget applies: admitted one request at a time, never ahead
 
 
 @dataclass(slots=True)
@@ -65,6 +69,10 @@ class Plan:
     lease: str
     usage_key: str
     settled: bool = False
+    cost_estimate: int = 0  # the worst case in millionths of the currency, reserved under money budgets
+    windows: tuple[Window | None, ...] = ()  # per check, a budget's current window
+    over: Check | None = None  # a soft budget this request went past
+    spent: tuple[int, ...] = ()  # per check, a budget's spend with this request's worst case (admission's answer)
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -77,6 +85,16 @@ class Plan:
     def param(self, check: Check) -> str:
         """What this request puts under ``check``: its burst (rpm), token estimate (tpm) or lease (conc)."""
         return check.burst if check.kind == "rpm" else str(self.estimate) if check.kind == "tpm" else self.lease
+
+    def budget(self, i: int, check: Check) -> list[object]:
+        """Budget check ``i``'s element of the scripts' argument: kind, limit, this request's worst
+        case, the window's fields, the field it adds to, soft (1/0), the oldest start kept, the TTL,
+        and whether it counts money (1) or tokens (0)."""
+        rule, win = check.rule, self.windows[i]
+        assert rule is not None and win is not None
+        money = rule.unit == "m"
+        want = self.cost_estimate if money else self.estimate
+        return ["bud", check.limit, want, list(win.fields), win.add, int(rule.soft), win.oldest, win.ttl, int(money)]
 
 
 def new_lease() -> str:
@@ -118,16 +136,29 @@ def checks_for(prefix: str, scope: str, values: LimitValues) -> list[Check]:
     return out
 
 
-def layout(team: str, key_id: str, team_limits: LimitValues, key_limits: LimitValues) -> Layout:
+Budgets = tuple[tuple[Rule, int], ...]  # a budget's rules and their limits (``spend.rules``)
+
+
+def layout(
+    team: str,
+    key_id: str,
+    team_limits: LimitValues,
+    key_limits: LimitValues,
+    team_budget: Budgets = (),
+    key_budget: Budgets = (),
+) -> Layout:
     base = tag(team)
     checks = checks_for(base, "team", team_limits)
     if key_limits.rpm or key_limits.tpm or key_limits.concurrency:  # few keys have their own limits
         checks += checks_for(f"{base}:key:{key_id}", "key", key_limits)
+    checks += [Check(f"{base}:budget", "bud", limit, "", "team", rule) for rule, limit in team_budget]
+    checks += [Check(f"{base}:key:{key_id}:budget", "bud", limit, "", "key", rule) for rule, limit in key_budget]
     return Layout(
         tuple(checks),
         tuple(c.key for c in checks),
         tuple(c.key for c in checks if c.kind == "conc"),
         any(c.kind == "tpm" for c in checks),
+        any(c.kind == "bud" for c in checks),
     )
 
 
@@ -151,9 +182,17 @@ def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
     return Plan(team, key_id, NO_LIMITS, 0, estimate_prompt(request), "", current_usage_key(team))
 
 
-def planned(team: str, key_id: str, limits: Layout, request: InternalRequest, lease: str) -> Plan:
+def planned(
+    team: str, key_id: str, limits: Layout, request: InternalRequest, lease: str, rate: Rate | None = None
+) -> Plan:
     prompt = estimate_prompt(request)
-    return Plan(team, key_id, limits, estimate_tokens(request, prompt), prompt, lease, current_usage_key(team))
+    plan = Plan(team, key_id, limits, estimate_tokens(request, prompt), prompt, lease, current_usage_key(team))
+    if limits.budgets:
+        now = time.time()
+        plan.windows = tuple(c.rule.period.window(c.rule.unit, now) if c.rule else None for c in limits.checks)
+        if rate is not None:  # the worst case: no prompt token cached, every completion token used
+            plan.cost_estimate = rate.cost(prompt, 0, plan.estimate - prompt)
+    return plan
 
 
 def build(

@@ -13,6 +13,12 @@ as the triples. Limit kinds:
   estimate, reserved now and corrected at settlement (the bucket may go into debt).
 * ``conc`` a sorted set of leases scored by expiry (ms); ``param`` is the lease id; a lease not
   renewed within its TTL (a crashed gateway) stops counting.
+* ``bud``  a budget (``gateway.limits.spend``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
+  money]``; the window's fields summed plus ``want`` (the worst case) must fit ``limit``, then ``want``
+  is added to field ``add``. A soft budget admits anyway. An admission with budgets answers
+  ``{0 | 2, i, 0, spent_1, ...}`` (2: soft budget ``i`` went past its limit; per limit, a budget's
+  spend with this request's worst case, 0 for the other kinds) and a budget's refusal
+  ``{1, i, -2, room}``. Budgets are never admitted ahead.
 
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
 ``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
@@ -24,6 +30,8 @@ for GIVE_BACK.
 """
 
 from __future__ import annotations
+
+from gateway.limits.spend import PRUNE_AFTER
 
 # Every script reads Redis's clock (ms), and all but RENEW their one JSON argument as ``a``.
 CLOCK = """
@@ -48,14 +56,37 @@ local function put_level(key, level)
 end
 """
 
+# A budget hash (``gateway.limits.spend``): ``spend`` adds to one period's field and keeps the hash
+# alive; ``prune`` drops the fields of periods before ``oldest`` once there are many.
+BUDGET = (
+    """local function spend(key, fieldname, amount, ttl)
+  if amount ~= 0 then redis.call('HINCRBY', key, fieldname, amount) end
+  redis.call('EXPIRE', key, ttl)
+end
+local function prune(key, oldest)
+  if redis.call('HLEN', key) > """
+    + str(PRUNE_AFTER)
+    + """ then
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      local start = tonumber(string.match(f, '^(%d+):'))
+      if start and start < oldest then redis.call('HDEL', key, f) end
+    end
+  end
+end
+"""
+)
+
 ADMIT = (
     PRELUDE
     + BUCKET
+    + BUDGET
     + """local n = #KEYS
 local ttl = tonumber(a[n + 1])
 local ahead = tonumber(a[n + 2] or 0)
 local units = math.max(ahead, 1)
 local state = {}
+local spent, over = nil, nil
+for i = 1, n do if a[i][1] == 'bud' then spent = {} end end
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), tostring(a[i][3])
   local fits
@@ -83,6 +114,15 @@ for i = 1, n do
       fits = want > 0 and 1 + math.floor((level - want - limit / 2) / want) or units
     end
     state[i] = level
+  elseif kind == 'bud' then
+    local want, used = tonumber(param), 0
+    for _, v in ipairs(redis.call('HMGET', KEYS[i], unpack(a[i][4]))) do used = used + (tonumber(v) or 0) end
+    if used + want > limit then
+      if a[i][6] == 0 then return {1, i, -2, limit - used} end
+      over = over or i
+    end
+    fits = units
+    spent[i] = used + want
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     local held = redis.call('ZCARD', KEYS[i])
@@ -103,6 +143,9 @@ for i = 1, n do
     if marks then marks[i + 3] = math.floor(tat) end
   elseif kind == 'tpm' then
     put_level(KEYS[i], state[i] - units * tonumber(param))
+  elseif kind == 'bud' then
+    spend(KEYS[i], a[i][5], tonumber(param), a[i][8])
+    prune(KEYS[i], a[i][7])
   elseif ahead > 0 then
     local members = {}
     for u = 1, units do
@@ -116,6 +159,11 @@ for i = 1, n do
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
   end
 end
+if spent then
+  local out = {over and 2 or 0, over or 0, 0}
+  for i = 1, n do out[i + 3] = spent[i] or 0 end
+  return out
+end
 return marks or {0}
 """
 )
@@ -123,16 +171,22 @@ return marks or {0}
 # KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
 # admitted (a concurrency triple's param: one lease, or a list of the leases of every request
 # settled together), then the correction (actual - estimate) tokens, requests, prompt and completion
-# counts for usage, the key id, and the usage bucket's TTL (s).
+# counts for usage, the key id, and the usage bucket's TTL (s); then, with budgets or prices, the
+# budgets' corrections (money, tokens: real - reserved), the cost, and the model and target it is
+# counted under (none: unpriced).
 SETTLE = (
     PRELUDE
     + BUCKET
+    + BUDGET
     + """local n = #KEYS - 1
 local correction = tonumber(a[n + 1])
+local money, spent_tokens = tonumber(a[n + 7] or 0), tonumber(a[n + 8] or 0)
 for i = 1, n do
   local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
   if kind == 'tpm' and correction ~= 0 then
     put_level(KEYS[i], refilled(KEYS[i], limit) - correction)
+  elseif kind == 'bud' then
+    spend(KEYS[i], a[i][5], a[i][9] == 1 and money or spent_tokens, a[i][8])
   elseif kind == 'conc' then
     if type(param) == 'table' then
       for j = 1, #param, 1000 do
@@ -152,6 +206,13 @@ redis.call('HINCRBY', usage, 'completion_tokens', completion)
 redis.call('HINCRBY', usage, 'key:' .. key_id .. ':requests', requests)
 redis.call('HINCRBY', usage, 'key:' .. key_id .. ':prompt_tokens', prompt)
 redis.call('HINCRBY', usage, 'key:' .. key_id .. ':completion_tokens', completion)
+local cost, model, target = tonumber(a[n + 9] or 0), a[n + 10], a[n + 11]
+if model then
+  redis.call('HINCRBY', usage, 'spend', cost)
+  redis.call('HINCRBY', usage, 'key:' .. key_id .. ':spend', cost)
+  redis.call('HINCRBY', usage, 'model:' .. model .. ':spend', cost)
+  redis.call('HINCRBY', usage, 'target:' .. target .. ':spend', cost)
+end
 redis.call('EXPIRE', usage, tonumber(a[n + 6]))
 return 0
 """

@@ -23,7 +23,7 @@ from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.channel import head as pack_head
-from gateway.limits.limiter import Refusal, Settlement
+from gateway.limits.limiter import Group, Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 
@@ -48,9 +48,29 @@ def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> byt
     """ARGV[1] (``scripts``): a [kind, limit, param] triple per check, then ``extra``; ``leases``: the
     concurrency param of settlements merged into one call."""
     triples = [
-        [c.kind, c.limit, leases if leases is not None and c.kind == "conc" else plan.param(c)] for c in plan.checks
+        plan.budget(i, c)
+        if c.kind == "bud"
+        else [c.kind, c.limit, leases if leases is not None and c.kind == "conc" else plan.param(c)]
+        for i, c in enumerate(plan.checks)
     ]
     return pydantic_core.to_json([*triples, *extra])
+
+
+def budget_answer(plan: Plan, result: Any) -> Refusal | None:
+    """ADMIT's answer to an admission with budgets (``scripts``): a refusal, or None with the budgets'
+    spend (``plan.spent``) and the soft budget it went past (``plan.over``) on the plan."""
+    code, i = int(result[0]), int(result[1])
+    if code == 1:
+        check = plan.checks[i - 1]
+        window = plan.windows[i - 1]
+        if window is None:  # another limit refused
+            retry = int(result[2])
+            return Refusal(check, None if retry < 0 else retry / 1000)
+        return Refusal(check, max(0.0, window.reset - time.time()), int(result[3]))
+    plan.spent = tuple(int(v) for v in result[3:])
+    if code == 2:
+        plan.over = plan.checks[i - 1]
+    return None
 
 
 def _max_age(lease_ttl_ms: int) -> float:
@@ -72,33 +92,50 @@ def _give_back_args(reserve: Reserve) -> bytes:
 
 
 Failed = tuple[list[Settlement], Exception]  # the settlements of a script call that failed, and its error
-_Merged = tuple[Plan, list[str] | None, tuple[int, int, int, int], list[Settlement]]
 
 
-def _merged(items: list[Settlement]) -> list[_Merged]:
+def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[str] | None, list[Settlement]]]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
-    corrections and usage add up, and the concurrency leases go in one list; last, the settlements
-    summed (to keep if the call fails). A settlement per request cost more CPU under load (argument
-    JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
-    groups: dict[tuple[tuple[str, ...], str, str], tuple[Plan, list[int], list[str], list[Settlement]]] = {}
+    corrections, usage and spend add up, and the concurrency leases go in one list; last, the
+    settlements summed (to keep if the call fails). A settlement per request cost more CPU under load
+    (argument JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
+    groups: dict[Group, tuple[Settlement, list[int], list[str], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
-        same = (plan.layout.keys, plan.usage_key, plan.key_id)
+        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, plan.windows)
         group = groups.get(same)
         if group is None:
-            group = groups[same] = (plan, [0, 0, 0, 0], [], [])
+            group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [], [])
         totals = group[1]
         totals[0] += s.correction
         totals[1] += s.requests
         totals[2] += s.prompt
         totals[3] += s.completion
+        if s.model or plan.layout.budgets:
+            totals[4] += s.money
+            totals[5] += s.spent_tokens
+            totals[6] += s.cost
         if plan.layout.concurrency_keys:
             group[2].append(plan.lease)
         group[3].append(s)
     return [
-        (plan, leases if plan.layout.concurrency_keys else None, (totals[0], totals[1], totals[2], totals[3]), items)
-        for plan, totals, leases, items in groups.values()
+        (
+            Settlement(first.plan, t[0], t[2], t[3], t[1], t[4], t[5], t[6], first.model, first.target),
+            leases if first.plan.layout.concurrency_keys else None,
+            summed,
+        )
+        for first, t, leases, summed in groups.values()
     ]
+
+
+def _settle_args(s: Settlement, leases: list[str] | None) -> bytes:
+    """SETTLE's argument (``scripts``): the budgets' part only when a budget or a price is involved."""
+    plan = s.plan
+    base = (s.correction, s.requests, s.prompt, s.completion, plan.key_id, USAGE_TTL_SECONDS)
+    if not (plan.layout.budgets or s.model):
+        return _args(plan, *base, leases=leases)
+    spend = (s.money, s.spent_tokens, s.cost, *((s.model, s.target) if s.model else ()))
+    return _args(plan, *base, *spend, leases=leases)
 
 
 class RedisLimiter:
@@ -132,6 +169,9 @@ class RedisLimiter:
         return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        if plan.layout.budgets:
+            keys = plan.layout.keys
+            return budget_answer(plan, await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads))
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
@@ -297,10 +337,7 @@ class RedisLimiter:
         """Settle ``items``; answers the ones whose script call failed (the settlements it summed)
         with its error: the others are settled, so only those may be sent again."""
         merged = _merged(items)
-        calls = [
-            ((*plan.layout.keys, plan.usage_key), _args(plan, *totals, plan.key_id, USAGE_TTL_SECONDS, leases=leases))
-            for plan, leases, totals, _ in merged
-        ]
+        calls = [((*s.plan.layout.keys, s.plan.usage_key), _settle_args(s, leases)) for s, leases, _ in merged]
         failed: list[Failed] = []
         if self.cluster:
             # keys of different teams live on different nodes: one call each, and once Redis failed
@@ -308,12 +345,12 @@ class RedisLimiter:
             outage: Exception | None = None
             for (keys, args), group in zip(calls, merged, strict=True):
                 if outage is not None:
-                    failed.append((group[3], outage))
+                    failed.append((group[2], outage))
                     continue
                 try:
                     await self._run(self._settle, keys, args)
                 except Exception as exc:
-                    failed.append((group[3], exc))
+                    failed.append((group[2], exc))
                     outage = None if call_error(exc) else exc
             return failed
         # one round trip for all, shared with admissions under load (the channel holds them briefly)
@@ -322,7 +359,7 @@ class RedisLimiter:
             try:  # every reply is awaited, so none is left unretrieved
                 await self._reply(self._settle, keys, args, future)
             except Exception as exc:
-                failed.append((group[3], exc))
+                failed.append((group[2], exc))
         return failed
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
@@ -332,11 +369,12 @@ class RedisLimiter:
                 await self._renew(keys=list(keys), args=[plan.lease, lease_ttl_ms])
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
-        out = []
-        for key in keys:
-            raw = await self.client.hgetall(key)
-            out.append({_text(k): int(v) for k, v in raw.items()})
-        return out
+        """Hashes of counters, in one round trip (a month of hourly buckets is hundreds of them)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            answers = await pipe.execute()
+        return [{_text(k): int(v) for k, v in raw.items()} for raw in answers]
 
 
 def _text(value: bytes | str) -> str:

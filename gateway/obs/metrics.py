@@ -270,3 +270,15 @@ def set_config_info(version: int, digest: str, previous: tuple[int, str] | None 
         CONFIG_INFO.labels(str(previous[0]), previous[1]).set(0)
         CONFIG_INFO.remove(str(previous[0]), previous[1])
     CONFIG_INFO.labels(str(version), digest).set(1)
+
+
+# Spend (gateway.limits.spend): team and model labels come from the config, currency is the one configured.
+SPEND = Counter("gateway_spend", "Spend of settled requests, in the configured currency", ["team", "model", "currency"])
+BUDGET_USE = Gauge(
+    "gateway_budget_utilisation",
+    "A team budget's spend (with the last admitted request's worst case) over its amount, as of this "
+    "replica's last admission",
+    ["team", "unit"],
+    multiprocess_mode="max",
+)
+BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])

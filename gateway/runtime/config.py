@@ -27,6 +27,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.runtime.spend import Budget, SpendSettings, price_problem
+
 
 class ConfigError(Exception):
     pass
@@ -152,6 +154,8 @@ class Team(_Model):
     limits: Limits = Limits()  # for the whole team, across replicas
     key_limits: Limits = Limits()  # for each key of the team
     deadline: Annotated[float, Field(gt=0)] | None = None  # default request deadline (s)
+    budget: Budget | None = None  # spend of the whole team, across replicas
+    key_budget: Budget | None = None  # spend of each key of the team
 
 
 FailureMode = Literal["open", "closed"]
@@ -257,6 +261,7 @@ class GatewayConfig(_Model):
     auth: Literal["keys", "none"] = "keys"
     redis: RedisConfig | None = None  # absent: keys and limits live in this process
     limits: LimitSettings = LimitSettings()
+    spend: SpendSettings = SpendSettings()  # prices and the budgets' currency, time zone and failure policy
     admin: Admin = Admin()
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
     reload: Reload = Reload()
@@ -408,6 +413,8 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
         where = _path(tuple(err["loc"]), data) or "(top level)"
         raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
     _check_names(config, source)
+    if problem := price_problem(config):
+        raise ConfigError(f"{source}: {problem}")
     return config
 
 

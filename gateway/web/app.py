@@ -30,7 +30,7 @@ from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, status
+from gateway.web import admin, ops, reload, spend, status
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
@@ -285,6 +285,8 @@ def create_app(
     ops.install(app, config)
     admin.install(app)
     app.router.add_get("/status", status.status)
+    app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
+    gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)
     return app

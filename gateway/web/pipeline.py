@@ -34,6 +34,7 @@ from gateway.web.state import GATEWAY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
+BUDGET_HEADER = "X-Budget-Exceeded"  # a soft budget was gone past: whose ("team" or "key")
 SESSION_HEADER = "X-Session-Id"  # pins a conversation to one replica (prefix caches stay warm)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -103,6 +104,8 @@ async def relay(
     first, events = opened
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+    if log.budget_exceeded:
+        headers[BUDGET_HEADER] = log.budget_exceeded
     encoder = dialect.encoder(ireq)
     resp = EventStream(headers=headers)  # its head leaves with the first events
     await resp.prepare(request)
@@ -183,8 +186,20 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             if resolved.adapter is not None and ireq.adapter is None:
                 ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
             deadline = gw.admission.deadline_for(principal.team, ireq, gen.policies)
-            admitting = gw.admission.admit(principal.team, principal.key_id, ireq, deadline, load, gen.policies)
+            route = resolved.route
+            admitting = gw.admission.admit(
+                principal.team,
+                principal.key_id,
+                ireq,
+                deadline,
+                load,
+                gen.policies,
+                model=route.label,
+                targets=route.upstreams,
+            )
             plan = await (admitting if trace is None else trace.admitted(admitting, principal.team))
+            if plan.over is not None:
+                log.budget_exceeded = plan.over.scope
             try:
                 call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
                 if ireq.stream:
@@ -195,12 +210,15 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
                 log.completed(completion)
                 body = dumps(dialect.render(ireq, completion))
                 headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+                if log.budget_exceeded:
+                    headers[BUDGET_HEADER] = log.budget_exceeded
                 return await answer(
                     request, web.Response(body=body, content_type="application/json", headers=headers), log
                 )
             finally:
                 prompt, completion_tokens = log.usage(plan)
-                gw.admission.release(plan, prompt, completion_tokens)
+                target = log.attempt.target or ""
+                log.cost = gw.admission.release(plan, prompt, completion_tokens, log.cached_tokens, route.label, target)
         except GatewayError as err:
             log.failed(err)
             return await answer(request, error_response(dialect, err, rid), log)

@@ -18,11 +18,13 @@ import time
 from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
 from gateway.limits.plan import Plan
+from gateway.limits.spend import money
 from gateway.obs import logs
 from gateway.obs import metrics as m
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing.dispatch import Attempt
+from gateway.runtime.spend import MICROS
 
 BACKLOG_SECONDS = 0.02
 SeriesKey = tuple[str, str, str, str, str]
@@ -51,8 +53,11 @@ class RequestLog:
     __slots__ = (
         "attempt",
         "backlog",
+        "budget_exceeded",
+        "cached_tokens",
         "chunks",
         "completion_tokens",
+        "cost",
         "dialect",
         "ended",
         "error",
@@ -96,6 +101,9 @@ class RequestLog:
         self.streamed = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None  # of the prompt tokens, served from the upstream's cache
+        self.cost: int | None = None  # millionths of the currency, when priced (``Admission.release``)
+        self.budget_exceeded: str | None = None  # the soft budget gone past: "team" or "key"
 
     def first_byte(self) -> None:
         self.ttfb = time.perf_counter() - self.started
@@ -119,6 +127,7 @@ class RequestLog:
                 tokens = len(event.token_ids) or 1
             else:
                 if isinstance(event, UsageReport):
+                    self.cached_tokens = event.usage.cached_tokens
                     self.prompt_tokens = event.usage.prompt_tokens
                     self.completion_tokens = event.usage.completion_tokens
                 elif self.trace is not None:
@@ -138,6 +147,7 @@ class RequestLog:
         if completion.usage is not None:
             self.prompt_tokens = completion.usage.prompt_tokens
             self.completion_tokens = completion.usage.completion_tokens
+            self.cached_tokens = completion.usage.cached_tokens
 
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
         """Tokens to settle: the upstream's own count; for a stream cut short (client gone, upstream
@@ -205,6 +215,11 @@ class RequestLog:
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
             "overhead_ms": round(overhead * 1000, 3),
         }
+        if self.cached_tokens:
+            fields["cached_tokens"] = self.cached_tokens
+        if self.cost is not None:  # exact: the same millionths the spend counters add up
+            fields["cost"] = money(self.cost)
+            fields["currency"] = self.backlog.currency
         if self.attempt.dropped:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
         if self.attempt.failed:  # every failed try, fallbacks included: which target, and how
@@ -231,6 +246,8 @@ class RequestLog:
             series.prompt_tokens.n += self.prompt_tokens
         if self.completion_tokens is not None:
             series.completion_tokens.n += self.completion_tokens
+        if self.cost:
+            m.SPEND.labels(team, model, self.backlog.currency).inc(self.cost / MICROS)
         if self.attempt.tries > 1:
             m.RETRIES.labels(model).inc(self.attempt.tries - 1)
         for target in self.attempt.cooled:
@@ -245,9 +262,10 @@ class Backlog:
     """Ended requests waiting for their lines and metrics, done in one batch per ``BACKLOG_SECONDS``
     (one loop timer per batch, armed by its first request), or sooner by ``drain``."""
 
-    __slots__ = ("items", "series", "tallies", "timer")
+    __slots__ = ("currency", "items", "series", "tallies", "timer")
 
     def __init__(self) -> None:
+        self.currency = "USD"  # of the requests' costs (config ``spend.currency``, set by the app)
         self.items: list[RequestLog] = []
         self.series: dict[SeriesKey, _Series] = {}  # resolved metric children, by label set
         self.tallies = m.Tallies()  # theirs, flushed by the app that owns this backlog

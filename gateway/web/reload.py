@@ -45,7 +45,7 @@ from gateway.web import ops
 from gateway.web.state import Gateway, Generation
 
 log = logging.getLogger("gateway")
-RESTART_ONLY = ("server", "redis", "limits", "tracing")
+RESTART_ONLY = ("server", "redis", "limits", "tracing", "spend")
 Rebuild = Callable[[Gateway, GatewayConfig, str], Generation]
 
 

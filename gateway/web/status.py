@@ -1,5 +1,6 @@
-"""``/status``: a server-rendered page for teams without Grafana — per-team usage (this hour), per-model
-traffic by outcome, target health and Redis state — refreshing itself every 10 s. No JavaScript.
+"""``/status``: a server-rendered page for teams without Grafana — per-team usage (this hour), spend
+against each team budget (and the models seen without a price), per-model traffic by outcome, target
+health and Redis state — refreshing itself every 10 s. No JavaScript.
 
 Protected by the admin key: ``Authorization: Bearer <admin key>``, or HTTP Basic with the admin key as
 the password (so a browser can open it).
@@ -20,7 +21,10 @@ from prometheus_client import multiprocess as mp
 from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
 from gateway.policy.auth import hex_digest
+from gateway.web import spend
 from gateway.web.state import GATEWAY
+
+BUDGET_COLUMNS = ("team", "budget", "period", "mode", "spent", "utilisation", "resets")
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}h1{font-size:20px}
 h2{font-size:16px;margin-top:1.6em}table{border-collapse:collapse}
@@ -87,10 +91,17 @@ async def status(request: web.Request) -> web.Response:
         for name, ok in sorted(gw.ready.items())
     ]
     redis = "not configured (in-process limits)" if gw.redis is None else "configured"
+    try:
+        budget_rows = [[html.escape(str(b[k])) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
+    except Exception:  # as usage: the page still shows what it can while Redis is down
+        budget_rows = [["(unavailable while Redis is down)", *[""] * (len(BUDGET_COLUMNS) - 1)]]
+    unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.admission.spend.prices.unpriced))
+    unpriced_note = f"<p>Not counted, no price: {unpriced}</p>" if unpriced else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
 <title>llm-gateway status</title><style>{STYLE}</style></head><body>
 <h1>llm-gateway status</h1><p>{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · Redis: {redis}</p>
 <h2>Usage per team (this hour)</h2>{table(["team", "requests", "prompt tokens", "completion tokens"], team_rows)}
+<h2>Spend against budget per team</h2>{table(list(BUDGET_COLUMNS), budget_rows)}{unpriced_note}
 <h2>Traffic per model (since start)</h2>{table(["model", *outcomes], model_rows)}
 <h2>Backend health</h2>{table(["target", "state"], health_rows)}
 </body></html>"""

@@ -31,7 +31,8 @@ def exported() -> set[str]:
 
 def test_dashboard_metrics_exist() -> None:
     dash = json.loads((DEPLOY / "grafana" / "llm-gateway.json").read_text())
-    used = {m for p in dash["panels"] for t in p["targets"] for m in NAME.findall(t["expr"])}
+    used = {m for p in dash["panels"] for t in p.get("targets", []) for m in NAME.findall(t["expr"])}
+    assert "Spend" in {p["title"] for p in dash["panels"] if p["type"] == "row"}
     assert used and used <= exported(), used - exported()
 
 
@@ -46,6 +47,8 @@ def test_alert_rules_parse_and_use_existing_metrics() -> None:
     assert {"GatewayHighErrorRate", "GatewayOverheadP99High", "GatewayRedisDown", "GatewayModelAllTargetsDown"} <= set(
         rules
     )
+    assert "gateway_budget_utilisation) >= 0.8" in rules["GatewayBudget80Percent"]
+    assert "gateway_budget_utilisation) >= 1" in rules["GatewayBudgetExhausted"]
     used = {m for e in rules.values() for m in NAME.findall(e)}
     assert used <= exported(), used - exported()
 

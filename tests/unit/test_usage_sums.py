@@ -46,4 +46,4 @@ async def test_a_plan_is_released_once() -> None:
     plan = await admission.admit("free", "k1", InternalRequest(Operation.COMPLETION, model="m"), None)
     admission.release(plan, 1, 1)
     admission.release(plan, 1, 1)
-    assert admission.usage[(plan.usage_key, "k1")][1] == [1, 1, 1]
+    assert admission.usage[(plan.usage_key, "k1", "", "")][1] == [1, 1, 1, 0]  # requests, tokens, cost

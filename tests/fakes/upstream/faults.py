@@ -11,6 +11,8 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``hang_between=S`` and ``slow=S`` (the same delay) wait S seconds before every stream event after the
   first, ``[DONE]`` included; a non-streaming answer waits S per token.
 * ``burst`` writes the whole stream at once, as a busy upstream's reads arrive.
+* ``cached=N`` is no fault: the usage reports N of the prompt tokens as served from a prefix cache
+  (``prompt_tokens_details.cached_tokens``, as OpenAI and vLLM report them).
 * ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
   add ``id=x`` to tell two otherwise equal markers apart.
 """
@@ -27,7 +29,7 @@ from tests.fakes.upstream.jobs import message_text
 FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
-    | {"burst", "id"}
+    | {"burst", "id", "cached"}
 )
 
 
@@ -41,6 +43,7 @@ class Faults:
     hang_before: float = 0.0
     gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
     burst: bool = False
+    cached: int = 0
 
     def injected(self) -> ApiError:
         headers = {"Retry-After": self.retry_after} if self.retry_after else {}
@@ -70,6 +73,7 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             hang_before=float(fields.get("hang_before") or 0),
             gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
             burst="burst" in fields,
+            cached=int(fields.get("cached") or 0),
         )
     except ValueError as exc:
         raise ApiError(500, f"fake upstream: bad fault marker value ({exc})") from None

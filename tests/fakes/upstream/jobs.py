@@ -74,6 +74,7 @@ class Job:
     role: str = "assistant"
     prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
     seed: int | None = None
+    cached: int = 0  # prompt tokens reported as served from a prefix cache (the ``cached`` marker)
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.n]
@@ -81,7 +82,10 @@ class Job:
     def usage(self) -> JSON:
         prompt = sum(len(p.ids) for p in self.prompts)
         completion = sum(len(c.steps) for c in self.choices)
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+        usage: JSON = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+        if self.cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached, prompt)}
+        return usage
 
 
 def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, request_id: str, **extra: Any) -> Job:

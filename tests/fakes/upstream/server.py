@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from aiohttp import web
@@ -196,6 +196,8 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
             raise faults.injected()
         # vLLM bases the response id on X-Request-Id when the client sends one.
         job = build(state.engine, wire.read(body), request.headers.get("X-Request-Id") or uuid.uuid4().hex)
+        if faults.cached:
+            job = replace(job, cached=faults.cached)
         if job.stream:
             return await stream(request, faults, wire.chunks(job, chat))
         await pause(request, faults.gap * max(len(c.steps) for c in job.choices))

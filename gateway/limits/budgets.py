@@ -1,0 +1,79 @@
+"""Spend on the admission path, beside the limits: the worst-case price a budget reserves, a settled
+request's cost, and what budgets say besides admitting — refusals in the client's terms, the
+utilisation gauge of team budgets, and soft budgets gone past (a counter each time, a log line once per
+budget and period, never per request). Key budgets have no gauge: issued keys are not a bounded label."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from gateway.core.errors import RateLimited
+from gateway.core.upstream import Upstream
+from gateway.limits.limiter import Refusal
+from gateway.limits.plan import Check, Plan
+from gateway.limits.prices import PriceTable, Rate
+from gateway.limits.spend import refusal as refusal_of
+from gateway.obs.metrics import BUDGET_EXCEEDED, BUDGET_USE
+
+log = logging.getLogger("gateway.limits")
+UNITS = {"m": "money", "t": "tokens"}
+
+
+class Spend:
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        self.prices = prices if prices is not None else PriceTable()
+        self.said: set[tuple[str, str]] = set()  # (budget key, period field) whose excess was logged
+
+    def worst(self, model: str, targets: Sequence[Upstream]) -> Rate | None:
+        """The dearest price among the route's targets (a fallback may answer), None with no prices."""
+        return self.prices.worst(model, tuple(t.name for t in targets)) if self.prices else None
+
+    def cost(self, model: str, target: str, prompt: int, cached: int, completion: int) -> int | None:
+        """What the answer of ``target`` cost, in millionths of the currency; None: not priced."""
+        if not (self.prices and target):
+            return None
+        rate = self.prices.rate(model, target)
+        return rate.cost(prompt, cached, completion) if rate is not None else None
+
+    def refused(self, plan: Plan, refusal: Refusal) -> RateLimited:
+        """A budget refused ``plan``: its 429. A team budget's gauge shows the spend with this request's
+        worst case, above 1, so an alert on 100% fires on refusals, not only on a budget spent to the
+        millionth."""
+        check = refusal.check
+        assert check.rule is not None
+        want = plan.cost_estimate if check.rule.unit == "m" else plan.estimate
+        if check.scope == "team":
+            BUDGET_USE.labels(plan.team, UNITS[check.rule.unit]).set(
+                (check.limit - refusal.remaining + want) / check.limit
+            )
+        now = time.time()
+        reset = now + (refusal.retry_after or 0)
+        return refusal_of(check.scope, check.rule, check.limit, refusal.remaining, want, reset, now)
+
+    def admitted(self, plan: Plan) -> None:
+        """``plan`` was admitted with budgets: its ``spent`` holds each budget's spend."""
+        for check, spent in zip(plan.checks, plan.spent, strict=False):
+            if check.kind == "bud" and check.scope == "team" and check.rule is not None:
+                BUDGET_USE.labels(plan.team, UNITS[check.rule.unit]).set(spent / check.limit)
+        if plan.over is not None:
+            self._over(plan, plan.over)
+
+    def _over(self, plan: Plan, over: Check) -> None:
+        assert over.rule is not None
+        BUDGET_EXCEEDED.labels(plan.team, over.scope).inc()
+        window = plan.windows[plan.checks.index(over)]
+        said = (over.key, window.add if window is not None else "")
+        if said in self.said:
+            return
+        if len(self.said) > 10_000:  # a bound, not a cache: a repeated line now and then is fine
+            self.said.clear()
+        self.said.add(said)
+        log.warning(
+            "team %r: its %s soft budget of %s %s is exceeded; requests are still admitted",
+            plan.team,
+            over.scope,
+            over.rule.amount(over.limit),
+            over.rule.per,
+        )

@@ -1,0 +1,519 @@
+"""Spend against a real Redis: budgets that hold exactly across three gateway processes, refusals in
+each client's dialect naming the budget and its reset, soft budgets, a stream cut by its client charged
+what it consumed, and the spend report checked against the request log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, cast
+from zoneinfo import ZoneInfo
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.upstream import Upstream
+from gateway.limits import redis_client
+from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.budgets import Spend
+from gateway.limits.failover import FailoverLimiter
+from gateway.limits.limiter import LimitsUnavailable
+from gateway.limits.local import LocalLimiter
+from gateway.limits.plan import LimitValues, new_lease, planned, tag
+from gateway.limits.plan import layout as plan_layout
+from gateway.limits.prices import PriceTable
+from gateway.limits.spend import calendar, iso, rules
+from gateway.limits.store import RedisLimiter
+from gateway.runtime.config import RedisConfig, hash_key, parse_config
+from gateway.runtime.spend import Budget, Price, SpendSettings
+from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
+from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
+from tests.integration.test_cli import ROOT, free_port, wait_healthy
+from tests.redis_servers import RedisCluster, RedisServer
+
+OPENAI = BY_NAME["openai"]
+ADMIN = "admin-key-for-spend"
+ZONE = "Europe/Paris"
+IN, OUT = 10, 30  # prices per million tokens: 10 and 30 millionths of a EUR per token
+LOCAL_JSON = ("--host", "127.0.0.1", "--log-format", "json")
+PROMPTS = ["alpha beta gamma", "count these words please", "one two three four five six", "spend"]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+def spend_config(
+    server: Any, redis_url: str | None, team: str, cluster: bool = False, **team_cfg: Any
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "models": [
+            {"name": "m", "targets": [target(server, "openai", name="up")]},
+            {"name": "free", "targets": [target(server, "openai", name="free-up")]},  # no price
+        ],
+        "teams": [{"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], **team_cfg}],
+        "spend": {"currency": "EUR", "time_zone": ZONE, "prices": [{"model": "m", "input": IN, "output": OUT}]},
+        "admin": {"key_sha256": hash_key(ADMIN)},
+    }
+    if redis_url is not None:
+        data["redis"] = {"url": redis_url, "timeout_ms": 1000, "cluster": cluster}
+    return data
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]]) -> None:
+    """Waits for ``condition`` (something another task or process does), failing after 30 s."""
+    async with asyncio.timeout(30):
+        while True:
+            met = condition()
+            if met if isinstance(met, bool) else await met:
+                return
+            await asyncio.sleep(0.02)
+
+
+def cost(prompt: int, completion: int) -> int:
+    return prompt * IN + completion * OUT
+
+
+async def settled(url: str, team: str, requests: int) -> dict[str, int]:
+    """The team's usage hash once ``requests`` requests are settled in it (settling follows the answer)."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                fields: dict[str, int] = {}
+                async for key in client.scan_iter(match=f"{tag(team)}:usage:*"):
+                    for k, v in (await client.hgetall(key)).items():
+                        fields[k.decode()] = fields.get(k.decode(), 0) + int(v)
+                if fields.get("requests", 0) >= requests:
+                    return fields
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+async def budget_spent(url: str, team: str, unit: str = "m") -> int:
+    client = aioredis.Redis.from_url(url)
+    fields = {k.decode(): int(v) for k, v in (await client.hgetall(f"{tag(team)}:budget")).items()}
+    await client.aclose()
+    return sum(v for k, v in fields.items() if k.endswith(f":{unit}"))
+
+
+async def spend_gateway(
+    gateway: GatewayFactory, upstream: Any, redis_url: str | None, cluster: bool = False, **team_cfg: Any
+) -> Any:
+    """A fake upstream, a fresh team id (fresh budgets in a shared Redis) and a gateway in front."""
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    return server, team, await gateway(parse_config(spend_config(server, redis_url, team, cluster, **team_cfg)))
+
+
+@pytest.mark.parametrize("backend", ["redis", "local"])
+async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
+    gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
+) -> None:
+    url = request.getfixturevalue("redis_server").url if backend == "redis" else None
+    server, _, gw = await spend_gateway(gateway, upstream, url, budget={"amount": "0.004"})
+    month_end = iso(calendar("month", ZoneInfo(ZONE), time.time())[1], ZoneInfo(ZONE))
+    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00031 EUR
+    for ingress in INGRESSES:  # a worst case of 0.00391 EUR: within the budget, not within what is left
+        answer = await gw.send(without_team(ingress), "m", "x", False, max_tokens=130)
+        assert answer.status == 429, (ingress.name, answer.raw)
+        assert b"budget of 0.004000 EUR per month" in answer.raw and month_end.encode() in answer.raw, answer.raw
+    path, headers, body = without_team(OPENAI).request("m", "x", False, max_tokens=130)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 429
+        assert resp.headers["X-Budget-Reset"] == month_end
+        assert Decimal("0.00369") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00391")
+        assert int(resp.headers["Retry-After"]) >= 1
+        assert (await resp.json())["error"]["type"] == "rate_limit_error"
+    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)
+    assert never.status == 429 and b"worst case (0.030010 EUR) exceeds the team's whole budget" in never.raw
+    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00031 EUR: fits
+    assert ok.status == 200
+    assert len(server.requests) == 2  # nothing refused reached the upstream
+
+
+async def test_a_soft_budget_admits_and_says_so(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In process (no Redis): a soft token budget admits past its amount, and says so."""
+    _, team, gw = await spend_gateway(gateway, upstream, None, budget={"tokens": 30, "period": "day", "mode": "soft"})
+    exceeded = []
+    caplog.set_level(logging.WARNING, "gateway.limits")
+    for _ in range(4):
+        path, headers, body = OPENAI.request("m", "alpha beta", False, max_tokens=10)
+        async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+            assert resp.status == 200
+            exceeded.append(resp.headers.get("X-Budget-Exceeded"))
+    assert exceeded[0] is None and exceeded[-1] == "team"
+    said = [r.getMessage() for r in caplog.records if "soft budget" in r.getMessage()]
+    assert said == [
+        f"team {team!r}: its team soft budget of 30 tokens per day is exceeded; requests are still admitted"
+    ]
+    assert (await gw.send(OPENAI, "free", "x", False)).status == 200
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+        page = await resp.text()
+    row = f"<tr><td>{team}</td><td>30 tokens</td><td>per day</td><td>soft</td>"
+    assert row in page and "Not counted, no price: free on free-up" in page, page
+    async with gw.session.get(gw.url + "/admin/spend?group_by=model&period=day", headers=admin) as resp:
+        report = await resp.json()
+    assert report["unpriced"] == [{"model": "free", "target": "free-up"}]
+    assert [r["model"] for r in report["rows"]] == ["m"] and report["rows"][0]["spend_micros"] > 0
+
+
+async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server, team, gw = await spend_gateway(gateway, upstream, redis_server.url, budget={"amount": "1"})
+    path, headers, body = OPENAI.request("m", "alpha beta gamma [[fault:slow=0.3]]", True, max_tokens=50)
+    received = 0
+    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        async for line in resp.content:
+            received += line.startswith(b"data: {")
+            if received == 2:
+                break  # the client hangs up mid-stream
+    await until(lambda: server.cancelled >= 1)  # the gateway closed the upstream's stream behind it
+    usage = await settled(redis_server.url, team, 1)
+    natural = 9  # the fake's answer: 8 words and its end
+    assert received <= usage["completion_tokens"] < natural
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"]) > 0
+    assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
+
+
+@pytest.fixture
+async def processes(tmp_path: Path) -> AsyncIterator[Any]:
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    async def start(cfg: Path) -> str:
+        port = free_port()
+        err = tmp_path / f"gw-{port}.log"
+        with err.open("wb") as sink:  # a file: a pipe nobody reads would stall the gateway
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port), *LOCAL_JSON],
+                cwd=ROOT,
+                env={**os.environ, UPSTREAM_KEY_ENV: "upstream-key"},
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        procs.append((proc, err))
+        url = f"http://127.0.0.1:{port}"
+        await wait_healthy(url, proc)
+        return url
+
+    def stop() -> list[dict[str, Any]]:
+        """Stops them all; their request log lines."""
+        lines = []
+        for proc, err in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+            lines += [json.loads(x) for x in err.read_text().splitlines() if x.startswith("{")]
+        return [x for x in lines if x.get("event") == "request"]
+
+    start.stop = stop  # type: ignore[attr-defined]
+    yield start
+    for proc, _ in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
+    processes: Any, upstream: Any, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Concurrent requests with random ``max_tokens`` through three gateway processes on one Redis:
+    the settled spend stays within the budget (each worst case reserved covers its real cost, so the
+    slack of one request is 0 here), refusals name it, and the report equals the request log's sum."""
+    server = await upstream("openai")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    budget = 20_000  # millionths of a EUR: 2 cents
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump(spend_config(server, redis_server.url, team, budget={"amount": "0.02"})))
+    urls = [await processes(cfg) for _ in range(3)]
+    rng = random.Random(26)
+    plan = [(f"r{i}", urls[i % 3], rng.choice(PROMPTS), rng.randint(1, 60)) for i in range(120)]
+    gate = asyncio.Semaphore(12)
+    refusals: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+    ok = 0
+    async with aiohttp.ClientSession() as session:
+
+        async def one(rid: str, url: str, prompt: str, max_tokens: int) -> None:
+            nonlocal ok
+            path, headers, body = OPENAI.request("m", prompt, False, max_tokens=max_tokens)
+            headers["X-Request-Id"] = rid
+            async with gate, session.post(url + path, json=body, headers=headers) as resp:
+                if resp.status == 200:
+                    ok += 1
+                else:
+                    refusals.append((resp.status, dict(resp.headers), await resp.json()))
+
+        await asyncio.gather(*(one(*p) for p in plan))
+        usage = await settled(redis_server.url, team, ok)
+        counted, utilisation = 0.0, []
+        for url in urls:
+            async with session.get(url + "/metrics") as resp:
+                for line in (await resp.text()).splitlines():
+                    if line.startswith("gateway_spend_total{") and f'team="{team}"' in line:
+                        assert 'model="m"' in line and 'currency="EUR"' in line, line
+                        counted += float(line.rsplit(" ", 1)[1])
+                    if line.startswith(f'gateway_budget_utilisation{{team="{team}",unit="money"}}'):
+                        utilisation.append(float(line.rsplit(" ", 1)[1]))
+        report_urls = [f"{urls[0]}/admin/spend?group_by={g}&period=month" for g in ("team", "key", "model", "target")]
+        reports = []
+        for report_url in report_urls:
+            async with session.get(report_url, headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+                assert resp.status == 200, await resp.text()
+                reports.append(await resp.json())
+    cli = subprocess.run(
+        [sys.executable, "-m", "gateway", "spend", "--url", urls[1], "--group-by", "model", "--json"],
+        env={**os.environ, "LLM_GATEWAY_ADMIN_KEY": ADMIN},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    table = subprocess.run(
+        [sys.executable, "-m", "gateway", "spend", "--url", urls[2]],
+        env={**os.environ, "LLM_GATEWAY_ADMIN_KEY": ADMIN},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = processes.stop()
+
+    spent = await budget_spent(redis_server.url, team)
+    # a request's slack: how far its real cost passed its estimate (the prompt at 4 characters a
+    # token, max_tokens of completion), from its log line
+    sent = {rid: (prompt, max_tokens) for rid, _, prompt, max_tokens in plan}
+    slack = [
+        cost(x["prompt_tokens"], x["completion_tokens"])
+        - cost(len(sent[x["request_id"]][0]) // 4 + 1, sent[x["request_id"]][1])
+        for x in lines
+        if x["status"] == 200
+    ]
+    assert 0 < spent <= budget + max(0, *slack)
+    assert ok >= 10 and refusals, (ok, len(refusals))  # the budget was binding
+    month_end = iso(calendar("month", ZoneInfo(ZONE), time.time())[1], ZoneInfo(ZONE))
+    for status, headers, body in refusals:
+        assert status == 429 and body["error"]["type"] == "rate_limit_error"
+        assert "budget of 0.020000 EUR per month" in body["error"]["message"] and month_end in body["error"]["message"]
+        assert headers["X-Budget-Reset"] == month_end and 0 <= float(headers["X-Budget-Remaining"]) < 0.02
+    # independently: each answered request's cost from its log line's token counts and the price
+    answered = [x for x in lines if x["status"] == 200]
+    assert len(answered) == ok and all(x["target"] == "up" and x["currency"] == "EUR" for x in answered)
+    logged = sum(cost(x["prompt_tokens"], x["completion_tokens"]) for x in answered)
+    assert logged == spent == usage["spend"]
+    assert counted == pytest.approx(logged / 1e6, abs=1e-9)
+    assert len(utilisation) == 3 and all(u > 0 for u in utilisation)  # each replica admitted some
+    team_report, key_report, model_report, target_report = reports
+    assert team_report["rows"] == [{"team": team, "spend": f"0.{logged:06d}", "spend_micros": logged}]
+    assert key_report["rows"] == [{"team": team, "key": "k1", "spend": f"0.{logged:06d}", "spend_micros": logged}]
+    assert model_report["rows"] == [{"model": "m", "spend": f"0.{logged:06d}", "spend_micros": logged}]
+    assert target_report["rows"] == [{"target": "up", "spend": f"0.{logged:06d}", "spend_micros": logged}]
+    assert json.loads(cli.stdout) == model_report
+    assert table.splitlines()[1].split() == ["TEAM", "SPEND"] and table.splitlines()[2].split() == [
+        team,
+        f"0.{logged:06d}",
+    ]
+
+
+class Target:
+    """What admission reads of a route's target: its name (the price's key)."""
+
+    name = "up"
+
+
+def outage_admission(url: str, on_failure: str) -> tuple[Admission, FailoverLimiter, Any]:
+    zone = ZoneInfo(ZONE)
+    teams = {"a": TeamPolicy(budget=tuple(rules(Budget(amount=Decimal(1)), zone, "EUR")))}
+    prices = PriceTable.of(SpendSettings(prices=(Price(model="m", input=Decimal(IN), output=Decimal(OUT)),)))
+    client = redis_client(RedisConfig(url=url, timeout_ms=1000))
+    limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), {"bud": on_failure}, retry_seconds=0.5)
+    return Admission(limiter, teams, Settings(admission_timeout=0), Spend(prices)), limiter, client
+
+
+async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redis() -> None:
+    """``closed`` (the default): 503 while Redis is down. ``open``: admitted on this process's share,
+    and the requests' whole cost is settled into the Redis budget once it answers again."""
+    server = RedisServer().start()
+    request = InternalRequest(
+        Operation.COMPLETION, model="m", prompts=("alpha beta gamma",), sampling=Sampling(max_tokens=20)
+    )
+    targets = cast("list[Upstream]", [Target()])
+    peek = aioredis.Redis.from_url(server.url)
+    closed, closed_limiter, closed_client = outage_admission(server.url, "closed")
+    admission, limiter, client = outage_admission(server.url, "open")
+    try:
+        async with running(admission):
+            await admission.admit("a", "k1", request, None, model="m", targets=targets)  # connected before the outage
+            await closed.admit("a", "k1", request, None, model="m", targets=targets)
+            server.stop()
+            with pytest.raises(LimitsUnavailable, match="spend cannot be checked"):
+                await closed.admit("a", "k1", request, None, model="m", targets=targets)
+            for _ in range(5):
+                plan = await admission.admit("a", "k1", request, None, model="m", targets=targets)
+                assert admission.release(plan, 3, 7, 0, "m", "up") == cost(3, 7)
+            assert not limiter.up
+            await until(lambda: limiter.held() == 5 and not admission.pending)
+            server.start()
+            await until(lambda: not limiter.held() and limiter.outage.since is None)
+        assert await budget_spent(server.url, "a") == 5 * cost(3, 7)  # Redis restarted empty: theirs alone
+        assert (await settled(server.url, "a", 5))["spend"] == 5 * cost(3, 7)
+    finally:
+        await peek.aclose()
+        for lim, cli in ((limiter, client), (closed_limiter, closed_client)):
+            await lim.close()
+            await cli.aclose()
+        server.close()
+
+
+async def test_fallbacks_and_cached_tokens_are_charged_at_the_answering_targets_price(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """The first target fails (500) and the second answers: charged at the second's price, its cached
+    prompt tokens at its cached price, streamed or not. The worst case is reserved at the dearer
+    price, so a request that fits only at the first target's price is refused."""
+    good, bad = await upstream("openai"), await upstream("openai", faults="[[fault:status=500]]")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    cfg = spend_config(good, redis_server.url, team, budget={"amount": "0.05"})
+    cfg["models"].append(
+        {
+            "name": "fb",
+            "targets": [target(bad, "openai", name="cheap", weight=1e6), target(good, "openai", name="dear")],
+        }
+    )
+    cfg["spend"]["prices"] += [
+        {"model": "fb", "target": "cheap", "input": 1, "output": 1},
+        {"model": "fb", "target": "dear", "input": 100, "cached_input": 50, "output": 300},
+    ]
+    gw = await gateway(parse_config(cfg))
+    charged = 0
+    for stream in (False, True):
+        answer = await gw.send(OPENAI, "fb", "alpha beta gamma [[fault:cached=2]]", stream, max_tokens=20)
+        assert answer.status == 200, answer.raw
+        prompt, completion = answer.usage["prompt_tokens"], answer.usage["completion_tokens"]
+        charged += (prompt - 2) * 100 + 2 * 50 + completion * 300  # the fake reports 2 of them cached
+    assert len(bad.requests) == 2  # each request went to the cheap target first
+    usage = await settled(redis_server.url, team, 2)
+    assert usage["target:dear:spend"] == usage["model:fb:spend"] == usage["spend"] == charged
+    assert "target:cheap:spend" not in usage
+    room = 50_000 - charged  # the next worst case: 9 prompt tokens and 160 completion tokens
+    assert 9 * 1 + 160 * 1 < room < 9 * 100 + 160 * 300
+    refused = await gw.send(OPENAI, "fb", "alpha beta gamma [[fault:cached=2]]", False, max_tokens=160)
+    assert refused.status == 429 and len(bad.requests) == 2
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster().start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "cluster", "local"])
+async def test_a_budget_is_charged_exactly_what_answers_cost(
+    gateway: GatewayFactory, upstream: Any, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Reserved, then settled to the cost of each answer's usage, on one Redis, a Cluster (every key
+    of a team in its slot) or in process; a failed request costs nothing; the key's own budget refuses
+    by name once its tokens run out."""
+    url = None
+    if backend != "local":
+        url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
+    budget = {"amount": "0.05", "period": "rolling", "window_seconds": 3600}
+    key_budget = {"tokens": 80, "period": "week"}
+    _, team, gw = await spend_gateway(
+        gateway, upstream, url, backend == "cluster", budget=budget, key_budget=key_budget
+    )
+    costs = []
+    for prompt in PROMPTS[:3]:
+        answer = await gw.send(OPENAI, "m", prompt, False, max_tokens=8)
+        assert answer.status == 200
+        costs.append(cost(answer.usage["prompt_tokens"], answer.usage["completion_tokens"]))
+    failed = await gw.send(OPENAI, "m", "alpha [[fault:status=500]]", False, max_tokens=8)
+    assert failed.status == 502
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+
+    async def reported_is(micros: int) -> bool:
+        async with gw.session.get(gw.url + "/admin/spend?group_by=key&period=day", headers=admin) as resp:
+            rows = (await resp.json())["rows"]
+        return bool(rows) and rows[0]["spend_micros"] == micros
+
+    await until(lambda: reported_is(sum(costs)))  # settled after the answers
+    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+        page = await resp.text()
+    spent_row = (
+        f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
+    )
+    assert spent_row in page, page  # the failed request's worst case went back too
+    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=60)  # tokens: past the key's 80
+    assert refused.status == 429 and "the key's budget of 80 tokens per week" in refused.body["error"]["message"]
+
+
+async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: aioredis.Redis) -> None:
+    """The script against Redis directly: spend in the window's slices counts, older spend does not and
+    is pruned once the hash holds many fields."""
+    team, day = f"t-{uuid.uuid4().hex[:8]}", 86400
+    budget = Budget(tokens=100, period="rolling", window_seconds=12 * day)  # slices of a day
+    limits = plan_layout(team, "k1", LimitValues(), LimitValues(), tuple(rules(budget, ZoneInfo(ZONE), "EUR")))
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=9))
+    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case: 95 of 100
+    window = first.windows[0]
+    assert window is not None
+    starts = [int(f.split(":")[0]) for f in window.fields]
+    key = limits.keys[0]
+    old = {f"{starts[-1] - day * (i + 1)}:t": 1000 for i in range(70)}  # before the window: not counted
+    await client.hset(key, mapping={**old, f"{starts[5]}:t": 40, f"{starts[-1]}:t": 45})
+    limiter = RedisLimiter(client)
+    assert await limiter.admit(first, 1000) is None
+    fields = {k.decode(): int(v) for k, v in (await client.hgetall(key)).items()}
+    assert fields == {f"{starts[5]}:t": 40, f"{starts[-1]}:t": 45, f"{starts[0]}:t": 10}
+    refused = await limiter.admit(planned(team, "k1", limits, request, new_lease()), 1000)
+    assert refused is not None and refused.remaining == 5 and refused.check.kind == "bud"
+    await client.delete(key)
+
+
+async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisServer) -> None:
+    """Every limit kind and two budgets (team money, key tokens): still one script call per admission."""
+    zone = ZoneInfo(ZONE)
+    policy = TeamPolicy(
+        LimitValues(rpm=1000, tpm=10**6, concurrency=50),
+        LimitValues(),
+        None,
+        tuple(rules(Budget(amount=Decimal(5)), zone, "EUR")),
+        tuple(rules(Budget(tokens=10**6, period="day"), zone, "EUR")),
+    )
+    client = aioredis.Redis.from_url(redis_server.url)
+    admission = Admission(RedisLimiter(client), {"a": policy}, Settings(), Spend())
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("alpha",), sampling=Sampling(max_tokens=5))
+
+    async def calls() -> int:
+        stats = await client.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+    try:
+        await admission.admit("a", "k1", request, None)  # loads the script
+        before = await calls()
+        plans = [await admission.admit("a", "k1", request, None) for _ in range(10)]
+        assert await calls() - before == 10
+        assert all(len(p.checks) == 5 and p.spent for p in plans)
+    finally:
+        await client.aclose()
