@@ -119,8 +119,9 @@ def check_targets(config: GatewayConfig, source: str) -> None:
         for i, target in enumerate(entry.targets):
             try:
                 check_target(target)
-            except ConfigError as exc:
-                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+            except ConfigError as exc:  # a message opening with "." extends the key path
+                sep = "" if str(exc).startswith(".") else ": "
+                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]{sep}{exc}") from None
 
 
 def port_taken(host: str, port: int) -> str | None:

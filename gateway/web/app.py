@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from adapters import PROVIDERS, HTTPUpstream
-from backends import ENGINES
+from backends import ENGINE_EXTRAS, ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, close_redis, redis_client
@@ -23,6 +23,7 @@ from gateway.obs import metrics
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
 from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
+from gateway.policy.capabilities import check_extras
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
@@ -55,6 +56,12 @@ def check_target(target: Target) -> None:
         raise ConfigError(f"'engine' is for in-process providers ({engines}), not {target.provider!r}")
     elif not (target.base_url or target.replicas):
         raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
+    extras = (
+        ENGINE_EXTRAS.get(target.provider, frozenset())
+        if target.provider in ENGINES
+        else PROVIDERS[target.provider].extras
+    )
+    check_extras(target.extra_features, extras, target.provider)
 
 
 def build_upstream(target: Target, public: str, budget: MemoryBudget | None = None) -> Upstream:

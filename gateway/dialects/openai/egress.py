@@ -8,6 +8,7 @@ removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silent
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from gateway.core.response import (
     Frame,
     StreamEvent,
     StreamStart,
+    TokenLogprob,
     Usage,
     UsageReport,
 )
@@ -40,10 +42,18 @@ VLLM_FEATURES = frozenset(
     {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
     | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
     | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR, F.TOKEN_IDS}
+    | {F.PROMPT_LOGPROBS, F.BEAM_SEARCH}
 )
 # Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
-# a target opts in with ``extra_features``.
-VLLM_PLUGIN_FEATURES = frozenset({F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS})
+# a target opts in with ``extra_features``, and may name nothing else there.
+VLLM_PLUGIN_FEATURES = frozenset(
+    {F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS}
+    | {F.BAD_WORD_TOKENS, F.STOP_TOKEN_SEQUENCES}
+)
+# What vLLM's beam search takes besides the search itself (entrypoints/generate/beam_search, 0.32):
+# each step is a one-token generation with only logprobs and temperature set, so any sampler, stop,
+# constraint or plugin would be ignored there. A seed changes nothing in a deterministic search.
+BEAM_COMPATIBLE = frozenset({F.BEAM_SEARCH, F.TOKEN_PROMPT, F.SEED, F.IGNORE_EOS, F.INCLUDE_STOP_STR, F.TOKEN_IDS})
 
 STRUCTURED_KEYS = {
     "json_schema": "json",
@@ -76,6 +86,14 @@ def _messages(req: InternalRequest) -> list[dict[str, JSON]]:
     return out
 
 
+def flat(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """Token sequences as one list, separated by -1: ``vllm_xargs`` values may be flat lists only."""
+    out: list[int] = []
+    for seq in sequences:
+        out += [*([-1] if out else []), *seq]
+    return out
+
+
 def _xargs(s: Sampling) -> dict[str, JSON]:
     """Friendli samplers served by this project's vLLM logits processors (backends/vllm_plugins)."""
     xargs: dict[str, JSON] = {}
@@ -90,6 +108,11 @@ def _xargs(s: Sampling) -> dict[str, JSON]:
         xargs["min_total_tokens"] = s.min_total_tokens
     if s.max_total_tokens is not None:
         xargs["max_total_tokens"] = s.max_total_tokens
+    if s.bad_word_tokens:
+        xargs["bad_word_tokens"] = flat(s.bad_word_tokens)
+    longer = [seq for seq in s.stop_token_sequences if len(seq) > 1]  # one token: stop_token_ids
+    if longer:
+        xargs["stop_token_sequences"] = flat(longer)
     return xargs
 
 
@@ -115,7 +138,12 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
         value = getattr(s, name)
         if value is not None:
             body[name] = value
-    if s.n > 1:
+    if s.beam is not None:  # vLLM returns every beam, best first; the decoder keeps the best
+        body["use_beam_search"] = True
+        body["n"] = s.beam.num_beams
+        if s.beam.length_penalty is not None:
+            body["length_penalty"] = s.beam.length_penalty
+    elif s.n > 1:
         body["n"] = s.n
     if s.best_of is not None and s.best_of > s.n:
         body["best_of"] = s.best_of
@@ -204,6 +232,52 @@ def vllm_ranges(request: InternalRequest) -> None:
         raise InvalidRequest("'n' must be 1 when 'temperature' is 0 (greedy sampling)", param="n")
     if s.min_tokens is not None and s.max_tokens is not None and s.min_tokens > s.max_tokens:
         raise InvalidRequest("'min_tokens' exceeds 'max_tokens'", param="min_tokens")
+    if s.prompt_logprobs is not None and request.stream:
+        name = request.field_name(F.PROMPT_LOGPROBS)
+        raise InvalidRequest(
+            f"'{name}' is not available on streams from vLLM: its server computes prompt logprobs only for "
+            "whole answers (it refuses prompt_logprobs with stream)",
+            param=name,
+        )
+    if s.beam is not None:
+        beam_ranges(request)
+
+
+def beam_ranges(request: InternalRequest) -> None:
+    """Friendli 2024 beam search as vLLM's beam search can run it; each value it cannot express is
+    refused by name with the reason (docs/dialects.md, "Beam search on vLLM"), never approximated."""
+    beam, s = request.sampling.beam, request.sampling
+    assert beam is not None
+    if beam.early_stopping:
+        raise InvalidRequest(
+            "'early_stopping' true is not available on vLLM: its beam search runs until max_tokens or until "
+            "every beam has ended, and cannot stop once num_beams beams are finished",
+            param="early_stopping",
+        )
+    if beam.search_type not in (None, "DETERMINISTIC"):
+        raise InvalidRequest(
+            f"'beam_search_type' {beam.search_type} is not available on vLLM: its beam search is the "
+            "deterministic one only (DETERMINISTIC)",
+            param="beam_search_type",
+        )
+    for name, on in (
+        ("beam_compat_pre_normalization", beam.compat_pre_normalization),
+        ("beam_compat_no_post_normalization", beam.compat_no_post_normalization),
+    ):
+        if on:
+            raise InvalidRequest(
+                f"'{name}' is not available on vLLM: its beam search scores a beam one way only "
+                "(cumulative logprob / length ** length_penalty)",
+                param=name,
+            )
+    plain = [n for n in ("presence_penalty", "frequency_penalty") if getattr(s, n) not in (None, 0)]
+    others = sorted(request.field_name(f) for f in request.features - BEAM_COMPATIBLE) + plain
+    if others:
+        raise InvalidRequest(
+            f"'{others[0]}' cannot be combined with beam search on vLLM: its beam search steps take no "
+            "samplers, penalties, stops, constraints or plugins",
+            param=others[0],
+        )
 
 
 def finish_from(value: JSON) -> FinishReason | None:
@@ -218,11 +292,28 @@ def finish_from(value: JSON) -> FinishReason | None:
     return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
 
 
-def decode(data: JSON, operation: Operation) -> Completion:
+def prompt_logprobs_from(data: JSON, prompt_ids: JSON) -> list[TokenLogprob]:
+    """vLLM's ``prompt_logprobs`` (a map of token id → logprob per prompt position; null for the first
+    token, which nothing precedes) → the prompt tokens' own logprobs, the first excluded."""
+    out = []
+    for i, step in enumerate(data or ()):
+        if not step:
+            continue
+        own = str(prompt_ids[i]) if isinstance(prompt_ids, list) and i < len(prompt_ids) else None
+        entry = step.get(own) if own is not None else None
+        if entry is None:  # no ids to look up: with prompt_logprobs 0 the token's own is the only entry
+            entry = next(iter(step.values()))
+        out.append(TokenLogprob(str(entry.get("decoded_token") or ""), float(entry["logprob"])))
+    return out
+
+
+def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam: bool = False) -> Completion:
+    """``prompt_logprobs``: the answer's prompt logprobs open each choice's logprobs (OctoAI's
+    ``loglikelihood``); ``beam``: vLLM's beams, best first, become the one answer (Friendli 2024)."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         raise UpstreamMalformed("upstream answer is not a completion object")
     chat = operation is Operation.CHAT
-    choices = []
+    choices: list[Choice] = []
     for i, c in enumerate(data["choices"]):
         if chat:
             msg = c.get("message") or {}
@@ -230,14 +321,21 @@ def decode(data: JSON, operation: Operation) -> Completion:
             reasoning = msg.get("reasoning_content") or msg.get("reasoning")
         else:
             text, role, tools, reasoning = c.get("text"), None, None, None
-        lps = c.get("logprobs")
+        if beam and choices:
+            break
+        raw = c.get("logprobs")
+        lps = logprobs_from(raw) if raw is not None else None
+        if prompt_logprobs:  # chat answers carry them once, at the top
+            steps = c.get("prompt_logprobs") or data.get("prompt_logprobs")
+            ids = c.get("prompt_token_ids") or data.get("prompt_token_ids")
+            lps = prompt_logprobs_from(steps, ids) + (lps or [])
         choices.append(
             Choice(  # positional, in field order: one decode per request
                 int(c.get("index", i)),
                 text or "",
                 finish_from(c.get("finish_reason")) or "stop",
                 c.get("token_ids") or c.get("tokens"),
-                logprobs_from(lps) if lps is not None else None,
+                lps,
                 c.get("seed"),
                 role,
                 tools,
@@ -378,6 +476,7 @@ class OpenAIWire:
     features: frozenset[Feature]
     token_ids: bool = False
     done_sentinel: bool = True
+    extras: frozenset[Feature] = frozenset()
 
     def path(self, operation: Operation) -> str:
         return "/chat/completions" if operation is Operation.CHAT else "/completions"
@@ -406,7 +505,8 @@ class OpenAIWire:
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
-        return decode(data, request.operation)
+        s = request.sampling
+        return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
         relay = request.relay == STREAM_FORMAT
@@ -414,4 +514,4 @@ class OpenAIWire:
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
-VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True)
+VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)
