@@ -103,7 +103,9 @@ class Preparer:
         convert = vreq.to_beam_search_params if beam else vreq.to_sampling_params
         params = [convert(self.max_tokens(asked, n, vreq.truncate_prompt_tokens), self.defaults) for n in lens]
         echo = not chat and bool(vreq.echo)
-        asked_prompt = vreq.prompt_logprobs is not None
+        asked_prompt = request.sampling.prompt_logprobs is not None
+        if asked_prompt and echo:  # a stream's prompt logprobs, asked as the HTTP provider asks (an echo):
+            echo, logprobs = False, request.sampling.logprobs  # the prompt's logprobs alone, no text
         return Job(chat, inputs, params, lens, int(vreq.n or 1), logprobs, echo, role, asked_prompt, beam)
 
     def max_tokens(self, asked: int | None, prompt_len: int, truncate: int | None) -> int:

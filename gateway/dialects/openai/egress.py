@@ -127,7 +127,6 @@ PLAIN_SAMPLING = (
     "repetition_penalty",
     "min_tokens",
     "suffix",
-    "prompt_logprobs",
 )
 
 
@@ -170,6 +169,12 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
             body["logprobs"] = s.logprobs
     if s.echo:
         body["echo"] = True
+    if s.prompt_logprobs is not None:
+        if req.stream:  # vLLM refuses prompt_logprobs on streams, but streams them for an echo
+            body["echo"] = True  # with logprobs, on each choice's first chunk (ChunkDecoder splits them)
+            body.setdefault("logprobs", 0)
+        else:
+            body["prompt_logprobs"] = s.prompt_logprobs
     if s.structured is not None:
         value = True if s.structured.kind == "json_object" else s.structured.value
         body["structured_outputs"] = {STRUCTURED_KEYS[s.structured.kind]: value}
@@ -232,13 +237,14 @@ def vllm_ranges(request: InternalRequest) -> None:
         raise InvalidRequest("'n' must be 1 when 'temperature' is 0 (greedy sampling)", param="n")
     if s.min_tokens is not None and s.max_tokens is not None and s.min_tokens > s.max_tokens:
         raise InvalidRequest("'min_tokens' exceeds 'max_tokens'", param="min_tokens")
-    if s.prompt_logprobs is not None and request.stream:
+    if s.prompt_logprobs is not None and (s.echo or (request.stream and request.operation is Operation.CHAT)):
         name = request.field_name(F.PROMPT_LOGPROBS)
-        raise InvalidRequest(
-            f"'{name}' is not available on streams from vLLM: its server computes prompt logprobs only for "
-            "whole answers (it refuses prompt_logprobs with stream)",
-            param=name,
+        why = (
+            "'echo' returns the prompt's logprobs too: ask for one of them"
+            if s.echo
+            else "vLLM streams prompt logprobs for completions only (its server refuses them on chat streams)"
         )
+        raise InvalidRequest(f"'{name}' is not available here: {why}", param=name)
     if s.beam is not None:
         beam_ranges(request)
 
@@ -373,10 +379,16 @@ class ChunkDecoder:
     usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
     outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    __slots__ = ("chat", "finished", "relaying", "started", "token_ids", "usage")
+    __slots__ = ("chat", "finished", "output_logprobs", "prompt_echoed", "relaying", "started", "token_ids", "usage")
 
-    def __init__(self, operation: Operation, relay: bool = False, token_ids: bool = True) -> None:
+    def __init__(
+        self, operation: Operation, relay: bool = False, token_ids: bool = True, prompt_logprobs: bool | None = None
+    ) -> None:
+        """``prompt_logprobs``: the prompt's logprobs were asked for through an echo (``encode``), so
+        each choice's first chunk opens with them; True if the client asked for output logprobs too."""
         self.chat = operation is Operation.CHAT
+        self.prompt_echoed = prompt_logprobs is not None
+        self.output_logprobs = bool(prompt_logprobs)
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
@@ -451,6 +463,8 @@ class ChunkDecoder:
             text = (delta.get("content") if self.chat else c.get("text")) or ""
             ids = c.get("token_ids") or ((c["token"],) if c.get("token") is not None else ())
             lps = logprobs_from(c["logprobs"]) if c.get("logprobs") is not None else None
+            if self.prompt_echoed:
+                lps = self.split_prompt(lps or [], c.get("prompt_token_ids"))
             tools = delta.get("tool_calls") or () if self.chat else ()
             reasoning = (delta.get("reasoning_content") or delta.get("reasoning")) if self.chat else None
             role = delta.get("role") if self.chat else None
@@ -466,6 +480,16 @@ class ChunkDecoder:
 
     def finish(self) -> list[StreamEvent]:
         return [UsageReport(self.usage)] if self.usage is not None else []
+
+    def split_prompt(self, lps: list[TokenLogprob], prompt_ids: JSON) -> list[TokenLogprob]:
+        """An echoed stream's logprobs as asked: on the chunk carrying the prompt's ids, its tokens'
+        own logprobs first (the first token excluded), then the output's if the client asked for them.
+        vLLM leaves the prompt's text out when token ids are asked for, which they always are here."""
+        prompt = []
+        if isinstance(prompt_ids, list):
+            head, lps = lps[: len(prompt_ids)], lps[len(prompt_ids) :]
+            prompt = [TokenLogprob(t.token, t.logprob) for t in head[1:]]
+        return prompt + (lps if self.output_logprobs else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,8 +533,9 @@ class OpenAIWire:
         return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        relay = request.relay == STREAM_FORMAT
-        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids))
+        relay, s = request.relay == STREAM_FORMAT, request.sampling
+        echoed = s.logprobs is not None if s.prompt_logprobs is not None and self.token_ids else None
+        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids), echoed)
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
