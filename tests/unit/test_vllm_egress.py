@@ -22,7 +22,7 @@ def encode(dialect: Any, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_beam_search_is_vllm_beam_search() -> None:
     body = encode(FRIENDLI_2024, {**BEAM, "length_penalty": 0.5, "early_stopping": False})
-    assert (body["use_beam_search"], body["n"], body["length_penalty"]) == (True, 3, 0.5)
+    assert (body["use_beam_search"], body["n"], body["length_penalty"], body["temperature"]) == (True, 3, 0.5, 0)
     assert "vllm_xargs" not in body and "top_p" not in body
 
 

@@ -323,11 +323,10 @@ async def test_seed_fields_work_in_process_as_over_http(gw: GW, vllm_server: VLL
         assert mine["choices"][0]["tokens"] == theirs["choices"][0]["token_ids"] != tokens
 
     beam = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "timeout_microseconds": None, "num_beams": 3}
+    own = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "n": 3, "use_beam_search": True, "temperature": 0}
     status, mine = await gw.post("/v1/completions", beam)  # the 2024 generation's keys: friendli-client
     assert status == 200, mine
-    theirs = await direct(
-        vllm_server, {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "n": 3, "use_beam_search": True}
-    )
+    theirs = await direct(vllm_server, own)
     assert [c["text"] for c in mine["choices"]] == [theirs["choices"][0]["text"]]
 
     octo = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "loglikelihood": True}

@@ -140,6 +140,10 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
     if s.beam is not None:  # vLLM returns every beam, best first; the decoder keeps the best
         body["use_beam_search"] = True
         body["n"] = s.beam.num_beams
+        # A deterministic search ignores temperature (Friendli's, as Hugging Face's beam_search). vLLM's
+        # steps sample a token at the given temperature and add it to the beam's candidates: only at 0
+        # is that the most likely one, already among them.
+        body["temperature"] = 0.0
         if s.beam.length_penalty is not None:
             body["length_penalty"] = s.beam.length_penalty
     elif s.n > 1:
