@@ -1,6 +1,6 @@
 """The internal request → an OpenAI/vLLM upstream body, and that upstream's answers → internal ones.
 
-vLLM's extensions (vllm.md §1) are written only when the request uses them; the core has already
+vLLM's extensions (vllm.md §1; ``vllm_fields``) are written only when the request uses them; the core has already
 refused features the target does not declare, so a plain OpenAI target never receives them. The
 removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silently.
 """
@@ -8,12 +8,11 @@ removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silent
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.errors import InvalidRequest, UpstreamFailed, UpstreamMalformed
-from gateway.core.request import Feature, InternalRequest, Operation, Sampling
+from gateway.core.errors import UpstreamFailed, UpstreamMalformed
+from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import (
     FINISH_REASONS,
     Choice,
@@ -30,6 +29,13 @@ from gateway.core.response import (
 )
 from gateway.dialects.common import logprobs_from, usage_from
 from gateway.dialects.openai.schema import STREAM_FORMAT
+from gateway.dialects.openai.vllm_fields import (
+    VLLM_FEATURES,
+    VLLM_PLUGIN_FEATURES,
+    prompt_logprobs_from,
+    vllm_ranges,
+    vllm_xargs,
+)
 
 JSON = Any
 F = Feature
@@ -38,23 +44,6 @@ OPENAI_FEATURES = frozenset(
     {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.BEST_OF, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SUFFIX, F.SEED}
     | {F.JSON_OBJECT, F.JSON_SCHEMA, F.TOOLS, F.AUDIO, F.PREDICTION, F.REASONING, F.EXTRA_BODY, F.EXTRA_HEADERS}
 )
-VLLM_FEATURES = frozenset(
-    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
-    | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
-    | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR, F.TOKEN_IDS}
-    | {F.PROMPT_LOGPROBS, F.BEAM_SEARCH}
-)
-# Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
-# a target opts in with ``extra_features``, and may name nothing else there.
-VLLM_PLUGIN_FEATURES = frozenset(
-    {F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS}
-    | {F.BAD_WORD_TOKENS, F.STOP_TOKEN_SEQUENCES}
-)
-# What vLLM's beam search takes besides the search itself (entrypoints/generate/beam_search, 0.32):
-# each step is a one-token generation with only logprobs and temperature set, so any sampler, stop,
-# constraint or plugin would be ignored there. A seed changes nothing in a deterministic search.
-BEAM_COMPATIBLE = frozenset({F.BEAM_SEARCH, F.TOKEN_PROMPT, F.SEED, F.IGNORE_EOS, F.INCLUDE_STOP_STR, F.TOKEN_IDS})
-
 STRUCTURED_KEYS = {
     "json_schema": "json",
     "json_object": "json_object",
@@ -84,36 +73,6 @@ def _messages(req: InternalRequest) -> list[dict[str, JSON]]:
             msg["tool_calls"] = list(m.tool_calls)
         out.append(msg)
     return out
-
-
-def flat(sequences: Sequence[Sequence[int]]) -> list[int]:
-    """Token sequences as one list, separated by -1: ``vllm_xargs`` values may be flat lists only."""
-    out: list[int] = []
-    for seq in sequences:
-        out += [*([-1] if out else []), *seq]
-    return out
-
-
-def _xargs(s: Sampling) -> dict[str, JSON]:
-    """Friendli samplers served by this project's vLLM logits processors (backends/vllm_plugins)."""
-    xargs: dict[str, JSON] = {}
-    if s.no_repeat_ngram is not None and s.no_repeat_ngram > 1:
-        xargs["no_repeat_ngram_size"] = s.no_repeat_ngram
-    if s.xtc_probability and s.xtc_threshold:  # Friendli: either at 0.0 means XTC is off
-        xargs["xtc_threshold"] = s.xtc_threshold
-        xargs["xtc_probability"] = s.xtc_probability
-    if s.forced_output_tokens:
-        xargs["forced_output_tokens"] = list(s.forced_output_tokens)
-    if s.min_total_tokens is not None:
-        xargs["min_total_tokens"] = s.min_total_tokens
-    if s.max_total_tokens is not None:
-        xargs["max_total_tokens"] = s.max_total_tokens
-    if s.bad_word_tokens:
-        xargs["bad_word_tokens"] = flat(s.bad_word_tokens)
-    longer = [seq for seq in s.stop_token_sequences if len(seq) > 1]  # one token: stop_token_ids
-    if longer:
-        xargs["stop_token_sequences"] = flat(longer)
-    return xargs
 
 
 PLAIN_SAMPLING = (
@@ -182,7 +141,7 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
     if s.structured is not None:
         value = True if s.structured.kind == "json_object" else s.structured.value
         body["structured_outputs"] = {STRUCTURED_KEYS[s.structured.kind]: value}
-    xargs = _xargs(s)
+    xargs = vllm_xargs(s)
     if xargs:
         body["vllm_xargs"] = xargs
 
@@ -231,65 +190,6 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
 # --- answers -------------------------------------------------------------------------------------
 
 
-def vllm_ranges(request: InternalRequest) -> None:
-    """vLLM's own construction-time checks (vllm.md §1), made here so the client gets its dialect's
-    400 naming its field instead of a relayed vLLM message."""
-    s = request.sampling
-    if s.temperature is not None and s.temperature > 2:
-        raise InvalidRequest("'temperature' must be within [0, 2] for this model", param="temperature")
-    if s.n > 1 and s.temperature is not None and s.temperature < 1e-5:
-        raise InvalidRequest("'n' must be 1 when 'temperature' is 0 (greedy sampling)", param="n")
-    if s.min_tokens is not None and s.max_tokens is not None and s.min_tokens > s.max_tokens:
-        raise InvalidRequest("'min_tokens' exceeds 'max_tokens'", param="min_tokens")
-    if s.prompt_logprobs is not None and (s.echo or (request.stream and request.operation is Operation.CHAT)):
-        name = request.field_name(F.PROMPT_LOGPROBS)
-        why = (
-            "'echo' returns the prompt's logprobs too: ask for one of them"
-            if s.echo
-            else "vLLM streams prompt logprobs for completions only (its server refuses them on chat streams)"
-        )
-        raise InvalidRequest(f"'{name}' is not available here: {why}", param=name)
-    if s.beam is not None:
-        beam_ranges(request)
-
-
-def beam_ranges(request: InternalRequest) -> None:
-    """Friendli 2024 beam search as vLLM's beam search can run it; each value it cannot express is
-    refused by name with the reason (docs/dialects.md, "Beam search on vLLM"), never approximated."""
-    beam, s = request.sampling.beam, request.sampling
-    assert beam is not None
-    if beam.early_stopping:
-        raise InvalidRequest(
-            "'early_stopping' true is not available on vLLM: its beam search runs until max_tokens or until "
-            "every beam has ended, and cannot stop once num_beams beams are finished",
-            param="early_stopping",
-        )
-    if beam.search_type not in (None, "DETERMINISTIC"):
-        raise InvalidRequest(
-            f"'beam_search_type' {beam.search_type} is not available on vLLM: its beam search is the "
-            "deterministic one only (DETERMINISTIC)",
-            param="beam_search_type",
-        )
-    for name, on in (
-        ("beam_compat_pre_normalization", beam.compat_pre_normalization),
-        ("beam_compat_no_post_normalization", beam.compat_no_post_normalization),
-    ):
-        if on:
-            raise InvalidRequest(
-                f"'{name}' is not available on vLLM: its beam search scores a beam one way only "
-                "(cumulative logprob / length ** length_penalty)",
-                param=name,
-            )
-    plain = [n for n in ("presence_penalty", "frequency_penalty") if getattr(s, n) not in (None, 0)]
-    others = sorted(request.field_name(f) for f in request.features - BEAM_COMPATIBLE) + plain
-    if others:
-        raise InvalidRequest(
-            f"'{others[0]}' cannot be combined with beam search on vLLM: its beam search steps take no "
-            "samplers, penalties, stops, constraints or plugins",
-            param=others[0],
-        )
-
-
 def finish_from(value: JSON) -> FinishReason | None:
     if value is None or value == "null":
         return None
@@ -300,21 +200,6 @@ def finish_from(value: JSON) -> FinishReason | None:
     if value == "cancelled":
         return "abort"
     return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
-
-
-def prompt_logprobs_from(data: JSON, prompt_ids: JSON) -> list[TokenLogprob]:
-    """vLLM's ``prompt_logprobs`` (a map of token id → logprob per prompt position; null for the first
-    token, which nothing precedes) → the prompt tokens' own logprobs, the first excluded."""
-    out = []
-    for i, step in enumerate(data or ()):
-        if not step:
-            continue
-        own = str(prompt_ids[i]) if isinstance(prompt_ids, list) and i < len(prompt_ids) else None
-        entry = step.get(own) if own is not None else None
-        if entry is None:  # no ids to look up: with prompt_logprobs 0 the token's own is the only entry
-            entry = next(iter(step.values()))
-        out.append(TokenLogprob(str(entry.get("decoded_token") or ""), float(entry["logprob"])))
-    return out
 
 
 def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam: bool = False) -> Completion:
