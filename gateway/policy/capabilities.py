@@ -60,7 +60,7 @@ REQUEST_RESETS: dict[Feature, dict[str, Any]] = {
 NEVER_DROPPED = frozenset({F.BATCH_PROMPT, F.TOKEN_PROMPT, F.SEED_PER_CHOICE, F.TOOLS, F.AUDIO, F.PREDICTION})
 
 
-def check_extras(names: Sequence[str], extras: frozenset[Feature], provider: str) -> None:
+def check_extra_features(names: Sequence[str], extras: frozenset[Feature], provider: str) -> None:
     """A target's ``extra_features`` name only what a plugin or engine of its provider serves: any
     other name would be forwarded and ignored upstream, or be no feature at all. The error's text
     extends the target's key path (``.extra_features[i]: ...``)."""

@@ -23,7 +23,7 @@ from gateway.obs import metrics
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet
 from gateway.policy.access import ModelAccess
 from gateway.policy.auth import KeyRing
-from gateway.policy.capabilities import check_extras
+from gateway.policy.capabilities import check_extra_features
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
@@ -61,7 +61,7 @@ def check_target(target: Target) -> None:
         if target.provider in ENGINES
         else PROVIDERS[target.provider].extras
     )
-    check_extras(target.extra_features, extras, target.provider)
+    check_extra_features(target.extra_features, extras, target.provider)
 
 
 def build_upstream(target: Target, public: str, budget: MemoryBudget | None = None) -> Upstream:
