@@ -114,3 +114,15 @@ def test_streamed_loglikelihood_is_an_echo_split_back(output_logprobs: bool) -> 
     output = ([("q", -3.0)], [("r", -4.0)]) if output_logprobs else ([], [])
     assert got == [[("a", -1.0), (" b", -2.0), *output[0]], output[1]]
     assert [d.text for d in deltas] == ["q", "r"]
+
+
+def test_chat_loglikelihood_reads_the_answer_level_prompt_logprobs() -> None:
+    """vLLM's chat answers carry prompt logprobs and prompt ids once, beside the choices."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "loglikelihood": True}
+    request = OCTOAI.parse(Operation.CHAT, body, "")
+    assert VLLM_WIRE.encode(request, "tiny")["prompt_logprobs"] == 0
+    steps = [None, {"4": {"logprob": -0.5, "decoded_token": "hi"}}]
+    choice = {"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}
+    answer = {"id": "c", "choices": [choice], "prompt_logprobs": steps, "prompt_token_ids": [1, 4]}
+    lps = VLLM_WIRE.decode(answer, request).choices[0].logprobs
+    assert lps is not None and [(t.token, t.logprob) for t in lps] == [("hi", -0.5)]
