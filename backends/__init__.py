@@ -12,7 +12,9 @@ import importlib
 from collections.abc import Callable
 from typing import cast
 
+from gateway.core.request import Feature
 from gateway.core.upstream import Upstream
+from gateway.dialects.openai.egress import VLLM_WIRE
 from gateway.runtime.config import Target
 
 
@@ -29,7 +31,9 @@ def _mock(target: Target, public_model: str) -> Upstream:
 
 
 ENGINES: dict[str, Callable[[Target, str], Upstream]] = {"vllm-engine": _vllm_engine, "mock": _mock}
+# What an engine's target may add with ``extra_features``: the in-process vLLM loads the same plugins.
+ENGINE_EXTRAS: dict[str, frozenset[Feature]] = {"vllm-engine": VLLM_WIRE.extras, "mock": frozenset()}
 # In-process providers light enough for every worker process to run its own (``serve --workers N``).
 PER_WORKER: frozenset[str] = frozenset({"mock"})
 
-__all__ = ["ENGINES", "PER_WORKER"]
+__all__ = ["ENGINES", "ENGINE_EXTRAS", "PER_WORKER"]

@@ -20,10 +20,11 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 from vllm import AsyncEngineArgs
+from vllm.entrypoints.generate.beam_search.online import BeamSearchOnlineMixin
 from vllm.entrypoints.serve.utils.fingerprint import get_system_fingerprint
 from vllm.exceptions import GracefulHTTPError, VLLMClientError, VLLMError
 from vllm.utils.async_utils import merge_async_iterators
@@ -54,6 +55,15 @@ def client_fault(exc: BaseException | None) -> bool:
     return exc is not None and any(c.__name__ == "TemplateError" for c in type(exc).__mro__)
 
 
+class BeamSearcher(BeamSearchOnlineMixin):  # type: ignore[misc]  # vLLM ships no types here
+    """vLLM's own beam search driver (what ``vllm serve`` runs for ``use_beam_search``): repeated
+    one-token generations on the engine, kept to the best beams."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine_client = engine
+        self.renderer = engine.renderer
+
+
 class VLLMEngine:
     def __init__(self, target: Target, public_model: str) -> None:
         args = dict(target.engine or {})
@@ -69,6 +79,7 @@ class VLLMEngine:
         self._features = frozenset(features)
         self._engine: Any = None
         self._prep: Preparer | None = None
+        self._beams: BeamSearcher | None = None
         self._fingerprint: str | None = None
         self._ids = itertools.count()
 
@@ -97,6 +108,7 @@ class VLLMEngine:
         began = time.monotonic()
         self._engine = AsyncLLM.from_engine_args(engine_args)
         self._prep = Preparer(self._engine)
+        self._beams = BeamSearcher(self._engine)
         try:
             self._fingerprint = get_system_fingerprint(self._engine.vllm_config)
         except Exception:  # as vLLM's server: never fail start-up over the fingerprint
@@ -147,7 +159,10 @@ class VLLMEngine:
         base = f"{call.request_id}.{next(self._ids)}"
         ids = [f"{base}-{i}" for i in range(len(job.inputs))]
         merged = merge_async_iterators(
-            *(engine.generate(inp, params, rid) for inp, params, rid in zip(job.inputs, job.params, ids, strict=True))
+            *(
+                self._generate(job, inp, params, rid)
+                for inp, params, rid in zip(job.inputs, job.params, ids, strict=True)
+            )
         )
         finished = False
         try:
@@ -164,6 +179,11 @@ class VLLMEngine:
             await merged.aclose()  # vLLM's generate() aborts its request when closed or cancelled
             if not finished and not engine.errored:
                 await engine.abort(ids)  # and once more by id, for requests not started yet
+
+    def _generate(self, job: Job, engine_input: Any, params: Any, request_id: str) -> AsyncGenerator[Any, None]:
+        if job.beam and self._beams is not None:  # Friendli 2024 beam search, as vllm serve runs it
+            return cast(AsyncGenerator[Any, None], self._beams.beam_search(engine_input, request_id, params))
+        return cast(AsyncGenerator[Any, None], self._engine.generate(engine_input, params, request_id))
 
     def _start(self, job: Job, call: Call) -> StreamStart:
         prefix = "chatcmpl" if job.chat else "cmpl"  # vLLM's ids: <prefix>-<X-Request-Id>
@@ -185,6 +205,8 @@ class VLLMEngine:
         acc.add(UsageReport(reader.usage()))
         completion = acc.completion()
         completion.system_fingerprint = self._fingerprint
+        if job.beam:  # vLLM's beams, best first: the best is the answer (as the HTTP provider decodes)
+            completion.choices = [c for c in completion.choices if c.index == 0]
         return completion
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:

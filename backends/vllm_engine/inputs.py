@@ -48,6 +48,8 @@ class Job:
     logprobs: int | None  # top alternatives asked per token (chat: top_logprobs)
     echo: bool
     role: str  # chat: the role of the answer's first delta
+    prompt_logprobs: bool = False  # the prompt's own logprobs open each choice's (OctoAI loglikelihood)
+    beam: bool = False  # ``params`` are vLLM's ``BeamSearchParams``: run by its beam search driver
 
 
 def rejected(error: Any) -> GatewayError:
@@ -97,11 +99,14 @@ class Preparer:
         else:
             asked, logprobs, role = vreq.max_tokens, vreq.logprobs, "assistant"
         lens = [int(extract_prompt_len(self.model_config, i)) for i in inputs]
-        params = [
-            vreq.to_sampling_params(self.max_tokens(asked, n, vreq.truncate_prompt_tokens), self.defaults) for n in lens
-        ]
+        beam = not chat and bool(vreq.use_beam_search)  # as vLLM's server: completions only
+        convert = vreq.to_beam_search_params if beam else vreq.to_sampling_params
+        params = [convert(self.max_tokens(asked, n, vreq.truncate_prompt_tokens), self.defaults) for n in lens]
         echo = not chat and bool(vreq.echo)
-        return Job(chat, inputs, params, lens, int(vreq.n or 1), logprobs, echo, role)
+        asked_prompt = request.sampling.prompt_logprobs is not None
+        if asked_prompt and echo:  # a stream's prompt logprobs, asked as the HTTP provider asks (an echo):
+            echo, logprobs = False, request.sampling.logprobs  # the prompt's logprobs alone, no text
+        return Job(chat, inputs, params, lens, int(vreq.n or 1), logprobs, echo, role, asked_prompt, beam)
 
     def max_tokens(self, asked: int | None, prompt_len: int, truncate: int | None) -> int:
         """The server's choice: the count asked for, within the model's room and generation config."""

@@ -28,13 +28,14 @@ FLOOR = -9999.0  # vLLM's JSON-safe stand-in for -inf
 class Reader:
     """Folds one job's outputs (``DELTA`` while streaming, ``FINAL_ONLY`` otherwise) into events."""
 
-    __slots__ = ("echoed", "generated", "job", "started", "tokenizer")
+    __slots__ = ("echoed", "generated", "job", "prompted", "started", "tokenizer")
 
     def __init__(self, job: Job, tokenizer: Any) -> None:
         self.job = job
         self.tokenizer = tokenizer
         self.started = False
         self.echoed: set[int] = set()
+        self.prompted: set[int] = set()
         self.generated = 0
 
     def read(self, prompt_index: int, out: Any) -> list[StreamEvent]:
@@ -59,6 +60,9 @@ class Reader:
                 if job.logprobs is not None:
                     steps = list(out.prompt_logprobs or [None] * len(prompt_ids)) + steps
             lps = self.logprobs(ids, steps) if job.logprobs is not None else ()
+            if job.prompt_logprobs and index not in self.prompted:
+                self.prompted.add(index)
+                lps = self.prompt_logprobs(out) + lps
             if text or ids or lps:
                 events.append(Delta(index, text, tuple(ids), lps))
             if reason is not None:
@@ -91,6 +95,17 @@ class Reader:
                 raw = None
             out.append(TokenLogprob(self.token(chosen, tid), max(chosen.logprob, FLOOR), top, raw))
         return tuple(out)
+
+    def prompt_logprobs(self, out: Any) -> tuple[TokenLogprob, ...]:
+        """The prompt tokens' own logprobs, the first excluded (nothing precedes it), as the HTTP
+        provider reads vLLM's ``prompt_logprobs`` (``prompt_logprobs_from``)."""
+        ids = list(out.prompt_token_ids or ())
+        entries = []
+        for tid, step in zip(ids, out.prompt_logprobs or (), strict=False):
+            if step:
+                own = step.get(tid) or next(iter(step.values()))
+                entries.append(TokenLogprob(self.token(own, tid), max(own.logprob, FLOOR)))
+        return tuple(entries)
 
     def token(self, logprob: Any, token_id: int) -> str:
         decoded = logprob.decoded_token

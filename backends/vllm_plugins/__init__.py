@@ -6,9 +6,12 @@ Module, class and its ``vllm_xargs`` keys:
 * ``xtc.XTCLogitsProcessor``: ``xtc_threshold``, ``xtc_probability`` (Friendli, same names)
 * ``forced_output.ForcedOutputLogitsProcessor``: ``forced_output_tokens`` (Friendli, same name)
 * ``total_length.TotalLengthLogitsProcessor``: ``min_total_tokens``, ``max_total_tokens`` (Friendli, same names)
+* ``bad_word_tokens.BadWordTokensLogitsProcessor``: ``bad_word_tokens`` (Friendli, same name)
+* ``stop_sequences.StopSequencesLogitsProcessor``: ``stop_token_sequences`` (Friendli ``stop_tokens`` of
+  more than one token; one-token ones go to vLLM's own ``stop_token_ids``)
 
 Loading: installing this project into vLLM's environment (``scripts/vllm-env`` does
-``pip install --no-deps -e .``) registers all four under the ``vllm.logits_processors`` entry-point
+``pip install --no-deps -e .``) registers all six under the ``vllm.logits_processors`` entry-point
 group (pyproject.toml), which vLLM loads at start-up; do not also name them in
 ``--logits-processors``, or each would run twice.
 

@@ -28,6 +28,48 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+SEPARATOR = -1  # between token sequences in one flat list: vLLM's ``vllm_xargs`` takes no nested lists
+
+
+def token_sequences(value: Any) -> list[list[int]] | None:
+    """A flat list of token ids with sequences separated by -1 (``[5, 6, -1, 7]`` is ``[[5, 6], [7]]``)
+    as the sequences, or None when it is not one (an empty sequence, a negative id, not an integer)."""
+    if not isinstance(value, list) or not all(is_int(t) and t >= SEPARATOR for t in value):
+        return None
+    sequences: list[list[int]] = [[]]
+    for t in value:
+        if t == SEPARATOR:
+            sequences.append([])
+        else:
+            sequences[-1].append(t)
+    return sequences if all(sequences) else None
+
+
+def check_sequences(params: Any, key: str) -> None:
+    """``validate_params`` of a plugin whose ``extra_args[key]`` holds token sequences."""
+    value = xarg(params, key)
+    if value is not None and token_sequences(value) is None:
+        raise reject(key, value, "must be token-id sequences (non-negative integers), separated by -1")
+
+
+def config_eos_ids(vllm_config: Any) -> list[int]:
+    """The model config's EOS id(s): ``hf_text_config.eos_token_id``, an int, a list or absent."""
+    eos = getattr(vllm_config.model_config.hf_text_config, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(i) for i in eos] if isinstance(eos, list | tuple) else [int(eos)]
+
+
+def end_tokens(params: Any, config_eos: list[int]) -> list[int]:
+    """The token that ends a request's generation when forced: its EOS (None under ``ignore_eos``),
+    else the model config's, else under ``ignore_eos`` its ``stop_token_ids`` (``total_length``)."""
+    if params.eos_token_id is not None:
+        return [params.eos_token_id]
+    if not params.ignore_eos:
+        return list(config_eos)
+    return sorted(set(params.stop_token_ids or ()))
+
+
 class PromptAwareAdapter(AdapterLogitsProcessor):
     """``AdapterLogitsProcessor`` for per-request callables of ``(prompt_ids, output_ids, logits)``.
 

@@ -36,19 +36,11 @@ from typing import Any
 
 import torch
 
-from backends.vllm_plugins.common import PromptAwareAdapter, is_int, reject, xarg
+from backends.vllm_plugins.common import PromptAwareAdapter, config_eos_ids, end_tokens, is_int, reject, xarg
 
 LOW = "min_total_tokens"
 HIGH = "max_total_tokens"
 log = logging.getLogger(__name__)
-
-
-def config_eos_ids(vllm_config: Any) -> list[int]:
-    """The model config's EOS id(s): ``hf_text_config.eos_token_id``, an int, a list or absent."""
-    eos = getattr(vllm_config.model_config.hf_text_config, "eos_token_id", None)
-    if eos is None:
-        return []
-    return [int(i) for i in eos] if isinstance(eos, list | tuple) else [int(eos)]
 
 
 class _Bounds:
@@ -94,16 +86,9 @@ class TotalLengthLogitsProcessor(PromptAwareAdapter):
     def is_argmax_invariant(self) -> bool:
         return False  # it bans or forces the end token
 
-    def end_tokens(self, params: Any) -> list[int]:
-        if params.eos_token_id is not None:
-            return [params.eos_token_id]
-        if not params.ignore_eos:
-            return list(self.config_eos)
-        return sorted(set(params.stop_token_ids or ()))
-
     def new_req_logits_processor(self, params: Any) -> _Bounds | None:
         low, high = xarg(params, LOW), xarg(params, HIGH)
         if low is None and high is None:
             return None
         stops = sorted(t for t in set(params.all_stop_token_ids) | set(self.config_eos) if 0 <= t < self.vocab)
-        return _Bounds(low, high, self.end_tokens(params), stops)
+        return _Bounds(low, high, end_tokens(params, self.config_eos), stops)

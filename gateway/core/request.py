@@ -93,6 +93,8 @@ class BeamSearch:
     length_penalty: float | None = None
     early_stopping: bool | None = None
     search_type: str | None = None
+    compat_pre_normalization: bool | None = None  # Friendli 2024's undocumented beam_compat_* knobs
+    compat_no_post_normalization: bool | None = None
 
 
 @record

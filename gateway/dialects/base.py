@@ -79,6 +79,12 @@ class Wire(Protocol):
     def features(self) -> frozenset[Feature]: ...
 
     @property
+    def extras(self) -> frozenset[Feature]:
+        """What a target of this vendor may add with ``extra_features`` (served by a plugin the
+        upstream loads); any other name is a config error."""
+        ...
+
+    @property
     def done_sentinel(self) -> bool:
         """The vendor ends streams with ``[DONE]``; without it, a stream must end after a finish."""
         ...

@@ -7,11 +7,12 @@ the drop is reported to the caller so it can be counted and logged. Nothing is e
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest
+from gateway.runtime.config import ConfigError
 
 F = Feature
 # Sampling fields reset when a feature is dropped.
@@ -57,6 +58,18 @@ REQUEST_RESETS: dict[Feature, dict[str, Any]] = {
 }
 # Features that change what the answer means: never dropped, whatever the config says.
 NEVER_DROPPED = frozenset({F.BATCH_PROMPT, F.TOKEN_PROMPT, F.SEED_PER_CHOICE, F.TOOLS, F.AUDIO, F.PREDICTION})
+
+
+def check_extra_features(names: Sequence[str], extras: frozenset[Feature], provider: str) -> None:
+    """A target's ``extra_features`` name only what a plugin or engine of its provider serves: any
+    other name would be forwarded and ignored upstream, or be no feature at all. The error's text
+    extends the target's key path (``.extra_features[i]: ...``)."""
+    for i, name in enumerate(names):
+        if name not in extras:
+            takes = ", ".join(sorted(extras)) or "nothing"
+            raise ConfigError(
+                f".extra_features[{i}]: {name!r} is not a plugin feature of provider {provider!r} (it takes: {takes})"
+            )
 
 
 def fit(

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import PROVIDERS, HTTPUpstream
-from backends import ENGINES
+from backends import ENGINE_EXTRAS, ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, close_redis, redis_client, team_policies
@@ -25,6 +25,7 @@ from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
 from gateway.policy.access import ModelAccess
 from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
+from gateway.policy.capabilities import check_extra_features
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore, Store
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
@@ -58,6 +59,12 @@ def check_target(target: Target) -> None:
         raise ConfigError(f"'engine' is for in-process providers ({engines}), not {target.provider!r}")
     elif not (target.base_url or target.replicas):
         raise ConfigError(f"provider {target.provider!r} talks HTTP: give exactly one of 'base_url' or 'replicas'")
+    extras = (
+        ENGINE_EXTRAS.get(target.provider, frozenset())
+        if target.provider in ENGINES
+        else PROVIDERS[target.provider].extras
+    )
+    check_extra_features(target.extra_features, extras, target.provider)
 
 
 def check_targets(config: GatewayConfig, source: str) -> None:
@@ -66,8 +73,9 @@ def check_targets(config: GatewayConfig, source: str) -> None:
         for i, target in enumerate(entry.targets):
             try:
                 check_target(target)
-            except ConfigError as exc:
-                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]: {exc}") from None
+            except ConfigError as exc:  # a message opening with "." extends the key path
+                sep = "" if str(exc).startswith(".") else ": "
+                raise ConfigError(f"{source}: models[{entry.name!r}].targets[{i}]{sep}{exc}") from None
 
 
 def build_upstream(

@@ -33,6 +33,7 @@ from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, repeated_ngram
 pytestmark = pytest.mark.vllm
 TOKENS = [5, 17, 42, 99, 7, 61]  # a token-id prompt: no BOS, positions are exact
 PLUGINS = ["no_repeat_ngram", "xtc", "forced_output_tokens", "max_total_tokens", "min_total_tokens"]
+PLUGINS += ["bad_word_tokens", "stop_token_sequences"]
 ENGINE = {  # what server.DEFAULT_ARGS gives `vllm serve`, plus prompt embeddings
     "model": str(MODEL),
     "dtype": "float32",
@@ -303,6 +304,46 @@ async def test_plugin_samplers_work_in_process_as_over_http(gw: GW, vllm_server:
     )
     assert out["choices"][0]["tokens"][:3] == forced
     assert out["choices"][0]["tokens"] == theirs["choices"][0]["token_ids"]
+
+
+async def test_seed_fields_work_in_process_as_over_http(gw: GW, vllm_server: VLLM) -> None:
+    """Friendli's token-sequence bans and stops, Friendli 2024 beam search and OctoAI's loglikelihood:
+    the in-process engine gives what ``vllm serve`` gives (tests/vllm/test_vllm_seed_fields.py has them
+    through the gateway with the vendors' SDKs)."""
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
+    _, plain = await gw.post("/serverless/v1/completions", body)
+    tokens = plain["choices"][0]["tokens"]
+    seqs = {"bad_word_tokens": [{"tokens": tokens[2:4]}], "stop_tokens": [{"tokens": tokens[5:7]}]}
+    for field, value in seqs.items():
+        status, mine = await gw.post("/serverless/v1/completions", {**body, field: value})
+        assert status == 200, mine
+        flat = {"bad_word_tokens": "bad_word_tokens", "stop_tokens": "stop_token_sequences"}[field]
+        xargs = {flat: value[0]["tokens"]}
+        theirs = await direct(vllm_server, {**body, "return_token_ids": True, "vllm_xargs": xargs})
+        assert mine["choices"][0]["tokens"] == theirs["choices"][0]["token_ids"] != tokens
+
+    beam = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "timeout_microseconds": None, "num_beams": 3}
+    own = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "n": 3, "use_beam_search": True, "temperature": 0}
+    status, mine = await gw.post("/v1/completions", beam)  # the 2024 generation's keys: friendli-client
+    assert status == 200, mine
+    theirs = await direct(vllm_server, own)
+    assert [c["text"] for c in mine["choices"]] == [theirs["choices"][0]["text"]]
+
+    octo = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "loglikelihood": True}
+    status, mine = await gw.post("/v1/completions", octo, {**BEARER, "X-Fern-SDK-Name": "octoai"})
+    assert status == 200, mine
+    theirs = await direct(vllm_server, {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "prompt_logprobs": 0})
+    expected = [next(iter(step.values())) for step in theirs["choices"][0]["prompt_logprobs"] if step]
+    content = mine["choices"][0]["logprobs"]["content"]
+    assert [c["token"] for c in content] == [e["decoded_token"] for e in expected]
+    assert [c["logprob"] for c in content] == pytest.approx([e["logprob"] for e in expected], rel=1e-4)
+    status, chunks = await gw.post("/v1/completions", {**octo, "stream": True}, {**BEARER, "X-Fern-SDK-Name": "octoai"})
+    assert status == 200, chunks
+    streamed = [
+        c for ch in chunks for choice in ch["choices"] for c in (choice.get("logprobs") or {}).get("content", [])
+    ]
+    assert [c["token"] for c in streamed] == [c["token"] for c in content]
+    assert streamed_text(chunks) == mine["choices"][0]["text"]
 
 
 # 5. hang-ups and deadlines free the engine

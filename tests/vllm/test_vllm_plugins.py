@@ -201,6 +201,10 @@ async def test_xtc_with_a_seed_is_reproducible(client: Client) -> None:
         {"min_total_tokens": 0},
         {"max_total_tokens": "12"},
         {"min_total_tokens": 9, "max_total_tokens": 5},
+        {"bad_word_tokens": [5, -1, -1, 6]},  # an empty sequence between two separators
+        {"bad_word_tokens": [5, -2]},
+        {"stop_token_sequences": [-1, 5]},
+        {"stop_token_sequences": ["5", 6]},
     ],
 )
 async def test_bad_plugin_values_are_rejected_with_400(client: Client, xargs: dict[str, Any]) -> None:

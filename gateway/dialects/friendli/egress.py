@@ -169,6 +169,7 @@ class FriendliWire:
 
     name: str = "friendli"
     features: frozenset[Feature] = FRIENDLI_FEATURES
+    extras: frozenset[Feature] = frozenset()
     done_sentinel: bool = True
 
     def path(self, operation: Operation) -> str:

@@ -102,7 +102,14 @@ def beam(b: FriendliCompletionBody, fs: FeatureSet) -> BeamSearch | None:
             if getattr(b, name) is not None:
                 raise InvalidRequest(f"'{name}' is not allowed with beam_search_type DETERMINISTIC", param=name)
     fs.use(Feature.BEAM_SEARCH, "num_beams")
-    return BeamSearch(b.num_beams, b.length_penalty, b.early_stopping, b.beam_search_type)
+    return BeamSearch(
+        b.num_beams,
+        b.length_penalty,
+        b.early_stopping,
+        b.beam_search_type,
+        b.beam_compat_pre_normalization,
+        b.beam_compat_no_post_normalization,
+    )
 
 
 def _prompts(b: FriendliCompletionBody, fs: FeatureSet) -> tuple[PromptItem, ...]:

@@ -41,6 +41,7 @@ def encode(req: InternalRequest, model: str) -> dict[str, JSON]:
 @dataclass(frozen=True, slots=True)
 class OctoAIWire:
     features: frozenset[Feature] = OCTOAI_FEATURES
+    extras: frozenset[Feature] = frozenset()
     done_sentinel: bool = True
 
     def path(self, operation: Operation) -> str:

@@ -52,7 +52,8 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=oai.stream_usage(stream, b.stream_options),
         adapter=b.peft,
         user=b.user,
-        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
+        # prompt logprobs are re-encoded, never relayed: the upstream's chunks carry more than asked
+        relay=None if b.loglikelihood else oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -86,7 +87,7 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=oai.stream_usage(stream, b.stream_options),
         adapter=b.peft,
         user=b.user,
-        relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
+        relay=None if b.loglikelihood else oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
         features=fs.frozen(),
         fields=fs.fields,
     )

@@ -1,6 +1,6 @@
 """The internal request → an OpenAI/vLLM upstream body, and that upstream's answers → internal ones.
 
-vLLM's extensions (vllm.md §1) are written only when the request uses them; the core has already
+vLLM's extensions (vllm.md §1; ``vllm_fields``) are written only when the request uses them; the core has already
 refused features the target does not declare, so a plain OpenAI target never receives them. The
 removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silently.
 """
@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.errors import InvalidRequest, UpstreamFailed, UpstreamMalformed
-from gateway.core.request import Feature, InternalRequest, Operation, Sampling
+from gateway.core.errors import UpstreamFailed, UpstreamMalformed
+from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import (
     FINISH_REASONS,
     Choice,
@@ -23,11 +23,19 @@ from gateway.core.response import (
     Frame,
     StreamEvent,
     StreamStart,
+    TokenLogprob,
     Usage,
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, usage_from
 from gateway.dialects.openai.schema import STREAM_FORMAT
+from gateway.dialects.openai.vllm_fields import (
+    VLLM_FEATURES,
+    VLLM_PLUGIN_FEATURES,
+    prompt_logprobs_from,
+    vllm_ranges,
+    vllm_xargs,
+)
 
 JSON = Any
 F = Feature
@@ -36,15 +44,6 @@ OPENAI_FEATURES = frozenset(
     {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.BEST_OF, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SUFFIX, F.SEED}
     | {F.JSON_OBJECT, F.JSON_SCHEMA, F.TOOLS, F.AUDIO, F.PREDICTION, F.REASONING, F.EXTRA_BODY, F.EXTRA_HEADERS}
 )
-VLLM_FEATURES = frozenset(
-    {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
-    | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
-    | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR, F.TOKEN_IDS}
-)
-# Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
-# a target opts in with ``extra_features``.
-VLLM_PLUGIN_FEATURES = frozenset({F.NO_REPEAT_NGRAM, F.XTC, F.FORCED_OUTPUT, F.MIN_TOTAL_TOKENS, F.MAX_TOTAL_TOKENS})
-
 STRUCTURED_KEYS = {
     "json_schema": "json",
     "json_object": "json_object",
@@ -76,23 +75,6 @@ def _messages(req: InternalRequest) -> list[dict[str, JSON]]:
     return out
 
 
-def _xargs(s: Sampling) -> dict[str, JSON]:
-    """Friendli samplers served by this project's vLLM logits processors (backends/vllm_plugins)."""
-    xargs: dict[str, JSON] = {}
-    if s.no_repeat_ngram is not None and s.no_repeat_ngram > 1:
-        xargs["no_repeat_ngram_size"] = s.no_repeat_ngram
-    if s.xtc_probability and s.xtc_threshold:  # Friendli: either at 0.0 means XTC is off
-        xargs["xtc_threshold"] = s.xtc_threshold
-        xargs["xtc_probability"] = s.xtc_probability
-    if s.forced_output_tokens:
-        xargs["forced_output_tokens"] = list(s.forced_output_tokens)
-    if s.min_total_tokens is not None:
-        xargs["min_total_tokens"] = s.min_total_tokens
-    if s.max_total_tokens is not None:
-        xargs["max_total_tokens"] = s.max_total_tokens
-    return xargs
-
-
 PLAIN_SAMPLING = (
     "max_tokens",
     "temperature",
@@ -104,7 +86,6 @@ PLAIN_SAMPLING = (
     "repetition_penalty",
     "min_tokens",
     "suffix",
-    "prompt_logprobs",
 )
 
 
@@ -115,7 +96,16 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
         value = getattr(s, name)
         if value is not None:
             body[name] = value
-    if s.n > 1:
+    if s.beam is not None:  # vLLM returns every beam, best first; the decoder keeps the best
+        body["use_beam_search"] = True
+        body["n"] = s.beam.num_beams
+        # A deterministic search ignores temperature (Friendli's, as Hugging Face's beam_search). vLLM's
+        # steps sample a token at the given temperature and add it to the beam's candidates: only at 0
+        # is that the most likely one, already among them.
+        body["temperature"] = 0.0
+        if s.beam.length_penalty is not None:
+            body["length_penalty"] = s.beam.length_penalty
+    elif s.n > 1:
         body["n"] = s.n
     if s.best_of is not None and s.best_of > s.n:
         body["best_of"] = s.best_of
@@ -142,10 +132,16 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
             body["logprobs"] = s.logprobs
     if s.echo:
         body["echo"] = True
+    if s.prompt_logprobs is not None:
+        if req.stream:  # vLLM refuses prompt_logprobs on streams, but streams them for an echo
+            body["echo"] = True  # with logprobs, on each choice's first chunk (ChunkDecoder splits them)
+            body.setdefault("logprobs", 0)
+        else:
+            body["prompt_logprobs"] = s.prompt_logprobs
     if s.structured is not None:
         value = True if s.structured.kind == "json_object" else s.structured.value
         body["structured_outputs"] = {STRUCTURED_KEYS[s.structured.kind]: value}
-    xargs = _xargs(s)
+    xargs = vllm_xargs(s)
     if xargs:
         body["vllm_xargs"] = xargs
 
@@ -194,18 +190,6 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
 # --- answers -------------------------------------------------------------------------------------
 
 
-def vllm_ranges(request: InternalRequest) -> None:
-    """vLLM's own construction-time checks (vllm.md §1), made here so the client gets its dialect's
-    400 naming its field instead of a relayed vLLM message."""
-    s = request.sampling
-    if s.temperature is not None and s.temperature > 2:
-        raise InvalidRequest("'temperature' must be within [0, 2] for this model", param="temperature")
-    if s.n > 1 and s.temperature is not None and s.temperature < 1e-5:
-        raise InvalidRequest("'n' must be 1 when 'temperature' is 0 (greedy sampling)", param="n")
-    if s.min_tokens is not None and s.max_tokens is not None and s.min_tokens > s.max_tokens:
-        raise InvalidRequest("'min_tokens' exceeds 'max_tokens'", param="min_tokens")
-
-
 def finish_from(value: JSON) -> FinishReason | None:
     if value is None or value == "null":
         return None
@@ -218,11 +202,13 @@ def finish_from(value: JSON) -> FinishReason | None:
     return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
 
 
-def decode(data: JSON, operation: Operation) -> Completion:
+def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam: bool = False) -> Completion:
+    """``prompt_logprobs``: the answer's prompt logprobs open each choice's logprobs (OctoAI's
+    ``loglikelihood``); ``beam``: vLLM's beams, best first, become the one answer (Friendli 2024)."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         raise UpstreamMalformed("upstream answer is not a completion object")
     chat = operation is Operation.CHAT
-    choices = []
+    choices: list[Choice] = []
     for i, c in enumerate(data["choices"]):
         if chat:
             msg = c.get("message") or {}
@@ -230,14 +216,21 @@ def decode(data: JSON, operation: Operation) -> Completion:
             reasoning = msg.get("reasoning_content") or msg.get("reasoning")
         else:
             text, role, tools, reasoning = c.get("text"), None, None, None
-        lps = c.get("logprobs")
+        if beam and choices:
+            break
+        raw = c.get("logprobs")
+        lps = logprobs_from(raw) if raw is not None else None
+        if prompt_logprobs:  # chat answers carry them once, at the top
+            steps = c.get("prompt_logprobs") or data.get("prompt_logprobs")
+            ids = c.get("prompt_token_ids") or data.get("prompt_token_ids")
+            lps = prompt_logprobs_from(steps, ids) + (lps or [])
         choices.append(
             Choice(  # positional, in field order: one decode per request
                 int(c.get("index", i)),
                 text or "",
                 finish_from(c.get("finish_reason")) or "stop",
                 c.get("token_ids") or c.get("tokens"),
-                logprobs_from(lps) if lps is not None else None,
+                lps,
                 c.get("seed"),
                 role,
                 tools,
@@ -275,10 +268,16 @@ class ChunkDecoder:
     usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
     outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    __slots__ = ("chat", "finished", "relaying", "started", "token_ids", "usage")
+    __slots__ = ("chat", "finished", "output_logprobs", "prompt_echoed", "relaying", "started", "token_ids", "usage")
 
-    def __init__(self, operation: Operation, relay: bool = False, token_ids: bool = True) -> None:
+    def __init__(
+        self, operation: Operation, relay: bool = False, token_ids: bool = True, prompt_logprobs: bool | None = None
+    ) -> None:
+        """``prompt_logprobs``: the prompt's logprobs were asked for through an echo (``encode``), so
+        each choice's first chunk opens with them; True if the client asked for output logprobs too."""
         self.chat = operation is Operation.CHAT
+        self.prompt_echoed = prompt_logprobs is not None
+        self.output_logprobs = bool(prompt_logprobs)
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
@@ -353,6 +352,8 @@ class ChunkDecoder:
             text = (delta.get("content") if self.chat else c.get("text")) or ""
             ids = c.get("token_ids") or ((c["token"],) if c.get("token") is not None else ())
             lps = logprobs_from(c["logprobs"]) if c.get("logprobs") is not None else None
+            if self.prompt_echoed:
+                lps = self.split_prompt(lps or [], c.get("prompt_token_ids"))
             tools = delta.get("tool_calls") or () if self.chat else ()
             reasoning = (delta.get("reasoning_content") or delta.get("reasoning")) if self.chat else None
             role = delta.get("role") if self.chat else None
@@ -369,6 +370,16 @@ class ChunkDecoder:
     def finish(self) -> list[StreamEvent]:
         return [UsageReport(self.usage)] if self.usage is not None else []
 
+    def split_prompt(self, lps: list[TokenLogprob], prompt_ids: JSON) -> list[TokenLogprob]:
+        """An echoed stream's logprobs as asked: on the chunk carrying the prompt's ids, its tokens'
+        own logprobs first (the first token excluded), then the output's if the client asked for them.
+        vLLM leaves the prompt's text out when token ids are asked for, which they always are here."""
+        prompt = []
+        if isinstance(prompt_ids, list):
+            head, lps = lps[: len(prompt_ids)], lps[len(prompt_ids) :]
+            prompt = [TokenLogprob(t.token, t.logprob) for t in head[1:]]
+        return prompt + (lps if self.output_logprobs else [])
+
 
 @dataclass(frozen=True, slots=True)
 class OpenAIWire:
@@ -378,6 +389,7 @@ class OpenAIWire:
     features: frozenset[Feature]
     token_ids: bool = False
     done_sentinel: bool = True
+    extras: frozenset[Feature] = frozenset()
 
     def path(self, operation: Operation) -> str:
         return "/chat/completions" if operation is Operation.CHAT else "/completions"
@@ -406,12 +418,14 @@ class OpenAIWire:
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
-        return decode(data, request.operation)
+        s = request.sampling
+        return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        relay = request.relay == STREAM_FORMAT
-        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids))
+        relay, s = request.relay == STREAM_FORMAT, request.sampling
+        echoed = s.logprobs is not None if s.prompt_logprobs is not None and self.token_ids else None
+        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids), echoed)
 
 
 OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
-VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True)
+VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)

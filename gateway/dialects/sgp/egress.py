@@ -83,6 +83,7 @@ class SGPWire:
 
     v4: bool
     done_sentinel: bool = False
+    extras: frozenset[Feature] = frozenset()
 
     @property
     def features(self) -> frozenset[Feature]:
