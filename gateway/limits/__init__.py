@@ -69,7 +69,7 @@ def build_admission(config: GatewayConfig, client: Any) -> Admission:
 
 
 def team_policies(config: GatewayConfig) -> Policies:
-    """The teams' limits and deadlines of one config (a reload builds the next generation's)."""
+    """The teams' limits and deadlines, and the prices, of one config (a reload builds the next generation's)."""
     spend = config.spend
     zone = ZoneInfo(spend.time_zone)
     return Policies(
@@ -82,7 +82,8 @@ def team_policies(config: GatewayConfig) -> Policies:
                 tuple(rules(t.key_budget, zone, spend.currency)),
             )
             for t in config.teams
-        }
+        },
+        PriceTable.of(spend),
     )
 
 

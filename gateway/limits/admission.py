@@ -29,6 +29,7 @@ from gateway.limits import plan as planning
 from gateway.limits.budgets import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
+from gateway.limits.prices import PriceTable
 from gateway.obs.load import ModelLoad
 from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
 
@@ -85,14 +86,16 @@ def deadline_error(refusal: Refusal) -> DeadlineExceeded:
 
 
 class Policies:
-    """The teams' limits of one config generation: a reload makes a new one, and a request keeps the
-    one it started with (``gateway.web.reload``). Counters live in the limiter, keyed by team and key
-    (``plan.tag``), so a team's state carries over from one generation to the next."""
+    """The teams' limits and the prices of one config generation: a reload makes a new one, and a
+    request keeps the one it started with (``gateway.web.reload``), so it is charged at the prices it
+    was admitted under. Counters live in the limiter, keyed by team and key (``plan.tag``), so a
+    team's state carries over from one generation to the next."""
 
-    __slots__ = ("layouts", "limited", "teams")
+    __slots__ = ("layouts", "limited", "prices", "teams")
 
-    def __init__(self, teams: dict[str, TeamPolicy]) -> None:
+    def __init__(self, teams: dict[str, TeamPolicy], prices: PriceTable | None = None) -> None:
         self.teams = teams
+        self.prices = prices if prices is not None else PriceTable()
         self.limited = {team for team, policy in teams.items() if _limits_any(policy)}
         self.layouts: dict[tuple[str, str], Layout] = {}  # per team key, built at its first request
 
@@ -153,8 +156,9 @@ class Admission:
         self, limiter: Limiter, teams: dict[str, TeamPolicy], settings: Settings, spend: Spend | None = None
     ) -> None:
         self.limiter = limiter
-        self.spend = spend if spend is not None else Spend()  # prices, and budgets' notices
-        self.policies = Policies(teams)  # the start-up generation's; a reload passes its own per request
+        self.spend = spend if spend is not None else Spend()  # budgets' notices (and start-up prices)
+        # the start-up generation's; a reload passes its own per request
+        self.policies = Policies(teams, self.spend.prices)
         self.settings = settings
         self.waiters = Waiters(settings.max_waiters)
         self.live: dict[str, Plan] = {}
@@ -192,7 +196,7 @@ class Admission:
         if team not in policies.limited:
             return planning.unlimited(team, key_id, request)
         limits = policies.layout(team, key_id)
-        rate = self.spend.worst(model, targets) if limits.budgets else None
+        rate = self.spend.worst(policies.prices, model, targets) if limits.budgets else None
         plan = planning.planned(team, key_id, limits, request, planning.new_lease(), rate)
         if not plan.checks:
             return plan
@@ -243,16 +247,19 @@ class Admission:
         cached: int | None = None,
         model: str = "",
         target: str = "",
+        prices: PriceTable | None = None,
     ) -> int | None:
         """Settle after the answer has gone out: off the request path, in the app-owned task set.
-        ``model``, ``target``: the route's model label and the target that answered, for the price.
+        ``model``, ``target``: the route's model label and the target that answered, for the price in
+        ``prices`` (the request's generation's; the start-up one by default).
         Answers the request's cost (millionths of the currency), None when it is not priced."""
         if plan.settled:
             return None
         plan.settled = True
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
-        cost = self.spend.cost(model, target, prompt or 0, tokens(cached) or 0, completion or 0)
+        table = prices if prices is not None else self.policies.prices
+        cost = self.spend.cost(table, model, target, prompt or 0, tokens(cached) or 0, completion or 0)
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
             where = (plan.usage_key, plan.key_id, *priced)

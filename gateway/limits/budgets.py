@@ -22,19 +22,24 @@ UNITS = {"m": "money", "t": "tokens"}
 
 
 class Spend:
+    """``prices``: the start-up config's table; each request is priced with its generation's
+    (``Policies.prices``), which a reload replaces."""
+
     def __init__(self, prices: PriceTable | None = None) -> None:
         self.prices = prices if prices is not None else PriceTable()
         self.said: set[tuple[str, str]] = set()  # (budget key, period field) whose excess was logged
 
-    def worst(self, model: str, targets: Sequence[Upstream]) -> Rate | None:
+    @staticmethod
+    def worst(prices: PriceTable, model: str, targets: Sequence[Upstream]) -> Rate | None:
         """The dearest price among the route's targets (a fallback may answer), None with no prices."""
-        return self.prices.worst(model, tuple(t.name for t in targets)) if self.prices else None
+        return prices.worst(model, tuple(t.name for t in targets)) if prices else None
 
-    def cost(self, model: str, target: str, prompt: int, cached: int, completion: int) -> int | None:
+    @staticmethod
+    def cost(prices: PriceTable, model: str, target: str, prompt: int, cached: int, completion: int) -> int | None:
         """What the answer of ``target`` cost, in millionths of the currency; None: not priced."""
-        if not (self.prices and target):
+        if not (prices and target):
             return None
-        rate = self.prices.rate(model, target)
+        rate = prices.rate(model, target)
         return rate.cost(prompt, cached, completion) if rate is not None else None
 
     def refused(self, plan: Plan, refusal: Refusal) -> RateLimited:

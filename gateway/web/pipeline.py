@@ -218,7 +218,9 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             finally:
                 prompt, completion_tokens = log.usage(plan)
                 target = log.attempt.target or ""
-                log.cost = gw.admission.release(plan, prompt, completion_tokens, log.cached_tokens, route.label, target)
+                log.cost = gw.admission.release(
+                    plan, prompt, completion_tokens, log.cached_tokens, route.label, target, gen.policies.prices
+                )
         except GatewayError as err:
             log.failed(err)
             return await answer(request, error_response(dialect, err, rid), log)

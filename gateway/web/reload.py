@@ -45,7 +45,10 @@ from gateway.web import ops
 from gateway.web.state import Gateway, Generation
 
 log = logging.getLogger("gateway")
-RESTART_ONLY = ("server", "redis", "limits", "tracing", "spend")
+# Sections, or a section's fields, that only a restart changes: what they set up is made once (the
+# listener, Redis clients, the tracer), or changing them mid-period would split a budget's sums
+# (currency, time zone). Prices reload: a request is charged at its generation's table.
+RESTART_ONLY = ("server", "redis", "limits", "tracing", "spend.currency", "spend.time_zone", "spend.on_failure")
 Rebuild = Callable[[Gateway, GatewayConfig, str], Generation]
 
 
@@ -101,8 +104,22 @@ def changes(old: GatewayConfig, new: GatewayConfig) -> dict[str, list[str]]:
 
 def keep_running(config: GatewayConfig, running: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
     """``config`` with the running values of the sections only a restart changes, and their names."""
-    differ = [s for s in RESTART_ONLY if getattr(config, s) != getattr(running, s)]
-    return config.model_copy(update={s: getattr(running, s) for s in differ}), differ
+    differ = [path for path in RESTART_ONLY if _at(config, path) != _at(running, path)]
+    for path in differ:
+        config = _put(config, path.split("."), _at(running, path))
+    return config, differ
+
+
+def _at(model: Any, path: str) -> Any:
+    for name in path.split("."):
+        model = getattr(model, name)
+    return model
+
+
+def _put(model: Any, names: list[str], value: Any) -> Any:
+    """``model`` with the field at ``names`` set to ``value`` (the models are frozen: copies)."""
+    head, *rest = names
+    return model.model_copy(update={head: _put(getattr(model, head), rest, value) if rest else value})
 
 
 class Reloader:

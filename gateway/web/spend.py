@@ -83,7 +83,7 @@ async def spend_report(request: web.Request, gw: Gateway) -> web.Response:
             "rows": rows,
             "total": money(total),
             "total_micros": total,
-            "unpriced": [{"model": m, "target": t} for m, t in sorted(gw.admission.spend.prices.unpriced)],
+            "unpriced": [{"model": m, "target": t} for m, t in sorted(gw.gen.policies.prices.unpriced)],
         }
     )
 

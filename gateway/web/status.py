@@ -95,7 +95,7 @@ async def status(request: web.Request) -> web.Response:
         budget_rows = [[html.escape(str(b[k])) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
     except Exception:  # as usage: the page still shows what it can while Redis is down
         budget_rows = [["(unavailable while Redis is down)", *[""] * (len(BUDGET_COLUMNS) - 1)]]
-    unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.admission.spend.prices.unpriced))
+    unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.gen.policies.prices.unpriced))
     unpriced_note = f"<p>Not counted, no price: {unpriced}</p>" if unpriced else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
 <title>llm-gateway status</title><style>{STYLE}</style></head><body>

@@ -313,3 +313,47 @@ async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path
                 mine = [e for e in (await r.json())["entries"] if e.get("hash") == new]
             # the admin call's reload, then one from the forwarded SIGHUP in the other worker
             assert sorted(e["admin"] for e in mine) == sorted([hash_key(ADMIN)[:8], "sighup"])
+
+
+async def test_prices_reload_and_the_currency_waits_for_a_restart(served: Any, tmp_path: Path) -> None:
+    """A reloaded price applies to the requests admitted after it; a changed currency would split the
+    sums already counted, so it is kept and listed under ``restart_needed``."""
+
+    def priced(prompt_price: int, completion_price: int, currency: str) -> str:
+        price = f"{{model: m, input: {prompt_price}, output: {completion_price}}}"
+        spend = f"spend:\n  currency: {currency}\n  prices: [{price}]\n"
+        return config(upstream.url, extra=spend)
+
+    async def cost(session: aiohttp.ClientSession, prompt_price: int, completion_price: int) -> int:
+        """One request's cost at these prices per million tokens: millionths of the currency per token."""
+        body = {"model": "m", "prompt": "hello there", "max_tokens": 4}
+        headers = {"Authorization": f"Bearer {LOAD_KEY}"}
+        async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
+            assert r.status == 200
+            usage = (await r.json())["usage"]
+        return int(usage["prompt_tokens"] * prompt_price + usage["completion_tokens"] * completion_price)
+
+    async def report(session: aiohttp.ClientSession) -> dict[str, Any]:
+        async with session.get(url + "/admin/spend?group_by=model&period=day", headers=ADMIN_HEADERS) as r:
+            assert r.status == 200
+            return dict(await r.json())
+
+    async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
+        cfg = tmp_path / "gw.yaml"
+        cfg.write_text(priced(1, 2, "EUR"))
+        url, proc, log = await served(cfg)
+        async with aiohttp.ClientSession() as session:
+            first = await cost(session, 1, 2)
+
+            async def counted(total: int) -> bool:
+                return (await report(session))["total_micros"] == total
+
+            await until(lambda: counted(first), "the first request's cost in the report")
+            put(cfg, priced(10, 30, "USD"))
+            async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                outcome = await r.json()
+            assert outcome["result"] == "applied" and outcome["restart_needed"] == ["spend.currency"], outcome
+            second = await cost(session, 10, 30)
+            await until(lambda: counted(first + second), "the second request's cost, at the new prices")
+            assert (await report(session))["currency"] == "EUR"
+        await stopped(proc, log)
