@@ -370,8 +370,12 @@ def gateway_config(upstream_port: int, redis_url: str | None) -> str:
     data = yaml.safe_load(text)
     if redis_url:
         data["redis"] = {"url": redis_url}
+        # every limit kind, a money budget among them, far above the load: each admission runs the
+        # whole script (one Redis call) and none is refused
+        data["spend"] = {"currency": "USD", "prices": [{"model": "tiny", "input": 1, "output": 2}]}
         for team in data["teams"]:
             team["limits"] = {"rpm": 1_000_000_000, "tpm": 1_000_000_000_000, "concurrency": 1_000_000}
+            team["budget"] = {"amount": 1_000_000_000, "tokens": 1_000_000_000_000, "period": "month"}
     return yaml.safe_dump(data, sort_keys=False)
 
 
