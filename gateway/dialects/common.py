@@ -76,6 +76,8 @@ Scale = Annotated[float, Field(gt=0, le=caps.MAX_SCALE)]  # a multiplicative pen
 Bias = Annotated[float, Field(ge=-100, le=100)]
 Logprobs = Annotated[int, Field(ge=0, le=20)]
 Texts = Annotated[list[str], Items]
+# a choice constraint: vLLM refuses an empty one, so it is refused here, naming the field
+ChoiceTexts = Annotated[list[str], Items, Field(min_length=1)]
 Objects = Annotated[list[dict[str, JSON]], Items]
 
 

@@ -205,3 +205,36 @@ async def test_a_friendli_client_reads_the_error(gw: Any) -> None:
     octo = {**BY_NAME["octoai"].headers, "Content-Type": "application/json"}
     status, reply = await post(gw, "/v1/completions", octo, b'{"model":"m","prompt":"x","min_p":Infinity}')
     assert status == 400 and reply["object"] == "error" and reply["param"] == "min_p", reply
+
+
+# --- values an engine refuses are refused here first, naming the field ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "extra", "field"),
+    [
+        ("/v5/completions", SGP, {"guided_choice": []}, "guided_choice"),
+        ("/v5/chat/completions", SGP, {"guided_choice": []}, "guided_choice"),
+        ("/v1/completions", OPENAI, {"structured_outputs": {"choice": []}}, "structured_outputs"),
+    ],
+)
+async def test_an_empty_choice_constraint_is_refused_before_the_upstream(
+    gw: Any, path: str, headers: dict[str, str], extra: dict[str, Any], field: str
+) -> None:
+    """vLLM refuses a choice constraint with no choices; forwarded, its 400 named no field of the
+    client's (found by the ingress fuzzer)."""
+    message = {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"prompt": "hi"}
+    status, reply = await post(gw, path, headers, {"model": "m", "max_tokens": 4, **message, **extra})
+    assert status in (400, 422) and names(reply, field), reply
+    assert calls(gw) == []
+
+
+async def test_friendli_beam_search_is_answered_by_a_vllm_shaped_upstream(gw: Any) -> None:
+    """``num_beams`` goes to vLLM as ``use_beam_search`` with ``n`` beams at temperature 0, which vLLM
+    (and the fake that follows it) serves; found by the ingress fuzzer when the fake did not."""
+    body = {"model": "m", "prompt": "hi", "max_tokens": 4, "num_beams": 2}
+    status, reply = await post(gw, "/serverless/v1/completions", FRIENDLI, body)
+    assert status == 200, reply
+    (sent,) = calls(gw)
+    assert sent.body["use_beam_search"] is True and sent.body["n"] == 2
+    assert len(reply["choices"]) == 1  # the best beam, as Friendli answered

@@ -15,6 +15,7 @@ from gateway.dialects.common import (
     Bias,
     Body,
     Choices,
+    ChoiceTexts,
     Items,
     Logprobs,
     MinTokens,
@@ -72,7 +73,7 @@ class StructuredOutputs(Part):
 
     json_: JSON = Field(None, alias="json")
     regex: str | None = None
-    choice: Texts | None = None
+    choice: ChoiceTexts | None = None
     grammar: str | None = None
     json_object: bool | None = None
 

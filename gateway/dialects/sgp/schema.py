@@ -15,6 +15,7 @@ from gateway.dialects.common import (
     Bias,
     Body,
     Choices,
+    ChoiceTexts,
     Logprobs,
     Name,
     Objects,
@@ -34,7 +35,7 @@ JSON = Any
 class Guided(Body):
     guided_json: dict[str, JSON] | None = None
     guided_regex: str | None = None
-    guided_choice: Texts | None = None
+    guided_choice: ChoiceTexts | None = None
     guided_grammar: str | None = None
     include_stop_str_in_output: bool | None = None
     top_k: TopK | None = None

@@ -62,6 +62,9 @@ class Knobs(_Lenient):
     echo: bool | None = False
     structured_outputs: dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    # vLLM's server-side beam search: ``n`` is the beam width and the answer holds every beam
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
 
 
 class CompletionRequest(Knobs):
@@ -221,7 +224,8 @@ def build_sampling(req: Knobs, prompt_len: int, requested: int | None, logprobs:
     check_penalties(req)
     temperature = check_temperature(req)
     check_filters(req)
-    check_n(1 if req.n is None else req.n, temperature < GREEDY_EPS)
+    # beams are ranked, not sampled: vLLM checks ``n`` against greedy decoding only without them
+    check_n(1 if req.n is None else req.n, temperature < GREEDY_EPS and not req.use_beam_search)
     check_lengths(max_tokens, req.min_tokens)
     stops = stop_list(req)
     return Sampling(
