@@ -64,6 +64,7 @@ class Window:
     tokens: int = 0
     opened: int = 0
     failed: int = 0
+    stalled: int = 0  # open and never failed, yet no token in the window (``stalled``)
 
     def __post_init__(self) -> None:
         self.gaps = array("d")  # seconds between a stream's events, inside the window
@@ -78,6 +79,8 @@ class PacedStream(asyncio.Protocol):
         self.last = 0.0
         self.transport: asyncio.Transport | None = None
         self.head = True
+        self.failed = False
+        self.counted = False  # a token of it arrived inside the window
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -88,6 +91,7 @@ class PacedStream(asyncio.Protocol):
         if self.head:
             self.head = False
             if not data.startswith(b"HTTP/1.1 200"):
+                self.failed = True
                 self.window.failed += 1
                 return
         events = data.count(b"data: {")
@@ -95,13 +99,15 @@ class PacedStream(asyncio.Protocol):
             return
         w = self.window
         if w.start <= now <= w.end:
+            self.counted = True
             w.tokens += events
             if self.last:
                 w.gaps.append(now - self.last)
         self.last = now
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if time.perf_counter() < self.window.end:
+        if time.perf_counter() < self.window.end and not self.failed:
+            self.failed = True
             self.window.failed += 1  # ended before the window did: the stream was too short or cut
 
 
@@ -117,17 +123,19 @@ async def hold_streams(port: int, request: bytes, streams: int, ramp: float, sec
     loop = asyncio.get_running_loop()
     window = Window()
     transports: list[asyncio.BaseTransport] = []
+    protocols: list[PacedStream] = []
     began = time.perf_counter()
     for i in range(streams):
         due = began + ramp * i / streams
         if due > time.perf_counter():
             await asyncio.sleep(due - time.perf_counter())
         try:
-            transport, _ = await loop.create_connection(lambda: PacedStream(request, window), "127.0.0.1", port)
+            transport, protocol = await loop.create_connection(lambda: PacedStream(request, window), "127.0.0.1", port)
         except OSError:
             window.failed += 1
             continue
         transports.append(transport)
+        protocols.append(protocol)
     window.opened = len(transports)
     await asyncio.sleep(max(1.0, ramp / 4))  # the last ones' first tokens
     cpu_before = tree_cpu_s(pid) if pid else 0.0
@@ -137,9 +145,16 @@ async def hold_streams(port: int, request: bytes, streams: int, ramp: float, sec
     held = {"rss_kib": tree_kib(pid), "fds": tree_fds(pid)} if pid else {}
     await asyncio.sleep(window.end - time.perf_counter())
     cpu = tree_cpu_s(pid) - cpu_before if pid else 0.0
+    window.stalled = stalled(protocols)
     for t in transports:
         t.abort()
     return window, cpu, held
+
+
+def stalled(streams: list[PacedStream]) -> int:
+    """Streams open the whole window that carried no token in it: a proxy out of descriptors or
+    stuck holds them without failing them, and only tokens/s would show it otherwise."""
+    return sum(1 for s in streams if not s.failed and not s.counted)
 
 
 def tree_kib(pid: int) -> int:
@@ -215,6 +230,7 @@ def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) 
             r: dict[str, Any] = {
                 "streams": window.opened,
                 "failed": window.failed,
+                "stalled": window.stalled,
                 "tokens_per_s": round(window.tokens / args.seconds, 1),
                 "gap_p50_ms": round(percentile(gaps, 50) * 1000, 2) if gaps else None,
                 "gap_p99_ms": round(percentile(gaps, 99) * 1000, 2) if gaps else None,
@@ -318,16 +334,17 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         measured(report["meta"]),
         "",
-        "| scenario | subject | streams | failed | tokens/s | CPU per token | RSS | RSS per stream | fds "
+        "| scenario | subject | streams | failed | stalled | tokens/s | CPU per token | RSS | RSS per stream | fds "
         "| gap p50 | gap p99 | added p99 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
     for label, scenario in report["scenarios"].items():
         for name in SUBJECTS:
             r = scenario[name]
             lines.append(
-                f"| {label} | {name} | {r['streams']} | {r['failed']} | {r['tokens_per_s']} | "
+                f"| {label} | {name} | {r['streams']} | {r['failed']} | {r.get('stalled', '-')} | "
+                f"{r['tokens_per_s']} | "
                 f"{cell(r.get('cpu_us_per_token'), ' µs')} | {cell(r.get('rss_mib'), ' MiB')} | "
                 f"{cell(r.get('rss_kib_per_stream'), ' KiB')} | {cell(r.get('fds'))} | "
                 f"{cell(r['gap_p50_ms'], ' ms')} | "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.paced import PacedStream, Window, stream_request
+from benchmarks.paced import PacedStream, Window, stalled, stream_request
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -57,3 +57,14 @@ def test_the_request_is_one_http_message() -> None:
     head, _, payload = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:9000\r\n")
     assert b"Authorization: Bearer k" in head and f"Content-Length: {len(payload)}".encode() in head
+
+
+def test_a_stream_open_all_window_without_a_token_is_stalled_not_fine() -> None:
+    window = Window(start=0.0)  # open-ended: every event counts
+    silent, _ = opened(window)
+    silent.data_received(HEAD)  # answered, then nothing: a proxy holding it
+    talking, _ = opened(window)
+    talking.data_received(HEAD + b'data: {"x":1}\n\n')
+    refused, _ = opened(window)
+    refused.data_received(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
+    assert stalled([silent, talking, refused]) == 1 and window.failed == 1
