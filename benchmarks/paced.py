@@ -44,6 +44,7 @@ from benchmarks.machine import basic_meta, measured, write_report
 from benchmarks.openloop import Connection
 from benchmarks.procs import Processes, descendants, free_port, log, percentile, status_kib, tree_cpu_s
 from gateway.runtime.config import hash_key
+from gateway.web.listener import connections_for
 from tests.redis_servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,6 +368,24 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join([*lines, "", *verdicts, ""])
 
 
+def raise_descriptors(want: int) -> int:
+    """Every stream holds a descriptor in the client, two in a proxy and one in the upstream: the soft
+    limit (inherited by the subjects) goes as high as allowed; raising the hard one needs privilege.
+    Returns the hard limit."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for soft in (max(want, hard), hard):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, soft))
+            return soft
+    return hard
+
+
+def streams_that_fit(hard: int) -> int:
+    """The most streams a proxy can hold under the hard descriptor limit (a client and an upstream
+    socket each, and the gateway's reserve: ``server.max_connections``'s default), in hundreds."""
+    return connections_for(hard) // 100 * 100
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="scripts/bench-paced", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -394,19 +413,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Every stream holds a descriptor in the client, two in a proxy and one in the upstream.
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(4 * max(args.stream_counts, default=0) + 1024, 4096)
-    with contextlib.suppress(ValueError, OSError):  # raising the hard limit needs privilege
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, hard), max(want, hard)))
+    hard = raise_descriptors(max(4 * max(args.stream_counts, default=0) + 1024, 4096))
     scenarios: dict[str, Any] = {}
     scaling: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-paced-") as tmp:
         if not args.scaling_only:
             label = f"cpu: {args.cpu_streams} x {args.cpu_rate:g} tok/s"
             scenarios[label] = run_streams(args.cpu_streams, args.cpu_rate, args, Path(tmp))
-            for n in args.stream_counts:
-                scenarios[f"scale: {n} x 1 tok/s"] = run_streams(n, 1.0, args, Path(tmp))
+            for asked in args.stream_counts:
+                n = min(asked, streams_that_fit(hard))
+                label = f"scale: {n} x 1 tok/s" + (f" ({asked} asked; descriptor limit {hard})" if n < asked else "")
+                scenarios[label] = run_streams(n, 1.0, args, Path(tmp))
         if args.scaling or args.scaling_only:
             scaling = run_scaling(args, Path(tmp))
     meta = {
@@ -414,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         "note": ("A `--quick` smoke run: too few requests, too short, for figures to quote. " if args.quick else "")
         + (
             f"The fake upstream (fast front end) writes one token per SSE event; streams opened over {args.ramp:g} s "
-            f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, no connection cap; "
+            f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, no per-client connection cap; "
             f"processes unpinned. Scaling: closed loop, {args.connections} keep-alive connections from "
             f"{args.client_procs} client process(es), non-streaming 16-token answers, {args.scaling_seconds:g} s."
         ),

@@ -98,6 +98,7 @@ def _worker(
             host,
             port,
             per_client=server.max_connections_per_client,
+            total=server.max_connections,
             idle_timeout=server.idle_timeout_seconds,
         )
         asyncio.run(serving)

@@ -232,6 +232,10 @@ class Server(_Model):
     # Connections one client address may hold open; the next gets 429 and is closed (0: no cap).
     # Behind a proxy every client shares the proxy's address: raise it there.
     max_connections_per_client: Annotated[int, Field(ge=0)] = 1000
+    # Connections one worker holds open at once; the next gets 503 and is closed (0: no cap). Unset: half
+    # of what the descriptor limit leaves after a reserve (``web/listener.py``), since a stream holds a
+    # client socket and an upstream one.
+    max_connections: Annotated[int, Field(ge=0)] | None = None
     # What all the non-streamed upstream answers being read at once may hold in memory; an answer
     # that would pass it fails as its target's failure (502, or the next target).
     max_buffered_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024

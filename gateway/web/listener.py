@@ -7,6 +7,13 @@ connection's protocol: a connection past ``server.max_connections_per_client`` f
 a 429 and is closed before aiohttp sees it. The listener is ours (``loop.create_server`` with
 ``AppRunner.server`` as the protocol factory, both public) instead of ``web.run_app``'s, which takes
 no protocol factory.
+
+Every connection also counts against the worker's own cap, ``server.max_connections``: by default half
+of what the process's descriptor limit leaves after a reserve, since a streamed request holds its
+client's socket and an upstream one. Past it a connection gets a 503 and is closed at once, so a
+gateway out of descriptors still serves what it holds instead of stalling new accepts (asyncio
+retries a failed ``accept`` once a second) and failing upstream connects of requests it already took.
+``raise_descriptor_limit`` lifts the soft limit to the hard one at start-up, as vLLM's server does.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import signal
 from collections.abc import Callable
 from typing import cast
@@ -24,43 +32,92 @@ log = logging.getLogger("gateway")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def refusal(limit: int) -> bytes:
-    """The whole answer a connection past the cap gets, in OpenAI's envelope as every answer given
-    before a path is known (no dialect is known yet)."""
-    message = (
-        f"too many open connections from this client (limit {limit}: server.max_connections_per_client); "
-        "close idle connections or reuse them"
-    )
-    body = json.dumps({"error": {"message": message, "type": "rate_limit_error", "param": None, "code": None}})
+# Descriptors a worker keeps for its own use beyond client and upstream sockets: the listener, the
+# event loop, Redis pools, replica scrapes, log and metrics files.
+RESERVED_DESCRIPTORS = 128
+
+
+def raise_descriptor_limit() -> int:
+    """Lifts this process's soft descriptor limit to its hard one (no privilege needed) and returns
+    the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):  # a sandbox that forbids it: the soft limit stands
+            pass
+    return soft
+
+
+def connections_for(descriptors: int) -> int:
+    """The connections a worker with ``descriptors`` can carry, each with an upstream connection."""
+    return max(1, (descriptors - RESERVED_DESCRIPTORS) // 2)
+
+
+def answer(status: str, message: str, kind: str) -> bytes:
+    """The whole answer of a refused connection, in OpenAI's envelope as every answer given before a
+    path is known (no dialect is known yet)."""
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
     head = (
-        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
         f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return (head + body).encode()
 
 
 class ClientConnections:
-    """Open connections per client address. ``limit`` 0 counts nothing and refuses nothing."""
+    """Open connections, per client address (``limit``; 0 counts nothing per address) and in all
+    (``total``; 0: no cap)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, total: int = 0) -> None:
         self.limit = limit
+        self.total = total
         self.open: dict[str, int] = {}
+        self.count = 0
         self.refused = 0
         self._warned: set[str] = set()  # addresses at the cap already logged, so a flood is one line
-        self._answer = refusal(limit)
+        self._full_logged = False
+        self._per_client = answer(
+            "429 Too Many Requests",
+            f"too many open connections from this client (limit {limit}: server.max_connections_per_client); "
+            "close idle connections or reuse them",
+            "rate_limit_error",
+        )
+        self._full = answer(
+            "503 Service Unavailable",
+            f"this gateway worker holds its most open connections ({total}: server.max_connections); "
+            "retry shortly or elsewhere",
+            "server_error",
+        )
 
-    def enter(self, host: str) -> bool:
-        count = self.open.get(host, 0)
-        if count >= self.limit:
+    def enter(self, host: str) -> bytes | None:
+        """None when the connection may open; else the answer that refuses it."""
+        if self.total and self.count >= self.total:
             self.refused += 1
-            if host not in self._warned:
-                self._warned.add(host)
-                log.warning("client %s holds %d connections, the cap: refusing more", host[:64], count)
-            return False
-        self.open[host] = count + 1
-        return True
+            if not self._full_logged:
+                self._full_logged = True
+                log.warning("%d connections open, server.max_connections: refusing more", self.count)
+            return self._full
+        if self.limit:
+            count = self.open.get(host, 0)
+            if count >= self.limit:
+                self.refused += 1
+                if host not in self._warned:
+                    self._warned.add(host)
+                    log.warning("client %s holds %d connections, the cap: refusing more", host[:64], count)
+                return self._per_client
+            self.open[host] = count + 1
+        self.count += 1
+        return None
 
     def leave(self, host: str) -> None:
+        self.count -= 1
+        if self.count < self.total:
+            self._full_logged = False
+        if not self.limit:
+            return
         count = self.open[host] - 1
         if count:
             self.open[host] = count
@@ -69,10 +126,11 @@ class ClientConnections:
         if count < self.limit:
             self._warned.discard(host)
 
-    def refuse(self, transport: asyncio.BaseTransport) -> None:
+    @staticmethod
+    def refuse(transport: asyncio.BaseTransport, refusal: bytes) -> None:
         # a stream socket's transport (uvloop's does not subclass asyncio's classes): close() sends
         # what was written first
-        cast(asyncio.Transport, transport).write(self._answer)
+        cast(asyncio.Transport, transport).write(refusal)
         transport.close()
 
 
@@ -90,8 +148,9 @@ class Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) and peer else ""  # a Unix socket's peers share ""
-        if not self._clients.enter(host):
-            self._clients.refuse(transport)
+        refusal = self._clients.enter(host)
+        if refusal is not None:
+            self._clients.refuse(transport, refusal)
             return
         self._host = host
         self._inner.connection_made(transport)
@@ -121,15 +180,17 @@ Factory = Callable[[], asyncio.Protocol]
 
 
 def guarded_factory(factory: Factory, clients: ClientConnections) -> Factory:
-    if clients.limit == 0:
+    if clients.limit == 0 and clients.total == 0:
         return factory
     return lambda: Guarded(factory(), clients)
 
 
-async def serve(app: web.Application, host: str, port: int, *, per_client: int, idle_timeout: float) -> None:
+async def serve(
+    app: web.Application, host: str, port: int, *, per_client: int, total: int | None, idle_timeout: float
+) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then shut down as ``web.run_app`` does: the listener
     closes at once, the app's ``on_shutdown`` drains requests in flight, connections close, the app's
-    clean-up runs."""
+    clean-up runs. ``total`` None: as many connections as the descriptor limit carries."""
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -142,7 +203,10 @@ async def serve(app: web.Application, host: str, port: int, *, per_client: int, 
     stop = asyncio.Event()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    clients = ClientConnections(per_client)
+    descriptors = raise_descriptor_limit()
+    clients = ClientConnections(per_client, connections_for(descriptors) if total is None else total)
+    if clients.total:
+        log.info("connections capped at %d per worker (%d file descriptors)", clients.total, descriptors)
     listener: asyncio.Server | None = None
     try:
         assert runner.server is not None  # set by setup()

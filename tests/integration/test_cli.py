@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -51,7 +52,10 @@ async def wait_healthy(url: str, proc: subprocess.Popen[bytes], limit: float = 2
 async def serve() -> AsyncIterator[Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
-    async def start(args: list[str], env: dict[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
+    async def start(
+        args: list[str], env: dict[str, str], nofile: tuple[int, int] | None = None
+    ) -> tuple[str, subprocess.Popen[bytes]]:
+        """``nofile``: the (soft, hard) descriptor limit the gateway starts with."""
         port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
@@ -59,6 +63,7 @@ async def serve() -> AsyncIterator[Any]:
             env={**os.environ, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
         )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"

@@ -105,3 +105,52 @@ async def test_an_idle_connection_frees_its_place_under_the_cap(serve: Any, tmp_
     assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
     for _, w in [*held, (reader, writer)]:
         w.close()
+
+
+async def refused_503(url: str) -> dict[str, Any]:
+    """A connection past the worker's cap: answered 503 at once and closed; the error."""
+    reader, writer = await connect(url)
+    answer = await asyncio.wait_for(reader.read(), BOUND)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), head
+    error: dict[str, Any] = json.loads(body)["error"]
+    return error
+
+
+async def test_a_worker_past_its_connection_cap_answers_503(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+    """``server.max_connections`` counts every client's connections together; a place comes back when
+    one closes."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(CONFIG.replace(f"max_connections_per_client: {CAP}", "max_connections: 2").replace(": 1}", ": 600}"))
+    url, _ = await serve(["--config", str(cfg)], {})
+    held = [await connect(url) for _ in range(2)]
+    for reader, writer in held:
+        assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
+    error = await refused_503(url)
+    assert "server.max_connections" in error["message"] and "(2:" in error["message"]
+    _, first = held.pop()
+    first.close()
+    await first.wait_closed()
+    reader2, writer2 = held[0]  # as above: an answer on another connection orders the close before it
+    assert (await ask(writer2, reader2)).startswith(b"HTTP/1.1 200")
+    reader, writer = await connect(url)
+    assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
+    for _, w in [*held, (reader, writer)]:
+        w.close()
+
+
+async def test_the_default_cap_follows_the_descriptor_limit(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Unset, the cap is what the descriptor limit carries with an upstream socket per connection: a
+    gateway started with a soft limit of 200 and a hard one of 300 lifts the soft one to 300 and holds
+    (300 - 128) // 2 = 86 connections; the 87th is refused, not left to fail on a descriptor."""
+    cfg = tmp_path / "gw.yaml"
+    # idle connections are not closed while the test opens the rest
+    cfg.write_text(CONFIG.replace(f"{CAP}, idle_timeout_seconds: 1", "0, idle_timeout_seconds: 600"))
+    url, _ = await serve(["--config", str(cfg)], {}, nofile=(200, 300))
+    held = [await connect(url) for _ in range(86)]
+    for reader, writer in held:
+        assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
+    assert "(86:" in (await refused_503(url))["message"]
+    for _, w in held:
+        w.close()
