@@ -1,11 +1,15 @@
-"""The prefix index every gateway replica shares (``balance.strategy: kv-shared``): prompt block hash →
-the replica that last served it, in Redis, so that two gateways send a prompt's prefix to the same
-vLLM replica instead of each learning its own, diverging map.
+"""The prefix index every gateway replica shares (``balance.strategy: kv-shared``): per prompt block
+hash, the replicas that served it and how often, in Redis, so that two gateways send a prompt's prefix
+to the same vLLM replica instead of each learning its own, diverging map.
 
-One Lua script per request, at choice time: it walks the prompt's blocks to the longest run it knows,
-keeps that replica if the balancer counts it among the ``eligible`` (near enough the least loaded),
-else takes the session's replica (if any, and eligible), else the least loaded, and records every
-block against the choice with a TTL (the bound on the index's size: unused prefixes expire).
+One Lua script per request, at choice time: it walks the prompt's blocks and, among the replicas the
+balancer counts as near enough the least loaded, keeps the one holding the longest run; among equal
+runs the one that served it most often (the prefix's home), then the session's replica, then the least
+loaded (``balance.prefer``, the same choice the ``prefix`` strategy makes locally). It records every
+block against the choice (``HINCRBY`` into a hash per block) with a TTL, the bound on the index's size:
+unused prefixes expire. A request that yields to load adds its replica to the blocks' hashes instead of
+replacing the home: the next one goes home again, so a hot prefix does not move back and forth and fill
+every replica's cache (the KV cache of a busy replica holds a share of the prefixes, not all of them).
 Recording at choice time, not after the answer, is what llm-d's picker does too: the next request for
 the same prefix, from any gateway, already finds it. A cached prefix outranks a session here: a
 conversation's own turns are recorded where it runs, so they lead back to it anyway, while a session
@@ -32,27 +36,39 @@ RETRY_SECONDS = 2.0  # how long a failed or slow Redis answer keeps the shared i
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
 # KEYS: the prompt's block keys in order (one hash slot: the target's hash tag).
-# ARGV: ttl seconds, the session's replica ("" if none), then the eligible replicas, best first.
-# Returns {the chosen replica, how many leading blocks were found}.
+# ARGV: ttl seconds, how many of the candidates are eligible, then the available replicas: the eligible
+# ones first, in ``Plan.candidates`` order, then the rest.
+# Returns {the chosen replica, its cached depth, the deepest any available replica holds}: a choice
+# shallower than the deepest is affinity yielding to load.
 PICK = """
-local found, depth = nil, 0
-for i, key in ipairs(KEYS) do
-  local r = redis.call('GET', key)
-  if not r then break end
-  found, depth = r, i
-end
-local choice = ARGV[2]
-if choice == '' then choice = ARGV[3] end
-if found then
-  for i = 3, #ARGV do
-    if ARGV[i] == found then choice = found; break end
+local eligible = tonumber(ARGV[2])
+local alive, depth, uses = {}, {}, {}
+for i = 3, #ARGV do alive[#alive + 1] = ARGV[i] end
+local deepest = 0
+for k, key in ipairs(KEYS) do
+  if #alive == 0 then break end
+  local counts = redis.call('HMGET', key, unpack(alive))
+  local still = {}
+  for j, r in ipairs(alive) do
+    if counts[j] then
+      still[#still + 1] = r
+      depth[r], uses[r], deepest = k, tonumber(counts[j]), k
+    end
   end
+  alive = still
+end
+local choice, best, most = ARGV[3], -1, -1
+for i = 3, 2 + eligible do
+  local r = ARGV[i]
+  local d, u = depth[r] or 0, uses[r] or 0
+  if d > best or (d == best and u > most) then choice, best, most = r, d, u end
 end
 local ttl = tonumber(ARGV[1])
 for _, key in ipairs(KEYS) do
-  redis.call('SET', key, choice, 'EX', ttl)
+  redis.call('HINCRBY', key, choice, 1)
+  redis.call('EXPIRE', key, ttl)
 end
-return {choice, depth}
+return {choice, best, deepest}
 """
 
 
@@ -75,17 +91,20 @@ def router(balancer: Balancer, target: str, urls: list[str], client: Any | None)
 
 class SharedRouter:
     """The pool's order for one request: the shared index's choice first when Redis answers in time,
-    the balancer's local order otherwise. ``hits`` (a cached prefix found) and ``fallbacks`` (Redis
-    failed or was too slow) count what happened."""
+    the balancer's local order otherwise. ``hits`` (a cached prefix found), ``yields`` (a deeper one
+    passed over for load) and ``fallbacks`` (Redis failed or was too slow) count what happened."""
 
     def __init__(self, balancer: Balancer, target: str, urls: list[str], client: Any) -> None:
         self.balancer = balancer
         self.urls = urls
         self._index = {url: i for i, url in enumerate(urls)}
-        self._prefix = f"gw:prefix:{{{target}}}:"  # the hash tag keeps a pool's keys on one Cluster slot
+        # The hash tag keeps a pool's keys on one Cluster slot; "blocks", not the "prefix" of the
+        # one-owner strings before, so that those left in Redis after an upgrade are not misread.
+        self._prefix = f"gw:blocks:{{{target}}}:"
         self._pick = client.register_script(PICK)
         self._out_until = 0.0
         self.hits = 0
+        self.yields = 0
         self.fallbacks = 0
 
     async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
@@ -99,11 +118,12 @@ class SharedRouter:
     async def _shared_choice(self, plan: Plan) -> int | None:
         s = self.balancer.settings
         keys = [f"{self._prefix}{h:016x}" for h in plan.hashes[:MAX_BLOCKS]]
-        session = self.urls[plan.sticky] if plan.sticky is not None else ""
-        args = [max(1, round(s.shared_ttl)), session, *(self.urls[i] for i in plan.eligible)]
+        candidates = plan.candidates
+        rest = [i for i in plan.ranked if i not in candidates]
+        args = [max(1, round(s.shared_ttl)), len(candidates), *(self.urls[i] for i in candidates + rest)]
         try:
             async with asyncio.timeout(s.shared_timeout_ms / 1000):
-                choice, depth = await self._pick(keys=keys, args=args)
+                choice, depth, deepest = await self._pick(keys=keys, args=args)
         except Exception as exc:  # slow, down or refusing: the local order serves, nothing waits on Redis
             self._out_until = time.monotonic() + RETRY_SECONDS
             self.fallbacks += 1
@@ -111,6 +131,6 @@ class SharedRouter:
             log.warning("shared prefix index unavailable (%s); local routing for %.0f s", why, RETRY_SECONDS)
             return None
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
-        if depth:
-            self.hits += 1
+        self.hits += depth > 0
+        self.yields += deepest > depth
         return replica

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes
+from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes, prefer
 from backends.replicas import read_gauges, server_root
 from gateway.core.request import ChatMessage, InternalRequest, Operation
 from gateway.runtime.config import Balance
@@ -171,10 +171,25 @@ def test_prefix_index_is_bounded_lru_and_forgets_a_replica() -> None:
     index = PrefixIndex(capacity=4)
     index.record([1, 2, 3], replica=0)
     index.record([7, 8], replica=1)
-    assert len(index) == 4 and index.lookup([1, 2, 3]) is None  # block 1 was evicted
-    assert index.lookup([7, 8, 9]) == 1
+    assert len(index) == 4 and index.lookup([1, 2, 3], [0, 1]) == ({}, {})  # block 1 was evicted
+    assert index.lookup([7, 8, 9], [0, 1]) == ({1: 2}, {1: 1})
     index.forget(1)
-    assert index.lookup([7]) is None and index.lookup([2, 3]) == 0
+    assert index.lookup([7], [0, 1]) == ({}, {}) and index.lookup([2, 3], [0, 1]) == ({0: 2}, {0: 1})
+
+
+def test_prefix_index_keeps_every_replica_a_prefix_went_to() -> None:
+    index = PrefixIndex(capacity=100)
+    for _ in range(3):
+        index.record([1, 2, 3], replica=0)
+    index.record([1, 2], replica=1)  # one request yielded to load
+    depth, uses = index.lookup([1, 2, 3, 4], [0, 1, 2])
+    assert depth == {0: 3, 1: 2} and uses == {0: 3, 1: 1}
+    assert prefer([2, 1, 0], depth, uses) == 0  # the deepest
+    assert prefer([2, 1], depth, uses) == 1  # the deepest of those allowed
+    index.record([1, 2, 3], replica=1)
+    depth, uses = index.lookup([1, 2, 3], [1, 0])
+    assert prefer([1, 0], depth, uses) == 0  # equal depth: its home, not the later copy
+    assert prefer([2, 1], {}, {}) == 2  # nothing cached: the first candidate
 
 
 def test_read_gauges_picks_the_load_lines() -> None:
