@@ -28,48 +28,69 @@ import logging
 import time
 from typing import Any
 
-from backends.balance import Balancer, Plan
+from backends.balance import HOMES_HALVED_AT, Balancer, Plan
 from gateway.core.request import InternalRequest
 
 log = logging.getLogger("gateway.replicas")
 RETRY_SECONDS = 2.0  # how long a failed or slow Redis answer keeps the shared index out
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
-# KEYS: the prompt's block keys in order (one hash slot: the target's hash tag).
+# KEYS: the pool's homes (replica → new prefixes placed there), then the prompt's block keys in order
+# (one hash slot: the target's hash tag).
 # ARGV: ttl seconds, how many of the candidates are eligible, then the available replicas: the eligible
 # ones first, in ``Plan.candidates`` order, then the rest.
 # Returns {the chosen replica, its cached depth, the deepest any available replica holds}: a choice
-# shallower than the deepest is affinity yielding to load.
+# shallower than the deepest is affinity yielding to load. The choice is ``balance.prefer``'s.
 PICK = """
-local eligible = tonumber(ARGV[2])
+local eligible, ttl = tonumber(ARGV[2]), tonumber(ARGV[1])
 local alive, depth, uses = {}, {}, {}
 for i = 3, #ARGV do alive[#alive + 1] = ARGV[i] end
 local deepest = 0
-for k, key in ipairs(KEYS) do
+for k = 2, #KEYS do
   if #alive == 0 then break end
-  local counts = redis.call('HMGET', key, unpack(alive))
+  local counts = redis.call('HMGET', KEYS[k], unpack(alive))
   local still = {}
   for j, r in ipairs(alive) do
     if counts[j] then
       still[#still + 1] = r
-      depth[r], uses[r], deepest = k, tonumber(counts[j]), k
+      depth[r], uses[r], deepest = k - 1, tonumber(counts[j]), k - 1
     end
   end
   alive = still
 end
-local choice, best, most = ARGV[3], -1, -1
+local homes = redis.call('HMGET', KEYS[1], unpack(ARGV, 3, 2 + eligible))
+local choice, best = ARGV[3], {-1, -1, 0}
 for i = 3, 2 + eligible do
   local r = ARGV[i]
-  local d, u = depth[r] or 0, uses[r] or 0
-  if d > best or (d == best and u > most) then choice, best, most = r, d, u end
+  local score = {depth[r] or 0, uses[r] or 0, -(tonumber(homes[i - 2]) or 0)}
+  for s = 1, 3 do
+    if score[s] ~= best[s] then
+      if score[s] > best[s] then choice, best = r, score end
+      break
+    end
+  end
 end
-local ttl = tonumber(ARGV[1])
-for _, key in ipairs(KEYS) do
-  redis.call('HINCRBY', key, choice, 1)
-  redis.call('EXPIRE', key, ttl)
+for k = 2, #KEYS do
+  redis.call('HINCRBY', KEYS[k], choice, 1)
+  redis.call('EXPIRE', KEYS[k], ttl)
 end
-return {choice, best, deepest}
-"""
+if best[1] == 0 and redis.call('HINCRBY', KEYS[1], choice, 1) > HALVED_AT then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do redis.call('HSET', KEYS[1], all[i], math.floor(tonumber(all[i + 1]) / 2)) end
+end
+redis.call('EXPIRE', KEYS[1], ttl)
+return {choice, best[1], deepest}
+""".replace("HALVED_AT", str(HOMES_HALVED_AT))
+
+
+def homes_key(target: str) -> str:
+    return f"gw:homes:{{{target}}}"
+
+
+def block_key(target: str, block: int) -> str:
+    """A block's hash in Redis. The hash tag keeps a pool's keys on one Cluster slot; "blocks", not the
+    "prefix" of the one-owner strings before, so that those left in Redis by an upgrade are not misread."""
+    return f"gw:blocks:{{{target}}}:{block:016x}"
 
 
 class LocalRouter:
@@ -98,9 +119,7 @@ class SharedRouter:
         self.balancer = balancer
         self.urls = urls
         self._index = {url: i for i, url in enumerate(urls)}
-        # The hash tag keeps a pool's keys on one Cluster slot; "blocks", not the "prefix" of the
-        # one-owner strings before, so that those left in Redis after an upgrade are not misread.
-        self._prefix = f"gw:blocks:{{{target}}}:"
+        self.target = target
         self._pick = client.register_script(PICK)
         self._out_until = 0.0
         self.hits = 0
@@ -117,18 +136,25 @@ class SharedRouter:
 
     async def _shared_choice(self, plan: Plan) -> int | None:
         s = self.balancer.settings
-        keys = [f"{self._prefix}{h:016x}" for h in plan.hashes[:MAX_BLOCKS]]
+        keys = [homes_key(self.target), *(block_key(self.target, h) for h in plan.hashes[:MAX_BLOCKS])]
         candidates = plan.candidates
         rest = [i for i in plan.ranked if i not in candidates]
         args = [max(1, round(s.shared_ttl)), len(candidates), *(self.urls[i] for i in candidates + rest)]
+        began = time.monotonic()
         try:
             async with asyncio.timeout(s.shared_timeout_ms / 1000):
                 choice, depth, deepest = await self._pick(keys=keys, args=args)
         except Exception as exc:  # slow, down or refusing: the local order serves, nothing waits on Redis
-            self._out_until = time.monotonic() + RETRY_SECONDS
+            now = time.monotonic()
+            self._out_until = now + RETRY_SECONDS
             self.fallbacks += 1
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.warning("shared prefix index unavailable (%s); local routing for %.0f s", why, RETRY_SECONDS)
+            log.warning(
+                "shared prefix index unavailable (%s after %.0f ms); local routing for %.0f s",
+                why,
+                (now - began) * 1000,
+                RETRY_SECONDS,
+            )
             return None
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
         self.hits += depth > 0

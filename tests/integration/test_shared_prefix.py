@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -161,7 +162,26 @@ async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) 
     r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
     sessions = [f"conversation-{i}" for i in range(12)]
     homes = {s: await first_choice(r, f"{s} opens with its own words, long enough for blocks", s) for s in sessions}
-    assert len(set(homes.values())) == 3  # nothing cached: each session goes to its rendezvous replica
+    assert len(set(homes.values())) == 3  # nothing cached: new prefixes are shared out
     cached = await first_choice(r, SYSTEM + "a")
     # The system prompt is cached: every session that sends it goes there, whatever its own replica.
     assert {await first_choice(r, SYSTEM + "b", s) for s in sessions} == {cached}
+
+
+async def test_the_script_chooses_as_the_local_prefix_index_does(shared_redis: aioredis.Redis) -> None:
+    """The Lua script and ``balance.prefer`` are one rule written twice: replayed over the same plans
+    (random loads, sessions and prompts sharing a few prefixes), they choose alike."""
+    shared = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}", affinity_slack=1)
+    local = Balancer(shared.balancer.replicas, shared.balancer.settings)
+    rng = random.Random(7)
+    yielded = 0
+    for step in range(200):
+        for state in shared.balancer.replicas:
+            state.in_flight = rng.choice([0, 0, 1, 2, 3])
+        prompt = f"prefix {rng.randrange(12)} " * 3 + "x" * rng.randrange(40)
+        plan = shared.balancer.plan(completion(prompt), rng.choice([None, "a", "b"]), 0.0)
+        want = local.local_order(plan)[0]
+        assert await shared._shared_choice(plan) == want, step
+        local.record(plan.hashes, want)
+        yielded = shared.yields
+    assert shared.hits > 150 and yielded > 5  # the replay went through both kinds of choice

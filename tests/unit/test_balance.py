@@ -184,12 +184,24 @@ def test_prefix_index_keeps_every_replica_a_prefix_went_to() -> None:
     index.record([1, 2], replica=1)  # one request yielded to load
     depth, uses = index.lookup([1, 2, 3, 4], [0, 1, 2])
     assert depth == {0: 3, 1: 2} and uses == {0: 3, 1: 1}
-    assert prefer([2, 1, 0], depth, uses) == 0  # the deepest
-    assert prefer([2, 1], depth, uses) == 1  # the deepest of those allowed
+    assert prefer([2, 1, 0], depth, uses, {}) == 0  # the deepest
+    assert prefer([2, 1], depth, uses, {}) == 1  # the deepest of those allowed
     index.record([1, 2, 3], replica=1)
     depth, uses = index.lookup([1, 2, 3], [1, 0])
-    assert prefer([1, 0], depth, uses) == 0  # equal depth: its home, not the later copy
-    assert prefer([2, 1], {}, {}) == 2  # nothing cached: the first candidate
+    assert prefer([1, 0], depth, uses, {1: 0, 0: 9}) == 0  # equal depth: its home, not the later copy
+    assert prefer([2, 1], {}, {}, {}) == 2  # nothing cached: the first candidate
+    assert prefer([2, 1], {}, {}, {2: 3, 1: 1}) == 1  # a new prefix: the replica home to the fewest
+
+
+def test_new_prefixes_are_shared_out_whatever_the_session() -> None:
+    b = pool(2, prefix_block_chars=8)
+    homes = {}
+    for k in range(10):
+        order, hashes = b.order(completion(f"{k:02d} system prompt " * 2), "one session", NOW)
+        b.record(hashes, order[0])
+        homes[k] = order[0]
+    assert Counter(homes.values()) == {0: 5, 1: 5}
+    assert all(b.order(completion(f"{k:02d} system prompt " * 3), None, NOW)[0][0] == homes[k] for k in homes)
 
 
 def test_read_gauges_picks_the_load_lines() -> None:
