@@ -16,7 +16,8 @@ conversation's own turns are recorded where it runs, so they lead back to it any
 that opens with a shared system prompt finds the replica already holding it.
 
 Redis is never on the critical path for longer than ``shared_timeout_ms``: a slow or failed answer
-falls back to the balancer's local order (``prefix``) and keeps Redis out for ``RETRY_SECONDS``.
+falls back to the balancer's local order (``prefix``) and keeps Redis out for a moment
+(``SLOW_RETRY_SECONDS``) or, when it failed, for ``RETRY_SECONDS``.
 Why not vLLM's KV-cache events (``--kv-events-config``): they name blocks by hashes of token ids, so
 matching them needs the model's tokenizer (and chat template) in the gateway; see docs/vllm.md.
 """
@@ -32,7 +33,11 @@ from backends.balance import HOMES_HALVED_AT, Balancer, Plan
 from gateway.core.request import InternalRequest
 
 log = logging.getLogger("gateway.replicas")
-RETRY_SECONDS = 2.0  # how long a failed or slow Redis answer keeps the shared index out
+RETRY_SECONDS = 2.0  # how long a failed Redis call keeps the shared index out
+# How long a slow one does: a few requests' time, not seconds. Slow answers come in bursts when the
+# gateway's own event loop stalls (on a crowded host the limits' Redis calls time out in the same
+# milliseconds), which says nothing of Redis; a stalled Redis still costs only one wait per interval.
+SLOW_RETRY_SECONDS = 0.25
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
 # KEYS: the pool's homes (replica → new prefixes placed there), then the prompt's block keys in order
@@ -146,14 +151,15 @@ class SharedRouter:
                 choice, depth, deepest = await self._pick(keys=keys, args=args)
         except Exception as exc:  # slow, down or refusing: the local order serves, nothing waits on Redis
             now = time.monotonic()
-            self._out_until = now + RETRY_SECONDS
+            out = SLOW_RETRY_SECONDS if isinstance(exc, TimeoutError) else RETRY_SECONDS
+            self._out_until = now + out
             self.fallbacks += 1
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning(
-                "shared prefix index unavailable (%s after %.0f ms); local routing for %.0f s",
+                "shared prefix index unavailable (%s after %.0f ms); local routing for %.2g s",
                 why,
                 (now - began) * 1000,
-                RETRY_SECONDS,
+                out,
             )
             return None
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
