@@ -31,7 +31,7 @@ from gateway.runtime.config import Balance
 
 KV_WEIGHT = 4.0
 FAILURE_COOLDOWN = 5.0  # seconds a replica that failed before the first byte is passed over
-HOMES_HALVED_AT = 1024  # new prefixes placed on one replica before every replica's count is halved
+HOME = 1000  # a new prefix's weight in ``PrefixIndex.homes``: integers, so that Lua and Python agree exactly
 
 
 @dataclass(slots=True)
@@ -101,13 +101,15 @@ class PrefixIndex:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._where: OrderedDict[int, dict[int, int]] = OrderedDict()
-        self.homes: dict[int, int] = {}  # replica → prefixes first sent there (``prefer``), halved now and then
+        self.homes: dict[int, int] = {}  # replica → new prefixes lately sent there (``prefer``, ``placed``)
 
-    def placed(self, replica: int) -> None:
-        """A new prefix went to ``replica``."""
-        self.homes[replica] = self.homes.get(replica, 0) + 1
-        if self.homes[replica] > HOMES_HALVED_AT:  # recent placements count, not a replica's whole life
-            self.homes = {i: n // 2 for i, n in self.homes.items()}
+    def placed(self, replica: int, replicas: int) -> None:
+        """A new prefix went to ``replica``, one of ``replicas`` available. Earlier placements fade, by
+        1/(2 * replicas) each time: the last few per replica count, the prefixes still likely in use (a
+        conversation ends; a replica added later is not flooded until its all-time count catches up)."""
+        fade = 2 * replicas
+        self.homes = {i: n * (fade - 1) // fade for i, n in self.homes.items()}
+        self.homes[replica] = self.homes.get(replica, 0) + HOME
 
     def lookup(self, hashes: list[int], candidates: list[int]) -> tuple[dict[int, int], dict[int, int]]:
         """Per candidate, how many leading blocks it served (``depth``) and how often it served the
@@ -146,8 +148,8 @@ class PrefixIndex:
 def prefer(candidates: list[int], depth: dict[int, int], uses: dict[int, int], homes: dict[int, int]) -> int:
     """The candidate with the deepest cached prefix; among equals the one that served it most often (its
     home: a request that yielded to load elsewhere does not move it); a new prefix to the one that is home
-    to the fewest (so that the prefixes, hence the load, are shared out evenly: least loaded at the moment
-    of a prefix's first request is a noisy pick for all its later ones); then the first candidate
+    to the fewest lately (so that the prefixes, hence the load, are shared out evenly: least loaded at the
+    moment of a prefix's first request is a noisy pick for all its later ones); then the first candidate
     (``Plan.candidates``). ``backends/prefix_index.py``'s script makes the same choice in Redis."""
     return max(candidates, key=lambda i: (depth.get(i, 0), uses.get(i, 0), -homes.get(i, 0)))
 
@@ -232,7 +234,7 @@ class Balancer:
             depth, uses = self.prefixes.lookup(plan.hashes, plan.candidates)
             choice = prefer(plan.candidates, depth, uses, self.prefixes.homes)
             if choice not in depth:
-                self.prefixes.placed(choice)
+                self.prefixes.placed(choice, len(plan.ranked))
             return plan.first(choice)
         if plan.sticky is not None:
             return plan.first(plan.sticky)

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any
 
-from backends.balance import HOMES_HALVED_AT, Balancer, Plan
+from backends.balance import HOME, Balancer, Plan
 from gateway.core.request import InternalRequest
 
 log = logging.getLogger("gateway.replicas")
@@ -40,7 +40,8 @@ RETRY_SECONDS = 2.0  # how long a failed Redis call keeps the shared index out
 SLOW_RETRY_SECONDS = 0.25
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
-# KEYS: the pool's homes (replica → new prefixes placed there), then the prompt's block keys in order
+# KEYS: the pool's homes (replica → new prefixes lately placed there, as ``PrefixIndex.homes``), then
+# the prompt's block keys in order
 # (one hash slot: the target's hash tag).
 # ARGV: ttl seconds, how many of the candidates are eligible, then the available replicas: the eligible
 # ones first, in ``Plan.candidates`` order, then the rest.
@@ -79,13 +80,17 @@ for k = 2, #KEYS do
   redis.call('HINCRBY', KEYS[k], choice, 1)
   redis.call('EXPIRE', KEYS[k], ttl)
 end
-if best[1] == 0 and redis.call('HINCRBY', KEYS[1], choice, 1) > HALVED_AT then
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do redis.call('HSET', KEYS[1], all[i], math.floor(tonumber(all[i + 1]) / 2)) end
+if best[1] == 0 then
+  local fade, all = 2 * (#ARGV - 2), redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local n = math.floor(tonumber(all[i + 1]) * (fade - 1) / fade)
+    if n > 0 then redis.call('HSET', KEYS[1], all[i], n) else redis.call('HDEL', KEYS[1], all[i]) end
+  end
+  redis.call('HINCRBY', KEYS[1], choice, HOME)
 end
 redis.call('EXPIRE', KEYS[1], ttl)
 return {choice, best[1], deepest}
-""".replace("HALVED_AT", str(HOMES_HALVED_AT))
+""".replace("HOME", str(HOME))
 
 
 def homes_key(target: str) -> str:

@@ -270,9 +270,10 @@ async def measure(
 # --- processes -----------------------------------------------------------------------------------
 
 
-def gateway_config(replicas: list[str], redis_url: str, port: int, slack: float) -> dict[str, Any]:
+def gateway_config(replicas: list[str], redis_url: str, port: int, args: Any) -> dict[str, Any]:
     def pool(alias: str) -> dict[str, Any]:
-        balance = {"strategy": STRATEGIES[alias], "scrape_interval": 0.5, "affinity_slack": slack}
+        balance = {"strategy": STRATEGIES[alias], "scrape_interval": 0.5, "affinity_slack": args.affinity_slack}
+        balance["shared_timeout_ms"] = args.shared_timeout_ms
         balance["prefix_block_chars"] = BLOCK_CHARS
         target = {"provider": "vllm", "replicas": replicas, "model": server.SERVED_NAME, "name": f"pool-{alias}"}
         return {"name": alias, "targets": [{**target, "balance": balance}]}
@@ -304,9 +305,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             for i in range(2):
                 port = free_port()
                 config = tmp / f"gateway{i}.yaml"
-                config.write_text(
-                    yaml.safe_dump(gateway_config([v.url for v in vllms], redis.url, port, args.affinity_slack))
-                )
+                config.write_text(yaml.safe_dump(gateway_config([v.url for v in vllms], redis.url, port, args)))
                 serve = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--workers", "1"]
                 procs.start(f"gateway{i}", serve, env=dict(os.environ))
                 procs.wait_http(f"gateway{i}", f"http://127.0.0.1:{port}/ready", timeout=60)
@@ -391,9 +390,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--system-words", type=int, default=60, help="words per system prompt (default 60)")
     p.add_argument("--turns", type=int, default=4, help="turns per conversation (default 4)")
     p.add_argument("--max-tokens", type=int, default=16, help="completion tokens per request (default 16)")
-    # vLLM here batches 4 requests (--max-num-seqs 4): the config's default slack of 4 would let a warm
-    # replica take a whole extra batch before affinity yields.
-    p.add_argument("--affinity-slack", type=float, default=2.0, help="balance.affinity_slack (default 2)")
+    # The config's default: a request that yields to load misses its prefix and evicts one of the other
+    # replica's, and at 2 (half a batch of --max-num-seqs 4) requests yield too often (docs/performance.md).
+    p.add_argument("--affinity-slack", type=float, default=4.0, help="balance.affinity_slack (default 4)")
+    # The gateway's redis.timeout_ms. Two engines pinned to both cores starve the gateways and Redis:
+    # answers come 20-90 ms late in bursts, which the config's default of 20 turns into fallbacks.
+    p.add_argument("--shared-timeout-ms", type=float, default=50.0, help="balance.shared_timeout_ms (default 50)")
     # A KV cache too small for every prefix on every replica, as on a busy GPU: 32 blocks of 128 tokens
     # hold the 16 system prompts once across two replicas, not twice.
     p.add_argument("--kv-blocks", type=int, default=32, help="KV-cache blocks per replica (default 32)")
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             f"core of its own; two gateways (1 worker each) sharing a private redis-server, requests alternating "
             f"between them; {args.requests} streamed completions of {args.max_tokens} tokens per workload and "
             f"strategy, {args.clients} clients at a time, half of them with an `X-Session-Id`; "
-            f"`affinity_slack: {args.affinity_slack:g}`."
+            f"`affinity_slack: {args.affinity_slack:g}`, `shared_timeout_ms: {args.shared_timeout_ms:g}`."
         ),
     }
     report = {"meta": meta, **results}

@@ -204,6 +204,22 @@ def test_new_prefixes_are_shared_out_whatever_the_session() -> None:
     assert all(b.order(completion(f"{k:02d} system prompt " * 3), None, NOW)[0][0] == homes[k] for k in homes)
 
 
+def test_new_prefixes_share_out_the_recent_placements_not_the_whole_history() -> None:
+    b = pool(2, prefix_block_chars=8, affinity_slack=1)
+
+    def place(k: int) -> int:
+        order, hashes = b.order(completion(f"{k:03d} conversation " * 2), None, NOW)
+        b.record(hashes, order[0])
+        return order[0]
+
+    b.replicas[1].in_flight = 5  # too busy for affinity: twelve conversations start on replica 0
+    assert {place(k) for k in range(12)} == {0}
+    b.replicas[1].in_flight = 0
+    # Counting every placement ever, the next twelve would all go to replica 1; the early ones have faded.
+    later = [place(k) for k in range(12, 24)]
+    assert later[:2] == [1, 1] and Counter(later) == {0: 5, 1: 7}
+
+
 def test_read_gauges_picks_the_load_lines() -> None:
     text = "\n".join(
         [
