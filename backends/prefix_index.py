@@ -41,8 +41,7 @@ SLOW_RETRY_SECONDS = 0.25
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
 # KEYS: the pool's homes (replica → new prefixes lately placed there, as ``PrefixIndex.homes``), then
-# the prompt's block keys in order
-# (one hash slot: the target's hash tag).
+# the prompt's block keys in order (one hash slot: the target's hash tag).
 # ARGV: ttl seconds, how many of the candidates are eligible, then the available replicas: the eligible
 # ones first, in ``Plan.candidates`` order, then the rest.
 # Returns {the chosen replica, its cached depth, the deepest any available replica holds}: a choice
