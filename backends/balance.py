@@ -31,6 +31,7 @@ from gateway.runtime.config import Balance
 
 KV_WEIGHT = 4.0
 FAILURE_COOLDOWN = 5.0  # seconds a replica that failed before the first byte is passed over
+HOME = 1000  # a new prefix's weight in ``PrefixIndex.homes``: integers, so that Lua and Python agree exactly
 
 
 @dataclass(slots=True)
@@ -91,35 +92,66 @@ def block_hashes(text: str, block: int) -> list[int]:
 
 
 class PrefixIndex:
-    """Block hash → the replica that last served it; bounded, least recently used out first."""
+    """Block hash → the replicas that served it and how often; bounded, least recently used out first.
+
+    Every replica a prefix went to is kept, not only the last: a request that yields to load makes a
+    second copy, and forgetting the first would send the prefix back and forth and keep it in every
+    replica's cache at once (where, in a cache smaller than the working set, it is evicted in turn)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._where: OrderedDict[int, int] = OrderedDict()
+        self._where: OrderedDict[int, dict[int, int]] = OrderedDict()
+        self.homes: dict[int, int] = {}  # replica → new prefixes lately sent there (``prefer``, ``placed``)
 
-    def lookup(self, hashes: list[int]) -> int | None:
-        """The replica holding the longest run of leading blocks, if any."""
-        found = None
-        for h in hashes:
-            replica = self._where.get(h)
-            if replica is None:
+    def placed(self, replica: int, replicas: int) -> None:
+        """A new prefix went to ``replica``, one of ``replicas`` available. Earlier placements fade, by
+        1/(2 * replicas) each time: the last few per replica count, the prefixes still likely in use (a
+        conversation ends; a replica added later is not flooded until its all-time count catches up)."""
+        fade = 2 * replicas
+        self.homes = {i: n * (fade - 1) // fade for i, n in self.homes.items()}
+        self.homes[replica] = self.homes.get(replica, 0) + HOME
+
+    def lookup(self, hashes: list[int], candidates: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """Per candidate, how many leading blocks it served (``depth``) and how often it served the
+        deepest of them (``uses``); candidates with no leading block are left out."""
+        depth: dict[int, int] = {}
+        uses: dict[int, int] = {}
+        alive = candidates
+        for k, h in enumerate(hashes, 1):
+            served = self._where.get(h, {})
+            alive = [i for i in alive if i in served]
+            if not alive:
                 break
-            found = replica
-        return found
+            for i in alive:
+                depth[i], uses[i] = k, served[i]
+        return depth, uses
 
     def record(self, hashes: list[int], replica: int) -> None:
         for h in hashes:
-            self._where[h] = replica
+            served = self._where.setdefault(h, {})
+            served[replica] = served.get(replica, 0) + 1
             self._where.move_to_end(h)
         while len(self._where) > self.capacity:
             self._where.popitem(last=False)
 
     def forget(self, replica: int) -> None:
-        for h in [h for h, r in self._where.items() if r == replica]:
-            del self._where[h]
+        for h in list(self._where):
+            served = self._where[h]
+            served.pop(replica, None)
+            if not served:
+                del self._where[h]
 
     def __len__(self) -> int:
         return len(self._where)
+
+
+def prefer(candidates: list[int], depth: dict[int, int], uses: dict[int, int], homes: dict[int, int]) -> int:
+    """The candidate with the deepest cached prefix; among equals the one that served it most often (its
+    home: a request that yielded to load elsewhere does not move it); a new prefix to the one that is home
+    to the fewest lately (so that the prefixes, hence the load, are shared out evenly: least loaded at the
+    moment of a prefix's first request is a noisy pick for all its later ones); then the first candidate
+    (``Plan.candidates``). ``backends/prefix_index.py``'s script makes the same choice in Redis."""
+    return max(candidates, key=lambda i: (depth.get(i, 0), uses.get(i, 0), -homes.get(i, 0)))
 
 
 @dataclass(slots=True)
@@ -133,6 +165,14 @@ class Plan:
     hashes: list[int] = field(default_factory=list)
     sticky: int | None = None
     eligible: list[int] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[int]:
+        """Where affinity may send the request, by preference when no prefix decides: the session's
+        replica, then the least loaded."""
+        if self.sticky is None:
+            return self.eligible
+        return [self.sticky, *(i for i in self.eligible if i != self.sticky)]
 
     def first(self, replica: int) -> list[int]:
         """The order with ``replica`` tried first."""
@@ -188,13 +228,16 @@ class Balancer:
         return self.local_order(plan), plan.hashes
 
     def local_order(self, plan: Plan) -> list[int]:
-        """The order by this process's own prefix index."""
+        """The order by this process's own prefix index. A cached prefix outranks a session, as in the
+        shared index: a conversation's own turns lead back to where it runs anyway."""
+        if plan.hashes:  # none under round-robin and least-loaded
+            depth, uses = self.prefixes.lookup(plan.hashes, plan.candidates)
+            choice = prefer(plan.candidates, depth, uses, self.prefixes.homes)
+            if choice not in depth:
+                self.prefixes.placed(choice, len(plan.ranked))
+            return plan.first(choice)
         if plan.sticky is not None:
             return plan.first(plan.sticky)
-        if plan.hashes:  # none under round-robin and least-loaded
-            found = self.prefixes.lookup(plan.hashes)
-            if found in plan.eligible:
-                return plan.first(found)
         return plan.ranked + plan.down
 
     def record(self, hashes: list[int], replica: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -120,8 +121,9 @@ def shared_router(client: aioredis.Redis, pool: str, **settings: Any) -> SharedR
     """One gateway's view of a pool of three replicas (its own loads), sharing ``pool``'s index."""
     urls = [f"http://10.0.0.{i}:8000/v1" for i in range(3)]
     states = [ReplicaState(url, f"r{i}") for i, url in enumerate(urls)]
-    balance = Balance.model_validate({"strategy": "kv-shared", "prefix_block_chars": 16, **settings})
-    return SharedRouter(Balancer(states, balance), pool, urls, client)
+    # A timeout no busy test host reaches: these tests are about the choices, not about a slow Redis.
+    balance = {"strategy": "kv-shared", "prefix_block_chars": 16, "shared_timeout_ms": 60_000, **settings}
+    return SharedRouter(Balancer(states, Balance.model_validate(balance)), pool, urls, client)
 
 
 def completion(prompt: str) -> InternalRequest:
@@ -132,24 +134,54 @@ async def first_choice(router: SharedRouter, prompt: str, session: str | None = 
     return (await router.order(completion(prompt), session, 0.0))[0][0]
 
 
-async def test_the_script_keeps_a_cached_prefix_only_where_load_allows(shared_redis: aioredis.Redis) -> None:
+async def test_two_routers_keep_a_prefix_home_while_load_allows(shared_redis: aioredis.Redis) -> None:
     pool = f"unit-{uuid.uuid4().hex[:8]}"
     a, b = shared_router(shared_redis, pool, affinity_slack=1), shared_router(shared_redis, pool, affinity_slack=1)
     home = await first_choice(a, SYSTEM + "first?")
-    assert await first_choice(b, SYSTEM + "second?") == home and b.hits == 1
-    # Busier than the slack allows (as gateway a sees it): the least loaded takes it, and the prefix
-    # now lives there for gateway b too.
+    assert [await first_choice((a, b)[i % 2], SYSTEM + f"again {i}?") for i in range(6)] == [home] * 6
+    assert a.hits == 3 and b.hits == 3 and a.yields == b.yields == 0
+    # Busier than the slack allows (as gateway a sees it): the least loaded takes it, and a yield is
+    # counted; the prefix now has a second copy there, but its home stays where it was.
     a.balancer.replicas[home].in_flight = 5
-    moved = await first_choice(a, SYSTEM + "third?")
-    assert moved != home
-    assert await first_choice(b, SYSTEM + "fourth?") == moved
+    spill = await first_choice(a, SYSTEM + "third?")
+    assert spill != home and a.yields == 1
+    assert await first_choice(b, SYSTEM + "fourth?") == home
+    # While the home stays busy, its overflow goes to the same second copy, from either gateway, even
+    # where a fresh replica is as idle.
+    b.balancer.replicas[home].in_flight = 5
+    assert {await first_choice((a, b)[i % 2], SYSTEM + f"busy {i}?") for i in range(6)} == {spill}
+    # Both copies busy: the third replica, and the home again as soon as it is free.
+    a.balancer.replicas[spill].in_flight = 5
+    third = await first_choice(a, SYSTEM + "everywhere?")
+    assert third not in (home, spill)
+    a.balancer.replicas[home].in_flight = 0
+    assert await first_choice(a, SYSTEM + "home again?") == home
 
 
 async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) -> None:
     r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
     sessions = [f"conversation-{i}" for i in range(12)]
     homes = {s: await first_choice(r, f"{s} opens with its own words, long enough for blocks", s) for s in sessions}
-    assert len(set(homes.values())) == 3  # nothing cached: each session goes to its rendezvous replica
+    assert len(set(homes.values())) == 3  # nothing cached: new prefixes are shared out
     cached = await first_choice(r, SYSTEM + "a")
     # The system prompt is cached: every session that sends it goes there, whatever its own replica.
     assert {await first_choice(r, SYSTEM + "b", s) for s in sessions} == {cached}
+
+
+async def test_the_script_chooses_as_the_local_prefix_index_does(shared_redis: aioredis.Redis) -> None:
+    """The Lua script and ``balance.prefer`` are one rule written twice: replayed over the same plans
+    (random loads, sessions and prompts sharing a few prefixes), they choose alike."""
+    shared = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}", affinity_slack=1)
+    local = Balancer(shared.balancer.replicas, shared.balancer.settings)
+    rng = random.Random(7)
+    yielded = 0
+    for step in range(200):
+        for state in shared.balancer.replicas:
+            state.in_flight = rng.choice([0, 0, 1, 2, 3])
+        prompt = f"prefix {rng.randrange(12)} " * 3 + "x" * rng.randrange(40)
+        plan = shared.balancer.plan(completion(prompt), rng.choice([None, "a", "b"]), 0.0)
+        want = local.local_order(plan)[0]
+        assert await shared._shared_choice(plan) == want, step
+        local.record(plan.hashes, want)
+        yielded = shared.yields
+    assert shared.hits > 150 and yielded > 5  # the replay went through both kinds of choice

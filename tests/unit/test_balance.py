@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes
+from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes, prefer
 from backends.replicas import read_gauges, server_root
 from gateway.core.request import ChatMessage, InternalRequest, Operation
 from gateway.runtime.config import Balance
@@ -171,10 +171,53 @@ def test_prefix_index_is_bounded_lru_and_forgets_a_replica() -> None:
     index = PrefixIndex(capacity=4)
     index.record([1, 2, 3], replica=0)
     index.record([7, 8], replica=1)
-    assert len(index) == 4 and index.lookup([1, 2, 3]) is None  # block 1 was evicted
-    assert index.lookup([7, 8, 9]) == 1
+    assert len(index) == 4 and index.lookup([1, 2, 3], [0, 1]) == ({}, {})  # block 1 was evicted
+    assert index.lookup([7, 8, 9], [0, 1]) == ({1: 2}, {1: 1})
     index.forget(1)
-    assert index.lookup([7]) is None and index.lookup([2, 3]) == 0
+    assert index.lookup([7], [0, 1]) == ({}, {}) and index.lookup([2, 3], [0, 1]) == ({0: 2}, {0: 1})
+
+
+def test_prefix_index_keeps_every_replica_a_prefix_went_to() -> None:
+    index = PrefixIndex(capacity=100)
+    for _ in range(3):
+        index.record([1, 2, 3], replica=0)
+    index.record([1, 2], replica=1)  # one request yielded to load
+    depth, uses = index.lookup([1, 2, 3, 4], [0, 1, 2])
+    assert depth == {0: 3, 1: 2} and uses == {0: 3, 1: 1}
+    assert prefer([2, 1, 0], depth, uses, {}) == 0  # the deepest
+    assert prefer([2, 1], depth, uses, {}) == 1  # the deepest of those allowed
+    index.record([1, 2, 3], replica=1)
+    depth, uses = index.lookup([1, 2, 3], [1, 0])
+    assert prefer([1, 0], depth, uses, {1: 0, 0: 9}) == 0  # equal depth: its home, not the later copy
+    assert prefer([2, 1], {}, {}, {}) == 2  # nothing cached: the first candidate
+    assert prefer([2, 1], {}, {}, {2: 3, 1: 1}) == 1  # a new prefix: the replica home to the fewest
+
+
+def test_new_prefixes_are_shared_out_whatever_the_session() -> None:
+    b = pool(2, prefix_block_chars=8)
+    homes = {}
+    for k in range(10):
+        order, hashes = b.order(completion(f"{k:02d} system prompt " * 2), "one session", NOW)
+        b.record(hashes, order[0])
+        homes[k] = order[0]
+    assert Counter(homes.values()) == {0: 5, 1: 5}
+    assert all(b.order(completion(f"{k:02d} system prompt " * 3), None, NOW)[0][0] == homes[k] for k in homes)
+
+
+def test_new_prefixes_share_out_the_recent_placements_not_the_whole_history() -> None:
+    b = pool(2, prefix_block_chars=8, affinity_slack=1)
+
+    def place(k: int) -> int:
+        order, hashes = b.order(completion(f"{k:03d} conversation " * 2), None, NOW)
+        b.record(hashes, order[0])
+        return order[0]
+
+    b.replicas[1].in_flight = 5  # too busy for affinity: twelve conversations start on replica 0
+    assert {place(k) for k in range(12)} == {0}
+    b.replicas[1].in_flight = 0
+    # Counting every placement ever, the next twelve would all go to replica 1; the early ones have faded.
+    later = [place(k) for k in range(12, 24)]
+    assert later[:2] == [1, 1] and Counter(later) == {0: 5, 1: 7}
 
 
 def test_read_gauges_picks_the_load_lines() -> None:
