@@ -1,0 +1,274 @@
+"""What each vLLM replica of a pool holds in its prefix cache, learned from vLLM's KV-cache events
+(``--kv-events-config``: a ZMQ PUB socket sending ``(topic, seq, msgpack KVEventBatch)``).
+
+``ReplicaView`` is sans-IO: it takes decoded batches with their sequence numbers and answers how many
+leading blocks of a tokenized prompt the replica holds. It names blocks by its own chained hash of
+the blocks' token ids (``chain_hashes``), never by vLLM's (whose seed and algorithm are the engine's
+business); a map from vLLM's hash to ours applies ``BlockRemoved``. A sequence gap (the socket's queue
+overflowed, or the engine restarted) or an undecodable batch empties the view: it then under-reports
+until new events fill it again, which costs cache hits, never a wrong "it is cached".
+
+``PoolEvents`` is the IO shell the pool owns: one subscriber per replica, all in one task started and
+stopped with the pool, never on the request path. ZMQ reconnects by itself; a socket monitor tells
+when a replica's publisher is connected, and a view is ``live`` only while it is. What routes on the
+views is ``backends/kv_router.py``; the prompt's tokens come from ``backends/prompt_tokens.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from array import array
+from collections import Counter, OrderedDict
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from gateway.runtime.config import KvEvents
+
+log = logging.getLogger("gateway.kv_events")
+ROOT = 0  # the parent of a prompt's first block
+PRIMARY = (None, "GPU")  # the engine's own block pool (also on CPU builds); offload tiers are not read
+
+VllmHash = bytes | int  # vLLM's ExternalBlockHash: int with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, else bytes
+
+
+# -- the wire: vllm/distributed/kv_events.py (vllm 0.32.0), the fields we read --------------------------
+# Events are tagged maps ({"type": "BlockStored", ...}); unknown fields are ignored, so fields vLLM
+# adds later do not break decoding.
+
+
+class BlockStored(msgspec.Struct, tag=True):
+    block_hashes: list[VllmHash]
+    parent_block_hash: VllmHash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None  # cache_salt, multimodal ids: blocks no plain prompt matches
+    group_idx: int | None = None
+
+
+class BlockRemoved(msgspec.Struct, tag=True):
+    block_hashes: list[VllmHash]
+    medium: str | None = None
+    group_idx: int | None = None
+
+
+class AllBlocksCleared(msgspec.Struct, tag=True):
+    pass
+
+
+class KVEventBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
+
+
+DECODER = msgspec.msgpack.Decoder(KVEventBatch)
+
+
+def chain_hashes(tokens: list[int], block_size: int, parent: int = ROOT) -> list[int]:
+    """Our chained hash of each full block of ``tokens``: equal hashes mean equal token prefixes up to
+    that block. The same function names the engine's blocks and the prompt's, so they meet."""
+    out: list[int] = []
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        block = array("q", tokens[start : start + block_size]).tobytes()
+        parent = int.from_bytes(hashlib.blake2b(parent.to_bytes(8, "big") + block, digest_size=8).digest(), "big")
+        out.append(parent)
+    return out
+
+
+class ReplicaView:
+    """The blocks one replica holds, as our hashes; bounded at ``capacity`` blocks, oldest out first
+    (forgetting a block only costs a hit)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.block_size: int | None = None  # from the first stored block
+        self.connected = False
+        self.gaps = 0  # times the view was emptied because batches were missed or undecodable
+        self._ours: OrderedDict[VllmHash, int] = OrderedDict()  # vLLM's hash → ours
+        self._held: Counter[int] = Counter()  # ours → how many of vLLM's blocks carry it
+        self._next_seq: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.connected
+
+    def __len__(self) -> int:
+        return len(self._ours)
+
+    def __repr__(self) -> str:
+        return f"ReplicaView(connected={self.connected}, blocks={len(self)}, size={self.block_size}, gaps={self.gaps})"
+
+    def holds(self, hash_: int) -> bool:
+        return self._held[hash_] > 0
+
+    def depth(self, hashes: list[int]) -> int:
+        """How many leading blocks of a prompt (``chain_hashes`` of its tokens) are cached here."""
+        n = 0
+        for h in hashes:
+            if not self._held.get(h):
+                break
+            n += 1
+        return n
+
+    def clear(self) -> None:
+        self._ours.clear()
+        self._held.clear()
+
+    def restart(self) -> None:
+        """Connected anew (or not at all): forget the blocks and where the sequence was."""
+        self.clear()
+        self._next_seq = None
+
+    def receive(self, seq: int, batch: KVEventBatch | None) -> None:
+        """One published batch (``None``: it did not decode). A batch other than the next one means
+        some were missed: what they said is unknown, so the view starts again from this one."""
+        if batch is None or (self._next_seq is not None and seq != self._next_seq):
+            self.gaps += 1
+            self.clear()
+        self._next_seq = seq + 1
+        if batch is not None:
+            for event in batch.events:
+                self.apply(event)
+
+    def apply(self, event: BlockStored | BlockRemoved | AllBlocksCleared) -> None:
+        if isinstance(event, BlockStored):
+            self._stored(event)
+        elif isinstance(event, BlockRemoved):
+            if event.medium in PRIMARY and event.group_idx in (None, 0):
+                for vh in event.block_hashes:
+                    self._drop(vh)
+        else:
+            self.clear()
+
+    def _stored(self, event: BlockStored) -> None:
+        # Blocks of an adapter, a cache salt or images match no plain prompt; a second KV group (hybrid
+        # models) or an offload tier is not what the engine reuses first.
+        if event.lora_id is not None or event.lora_name is not None or event.medium not in PRIMARY:
+            return
+        if event.group_idx not in (None, 0) or (event.extra_keys and any(k for k in event.extra_keys)):
+            return
+        if self.block_size is None:
+            self.block_size = event.block_size
+        if event.block_size != self.block_size:
+            return
+        if event.parent_block_hash is None:
+            parent = ROOT
+        else:
+            known = self._ours.get(event.parent_block_hash)
+            if known is None:
+                return  # its parent was stored before we listened (or forgotten): it cannot be chained
+            parent = known
+        ours = chain_hashes(event.token_ids, event.block_size, parent)
+        for vh, h in zip(event.block_hashes, ours, strict=False):
+            self._drop(vh)
+            self._ours[vh] = h
+            self._held[h] += 1
+        while len(self._ours) > self.capacity:
+            self._drop(next(iter(self._ours)))
+
+    def _drop(self, vh: VllmHash) -> None:
+        h = self._ours.pop(vh, None)
+        if h is not None:
+            self._held[h] -= 1
+            if self._held[h] <= 0:
+                del self._held[h]
+
+
+def endpoints(settings: KvEvents, replicas: list[str]) -> list[str]:
+    """Each replica's publisher: as listed, or the replica's own host at ``port``."""
+    if settings.endpoints:
+        return list(settings.endpoints)
+    out = []
+    for url in replicas:
+        host = urlsplit(url).hostname or "127.0.0.1"
+        out.append(f"tcp://[{host}]:{settings.port}" if ":" in host else f"tcp://{host}:{settings.port}")
+    return out
+
+
+class PoolEvents:
+    """The views of a pool's replicas, kept current by one background task while the pool runs."""
+
+    def __init__(self, settings: KvEvents, replicas: list[str], name: str) -> None:
+        self.settings = settings
+        self.name = name
+        self.endpoints = endpoints(settings, replicas)
+        self.views = [ReplicaView(settings.max_blocks) for _ in replicas]
+        self._ctx: zmq.asyncio.Context | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def live(self, replicas: list[int]) -> bool:
+        return all(self.views[i].live for i in replicas)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._ctx = zmq.asyncio.Context()
+            self._task = asyncio.create_task(self._run(), name=f"kv events {self.name}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+        for view in self.views:
+            view.connected = False
+            view.restart()
+
+    async def _run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for endpoint, view in zip(self.endpoints, self.views, strict=True):
+                group.create_task(self._subscribe(endpoint, view))
+
+    async def _subscribe(self, endpoint: str, view: ReplicaView) -> None:
+        assert self._ctx is not None
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, self.settings.hwm)  # the bounded queue: overflow is a gap, not memory
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, self.settings.topic.encode())
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sock.connect(endpoint)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._watch(monitor, endpoint, view))
+                group.create_task(self._read(sock, endpoint, view))
+        finally:
+            sock.disable_monitor()
+            monitor.close(linger=0)
+            sock.close(linger=0)
+
+    async def _watch(self, monitor: zmq.asyncio.Socket, endpoint: str, view: ReplicaView) -> None:
+        """Connected: a fresh, empty view is live. Disconnected (the engine went away): not live."""
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())
+            connected = event["event"] == zmq.EVENT_CONNECTED
+            if connected != view.connected:
+                log.info("kv events of %s: %s %s", self.name, "connected to" if connected else "lost", endpoint)
+            view.restart()
+            view.connected = connected
+
+    async def _read(self, sock: zmq.asyncio.Socket, endpoint: str, view: ReplicaView) -> None:
+        while True:
+            frames = await sock.recv_multipart()
+            if len(frames) != 3 or len(frames[1]) != 8:
+                continue  # not vLLM's (topic, seq, payload)
+            seq = int.from_bytes(frames[1], "big", signed=True)
+            try:
+                batch: KVEventBatch | None = DECODER.decode(frames[2])
+            except msgspec.MsgspecError as exc:
+                log.warning("kv events of %s from %s: undecodable batch %d (%s)", self.name, endpoint, seq, exc)
+                batch = None
+            view.receive(seq, batch)

@@ -1,0 +1,148 @@
+"""A request's prompt as the engine will see it: token ids, for matching against the blocks vLLM's
+KV-cache events report (``backends/kv_events.py``).
+
+Built once per pool at start-up from the model's directory: ``tokenizer.json`` (Hugging Face's
+``tokenizers``) and, for chat, the chat template (``chat_template.jinja``, else ``tokenizer_config.json``'s
+``chat_template``) rendered as transformers' ``apply_chat_template`` does (a sandboxed jinja2
+environment with ``trim_blocks``/``lstrip_blocks``, ``add_generation_prompt``), which is what vLLM's
+OpenAI server runs. Completions are encoded with the tokenizer's special tokens (vLLM's
+``add_special_tokens`` default for completions), a rendered chat without (its default for chat: the
+template writes them). What cannot be rendered the same way (images, a template that fails) gives
+``None``: that request is routed without the events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
+from tokenizers import Tokenizer
+
+from gateway.core.request import ChatMessage, InternalRequest
+
+log = logging.getLogger("gateway.kv_events")
+# Tokens past this many are not looked at: a block hash per 16 tokens of a 512 k-token prompt would
+# cost more than the routing is worth, and no engine caches a prefix that long in one place.
+MAX_TOKENS = 65536
+
+
+def _raise(message: str) -> NoReturn:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _chat_template(directory: Path) -> str | None:
+    file = directory / "chat_template.jinja"
+    if file.exists():
+        return file.read_text()
+    config = directory / "tokenizer_config.json"
+    if not config.exists():
+        return None
+    template = json.loads(config.read_text()).get("chat_template")
+    if isinstance(template, list):  # named templates: the "default" one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _special_tokens(directory: Path) -> dict[str, str]:
+    """``bos_token``/``eos_token``/... as the template sees them (a string, or ``{"content": ...}``)."""
+    config = directory / "tokenizer_config.json"
+    if not config.exists():
+        return {}
+    out: dict[str, str] = {}
+    for key, value in json.loads(config.read_text()).items():
+        if key.endswith("_token"):
+            content = value.get("content") if isinstance(value, dict) else value
+            if isinstance(content, str):
+                out[key] = content
+    return out
+
+
+def _content(message: ChatMessage) -> str | None:
+    """Text parts joined by newlines, as vLLM's "string" content format does; None for any other part."""
+    if message.content is None or isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            return None
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def prompt_chars(request: InternalRequest) -> int:
+    """How much text ``PromptTokens.tokens`` would tokenize."""
+    if request.prompts:
+        first = request.prompts[0]
+        return len(first) if isinstance(first, str) else 0
+    return sum(len(m.content) if isinstance(m.content, str) else 64 for m in request.messages)
+
+
+class PromptTokens:
+    """The tokenizer and chat template of one model."""
+
+    def __init__(self, directory: str | Path) -> None:
+        path = Path(directory)
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        source = _chat_template(path)
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+        )
+        env.filters["tojson"] = _tojson
+        env.globals.update(raise_exception=_raise, strftime_now=_strftime_now)
+        self.template = env.from_string(source) if source is not None else None
+        self.special = _special_tokens(path)
+
+    def tokens(self, request: InternalRequest) -> list[int] | None:
+        """The first prompt's token ids (what the engine would cache first), or None."""
+        if request.prompts:
+            first = request.prompts[0]
+            if isinstance(first, str):
+                return self.encode(first, special=True)
+            return list(first[:MAX_TOKENS])
+        if request.messages:
+            text = self.render(request)
+            return self.encode(text, special=False) if text is not None else None
+        return None
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        # encode_batch, unlike encode, releases the GIL while it works (tokenizers 0.2x)
+        ids: list[int] = self.tokenizer.encode_batch([text], add_special_tokens=special)[0].ids
+        return ids[:MAX_TOKENS]
+
+    def render(self, request: InternalRequest) -> str | None:
+        """The chat as the engine's template renders it, ready for the assistant's answer."""
+        if self.template is None:
+            return None
+        messages: list[dict[str, Any]] = []
+        for m in request.messages:
+            content = _content(m)
+            if content is None and m.content is not None:
+                return None
+            message: dict[str, Any] = {"role": m.role, "content": content}
+            for key in ("name", "tool_calls", "tool_call_id"):
+                if getattr(m, key) is not None:
+                    message[key] = getattr(m, key)
+            messages.append(message)
+        tools = request.chat.tools if request.chat is not None else None
+        try:
+            return self.template.render(
+                messages=messages, tools=list(tools) if tools else None, add_generation_prompt=True, **self.special
+            )
+        except jinja2.exceptions.TemplateError as exc:
+            log.debug("chat template failed (%s): routed without kv events", exc)
+            return None
