@@ -19,7 +19,7 @@ from backends.balance import Balancer
 from backends.kv_events import PoolEvents, ReplicaView, chain_hashes
 from backends.prompt_tokens import PromptTokens, prompt_chars
 from gateway.core.request import InternalRequest
-from gateway.runtime.config import KvEvents, Target
+from gateway.runtime.config import ConfigError, KvEvents, Target
 
 INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a token: benchmarks/kv_events.py)
 
@@ -32,7 +32,7 @@ class Router(Protocol):
 def check(settings: KvEvents) -> str | None:
     """What is wrong with the tokenizer directory, or None."""
     if not (Path(settings.tokenizer) / "tokenizer.json").is_file():
-        return f"kv_events.tokenizer: no tokenizer.json in {settings.tokenizer}"
+        return f"tokenizer: no tokenizer.json in {settings.tokenizer}"
     return None
 
 
@@ -45,7 +45,7 @@ class EventsRouter:
         assert settings is not None
         problem = check(settings)
         if problem is not None:
-            raise ValueError(problem)
+            raise ConfigError(f"balance.kv_events.{problem}")
         self.balancer = balancer
         self.fallback = fallback
         self.events = PoolEvents(settings, list(target.replicas), name)

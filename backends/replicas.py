@@ -28,7 +28,7 @@ from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
-from gateway.runtime.config import Target
+from gateway.runtime.config import ConfigError, Target
 
 if TYPE_CHECKING:
     from backends.kv_router import EventsRouter, Router
@@ -114,8 +114,11 @@ class ReplicaPool:
         self.kv_events: EventsRouter | None = None
         if target.balance.kv_events is not None:
             # imported here: its packages (the kv-events extra) are needed only by pools that use it
-            from backends.kv_router import EventsRouter
-
+            try:
+                from backends.kv_router import EventsRouter
+            except ImportError as exc:
+                extra = f"pip install 'llm-gateway[kv-events]' ({exc.name} is missing)"
+                raise ConfigError(f"balance.kv_events: needs the optional extra: {extra}") from None
             self.kv_events = self.router = EventsRouter(self.balancer, target, self._name, self.router)
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None

@@ -162,7 +162,7 @@ def check_extras(config: GatewayConfig, source: str) -> None:
         for where, settings in events:
             problem = check_events(settings) if settings is not None else None
             if problem is not None:
-                raise ConfigError(f"{source}: {where}: {problem}")
+                raise ConfigError(f"{source}: {where}.{problem}")
 
 
 def check(config: GatewayConfig, source: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from backends.kv_events import DECODER, chain_hashes
 from backends.kv_router import EventsRouter, depths
 from backends.prefix_index import LocalRouter
 from backends.prompt_tokens import PromptTokens
+from gateway import cli
 from gateway.core.request import ChatMessage, InternalRequest, Operation
-from gateway.runtime.config import Target
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, parse_config
+from gateway.web.app import create_app
 
 BS = 4
 URLS = ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1", "http://127.0.0.1:9003/v1"]
@@ -180,3 +183,54 @@ async def test_the_pools_subscriber_learns_from_a_publisher_and_drops_it_when_go
         assert len(view) == 0
     finally:
         await router.close()
+
+
+def config(events: dict[str, Any], **target: Any) -> GatewayConfig:
+    t = {"provider": "vllm", "replicas": URLS[:2], "balance": {"kv_events": events}, **target}
+    return parse_config({"models": [{"name": "m", "targets": [t]}], "auth": "none"})
+
+
+@pytest.mark.parametrize(
+    ("events", "target", "error"),
+    [
+        ({"tokenizer": "/m"}, {}, "exactly one of 'endpoints' or 'port'"),
+        ({"tokenizer": "/m", "port": 5557, "endpoints": ["tcp://a:1", "tcp://b:1"]}, {}, "exactly one of"),
+        ({"tokenizer": "/m", "endpoints": ["http://a:1", "tcp://b:1"]}, {}, "must start with tcp:// or ipc://"),
+        ({"tokenizer": "/m", "endpoints": ["tcp://a:1"]}, {}, "give one per replica"),
+        ({"port": 5557}, {}, "tokenizer"),
+        ({"tokenizer": "/m", "port": 5557}, {"replicas": [], "base_url": "http://a/v1"}, "needs 'replicas'"),
+        ({"tokenizer": "/m", "port": 5557, "bogus": 1}, {}, "bogus"),
+    ],
+)
+def test_the_config_is_refused_with_a_reason(events: dict[str, Any], target: dict[str, Any], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        config(events, **target)
+
+
+def test_affinity_strategies_only() -> None:
+    with pytest.raises(ConfigError, match="kv_events needs strategy prefix or kv-shared, not round-robin"):
+        events = {"tokenizer": "/m", "port": 5557}
+        config(events, balance={"strategy": "round-robin", "kv_events": events})
+
+
+def test_check_config_names_a_missing_extra_or_tokenizer(monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> None:
+    good = config({"tokenizer": str(model_dir), "port": 5557})
+    cli.check_extras(good, "gw.yaml")  # installed, and the tokenizer is there: nothing to say
+    where = r"^gw.yaml: models\['m'\].targets\[0\].balance.kv_events"
+    with pytest.raises(ConfigError, match=where + r".tokenizer: no tokenizer.json in /nowhere$"):
+        cli.check_extras(config({"tokenizer": "/nowhere", "port": 5557}), "gw.yaml")
+    monkeypatch.setitem(sys.modules, "zmq", None)  # a None entry makes its import fail, as if not installed
+    with pytest.raises(ConfigError) as caught:
+        cli.check_extras(good, "gw.yaml")
+    assert str(caught.value) == (
+        "gw.yaml: models['m'].targets[0].balance.kv_events: needs the optional extra:"
+        " pip install 'llm-gateway[kv-events]' (zmq is missing)"
+    )
+
+
+def test_without_the_extra_the_app_is_not_built(monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> None:
+    for name in [m for m in sys.modules if m.startswith(("backends.kv_router", "backends.kv_events", "zmq"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "zmq", None)
+    with pytest.raises(ConfigError, match=r"pip install 'llm-gateway\[kv-events\]' \(zmq is missing\)"):
+        create_app(config({"tokenizer": str(model_dir), "port": 5557}))
