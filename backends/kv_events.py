@@ -10,7 +10,9 @@ until new events fill it again, which costs cache hits, never a wrong "it is cac
 
 ``PoolEvents`` is the IO shell the pool owns: one subscriber per replica, all in one task started and
 stopped with the pool, never on the request path. ZMQ reconnects by itself; a socket monitor tells
-when a replica's publisher is connected, and a view is ``live`` only while it is. What routes on the
+when a replica's publisher is connected, and a view is ``live`` only while it is. With the publisher's
+replay socket configured, a connection first fetches what the publisher still buffers, and a gap is
+fetched again before the view would have to be emptied. What routes on the
 views is ``backends/kv_router.py``; the prompt's tokens come from ``backends/prompt_tokens.py``.
 """
 
@@ -34,6 +36,7 @@ from gateway.runtime.config import KvEvents
 
 log = logging.getLogger("gateway.kv_events")
 ROOT = 0  # the parent of a prompt's first block
+REPLAY_SECONDS = 5.0  # a replay not finished by then is given up: the view starts from the next batch
 PRIMARY = (None, "GPU")  # the engine's own block pool (also on CPU builds); offload tiers are not read
 
 VllmHash = bytes | int  # vLLM's ExternalBlockHash: int with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, else bytes
@@ -98,6 +101,7 @@ class ReplicaView:
         self._ours: OrderedDict[VllmHash, int] = OrderedDict()  # vLLM's hash → ours
         self._held: Counter[int] = Counter()  # ours → how many of vLLM's blocks carry it
         self._next_seq: int | None = None
+        self._replayed_from: int | None = None  # the first batch a replay applied since the last restart
 
     @property
     def live(self) -> bool:
@@ -124,18 +128,33 @@ class ReplicaView:
     def clear(self) -> None:
         self._ours.clear()
         self._held.clear()
+        self._replayed_from = None
 
     def restart(self) -> None:
         """Connected anew (or not at all): forget the blocks and where the sequence was."""
         self.clear()
         self._next_seq = None
+        self._replayed_from = None
 
-    def receive(self, seq: int, batch: KVEventBatch | None) -> None:
+    @property
+    def next_seq(self) -> int | None:
+        return self._next_seq
+
+    def missed(self, seq: int) -> bool:
+        """Batches before ``seq`` were not seen (a replay can fetch them)."""
+        return self._next_seq is not None and seq > self._next_seq
+
+    def receive(self, seq: int, batch: KVEventBatch | None, replayed: bool = False) -> None:
         """One published batch (``None``: it did not decode). A batch other than the next one means
-        some were missed: what they said is unknown, so the view starts again from this one."""
+        some were missed: what they said is unknown, so the view starts again from this one. A live
+        batch that a replay already applied is skipped."""
+        if self._replayed_from is not None and self._replayed_from <= seq < (self._next_seq or 0) and not replayed:
+            return
         if batch is None or (self._next_seq is not None and seq != self._next_seq):
             self.gaps += 1
             self.clear()
+        if replayed and self._replayed_from is None:
+            self._replayed_from = seq
         self._next_seq = seq + 1
         if batch is not None:
             for event in batch.events:
@@ -185,14 +204,14 @@ class ReplicaView:
                 del self._held[h]
 
 
-def endpoints(settings: KvEvents, replicas: list[str]) -> list[str]:
-    """Each replica's publisher: as listed, or the replica's own host at ``port``."""
-    if settings.endpoints:
-        return list(settings.endpoints)
-    out = []
+def endpoints(listed: tuple[str, ...], port: int | None, replicas: list[str]) -> list[str | None]:
+    """Each replica's socket: as listed, or the replica's own host at ``port``, or none."""
+    if listed:
+        return list(listed)
+    out: list[str | None] = []
     for url in replicas:
         host = urlsplit(url).hostname or "127.0.0.1"
-        out.append(f"tcp://[{host}]:{settings.port}" if ":" in host else f"tcp://{host}:{settings.port}")
+        out.append(None if port is None else f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}")
     return out
 
 
@@ -202,8 +221,10 @@ class PoolEvents:
     def __init__(self, settings: KvEvents, replicas: list[str], name: str) -> None:
         self.settings = settings
         self.name = name
-        self.endpoints = endpoints(settings, replicas)
+        self.endpoints = endpoints(settings.endpoints, settings.port, replicas)
+        self.replays = endpoints(settings.replay_endpoints, settings.replay_port, replicas)
         self.views = [ReplicaView(settings.max_blocks) for _ in replicas]
+        self.replayed = 0  # batches fetched from the publishers' replay sockets
         self._ctx: zmq.asyncio.Context | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -229,46 +250,103 @@ class PoolEvents:
             view.restart()
 
     async def _run(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            for endpoint, view in zip(self.endpoints, self.views, strict=True):
-                group.create_task(self._subscribe(endpoint, view))
-
-    async def _subscribe(self, endpoint: str, view: ReplicaView) -> None:
         assert self._ctx is not None
-        sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, self.settings.hwm)  # the bounded queue: overflow is a gap, not memory
+        async with asyncio.TaskGroup() as group:
+            for endpoint, replay, view in zip(self.endpoints, self.replays, self.views, strict=True):
+                assert endpoint is not None  # the config gives endpoints or port
+                group.create_task(_Subscriber(self, self._ctx, endpoint, replay, view).run())
+
+
+class _Subscriber:
+    """One replica's publisher: the live batches, the socket monitor, and the replay socket if any.
+    A lock keeps a replay and the live batches from interleaving in the view."""
+
+    def __init__(
+        self, pool: PoolEvents, ctx: zmq.asyncio.Context, endpoint: str, replay: str | None, view: ReplicaView
+    ) -> None:
+        self.pool = pool
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.replay = replay
+        self.view = view
+        self.lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        sock = self.ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, self.pool.settings.hwm)  # the bounded queue: overflow is a gap
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SUBSCRIBE, self.settings.topic.encode())
+        sock.setsockopt(zmq.SUBSCRIBE, self.pool.settings.topic.encode())
         monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        sock.connect(endpoint)
+        sock.connect(self.endpoint)
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._watch(monitor, endpoint, view))
-                group.create_task(self._read(sock, endpoint, view))
+                group.create_task(self._watch(monitor))
+                group.create_task(self._read(sock))
         finally:
             sock.disable_monitor()
             monitor.close(linger=0)
             sock.close(linger=0)
 
-    async def _watch(self, monitor: zmq.asyncio.Socket, endpoint: str, view: ReplicaView) -> None:
-        """Connected: a fresh, empty view is live. Disconnected (the engine went away): not live."""
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        """Connected: a fresh view (what the replay socket still has, if any) is live. Disconnected
+        (the engine went away): not live."""
+        view = self.view
         while True:
             event = parse_monitor_message(await monitor.recv_multipart())
             connected = event["event"] == zmq.EVENT_CONNECTED
             if connected != view.connected:
-                log.info("kv events of %s: %s %s", self.name, "connected to" if connected else "lost", endpoint)
-            view.restart()
-            view.connected = connected
+                state = "connected to" if connected else "lost"
+                log.info("kv events of %s: %s %s", self.pool.name, state, self.endpoint)
+            async with self.lock:
+                view.connected = False
+                view.restart()
+                if connected:
+                    await self._replay(0, None)
+                view.connected = connected
 
-    async def _read(self, sock: zmq.asyncio.Socket, endpoint: str, view: ReplicaView) -> None:
+    async def _read(self, sock: zmq.asyncio.Socket) -> None:
         while True:
             frames = await sock.recv_multipart()
             if len(frames) != 3 or len(frames[1]) != 8:
                 continue  # not vLLM's (topic, seq, payload)
-            seq = int.from_bytes(frames[1], "big", signed=True)
-            try:
-                batch: KVEventBatch | None = DECODER.decode(frames[2])
-            except msgspec.MsgspecError as exc:
-                log.warning("kv events of %s from %s: undecodable batch %d (%s)", self.name, endpoint, seq, exc)
-                batch = None
-            view.receive(seq, batch)
+            seq, batch = self._decode(frames[1], frames[2])
+            async with self.lock:
+                start = self.view.next_seq
+                if start is not None and self.view.missed(seq):
+                    await self._replay(start, seq)
+                self.view.receive(seq, batch)
+
+    def _decode(self, seq_bytes: bytes, payload: bytes) -> tuple[int, KVEventBatch | None]:
+        seq = int.from_bytes(seq_bytes, "big", signed=True)
+        try:
+            return seq, DECODER.decode(payload)
+        except msgspec.MsgspecError as exc:
+            log.warning("kv events of %s from %s: undecodable batch %d (%s)", self.pool.name, self.endpoint, seq, exc)
+            return seq, None
+
+    async def _replay(self, start: int, before: int | None) -> None:
+        """The batches from ``start`` (up to ``before``) that the publisher still buffers, from its
+        replay socket (vLLM's ROUTER: a request of the first sequence number, the batches, an end
+        marker of -1). A replay that fails or is slow leaves the gap to ``receive``."""
+        if self.replay is None:
+            return
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.replay)
+        try:
+            async with asyncio.timeout(REPLAY_SECONDS):
+                await sock.send_multipart([b"", start.to_bytes(8, "big")])
+                while True:
+                    frames = await sock.recv_multipart()  # b"", topic, seq, payload
+                    if len(frames) != 4 or len(frames[2]) != 8:
+                        continue
+                    seq, batch = self._decode(frames[2], frames[3])
+                    if seq < 0:
+                        return
+                    if before is None or seq < before:
+                        self.view.receive(seq, batch, replayed=True)
+                        self.pool.replayed += 1
+        except TimeoutError:
+            log.warning("kv events of %s: no replay from %s in %.0f s", self.pool.name, self.replay, REPLAY_SECONDS)
+        finally:
+            sock.close(linger=0)

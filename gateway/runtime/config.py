@@ -59,6 +59,10 @@ class KvEvents(_Model):
 
     endpoints: tuple[str, ...] = ()  # each replica's ZMQ publisher (tcp://host:port), in the replicas' order
     port: Annotated[int, Field(gt=0, lt=65536)] | None = None  # or: every replica's own host at this port
+    # each replica's replay socket (``replay_endpoint``), in the replicas' order; or every replica's host at
+    # this port; or neither: a gateway then learns only from the batches published after it connects
+    replay_endpoints: tuple[str, ...] = ()
+    replay_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
     tokenizer: str  # the model's directory: tokenizer.json, and its chat template for chat requests
     topic: str = ""  # the publisher's topic (``--kv-events-config``'s ``topic``)
     max_blocks: Annotated[int, Field(gt=0)] = 1 << 20  # blocks remembered per replica (oldest out first)
@@ -68,7 +72,9 @@ class KvEvents(_Model):
     def _one_source(self) -> KvEvents:
         if bool(self.endpoints) == (self.port is not None):
             raise ValueError("give exactly one of 'endpoints' or 'port'")
-        if any(not e.startswith(("tcp://", "ipc://")) for e in self.endpoints):
+        if self.replay_endpoints and self.replay_port is not None:
+            raise ValueError("give at most one of 'replay_endpoints' or 'replay_port'")
+        if any(not e.startswith(("tcp://", "ipc://")) for e in (*self.endpoints, *self.replay_endpoints)):
             raise ValueError("endpoints must start with tcp:// or ipc://")
         return self
 
@@ -142,8 +148,10 @@ class Target(_Model):
         events = self.balance.kv_events
         if events is not None and not self.replicas:
             raise ValueError("balance.kv_events needs 'replicas'")
-        if events is not None and events.endpoints and len(events.endpoints) != len(self.replicas):
-            raise ValueError("balance.kv_events.endpoints: give one per replica, in the same order")
+        for key in ("endpoints", "replay_endpoints"):
+            listed = getattr(events, key, ())
+            if listed and len(listed) != len(self.replicas):
+                raise ValueError(f"balance.kv_events.{key}: give one per replica, in the same order")
         if self.api_key_env and self.api_key_file:
             raise ValueError("give at most one of 'api_key_env' or 'api_key_file'")
         return self

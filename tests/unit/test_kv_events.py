@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from backends.kv_events import DECODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, ReplicaView
 from backends.kv_events import chain_hashes as chain
 from backends.kv_events import endpoints as publishers
-from gateway.runtime.config import KvEvents
 
 BS = 4  # tokens per block in these tests
 
@@ -99,6 +98,9 @@ def test_a_sequence_gap_or_a_bad_batch_empties_the_view() -> None:
     assert view.gaps == 2 and len(view) == 0
     view.receive(0, DECODER.decode(wire(stored([3], None, [1, 2, 3, 4]))))  # the engine restarted: 0 again
     assert view.gaps == 3 and len(view) == 1
+    view.restart()  # connected anew: any number starts the sequence
+    view.receive(7, DECODER.decode(wire()))
+    assert view.gaps == 3
 
 
 def test_the_view_is_bounded_oldest_out_first() -> None:
@@ -110,11 +112,23 @@ def test_the_view_is_bounded_oldest_out_first() -> None:
 
 
 def test_publishers_from_a_port_follow_each_replicas_host() -> None:
-    settings = KvEvents(port=5557, tokenizer="/m")
     urls = ["http://10.0.0.5:8000/v1", "http://vllm-1:8000/v1", "http://[fd00::1]:8000/v1"]
-    assert publishers(settings, urls) == ["tcp://10.0.0.5:5557", "tcp://vllm-1:5557", "tcp://[fd00::1]:5557"]
-    listed = KvEvents(endpoints=("ipc:///run/a", "tcp://b:1"), tokenizer="/m")
-    assert publishers(listed, urls[:2]) == ["ipc:///run/a", "tcp://b:1"]
+    assert publishers((), 5557, urls) == ["tcp://10.0.0.5:5557", "tcp://vllm-1:5557", "tcp://[fd00::1]:5557"]
+    assert publishers(("ipc:///run/a", "tcp://b:1"), None, urls[:2]) == ["ipc:///run/a", "tcp://b:1"]
+    assert publishers((), None, urls[:2]) == [None, None]  # no replay socket
+
+
+def test_after_a_replay_the_live_batches_it_covered_are_skipped() -> None:
+    view = ReplicaView(100)
+    view.receive(3, DECODER.decode(wire(stored([1], None, [1, 2, 3, 4]))), replayed=True)
+    view.receive(4, DECODER.decode(wire(stored([2], None, [5, 6, 7, 8]))), replayed=True)
+    assert view.missed(6) and not view.missed(5)
+    view.receive(4, DECODER.decode(wire({"type": "AllBlocksCleared"})))  # live, already seen: not applied
+    assert len(view) == 2 and view.gaps == 0
+    view.receive(5, DECODER.decode(wire(stored([3], None, [9, 9, 9, 9]))))
+    assert len(view) == 3 and view.gaps == 0
+    view.receive(1, DECODER.decode(wire()))  # older than anything replayed: the engine started again
+    assert len(view) == 0 and view.gaps == 1
 
 
 # -- the view against a model: what the engine holds, as token prefixes ------------------------------

@@ -57,8 +57,8 @@ def completion(prompt: str | list[int]) -> InternalRequest:
     return InternalRequest(operation=Operation.COMPLETION, model="m", prompts=(prompt,))
 
 
-def target(model_dir: Path, endpoints: list[str], **balance: Any) -> Target:
-    events = {"endpoints": endpoints, "tokenizer": str(model_dir)}
+def target(model_dir: Path, endpoints: list[str], replays: tuple[str, ...] = (), **balance: Any) -> Target:
+    events = {"endpoints": endpoints, "replay_endpoints": replays, "tokenizer": str(model_dir)}
     return Target(provider="vllm", replicas=tuple(URLS[: len(endpoints)]), balance={"kv_events": events, **balance})
 
 
@@ -234,3 +234,68 @@ def test_without_the_extra_the_app_is_not_built(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setitem(sys.modules, "zmq", None)
     with pytest.raises(ConfigError, match=r"pip install 'llm-gateway\[kv-events\]' \(zmq is missing\)"):
         create_app(config({"tokenizer": str(model_dir), "port": 5557}))
+
+
+class Publisher:
+    """vLLM's two sockets as its ``ZmqEventPublisher`` drives them: batches on the XPUB (sequence
+    number, then payload), and every batch sent kept for the ROUTER, which answers a replay request
+    (the first sequence number wanted) with the batches it holds from there and an end marker."""
+
+    def __init__(self, ctx: zmq.asyncio.Context, directory: Path) -> None:
+        self.endpoint, self.replay_endpoint = f"ipc://{directory}/pub.ipc", f"ipc://{directory}/replay.ipc"
+        self.pub = ctx.socket(zmq.XPUB)
+        self.pub.bind(self.endpoint)
+        self.router = ctx.socket(zmq.ROUTER)
+        self.router.bind(self.replay_endpoint)
+        self.buffer: list[tuple[int, bytes]] = []
+        self.requests: list[int] = []
+
+    async def send(self, seq: int, payload: bytes, live: bool = True) -> None:
+        self.buffer.append((seq, payload))
+        if live:
+            await self.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+
+    async def serve_replays(self) -> None:
+        while True:
+            client, _, start = await self.router.recv_multipart()
+            self.requests.append(int.from_bytes(start, "big"))
+            for seq, payload in self.buffer:
+                if seq >= self.requests[-1]:
+                    await self.router.send_multipart([client, b"", b"", seq.to_bytes(8, "big"), payload])
+            await self.router.send_multipart([client, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+
+async def test_a_replay_fills_the_view_on_connecting_and_across_a_gap(model_dir: Path, tmp_path: Path) -> None:
+    ctx = zmq.asyncio.Context()
+    vllm = Publisher(ctx, tmp_path)
+    replays = asyncio.create_task(vllm.serve_replays())
+    blocks = [list(range(i * BS, (i + 1) * BS)) for i in range(6)]
+    try:
+        # what the engine published before this gateway started: only a replay can tell it
+        await vllm.send(0, stored([100], blocks[0]), live=False)
+        await vllm.send(1, stored([101], blocks[1], parent=100), live=False)
+        t = target(model_dir, [vllm.endpoint], (vllm.replay_endpoint,))
+        balancer = Balancer([ReplicaState(URLS[0], "r")], t.balance)
+        router = EventsRouter(balancer, t, "pool", LocalRouter(balancer))
+        view = router.events.views[0]
+        await router.start()
+        try:
+            assert await vllm.pub.recv() == b"\x01"
+            await until(lambda: view.live)
+            assert vllm.requests == [0] and view.depth(chain_hashes(blocks[0] + blocks[1], BS)) == 2
+            await vllm.send(2, stored([102], blocks[2], parent=101))
+            await until(lambda: len(view) == 3)
+            # batches 3 and 4 are lost on the way (a full queue, say); 5 arrives: 3 and 4 are fetched
+            await vllm.send(3, stored([103], blocks[3], parent=102), live=False)
+            await vllm.send(4, stored([104], blocks[4], parent=103), live=False)
+            await vllm.send(5, stored([105], blocks[5], parent=104))
+            await until(lambda: len(view) == 6)
+            assert vllm.requests == [0, 3] and view.gaps == 0
+            assert view.depth(chain_hashes([t for b in blocks for t in b], BS)) == 6
+            assert router.events.replayed == 4
+        finally:
+            await router.close()
+    finally:
+        replays.cancel()
+        await asyncio.gather(replays, return_exceptions=True)
+        ctx.destroy(linger=0)

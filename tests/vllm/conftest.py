@@ -38,11 +38,11 @@ def running_vllm(
     idle unless something subscribes; ``test_vllm_kv_events.py`` does)."""
     if os.environ.get("GATEWAY_SKIP_VLLM") == "1":
         pytest.skip("GATEWAY_SKIP_VLLM=1: the real-vLLM (CPU) tier was asked to be skipped")
-    events = f"ipc://{log.parent / 'kv-events.ipc'}"
+    events, replay = f"ipc://{log.parent / 'kv-events.ipc'}", f"ipc://{log.parent / 'kv-replay.ipc'}"
     try:
         server.ensure_env()
-        with server.running_vllm(log, (*extra, *server.kv_events_args(events)), env=env) as running:
-            yield dataclasses.replace(running, events=events)
+        with server.running_vllm(log, (*extra, *server.kv_events_args(events, replay)), env=env) as running:
+            yield dataclasses.replace(running, events=events, replay=replay)
     except VLLMUnavailable as exc:
         pytest.fail(str(exc))
 

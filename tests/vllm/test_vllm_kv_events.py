@@ -1,6 +1,7 @@
 """Routing on the KV cache two real vLLM replicas (CPU) report through ``--kv-events-config``: the
 gateway's tokens equal the engine's, a prompt whose prefix one replica cached (sent there behind the
-gateway's back) is routed to it, and with a publisher unreachable the pool routes as before."""
+gateway's back) is routed to it, a gateway started later learns what was cached from the replay
+socket, and with a publisher unreachable the pool routes as before."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 import aiohttp
 import pytest
 
-from backends.kv_events import chain_hashes
+from backends.kv_events import ReplicaView, chain_hashes
 from backends.kv_router import EventsRouter
 from backends.prompt_tokens import PromptTokens
 from gateway.core.request import ChatMessage, InternalRequest, Operation
@@ -41,7 +42,7 @@ def prompt(seed: int, words: int = 300) -> str:
 
 
 @contextlib.asynccontextmanager
-async def gateway(replicas: list[VLLM], endpoints: list[str]) -> AsyncIterator[Gateway]:
+async def gateway(replicas: list[VLLM], endpoints: list[str], replays: tuple[str, ...] = ()) -> AsyncIterator[Gateway]:
     target = {
         "provider": "vllm",
         "name": "tiny-kv",
@@ -52,7 +53,11 @@ async def gateway(replicas: list[VLLM], endpoints: list[str]) -> AsyncIterator[G
             "scrape_interval": 3600.0,
             "stale_after": 600.0,
             "affinity_slack": 100.0,
-            "kv_events": {"endpoints": endpoints, "tokenizer": str(replicas[0].model_dir)},
+            "kv_events": {
+                "endpoints": endpoints,
+                "replay_endpoints": replays,
+                "tokenizer": str(replicas[0].model_dir),
+            },
         },
         "timeouts": {"connect": 30.0},
     }
@@ -139,3 +144,33 @@ async def test_with_a_publisher_unreachable_the_pool_routes_as_before(
         # the second replica's view never came up: the events could not compare, the local router chose
         assert not gw.router.events.views[1].live
         assert gw.router.hits == 0 and gw.router.fallbacks == 3
+
+
+def completion(text: str) -> InternalRequest:
+    return InternalRequest(operation=Operation.COMPLETION, model="tiny", prompts=(text,))
+
+
+def depth(view: ReplicaView, ids: list[int]) -> int:
+    return view.depth(chain_hashes(ids, view.block_size)) if view.block_size is not None else 0
+
+
+async def test_a_gateway_started_later_learns_the_cache_from_the_replay(vllm_server: VLLM, vllm_second: VLLM) -> None:
+    replicas = [vllm_server, vllm_second]
+    text = prompt(13)
+    async with aiohttp.ClientSession() as session:  # cached before any gateway listens
+        await post(session, vllm_second.url + "/completions", {"model": "tiny", "prompt": text, "max_tokens": 1})
+    async with gateway(replicas, [v.events for v in replicas], tuple(v.replay for v in replicas)) as gw:
+        await until(lambda: gw.router.events.live([0, 1]), "both publishers connected")
+        ids = gw.router.prompts.tokens(completion(text))
+        assert ids is not None
+        views = gw.router.events.views
+        # live only once the replay was applied: no waiting for new events
+        assert gw.router.events.replayed > 0 and depth(views[1], ids) >= 2 and depth(views[0], ids) == 0, views
+        before = await ran_to_end(vllm_second)
+        await post(
+            gw.session,
+            gw.url + "/v1/completions",
+            {"model": "tiny", "prompt": f"{text} again", "max_tokens": 1},
+            headers=BEARER,
+        )
+        assert await ran_to_end(vllm_second) - before == 1 and gw.router.hits == 1
