@@ -12,6 +12,7 @@ all of them score a prompt against the same view.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from backends.prompt_tokens import PromptTokens, prompt_chars
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import ConfigError, KvEvents, Target
 
+log = logging.getLogger("gateway.kv_events")
 INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a token: benchmarks/kv_events.py)
 
 
@@ -76,7 +78,11 @@ class EventsRouter:
     async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
         plan = self.balancer.plan(request, session, now)
         views = self.views(plan.eligible)
-        tokens = await self.tokens(request) if views is not None else None
+        try:
+            tokens = await self.tokens(request) if views is not None else None
+        except Exception:  # the events only ever improve a choice: never fail a request over them
+            log.exception("tokenizing for kv-events routing failed; routed without them")
+            tokens = None
         if views is not None and tokens is not None:
             found = depths(views, tokens)
             if max(found) > 0:

@@ -108,7 +108,10 @@ class PromptTokens:
         self.special = _special_tokens(path)
 
     def tokens(self, request: InternalRequest) -> list[int] | None:
-        """The first prompt's token ids (what the engine would cache first), or None."""
+        """The first prompt's token ids (what the engine would cache first), or None. An adapter's or a
+        salted request's blocks are not the plain prompt's: None for them too."""
+        if request.adapter is not None or (request.extra_body and "cache_salt" in request.extra_body):
+            return None
         if request.prompts:
             first = request.prompts[0]
             if isinstance(first, str):
@@ -139,10 +142,12 @@ class PromptTokens:
                     message[key] = getattr(m, key)
             messages.append(message)
         tools = request.chat.tools if request.chat is not None else None
+        extra = request.chat.reasoning.get("chat_template_kwargs") if request.chat and request.chat.reasoning else None
+        kwargs = {**self.special, **(extra if isinstance(extra, dict) else {})}
         try:
             return self.template.render(
-                messages=messages, tools=list(tools) if tools else None, add_generation_prompt=True, **self.special
+                **kwargs, messages=messages, tools=list(tools) if tools else None, add_generation_prompt=True
             )
-        except jinja2.exceptions.TemplateError as exc:
-            log.debug("chat template failed (%s): routed without kv events", exc)
+        except Exception as exc:  # a template may fail any way on a message it did not expect
+            log.debug("chat template failed (%s: %s): routed without kv events", type(exc).__name__, exc)
             return None

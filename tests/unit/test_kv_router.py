@@ -101,6 +101,19 @@ def test_completion_tokens_carry_the_special_tokens_and_chat_renders_the_templat
         messages=(ChatMessage("user", ({"type": "image_url", "image_url": {"url": "x"}},)),),
     )
     assert prompts.tokens(image) is None  # cannot be tokenized as the engine would: no events routing
+    # an adapter's and a salted request's blocks are not the plain prompt's
+    assert (
+        prompts.tokens(InternalRequest(operation=Operation.COMPLETION, model="m", prompts=("a",), adapter="x")) is None
+    )
+    salted = InternalRequest(operation=Operation.COMPLETION, model="m", prompts=("a",), extra_body={"cache_salt": "s"})
+    assert prompts.tokens(salted) is None
+
+
+def test_a_template_that_fails_leaves_the_chat_to_the_other_router(tmp_path: Path, model_dir: Path) -> None:
+    (tmp_path / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] + 1 }}{{ raise_exception('no') }}")
+    chat = InternalRequest(operation=Operation.CHAT, model="m", messages=(ChatMessage("user", "hi"),))
+    assert PromptTokens(tmp_path).tokens(chat) is None
 
 
 async def test_the_deepest_cached_prefix_wins_among_the_eligible(model_dir: Path) -> None:
