@@ -113,9 +113,6 @@ class ReplicaView:
     def __repr__(self) -> str:
         return f"ReplicaView(connected={self.connected}, blocks={len(self)}, size={self.block_size}, gaps={self.gaps})"
 
-    def holds(self, hash_: int) -> bool:
-        return self._held[hash_] > 0
-
     def depth(self, hashes: list[int]) -> int:
         """How many leading blocks of a prompt (``chain_hashes`` of its tokens) are cached here."""
         n = 0
@@ -128,11 +125,11 @@ class ReplicaView:
     def clear(self) -> None:
         self._ours.clear()
         self._held.clear()
-        self._replayed_from = None
 
     def restart(self) -> None:
         """Connected anew (or not at all): forget the blocks and where the sequence was."""
         self.clear()
+        self.block_size = None
         self._next_seq = None
         self._replayed_from = None
 
@@ -153,6 +150,7 @@ class ReplicaView:
         if batch is None or (self._next_seq is not None and seq != self._next_seq):
             self.gaps += 1
             self.clear()
+            self._replayed_from = None
         if replayed and self._replayed_from is None:
             self._replayed_from = seq
         self._next_seq = seq + 1

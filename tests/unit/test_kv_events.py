@@ -122,10 +122,15 @@ def test_after_a_replay_the_live_batches_it_covered_are_skipped() -> None:
     view = ReplicaView(100)
     view.receive(3, DECODER.decode(wire(stored([1], None, [1, 2, 3, 4]))), replayed=True)
     view.receive(4, DECODER.decode(wire(stored([2], None, [5, 6, 7, 8]))), replayed=True)
-    assert view.missed(6) and not view.missed(5)
+    assert view.missed(6) and not view.missed(5) and view.next_seq == 5
     view.receive(4, DECODER.decode(wire({"type": "AllBlocksCleared"})))  # live, already seen: not applied
     assert len(view) == 2 and view.gaps == 0
-    view.receive(5, DECODER.decode(wire(stored([3], None, [9, 9, 9, 9]))))
+    view.receive(5, DECODER.decode(wire({"type": "AllBlocksCleared"})), replayed=True)
+    view.receive(4, DECODER.decode(wire()))  # a cleared cache is no new start of the sequence
+    assert len(view) == 0 and view.gaps == 0
+    view.receive(6, DECODER.decode(wire(stored([1], None, [1, 2, 3, 4]))), replayed=True)
+    view.receive(7, DECODER.decode(wire(stored([2], None, [5, 6, 7, 8]))), replayed=True)
+    view.receive(8, DECODER.decode(wire(stored([3], None, [9, 9, 9, 9]))))
     assert len(view) == 3 and view.gaps == 0
     view.receive(1, DECODER.decode(wire()))  # older than anything replayed: the engine started again
     assert len(view) == 0 and view.gaps == 1
