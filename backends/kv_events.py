@@ -309,10 +309,13 @@ class _Subscriber:
                 continue  # not vLLM's (topic, seq, payload)
             seq, batch = self._decode(frames[1], frames[2])
             async with self.lock:
-                start = self.view.next_seq
+                start, gaps = self.view.next_seq, self.view.gaps
                 if start is not None and self.view.missed(seq):
                     await self._replay(start, seq)
                 self.view.receive(seq, batch)
+            if self.view.gaps != gaps:
+                what = "kv events of %s from %s: batches lost before %d; its view starts again"
+                log.warning(what, self.pool.name, self.endpoint, seq)
 
     def _decode(self, seq_bytes: bytes, payload: bytes) -> tuple[int, KVEventBatch | None]:
         seq = int.from_bytes(seq_bytes, "big", signed=True)
