@@ -51,7 +51,7 @@ class EventsRouter:
         self.balancer = balancer
         self.fallback = fallback
         self.events = PoolEvents(settings, list(target.replicas), name)
-        self.prompts = PromptTokens(settings.tokenizer)
+        self.prompts = PromptTokens(settings.tokenizer, settings.max_chars)
         self.hits = 0
         self.fallbacks = 0
 
@@ -71,7 +71,7 @@ class EventsRouter:
     async def tokens(self, request: InternalRequest) -> list[int] | None:
         """The prompt's tokens; a long one is tokenized on a thread (``tokenizers`` lets go of the GIL
         there), so that a 10 k-token prompt does not hold up the event loop for milliseconds."""
-        if prompt_chars(request) <= INLINE_CHARS:
+        if min(prompt_chars(request), self.prompts.max_chars) <= INLINE_CHARS:
             return self.prompts.tokens(request)
         return await asyncio.to_thread(self.prompts.tokens, request)
 

@@ -27,9 +27,11 @@ from tokenizers import Tokenizer
 from gateway.core.request import ChatMessage, InternalRequest
 
 log = logging.getLogger("gateway.kv_events")
-# Tokens past this many are not looked at: a block hash per 16 tokens of a 512 k-token prompt would
-# cost more than the routing is worth, and no engine caches a prefix that long in one place.
+# Token-id prompts past this many tokens are not looked at (text is cut by ``max_chars``).
 MAX_TOKENS = 65536
+# Tokens dropped from the end of a prompt cut short: the last word's tokens may differ from the uncut
+# text's, and a post-processor may have appended a token there.
+CUT_MARGIN = 8
 
 
 def _raise(message: str) -> NoReturn:
@@ -85,7 +87,7 @@ def _content(message: ChatMessage) -> str | None:
 
 
 def prompt_chars(request: InternalRequest) -> int:
-    """How much text ``PromptTokens.tokens`` would tokenize."""
+    """How much text ``PromptTokens.tokens`` would be given."""
     if request.prompts:
         first = request.prompts[0]
         return len(first) if isinstance(first, str) else 0
@@ -95,7 +97,10 @@ def prompt_chars(request: InternalRequest) -> int:
 class PromptTokens:
     """The tokenizer and chat template of one model."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, max_chars: int = 1 << 62) -> None:
+        """``max_chars``: only a prompt's first this many characters are tokenized (at a space), which
+        bounds the cost per request; a deeper match rarely changes which replica is deepest."""
+        self.max_chars = max_chars
         path = Path(directory)
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         source = _chat_template(path)
@@ -123,9 +128,13 @@ class PromptTokens:
         return None
 
     def encode(self, text: str, special: bool) -> list[int]:
+        cut = len(text) > self.max_chars
+        if cut:
+            head = text[: self.max_chars]
+            text = head[: head.rfind(" ")] if " " in head else head
         # encode_batch, unlike encode, releases the GIL while it works (tokenizers 0.2x)
         ids: list[int] = self.tokenizer.encode_batch([text], add_special_tokens=special)[0].ids
-        return ids[:MAX_TOKENS]
+        return ids[: max(0, len(ids) - CUT_MARGIN)] if cut else ids
 
     def render(self, request: InternalRequest) -> str | None:
         """The chat as the engine's template renders it, ready for the assistant's answer."""

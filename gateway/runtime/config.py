@@ -66,6 +66,8 @@ class KvEvents(_Model):
     tokenizer: str  # the model's directory: tokenizer.json, and its chat template for chat requests
     topic: str = ""  # the publisher's topic (``--kv-events-config``'s ``topic``)
     max_blocks: Annotated[int, Field(gt=0)] = 1 << 20  # blocks remembered per replica (oldest out first)
+    # a prompt's characters tokenized to match (from the start): bounds the CPU a request costs (~1 µs/token)
+    max_chars: Annotated[int, Field(gt=0)] = 16384
     hwm: Annotated[int, Field(gt=0)] = 10000  # event batches queued per replica; past it, the view restarts
 
     @model_validator(mode="after")

@@ -109,6 +109,16 @@ def test_completion_tokens_carry_the_special_tokens_and_chat_renders_the_templat
     assert prompts.tokens(salted) is None
 
 
+def test_a_long_prompt_cut_short_tokenizes_to_a_prefix_of_the_whole(model_dir: Path) -> None:
+    text = " ".join([PROMPT, "the quick brown fox", "jumps over the lazy dog!", "x"] * 12)
+    whole = PromptTokens(model_dir).tokens(completion(text))
+    assert whole is not None
+    for limit in range(10, len(text), 13):
+        cut = PromptTokens(model_dir, max_chars=limit).tokens(completion(text))
+        assert cut is not None and len(cut) < len(whole) and cut == whole[: len(cut)], limit
+    assert PromptTokens(model_dir, max_chars=len(text)).tokens(completion(text)) == whole
+
+
 def test_a_template_that_fails_leaves_the_chat_to_the_other_router(tmp_path: Path, model_dir: Path) -> None:
     (tmp_path / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
     (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] + 1 }}{{ raise_exception('no') }}")
