@@ -18,8 +18,8 @@ that opens with a shared system prompt finds the replica already holding it.
 Redis is never on the critical path for longer than ``shared_timeout_ms``: a slow or failed answer
 falls back to the balancer's local order (``prefix``) and keeps Redis out for a moment
 (``SLOW_RETRY_SECONDS``) or, when it failed, for ``RETRY_SECONDS``.
-Why not vLLM's KV-cache events (``--kv-events-config``): they name blocks by hashes of token ids, so
-matching them needs the model's tokenizer (and chat template) in the gateway; see docs/vllm.md.
+Where a pool also reads vLLM's KV-cache events (``balance.kv_events``, ``backends/kv_router.py``), what
+the engines report holding is asked first, and this index decides when the events do not.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -28,7 +28,10 @@ from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
-from gateway.runtime.config import Target
+from gateway.runtime.config import ConfigError, Target
+
+if TYPE_CHECKING:
+    from backends.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
 # Makes one replica's upstream: (its target, the public model name, the wire it speaks).
@@ -107,7 +110,16 @@ class ReplicaPool:
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance)
-        self.router = router(self.balancer, self._name, list(target.replicas), shared)
+        self.router: Router = router(self.balancer, self._name, list(target.replicas), shared)
+        self.kv_events: EventsRouter | None = None
+        if target.balance.kv_events is not None:
+            # imported here: its packages (the kv-events extra) are needed only by pools that use it
+            try:
+                from backends.kv_router import EventsRouter
+            except ImportError as exc:
+                extra = f"pip install 'llm-gateway[kv-events]' ({exc.name} is missing)"
+                raise ConfigError(f"balance.kv_events: needs the optional extra: {extra}") from None
+            self.kv_events = self.router = EventsRouter(self.balancer, target, self._name, self.router)
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -133,8 +145,12 @@ class ReplicaPool:
             self._http = aiohttp.ClientSession(timeout=timeout)
             await self.scrape()  # know the replicas before the first request
             self._scraper = asyncio.create_task(self._scrape_forever(), name=f"scrape {self.name}")
+            if self.kv_events is not None:
+                await self.kv_events.start()
 
     async def close(self) -> None:
+        if self.kv_events is not None:
+            await self.kv_events.close()
         if self._scraper is not None:
             self._scraper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -131,21 +131,39 @@ def in_process_targets(config: GatewayConfig) -> list[str]:
 
 
 # What the ``tracing`` section needs (the ``tracing`` extra), imported by ``gateway.obs.tracing``.
-TRACING_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+TRACING_MODULES: tuple[str, ...] = (
+    "opentelemetry.sdk.trace",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+)
+# What a pool's ``balance.kv_events`` needs (the ``kv-events`` extra), imported by ``backends.kv_router``.
+KV_EVENTS_MODULES: tuple[str, ...] = ("zmq", "msgspec", "tokenizers", "jinja2")
 
 
 def check_extras(config: GatewayConfig, source: str) -> None:
     """The optional packages the config asks for are installed: ``check-config`` says so in one
     line, as ``serve`` would when it builds the app."""
-    if config.tracing is None:
-        return
-    for name in TRACING_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            raise ConfigError(
-                f"{source}: tracing: needs the optional extra: pip install 'llm-gateway[tracing]' ({name} is missing)"
-            ) from None
+    needs = [("tracing", "tracing", TRACING_MODULES)] if config.tracing is not None else []
+    events = [
+        (f"models[{m.name!r}].targets[{i}].balance.kv_events", t.balance.kv_events)
+        for m in config.models
+        for i, t in enumerate(m.targets)
+        if t.balance.kv_events is not None
+    ]
+    needs += [(where, "kv-events", KV_EVENTS_MODULES) for where, _ in events]
+    for where, extra, modules in needs:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                missing = f"pip install 'llm-gateway[{extra}]' ({name} is missing)"
+                raise ConfigError(f"{source}: {where}: needs the optional extra: {missing}") from None
+    if events:
+        from backends.kv_router import check as check_events
+
+        for where, settings in events:
+            problem = check_events(settings) if settings is not None else None
+            if problem is not None:
+                raise ConfigError(f"{source}: {where}.{problem}")
 
 
 def check(config: GatewayConfig, source: str) -> None:

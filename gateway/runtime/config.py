@@ -54,6 +54,33 @@ class Timeouts(_Model):
     keepalive: Annotated[float, Field(gt=0)] = 4.0
 
 
+class KvEvents(_Model):
+    """vLLM's KV-cache events (``--kv-events-config``) as a pool's routing view (``backends/kv_events.py``)."""
+
+    endpoints: tuple[str, ...] = ()  # each replica's ZMQ publisher (tcp://host:port), in the replicas' order
+    port: Annotated[int, Field(gt=0, lt=65536)] | None = None  # or: every replica's own host at this port
+    # each replica's replay socket (``replay_endpoint``), in the replicas' order; or every replica's host at
+    # this port; or neither: a gateway then learns only from the batches published after it connects
+    replay_endpoints: tuple[str, ...] = ()
+    replay_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
+    tokenizer: str  # the model's directory: tokenizer.json, and its chat template for chat requests
+    topic: str = ""  # the publisher's topic (``--kv-events-config``'s ``topic``)
+    max_blocks: Annotated[int, Field(gt=0)] = 1 << 20  # blocks remembered per replica (oldest out first)
+    # a prompt's characters tokenized to match (from the start): bounds the CPU a request costs (~1 µs/token)
+    max_chars: Annotated[int, Field(gt=0)] = 16384
+    hwm: Annotated[int, Field(gt=0)] = 10000  # event batches queued per replica; past it, the view restarts
+
+    @model_validator(mode="after")
+    def _one_source(self) -> KvEvents:
+        if bool(self.endpoints) == (self.port is not None):
+            raise ValueError("give exactly one of 'endpoints' or 'port'")
+        if self.replay_endpoints and self.replay_port is not None:
+            raise ValueError("give at most one of 'replay_endpoints' or 'replay_port'")
+        if any(not e.startswith(("tcp://", "ipc://")) for e in (*self.endpoints, *self.replay_endpoints)):
+            raise ValueError("endpoints must start with tcp:// or ipc://")
+        return self
+
+
 class Balance(_Model):
     """How a replica pool picks a replica (``backends/replicas.py``)."""
 
@@ -71,6 +98,13 @@ class Balance(_Model):
     strategy: Literal["round-robin", "least-loaded", "prefix", "kv-shared"] = "prefix"
     shared_ttl: Annotated[float, Field(gt=0)] = 600.0  # seconds a block stays in the shared index unused
     shared_timeout_ms: Annotated[float, Field(gt=0)] = 20.0  # the shared index's answer, or the local one
+    kv_events: KvEvents | None = None  # vLLM's KV-cache events first, when they are live (prefix, kv-shared)
+
+    @model_validator(mode="after")
+    def _events_need_affinity(self) -> Balance:
+        if self.kv_events is not None and self.strategy in ("round-robin", "least-loaded"):
+            raise ValueError(f"kv_events needs strategy prefix or kv-shared, not {self.strategy}")
+        return self
 
 
 class Target(_Model):
@@ -113,6 +147,13 @@ class Target(_Model):
         given = [k for k, set_ in places.items() if set_]
         if len(given) > 1:
             raise ValueError("give exactly one of 'base_url', 'replicas' or 'engine'")
+        events = self.balance.kv_events
+        if events is not None and not self.replicas:
+            raise ValueError("balance.kv_events needs 'replicas'")
+        for key in ("endpoints", "replay_endpoints"):
+            listed = getattr(events, key, ())
+            if listed and len(listed) != len(self.replicas):
+                raise ValueError(f"balance.kv_events.{key}: give one per replica, in the same order")
         if self.api_key_env and self.api_key_file:
             raise ValueError("give at most one of 'api_key_env' or 'api_key_file'")
         return self

@@ -9,6 +9,7 @@ it, a failing install or a server that does not come up is a test error, never a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,13 +33,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def running_vllm(
     log: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = server.DEFAULT_ARGS
 ) -> Iterator[VLLM]:
-    """``server.running_vllm`` for the tier: skipped only when asked to be, any failure an error."""
+    """``server.running_vllm`` for the tier: skipped only when asked to be, any failure an error. Every
+    server publishes its KV-cache events on an ``ipc://`` socket beside its log (a thread in the engine,
+    idle unless something subscribes; ``test_vllm_kv_events.py`` does)."""
     if os.environ.get("GATEWAY_SKIP_VLLM") == "1":
         pytest.skip("GATEWAY_SKIP_VLLM=1: the real-vLLM (CPU) tier was asked to be skipped")
+    events, replay = f"ipc://{log.parent / 'kv-events.ipc'}", f"ipc://{log.parent / 'kv-replay.ipc'}"
     try:
         server.ensure_env()
-        with server.running_vllm(log, extra, env=env) as running:
-            yield running
+        with server.running_vllm(log, (*extra, *server.kv_events_args(events, replay)), env=env) as running:
+            yield dataclasses.replace(running, events=events, replay=replay)
     except VLLMUnavailable as exc:
         pytest.fail(str(exc))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -43,6 +44,8 @@ class VLLM:
     model: str  # the served model name
     log: Path  # the server's output
     pid: int = 0  # the API server's process (the engine's processes are its descendants)
+    events: str = ""  # its KV-cache events publisher (``--kv-events-config``), if it was started with one
+    replay: str = ""  # and that publisher's replay socket
 
 
 def server_args(port: int, extra: Sequence[str] = DEFAULT_ARGS) -> list[str]:
@@ -54,6 +57,13 @@ def server_args(port: int, extra: Sequence[str] = DEFAULT_ARGS) -> list[str]:
         *("--host", "127.0.0.1", "--port", str(port)),
         *extra,
     ]
+
+
+def kv_events_args(endpoint: str, replay: str) -> tuple[str, ...]:
+    """Publish KV-cache events on ``endpoint``, and replay them on ``replay``: vLLM binds the publisher
+    only if it is an ``ipc://`` path or has a wildcard host (``tcp://*:PORT``), else it connects to it."""
+    config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint, "replay_endpoint": replay}
+    return ("--kv-events-config", json.dumps(config))
 
 
 def ensure_env() -> None:

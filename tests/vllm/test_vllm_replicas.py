@@ -13,16 +13,13 @@ from typing import Any, NamedTuple
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
 from backends.balance import ReplicaState
 from backends.replicas import ReplicaPool, read_gauges
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
-from gateway.web.state import GATEWAY
 from tests.redis_servers import free_port
 from tests.vllm.conftest import VLLM
 from tests.vllm.engine_stats import assert_hang_ups_abort, ran_to_end
+from tests.vllm.pools import pool_gateway
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-pool-key"
@@ -64,22 +61,8 @@ async def serving(vllm_server: VLLM, vllm_second: VLLM, scrape_interval: float) 
         # the pool rightly fell back to the busy replica
         "timeouts": {"connect": 30.0},
     }
-    cfg = parse_config(
-        {
-            "models": [{"name": "tiny", "targets": [target]}],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-        }
-    )
-    app = create_app(cfg)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    replicas = app[GATEWAY].models.resolve("tiny").route.upstreams[0]
-    assert isinstance(replicas, ReplicaPool)
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield Pool(str(server.make_url("")), session, replicas)
-    finally:
-        await server.close()
+    async with pool_gateway(target, KEY) as (url, replicas), aiohttp.ClientSession() as session:
+        yield Pool(url, session, replicas)
 
 
 @pytest.fixture

@@ -1,0 +1,100 @@
+"""Routing on the KV cache vLLM reports holding (``balance.kv_events``): among the replicas the balancer
+counts ``eligible`` (near enough the least loaded: affinity still yields to load), the one holding the
+deepest cached prefix of the prompt, in blocks, goes first; ties go to the less loaded.
+
+When no eligible replica's view is live (the events are off, a publisher is not connected), or the
+prompt cannot be tokenized the engine's way, or no eligible replica holds its first block, the pool's
+other router decides: the shared Redis index (``kv-shared``), else the balancer's local order
+(``backends/prefix_index.py``). Every gateway replica subscribes to every vLLM replica's events, so
+all of them score a prompt against the same view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from backends.balance import Balancer
+from backends.kv_events import PoolEvents, ReplicaView, chain_hashes
+from backends.prompt_tokens import PromptTokens, prompt_chars
+from gateway.core.request import InternalRequest
+from gateway.runtime.config import ConfigError, KvEvents, Target
+
+log = logging.getLogger("gateway.kv_events")
+INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a token: benchmarks/kv_events.py)
+
+
+class Router(Protocol):
+    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+        """Replica indexes, best first, and the prompt's block hashes for the balancer's own index."""
+
+
+def check(settings: KvEvents) -> str | None:
+    """What is wrong with the tokenizer directory, or None."""
+    if not (Path(settings.tokenizer) / "tokenizer.json").is_file():
+        return f"tokenizer: no tokenizer.json in {settings.tokenizer}"
+    return None
+
+
+class EventsRouter:
+    """The pool's order when vLLM's KV-cache events are configured. ``hits`` counts requests the events
+    placed; ``fallbacks`` those the other router placed."""
+
+    def __init__(self, balancer: Balancer, target: Target, name: str, fallback: Router) -> None:
+        settings = target.balance.kv_events
+        assert settings is not None
+        problem = check(settings)
+        if problem is not None:
+            raise ConfigError(f"balance.kv_events.{problem}")
+        self.balancer = balancer
+        self.fallback = fallback
+        self.events = PoolEvents(settings, list(target.replicas), name)
+        self.prompts = PromptTokens(settings.tokenizer, settings.max_chars)
+        self.hits = 0
+        self.fallbacks = 0
+
+    async def start(self) -> None:
+        await self.events.start()
+
+    async def close(self) -> None:
+        await self.events.close()
+
+    def views(self, replicas: list[int]) -> list[ReplicaView] | None:
+        """The replicas' views, if the events can compare them: all live, something stored somewhere."""
+        views = [self.events.views[i] for i in replicas]
+        if views and all(v.live for v in views) and any(v.block_size is not None for v in views):
+            return views
+        return None
+
+    async def tokens(self, request: InternalRequest) -> list[int] | None:
+        """The prompt's tokens; a long one is tokenized on a thread (``tokenizers`` lets go of the GIL
+        there), so that a 10 k-token prompt does not hold up the event loop for milliseconds."""
+        if min(prompt_chars(request), self.prompts.max_chars) <= INLINE_CHARS:
+            return self.prompts.tokens(request)
+        return await asyncio.to_thread(self.prompts.tokens, request)
+
+    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+        plan = self.balancer.plan(request, session, now)
+        views = self.views(plan.eligible)
+        try:
+            tokens = await self.tokens(request) if views is not None else None
+        except Exception:  # the events only ever improve a choice: never fail a request over them
+            log.exception("tokenizing for kv-events routing failed; routed without them")
+            tokens = None
+        if views is not None and tokens is not None:
+            found = depths(views, tokens)
+            if max(found) > 0:
+                # ``eligible`` is least loaded first, and max() keeps the first of equals
+                best = max(range(len(found)), key=found.__getitem__)
+                self.hits += 1
+                return plan.first(plan.eligible[best]), plan.hashes
+        self.fallbacks += 1
+        return await self.fallback.order(request, session, now)
+
+
+def depths(views: list[ReplicaView], tokens: list[int]) -> list[int]:
+    """How many leading blocks of ``tokens`` each view holds."""
+    hashes = {v.block_size: chain_hashes(tokens, v.block_size) for v in views if v.block_size is not None}
+    return [v.depth(hashes[v.block_size]) if v.block_size is not None else 0 for v in views]

@@ -1,0 +1,35 @@
+"""A gateway serving one model, ``tiny``, from one replica-pool target over real vLLM servers, on a
+free port: what the pool tests share."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp.test_utils import TestServer
+
+from backends.replicas import ReplicaPool
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
+from gateway.web.state import GATEWAY
+
+
+@contextlib.asynccontextmanager
+async def pool_gateway(target: dict[str, Any], key: str) -> AsyncIterator[tuple[str, ReplicaPool]]:
+    """The gateway's URL and its pool, with ``key`` its one API key."""
+    cfg = parse_config(
+        {
+            "models": [{"name": "tiny", "targets": [target]}],
+            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(key)}]}],
+        }
+    )
+    app = create_app(cfg)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        pool = app[GATEWAY].models.resolve("tiny").route.upstreams[0]
+        assert isinstance(pool, ReplicaPool)
+        yield str(server.make_url("")), pool
+    finally:
+        await server.close()
