@@ -431,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         "note": ("A `--quick` smoke run: too few requests, too short, for figures to quote. " if args.quick else "")
         + (
             f"The fake upstream (fast front end) writes one token per SSE event; streams opened over {args.ramp:g} s "
-            f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, no per-client connection cap; "
+            f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, "
+            "no per-client connection cap; "
             f"processes unpinned. Scaling: closed loop, {args.connections} keep-alive connections from "
             f"{args.client_procs} client process(es), non-streaming 16-token answers, {args.scaling_seconds:g} s."
         ),
