@@ -5,10 +5,13 @@ gateway processes sharing one Redis, every routing strategy side by side, in one
     scripts/bench-routing --quick    # about 2 minutes
 
 The gateways serve one model per strategy (``rr``, ``ll``, ``prefix``, ``kv``: ``balance.strategy``
-round-robin, least-loaded, prefix, kv-shared), each a pool of the same two replicas, so one start-up
-serves every strategy. Requests alternate between the two gateways: a prefix router that keeps its
-index per process learns each prefix twice, a shared one once. Workloads, each run per strategy with
-its own texts (a phase tag at the start of every prompt: no strategy finds another's blocks cached):
+round-robin, least-loaded, prefix, kv-shared; ``events``: kv-shared with ``balance.kv_events``, where
+vLLM says the blocks are), each a pool of the same two replicas, so one start-up serves every strategy.
+Both engines publish their KV-cache events (with a replay socket) for every strategy: only ``events``
+reads them, and publishing costs the engines little. Requests alternate between the two gateways: a
+prefix router that keeps its index per process learns each prefix twice, a shared one once. Workloads,
+each run per strategy with its own texts (a phase tag at the start of every prompt: no strategy finds
+another's blocks cached):
 
 * ``system``: ``--clients`` clients send questions under a few long shared system prompts (documents,
   agents); half of the clients send an ``X-Session-Id`` of their own, half none.
@@ -23,8 +26,10 @@ share of requests that went to their prefix's home replica, and the fallbacks to
 oracles, computed offline from the prompts as sent (tokenized by vLLM's ``/tokenize``;
 ``benchmarks/routing_oracle.py``): one cache that never forgets (the ceiling), and the goal's
 yardstick, a router that sees every replica's LRU of ``--kv-blocks`` blocks and keeps the busiest
-replica within 1.5x the mean. Writes ``benchmarks/results/routing.json``
-and ``routing.md``.
+replica within 1.5x the mean. The verdicts judge kv-shared, with and without the events, against the
+issue's goals. How the ratio to round-robin comes out depends on the working set against one
+replica's cache: ``--systems`` sets it, and the report says it. Writes ``benchmarks/results/routing.json``
+and ``routing.md`` (``--out``, ``--name``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import re
@@ -62,11 +68,37 @@ from tests.vllm import server
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 KEY = "gw-bench-routing-0123456789"
-STRATEGIES = {"rr": "round-robin", "ll": "least-loaded", "prefix": "prefix", "kv": "kv-shared"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One model of the gateways: a pool of both replicas under one ``balance`` (label: the report's)."""
+
+    label: str
+    strategy: str
+    events: bool = False  # ``balance.kv_events`` on the replicas' publishers
+
+
+POOLS = {
+    "rr": Pool("round-robin", "round-robin"),
+    "ll": Pool("least-loaded", "least-loaded"),
+    "prefix": Pool("prefix", "prefix"),
+    "kv": Pool("kv-shared", "kv-shared"),
+    "events": Pool("kv-shared + kv_events", "kv-shared", events=True),
+}
+JUDGED = ("kv", "events")  # the strategies the issue's goals are for
 # vLLM with its prefix cache on (the V1 default, said explicitly) and room for a transcript; the KV
 # cache's size in blocks (``--kv-blocks``) is added per run.
 MAX_NUM_SEQS = 4
-VLLM_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", str(MAX_NUM_SEQS), "--enforce-eager")
+VLLM_ARGS: tuple[str, ...] = (
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "1024",
+    "--max-num-seqs",
+    str(MAX_NUM_SEQS),
+    "--enforce-eager",
+)
 VLLM_ARGS += ("--enable-prefix-caching",)
 BLOCK_CHARS = 128  # balance.prefix_block_chars, the default
 MAX_LOAD = 1.5  # the issue's bound on the busiest replica, over the mean: the bounded oracle keeps to it
@@ -251,7 +283,7 @@ async def measure(
         for name, workload in WORKLOADS.items():
             results[name] = {}
             oracle_prompts: list[str] = []
-            for alias in STRATEGIES:
+            for alias in POOLS:
                 before = [await counters(session, r) for r in replicas]
                 slow = fallbacks()
                 phase = await workload(session, gateways, alias, f"[{name}/{alias}]", args)
@@ -261,7 +293,7 @@ async def measure(
                     results[name][alias]["fallbacks"] = fallbacks() - slow
                     results[name][alias] |= await index_figures(redis_url, phase.prompts, BLOCK_CHARS)
                 oracle_prompts = oracle_prompts or phase.prompts
-                log(f"{name} / {STRATEGIES[alias]}: {results[name][alias]}")
+                log(f"{name} / {POOLS[alias].label}: {results[name][alias]}")
             # The same workload shape for every strategy: the oracle of one phase is every phase's.
             results[name] |= await oracles(session, replicas[0], oracle_prompts, block, args)
     return {"block_size": block, "workloads": results}
@@ -270,18 +302,23 @@ async def measure(
 # --- processes -----------------------------------------------------------------------------------
 
 
-def gateway_config(replicas: list[str], redis_url: str, port: int, args: Any) -> dict[str, Any]:
+def gateway_config(vllms: list[server.VLLM], redis_url: str, port: int, args: Any) -> dict[str, Any]:
     def pool(alias: str) -> dict[str, Any]:
-        balance = {"strategy": STRATEGIES[alias], "scrape_interval": 0.5, "affinity_slack": args.affinity_slack}
+        strategy = POOLS[alias].strategy
+        balance: dict[str, Any] = {"strategy": strategy, "scrape_interval": 0.5, "affinity_slack": args.affinity_slack}
         balance["shared_timeout_ms"] = args.shared_timeout_ms
         balance["prefix_block_chars"] = BLOCK_CHARS
+        if POOLS[alias].events:
+            endpoints, replays = [v.events for v in vllms], [v.replay for v in vllms]
+            balance["kv_events"] = {"endpoints": endpoints, "replay_endpoints": replays, "tokenizer": str(server.MODEL)}
+        replicas = [v.url for v in vllms]
         target = {"provider": "vllm", "replicas": replicas, "model": server.SERVED_NAME, "name": f"pool-{alias}"}
         return {"name": alias, "targets": [{**target, "balance": balance}]}
 
     return {
         "server": {"host": "127.0.0.1", "port": port},
         "redis": {"url": redis_url},
-        "models": [pool(alias) for alias in STRATEGIES],
+        "models": [pool(alias) for alias in POOLS],
         "teams": [{"id": "bench", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
     }
 
@@ -297,15 +334,17 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 core = None if cores.subject is None else [cores.subject, cores.load][i]
                 own = Cores(core, None, cores.available)
                 log(f"starting vllm serve #{i + 1} (about 45 s)")
-                vllm_args = (*VLLM_ARGS, "--num-gpu-blocks-override", str(args.kv_blocks))
+                events, replay = f"ipc://{tmp}/kv{i}.ipc", f"ipc://{tmp}/replay{i}.ipc"
+                vllm_args: tuple[str, ...] = (*VLLM_ARGS, "--num-gpu-blocks-override", str(args.kv_blocks))
+                vllm_args += server.kv_events_args(events, replay)
                 v = stack.enter_context(server.running_vllm(tmp / f"vllm{i}.log", vllm_args, env=engine_env(own)))
                 log(f"replica {i + 1}: engine on core {core}: {', '.join(pin_engine(v, own)) or 'not pinned'}")
-                vllms.append(v)
+                vllms.append(dataclasses.replace(v, events=events, replay=replay))
             gateways = []
             for i in range(2):
                 port = free_port()
                 config = tmp / f"gateway{i}.yaml"
-                config.write_text(yaml.safe_dump(gateway_config([v.url for v in vllms], redis.url, port, args)))
+                config.write_text(yaml.safe_dump(gateway_config(vllms, redis.url, port, args)))
                 serve = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--workers", "1"]
                 procs.start(f"gateway{i}", serve, env=dict(os.environ))
                 procs.wait_http(f"gateway{i}", f"http://127.0.0.1:{port}/ready", timeout=60)
@@ -325,28 +364,44 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 # --- the report ------------------------------------------------------------------------------------
 
 
-def verdicts(workloads: dict[str, Any]) -> list[str]:
-    """The issue's goals, each with the figures it is judged on: the hit rate against the oracle that
-    knows every replica's bounded cache (the unbounded one is shown too, as the ceiling)."""
+def met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def verdicts(workloads: dict[str, Any], systems: int) -> list[str]:
+    """The issue's goals for kv-shared, with and without the events, each with the figures it is judged
+    on: the hit rate against the oracle that knows every replica's bounded cache (the unbounded one is
+    shown too, as the ceiling), and round-robin's. ``systems`` is said: how the ratio to round-robin
+    comes out depends on the working set against one replica's cache."""
     out = []
     system = workloads["system"]
-    kv, rr, bounded = system["kv"], system["rr"], system["bounded_oracle_hit_rate"]
-    if kv["hit_rate"] is not None and rr["hit_rate"] and bounded:
+    rr, bounded, ceiling = system["rr"]["hit_rate"], system["bounded_oracle_hit_rate"], system["oracle_hit_rate"]
+    for alias in JUDGED:
+        hit, label = system[alias]["hit_rate"], POOLS[alias].label
+        if hit is None or not rr or not bounded:
+            out.append(f"* system, {systems} shared prompts: {label}: no hit rate to judge.")
+            continue
         out.append(
-            f"* system prompts: kv-shared hits {kv['hit_rate']:.1%} of prompt tokens, "
-            f"{kv['hit_rate'] / bounded:.0%} of the bounded oracle's {bounded:.1%} (goal ≥ 90%; unbounded "
-            f"{system['oracle_hit_rate']:.1%}) and {kv['hit_rate'] / rr['hit_rate']:.1f}x round-robin's "
-            f"{rr['hit_rate']:.1%} (goal ≥ 2x)."
+            f"* system, {systems} shared prompts: {label} hits {hit:.1%} of prompt tokens, "
+            f"{hit / bounded:.0%} of the bounded oracle's {bounded:.1%} (goal ≥ 90%: {met(hit >= 0.9 * bounded)}; "
+            f"unbounded {ceiling:.1%}) and {hit / rr:.1f}x round-robin's {rr:.1%} (goal ≥ 2x: {met(hit >= 2 * rr)})."
         )
     for name, w in workloads.items():
-        kv, rr = w["kv"], w["rr"]
-        out.append(
-            f"* {name}: TTFT p50 kv-shared {kv['ttft_p50_ms']} ms against round-robin {rr['ttft_p50_ms']} ms "
-            f"(goal: lower); busiest replica {kv['imbalance']}x the mean under kv-shared (goal ≤ 1.5x); "
-            f"{kv['home_share']:.0%} of kv-shared's requests went to their prefix's home replica "
-            f"(homes per replica {' / '.join(map(str, kv['homes']))}); {kv['fallbacks']} fallbacks to local "
-            "routing (Redis slower than `shared_timeout_ms`)."
-        )
+        for alias in JUDGED:
+            r, base = w[alias], w["rr"]["ttft_p50_ms"]
+            busiest = r["imbalance"]
+            line = (
+                f"* {name}, {POOLS[alias].label}: TTFT p50 {r['ttft_p50_ms']} ms against round-robin's {base} ms "
+                f"(goal lower: {met(r['ttft_p50_ms'] < base)}); busiest replica {busiest}x the mean "
+                f"(goal ≤ {MAX_LOAD:g}x: {met(busiest is not None and busiest <= MAX_LOAD)})"
+            )
+            if r.get("home_share") is not None:
+                line += (
+                    f"; {r['home_share']:.0%} of the requests went to their prefix's home replica (homes per "
+                    f"replica {' / '.join(map(str, r['homes']))}); {r['fallbacks']} fallbacks to local routing "
+                    "(Redis slower than `shared_timeout_ms`)"
+                )
+            out.append(line + ".")
     return out
 
 
@@ -359,17 +414,17 @@ def render(report: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for name, w in report["workloads"].items():
-        for alias, strategy in STRATEGIES.items():
+        for alias, pool in POOLS.items():
             r = w[alias]
             hit = "n/a" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
             per = " / ".join(f"{v:g}" for v in r["per_replica"])
             lines.append(
-                f"| {name} | {strategy} | {r['requests']} | {hit} | {r['ttft_p50_ms']} ms | {r['ttft_p99_ms']} ms | "
+                f"| {name} | {pool.label} | {r['requests']} | {hit} | {r['ttft_p50_ms']} ms | {r['ttft_p99_ms']} ms | "
                 f"{r['req_s']} | {r['output_tok_s']} | {per} | {r['imbalance']} |"
             )
         for key, oracle in ORACLES.items():
             lines.append(f"| {name} | {oracle} | | {w[key]:.1%} | | | | | | |")
-    return "\n".join([*lines, "", *verdicts(report["workloads"]), ""])
+    return "\n".join([*lines, "", *verdicts(report["workloads"], report["systems"]), ""])
 
 
 def vllm_version() -> str:
@@ -399,7 +454,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # A KV cache too small for every prefix on every replica, as on a busy GPU: 32 blocks of 128 tokens
     # hold the 16 system prompts once across two replicas, not twice.
     p.add_argument("--kv-blocks", type=int, default=32, help="KV-cache blocks per replica (default 32)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="where routing.json and routing.md go")
+    p.add_argument("--out", type=Path, default=RESULTS, help="the results' directory (default benchmarks/results)")
+    p.add_argument("--name", default="routing", help="the results' file stem: NAME.json, NAME.md (default routing)")
     p.add_argument("--logs", type=Path, help="keep the vLLM and gateway logs in this directory")
     args = p.parse_args(argv)
     args.requests = args.requests or (16 if args.quick else 160)
@@ -414,22 +470,25 @@ def main(argv: list[str] | None = None) -> int:
             results = run(args, Path(tmp))
         finally:
             if args.logs:
-                shutil.copytree(tmp, args.logs, dirs_exist_ok=True)
+                # the events' ipc:// sockets are not files to copy
+                shutil.copytree(tmp, args.logs, ignore=shutil.ignore_patterns("*.ipc"), dirs_exist_ok=True)
     meta = {
         **basic_meta(" ".join(["scripts/bench-routing", *sys.argv[1:]]), ("gateway", "backends")),
         "vllm": vllm_version(),
         "note": ("A `--quick` smoke run: too few requests, too short, for figures to quote. " if args.quick else "")
         + (
             f"Two vLLM replicas (`{' '.join(VLLM_ARGS)}`, {args.kv_blocks} KV blocks of {results['block_size']} "
-            f"tokens), each engine on a "
-            f"core of its own; two gateways (1 worker each) sharing a private redis-server, requests alternating "
-            f"between them; {args.requests} streamed completions of {args.max_tokens} tokens per workload and "
-            f"strategy, {args.clients} clients at a time, half of them with an `X-Session-Id`; "
+            f"tokens), each engine on a core of its own, both publishing KV-cache events (for every strategy; "
+            "only kv-shared + kv_events reads them); two gateways (1 worker each) sharing a private "
+            f"redis-server, requests alternating between them; {args.requests} streamed completions of "
+            f"{args.max_tokens} tokens per workload and strategy, {args.clients} clients at a time, half of them "
+            f"with an `X-Session-Id`; system workload: {args.systems} shared system prompts of {args.system_words} "
+            "words; "
             f"`affinity_slack: {args.affinity_slack:g}`, `shared_timeout_ms: {args.shared_timeout_ms:g}`."
         ),
     }
-    report = {"meta": meta, **results}
-    write_report(args.out, "routing", report, render(report))
+    report = {"meta": meta, "systems": args.systems, **results}
+    write_report(args.out, args.name, report, render(report))
     return 0
 
 
