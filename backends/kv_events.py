@@ -341,9 +341,9 @@ class _Subscriber:
                     frames = await sock.recv_multipart()  # b"", topic, seq, payload
                     if len(frames) != 4 or len(frames[2]) != 8:
                         continue
+                    if int.from_bytes(frames[2], "big", signed=True) < 0:
+                        return  # the end marker, whose payload is empty, not a batch
                     seq, batch = self._decode(frames[2], frames[3])
-                    if seq < 0:
-                        return
                     if before is None or seq < before:
                         self.view.receive(seq, batch, replayed=True)
                         self.pool.replayed += 1
