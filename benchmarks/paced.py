@@ -66,6 +66,7 @@ class Window:
     opened: int = 0
     failed: int = 0
     stalled: int = 0  # open and never failed, yet no token in the window (``stalled``)
+    ramp: float = 0.0  # seconds the opens took: longer than asked when connects waited
 
     def __post_init__(self) -> None:
         self.gaps = array("d")  # seconds between a stream's events, inside the window
@@ -95,10 +96,13 @@ class PacedStream(asyncio.Protocol):
                 self.failed = True
                 self.window.failed += 1
                 return
+        w = self.window
+        if b"data: [DONE]" in data and now < w.end and not self.failed:
+            self.failed = True
+            w.failed += 1  # the answer ended before the window did: too short for a stretched ramp
         events = data.count(b"data: {")
         if not events:
             return
-        w = self.window
         if w.start <= now <= w.end:
             self.counted = True
             w.tokens += events
@@ -125,19 +129,29 @@ async def hold_streams(port: int, request: bytes, streams: int, ramp: float, sec
     window = Window()
     transports: list[asyncio.BaseTransport] = []
     protocols: list[PacedStream] = []
-    began = time.perf_counter()
-    for i in range(streams):
-        due = began + ramp * i / streams
-        if due > time.perf_counter():
-            await asyncio.sleep(due - time.perf_counter())
+
+    async def open_stream() -> None:
         try:
             transport, protocol = await loop.create_connection(lambda: PacedStream(request, window), "127.0.0.1", port)
         except OSError:
             window.failed += 1
-            continue
+            return
         transports.append(transport)
         protocols.append(protocol)
+
+    # Each open is its own task, on time whatever the others do: awaited in turn, one SYN the subject's
+    # full accept queue dropped held back every later open for the 1 s retransmit, and the catch-up
+    # burst that followed overflowed the queue again.
+    began = time.perf_counter()
+    opening = []
+    for i in range(streams):
+        due = began + ramp * i / streams
+        if due > time.perf_counter():
+            await asyncio.sleep(due - time.perf_counter())
+        opening.append(asyncio.create_task(open_stream()))
+    await asyncio.gather(*opening)
     window.opened = len(transports)
+    window.ramp = time.perf_counter() - began
     await asyncio.sleep(max(1.0, ramp / 4))  # the last ones' first tokens
     cpu_before = tree_cpu_s(pid) if pid else 0.0
     window.start = time.perf_counter()
@@ -156,6 +170,15 @@ def stalled(streams: list[PacedStream]) -> int:
     """Streams open the whole window that carried no token in it: a proxy out of descriptors or
     stuck holds them without failing them, and only tokens/s would show it otherwise."""
     return sum(1 for s in streams if not s.failed and not s.counted)
+
+
+def listen_drops() -> int:
+    """SYNs the kernel dropped since boot because a listener's accept queue was full (all listeners:
+    during a run, the subject's). Each costs its client a 1 s retransmit."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        names, values = (line.split() for line in Path("/proc/net/netstat").read_text().splitlines()[:2])
+        return int(values[names.index("ListenDrops")])
+    return 0
 
 
 def tree_kib(pid: int) -> int:
@@ -226,12 +249,15 @@ def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) 
             body = {"model": "tiny", "prompt": "Say hello", "max_tokens": chunks, "stream": True}
             request = stream_request(port, path, headers, body)
             idle = tree_kib(pid) if pid else 0
+            drops = listen_drops()
             window, cpu, held = asyncio.run(hold_streams(port, request, streams, args.ramp, args.seconds, pid))
             gaps = sorted(window.gaps)
             r: dict[str, Any] = {
                 "streams": window.opened,
                 "failed": window.failed,
                 "stalled": window.stalled,
+                "ramp_s": round(window.ramp, 1),
+                "listen_drops": listen_drops() - drops,
                 "tokens_per_s": round(window.tokens / args.seconds, 1),
                 "gap_p50_ms": round(percentile(gaps, 50) * 1000, 2) if gaps else None,
                 "gap_p99_ms": round(percentile(gaps, 99) * 1000, 2) if gaps else None,
@@ -335,16 +361,17 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         measured(report["meta"]),
         "",
-        "| scenario | subject | streams | failed | stalled | tokens/s | CPU per token | RSS | RSS per stream | fds "
-        "| gap p50 | gap p99 | added p99 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | subject | streams | ramp | SYN drops | failed | stalled | tokens/s | CPU per token | RSS "
+        "| RSS per stream | fds | gap p50 | gap p99 | added p99 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
     for label, scenario in report["scenarios"].items():
         for name in SUBJECTS:
             r = scenario[name]
             lines.append(
-                f"| {label} | {name} | {r['streams']} | {r['failed']} | {r.get('stalled', '-')} | "
+                f"| {label} | {name} | {r['streams']} | {cell(r.get('ramp_s'), ' s')} | "
+                f"{cell(r.get('listen_drops'))} | {r['failed']} | {r.get('stalled', '-')} | "
                 f"{r['tokens_per_s']} | "
                 f"{cell(r.get('cpu_us_per_token'), ' µs')} | {cell(r.get('rss_mib'), ' MiB')} | "
                 f"{cell(r.get('rss_kib_per_stream'), ' KiB')} | {cell(r.get('fds'))} | "
