@@ -90,3 +90,16 @@ def test_a_stream_open_all_window_without_a_token_is_stalled_not_fine() -> None:
     refused, _ = opened(window)
     refused.data_received(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
     assert stalled([silent, talking, refused]) == 1 and window.failed == 1
+
+
+def test_the_window_waits_until_every_opened_stream_has_a_token_or_failed() -> None:
+    window = Window()
+    slow, fast, refused = opened(window), opened(window), opened(window)
+    fast[0].data_received(HEAD + b'data: {"x":1}\n\n')
+    refused[0].data_received(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
+    window.opened = 3  # the ramp is over
+    fast[0].data_received(b'data: {"x":2}\n\n')  # a second token is no news
+    assert window.going == 2 and not window.settled.is_set()
+    slow[0].data_received(HEAD)
+    slow[0].data_received(b'data: {"x":1}\n\n')
+    assert window.settled.is_set()
