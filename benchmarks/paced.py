@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import math
 import os
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 from array import array
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +44,18 @@ import yaml
 
 from benchmarks.machine import basic_meta, measured, write_report
 from benchmarks.openloop import Connection
-from benchmarks.procs import Processes, descendants, free_port, log, percentile, status_kib, tree_cpu_s
+from benchmarks.procs import (
+    TICK,
+    Processes,
+    core_ticks,
+    descendants,
+    free_port,
+    log,
+    percentile,
+    self_cpu_s,
+    status_kib,
+    tree_cpu_s,
+)
 from gateway.runtime.config import hash_key
 from gateway.web.listener import connections_for
 from tests.redis_servers import RedisServer
@@ -51,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 KEY = "gw-bench-paced-0123456789"
 SUBJECTS = ("direct", "yardstick", "gateway")
+SETTLE_BOUND = 60.0  # seconds after the ramp for every stream to have a token
 
 
 # --- the streaming client --------------------------------------------------------------------------
@@ -66,9 +80,19 @@ class Window:
     opened: int = 0
     failed: int = 0
     stalled: int = 0  # open and never failed, yet no token in the window (``stalled``)
+    going: int = 0  # opened streams that have had a token or failed
+    ramp: float = 0.0  # seconds the opens took: longer than asked when connects waited
+    settle: float = 0.0  # seconds after the opens until every stream had a token or failed
+    others: float = 0.0  # cores busy in the window outside the client, the fake and the subject
 
     def __post_init__(self) -> None:
         self.gaps = array("d")  # seconds between a stream's events, inside the window
+        self.settled = asyncio.Event()  # every opened stream is going
+
+    def went(self) -> None:
+        self.going += 1
+        if self.opened and self.going >= self.opened:
+            self.settled.set()
 
 
 class PacedStream(asyncio.Protocol):
@@ -87,18 +111,28 @@ class PacedStream(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         transport.write(self.request)  # type: ignore[attr-defined]
 
+    def fail(self) -> None:
+        if not self.failed:
+            self.failed = True
+            self.window.failed += 1
+            if not self.last:
+                self.window.went()
+
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
+        w = self.window
         if self.head:
             self.head = False
             if not data.startswith(b"HTTP/1.1 200"):
-                self.failed = True
-                self.window.failed += 1
+                self.fail()
                 return
+        if b"data: [DONE]" in data and now < w.end:
+            self.fail()  # the answer ended before the window did: too short for a stretched ramp
         events = data.count(b"data: {")
         if not events:
             return
-        w = self.window
+        if not self.last and not self.failed:
+            w.went()
         if w.start <= now <= w.end:
             self.counted = True
             w.tokens += events
@@ -107,9 +141,8 @@ class PacedStream(asyncio.Protocol):
         self.last = now
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if time.perf_counter() < self.window.end and not self.failed:
-            self.failed = True
-            self.window.failed += 1  # ended before the window did: the stream was too short or cut
+        if time.perf_counter() < self.window.end:
+            self.fail()  # ended before the window did: the stream was too short or cut
 
 
 def stream_request(port: int, path: str, headers: dict[str, str], body: dict[str, Any]) -> bytes:
@@ -119,43 +152,94 @@ def stream_request(port: int, path: str, headers: dict[str, str], body: dict[str
     return ("\r\n".join([*lines, f"Content-Length: {len(raw)}", "", ""])).encode() + raw
 
 
-async def hold_streams(port: int, request: bytes, streams: int, ramp: float, seconds: float, pid: int | None) -> Any:
-    """Opens ``streams`` over ``ramp`` seconds, measures for ``seconds``, closes them all."""
+async def hold_streams(
+    port: int, request: bytes, streams: int, ramp: float, seconds: float, pid: int | None, fake: int = 0
+) -> Any:
+    """Opens ``streams`` over ``ramp`` seconds, measures for ``seconds``, closes them all; ``pid`` is the
+    subject's (0: direct), ``fake`` the upstream's."""
     loop = asyncio.get_running_loop()
     window = Window()
     transports: list[asyncio.BaseTransport] = []
     protocols: list[PacedStream] = []
-    began = time.perf_counter()
-    for i in range(streams):
-        due = began + ramp * i / streams
-        if due > time.perf_counter():
-            await asyncio.sleep(due - time.perf_counter())
+
+    async def open_stream() -> None:
         try:
             transport, protocol = await loop.create_connection(lambda: PacedStream(request, window), "127.0.0.1", port)
         except OSError:
             window.failed += 1
-            continue
+            return
         transports.append(transport)
         protocols.append(protocol)
+
+    # Each open is its own task, on time whatever the others do: awaited in turn, one SYN the subject's
+    # full accept queue dropped held back every later open for the 1 s retransmit, and the catch-up
+    # burst that followed overflowed the queue again.
+    began = time.perf_counter()
+    opening = []
+    for i in range(streams):
+        due = began + ramp * i / streams
+        if due > time.perf_counter():
+            await asyncio.sleep(due - time.perf_counter())
+        opening.append(asyncio.create_task(open_stream()))
+    await asyncio.gather(*opening)
     window.opened = len(transports)
-    await asyncio.sleep(max(1.0, ramp / 4))  # the last ones' first tokens
+    window.ramp = time.perf_counter() - began
+    # The window opens once every stream carries tokens: a subject still taking in the ramp's
+    # connections (a backlog of 4096 can hold seconds of them) would have its catch-up measured as
+    # delay. Bounded, so one that never gets there shows its stalled streams.
+    if window.going >= window.opened:
+        window.settled.set()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(window.settled.wait(), SETTLE_BOUND)
+    window.settle = time.perf_counter() - began - window.ramp
+    await asyncio.sleep(max(1.0, ramp / 4))  # late tokens of the busiest seconds drain
     cpu_before = tree_cpu_s(pid) if pid else 0.0
+    others_before = others_cpu_s(pid or 0, fake)
     window.start = time.perf_counter()
     window.end = window.start + seconds
     await asyncio.sleep(seconds / 2)
     held = {"rss_kib": tree_kib(pid), "fds": tree_fds(pid)} if pid else {}
     await asyncio.sleep(window.end - time.perf_counter())
     cpu = tree_cpu_s(pid) - cpu_before if pid else 0.0
+    window.others = (others_cpu_s(pid or 0, fake) - others_before) / seconds
     window.stalled = stalled(protocols)
     for t in transports:
         t.abort()
     return window, cpu, held
 
 
+@contextlib.contextmanager
+def collections_paused() -> Iterator[None]:
+    """The client is the instrument: a full collection walking 10k open streams (up to 320 ms seen on a
+    busy machine) would show as the subject's delay. What the hold leaves in cycles goes after it."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 def stalled(streams: list[PacedStream]) -> int:
     """Streams open the whole window that carried no token in it: a proxy out of descriptors or
     stuck holds them without failing them, and only tokens/s would show it otherwise."""
     return sum(1 for s in streams if not s.failed and not s.counted)
+
+
+def others_cpu_s(*ours: int) -> float:
+    """CPU seconds the machine has spent outside this client and the process trees ``ours``: other work
+    on a shared machine, which delays what is measured here (a core it takes is felt in gap p99)."""
+    busy = sum(b for b, _ in core_ticks().values()) / TICK
+    return busy - self_cpu_s() - sum(tree_cpu_s(p) for p in ours if p)
+
+
+def listen_drops() -> int:
+    """SYNs the kernel dropped since boot because a listener's accept queue was full (all listeners:
+    during a run, the subject's). Each costs its client a 1 s retransmit."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        names, values = (line.split() for line in Path("/proc/net/netstat").read_text().splitlines()[:2])
+        return int(values[names.index("ListenDrops")])
+    return 0
 
 
 def tree_kib(pid: int) -> int:
@@ -215,7 +299,7 @@ def start_fake(procs: Processes, chunks: int, gap_ms: float) -> int:
 def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One scenario: the same paced streams against every subject in turn."""
     procs = Processes(tmp)
-    chunks = math.ceil(rate * (args.ramp * 1.25 + 1 + args.seconds + 10))  # outlasts the window
+    chunks = math.ceil(rate * (args.ramp * 1.25 + SETTLE_BOUND + args.seconds + 10))  # outlasts the window
     out: dict[str, Any] = {}
     try:
         fake = start_fake(procs, chunks, 1000 / rate)
@@ -226,12 +310,21 @@ def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) 
             body = {"model": "tiny", "prompt": "Say hello", "max_tokens": chunks, "stream": True}
             request = stream_request(port, path, headers, body)
             idle = tree_kib(pid) if pid else 0
-            window, cpu, held = asyncio.run(hold_streams(port, request, streams, args.ramp, args.seconds, pid))
+            drops = listen_drops()
+            fake_pid = procs.live["fake"][0].pid
+            with collections_paused():
+                window, cpu, held = asyncio.run(
+                    hold_streams(port, request, streams, args.ramp, args.seconds, pid, fake_pid)
+                )
             gaps = sorted(window.gaps)
             r: dict[str, Any] = {
                 "streams": window.opened,
                 "failed": window.failed,
                 "stalled": window.stalled,
+                "ramp_s": round(window.ramp, 1),
+                "settle_s": round(window.settle, 1),
+                "listen_drops": listen_drops() - drops,
+                "others_cores": round(window.others, 2),
                 "tokens_per_s": round(window.tokens / args.seconds, 1),
                 "gap_p50_ms": round(percentile(gaps, 50) * 1000, 2) if gaps else None,
                 "gap_p99_ms": round(percentile(gaps, 99) * 1000, 2) if gaps else None,
@@ -335,17 +428,18 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         measured(report["meta"]),
         "",
-        "| scenario | subject | streams | failed | stalled | tokens/s | CPU per token | RSS | RSS per stream | fds "
-        "| gap p50 | gap p99 | added p99 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | subject | streams | ramp + settle | SYN drops | others' CPU | failed | stalled | tokens/s "
+        "| CPU per token | RSS | RSS per stream | fds | gap p50 | gap p99 | added p99 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
     for label, scenario in report["scenarios"].items():
         for name in SUBJECTS:
             r = scenario[name]
             lines.append(
-                f"| {label} | {name} | {r['streams']} | {r['failed']} | {r.get('stalled', '-')} | "
-                f"{r['tokens_per_s']} | "
+                f"| {label} | {name} | {r['streams']} | {cell(r.get('ramp_s'))} + {cell(r.get('settle_s'), ' s')} | "
+                f"{cell(r.get('listen_drops'))} | {cell(r.get('others_cores'), ' cores')} | {r['failed']} | "
+                f"{r.get('stalled', '-')} | {r['tokens_per_s']} | "
                 f"{cell(r.get('cpu_us_per_token'), ' µs')} | {cell(r.get('rss_mib'), ' MiB')} | "
                 f"{cell(r.get('rss_kib_per_stream'), ' KiB')} | {cell(r.get('fds'))} | "
                 f"{cell(r['gap_p50_ms'], ' ms')} | "

@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from gateway.web.listener import BACKLOG
+
 # Hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself.
 HOP = frozenset(
     {
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         port=a.port,
         access_log=None,
         print=None,
+        backlog=BACKLOG,  # the gateway's: a burst of connects waits as long at either
         handle_signals=True,
         loop=loop_factory() if loop_factory else None,
     )

@@ -3,6 +3,8 @@ stream delivers."""
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from benchmarks.paced import PacedStream, Window, stalled, stream_request
@@ -31,8 +33,28 @@ def test_every_event_in_the_window_counts_and_each_read_after_the_first_gives_a_
     stream.data_received(HEAD)
     stream.data_received(b'2a\r\ndata: {"choices":[{"text":"a"}]}\n\n\r\n')
     stream.data_received(b'data: {"x":1}\n\ndata: {"x":2}\n\n')  # two events in one read: one gap
-    stream.data_received(b"data: [DONE]\n\n")  # not a token
     assert window.tokens == 3 and len(window.gaps) == 1 and window.failed == 0
+
+
+def test_events_that_come_with_the_head_count() -> None:
+    window = Window(start=0.0)
+    stream, _ = opened(window)
+    stream.data_received(HEAD + b'data: {"x":1}\n\n')
+    assert window.tokens == 1 and window.failed == 0
+
+
+def test_an_answer_that_ends_before_the_window_does_is_a_failure_not_a_stall() -> None:
+    """A keep-alive stream that ended cleanly stays open and silent: without this it counted as
+    stalled whenever a stretched ramp outlasted the fake's answers."""
+    window = Window(start=0.0, end=math.inf)
+    ended, _ = opened(window)
+    ended.data_received(HEAD + b'data: {"x":1}\n\n')
+    ended.data_received(b"data: [DONE]\n\n")  # not a token
+    assert window.tokens == 1 and window.failed == 1 and stalled([ended]) == 0
+    late = Window(start=0.0, end=time.perf_counter())  # the window is over: nothing more counts
+    after, _ = opened(late)
+    after.data_received(HEAD + b"data: [DONE]\n\n")
+    assert late.failed == 0 and late.tokens == 0
 
 
 def test_events_outside_the_window_do_not_count() -> None:
@@ -68,3 +90,16 @@ def test_a_stream_open_all_window_without_a_token_is_stalled_not_fine() -> None:
     refused, _ = opened(window)
     refused.data_received(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
     assert stalled([silent, talking, refused]) == 1 and window.failed == 1
+
+
+def test_the_window_waits_until_every_opened_stream_has_a_token_or_failed() -> None:
+    window = Window()
+    slow, fast, refused = opened(window), opened(window), opened(window)
+    fast[0].data_received(HEAD + b'data: {"x":1}\n\n')
+    refused[0].data_received(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
+    window.opened = 3  # the ramp is over
+    fast[0].data_received(b'data: {"x":2}\n\n')  # a second token is no news
+    assert window.going == 2 and not window.settled.is_set()
+    slow[0].data_received(HEAD)
+    slow[0].data_received(b'data: {"x":1}\n\n')
+    assert window.settled.is_set()
