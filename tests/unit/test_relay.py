@@ -166,6 +166,17 @@ def test_a_run_stops_before_the_first_event_that_must_be_decoded(events: list[li
     assert run is None or run[0].chunks == taken
 
 
+@given(st.lists(st.sampled_from(KEYS), max_size=3))
+def test_a_read_of_one_event_is_relayed_as_a_run_of_one_would_be(keys: list[str]) -> None:
+    # a model server's read: one token's event, checked in one scan rather than the run's
+    chunk = HEAD + '"choices":[{"index":0,' + ",".join(['"text":"x"', *keys]) + "}]}"
+    stops = ACCOUNTED.search(chunk.encode()) is not None or '_reason":"' in chunk
+    run = started().relay_run(sse(chunk))
+    assert run == (None if stops else (sse(chunk), len(sse(chunk))))
+    assert run is None or run[0].chunks == 1
+    assert run == started().relay_run(sse(chunk, FINISH))  # the run's scans come to the same
+
+
 @pytest.mark.parametrize(
     "read",
     [
@@ -178,6 +189,8 @@ def test_a_run_stops_before_the_first_event_that_must_be_decoded(events: list[li
         b"data: {\ndata: }\n\n",  # one event's data over two lines
         sse(PLAIN) + b"\n" + sse(PLAIN),  # a stray blank line
         sse(HEAD + '"choices":[]', PLAIN),  # one that is not an object
+        sse(HEAD + '"choices":[]'),  # the same, alone in its read
+        b": keep-alive }\n\n",  # a comment alone
     ],
 )
 def test_a_run_that_is_not_plain_one_line_events_takes_the_parser(read: bytes) -> None:
