@@ -376,17 +376,26 @@ class HTTPUpstream:
         watch.reading(resp.content)
         parser = SSEParser()
         decoder = self.wire.reader(request)
+        relaying = decoder.relaying  # set for the stream: not asked again per read
+        clock, read = watch.loop.time, resp.content.readany
         ended = False
         try:
             while True:
-                watch.since = watch.loop.time()
+                watch.since = clock()
                 try:
-                    chunk = await resp.content.readany()
+                    chunk = await read()
                 except StreamIdle:
                     raise call.timed_out(self.name, "stream idle for too long") from None
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
                 watch.since = None
+                if relaying and chunk[-2:] == b"\n\n" and parser.idle:
+                    # Whole events, relayed whole (a model server's read is one token's event): no
+                    # splitting or batching. A read cut inside an event takes the general path.
+                    run = decoder.relay_run(chunk)
+                    if run is not None and run[1] == len(chunk):
+                        yield [run[0]]
+                        continue
                 pieces = _first_apart(chunk, decoder)
                 for i, piece in enumerate(pieces):
                     batch: list[StreamEvent] = []

@@ -117,7 +117,8 @@ async def relay(
                 out = b""
             async for batch in events:
                 log.observe(batch)
-                out += b"".join([encoder.event(ev) for ev in batch])
+                # most batches of a model server's stream are one token's event
+                out += encoder.event(batch[0]) if len(batch) == 1 else b"".join([encoder.event(ev) for ev in batch])
                 if isinstance(batch, LastBatch):
                     break  # written with the stream's end
                 if out:

@@ -30,8 +30,8 @@ HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
 PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'
 
 
-def started() -> ChunkDecoder:
-    decoder = ChunkDecoder(Operation.COMPLETION, relay=True)
+def started(token_ids: bool = True) -> ChunkDecoder:
+    decoder = ChunkDecoder(Operation.COMPLETION, relay=True, token_ids=token_ids)
     decoder.decode(json.loads(PLAIN))
     return decoder
 
@@ -166,6 +166,54 @@ def test_a_run_stops_before_the_first_event_that_must_be_decoded(events: list[li
     assert run is None or run[0].chunks == taken
 
 
+@given(st.lists(st.sampled_from(KEYS), max_size=3))
+def test_a_read_of_one_event_is_relayed_as_a_run_of_one_would_be(keys: list[str]) -> None:
+    # a model server's read: one token's event, checked in one scan rather than the run's
+    chunk = HEAD + '"choices":[{"index":0,' + ",".join(['"text":"x"', *keys]) + "}]}"
+    stops = ACCOUNTED.search(chunk.encode()) is not None or '_reason":"' in chunk
+    run = started().relay_run(sse(chunk))
+    assert run == (None if stops else (sse(chunk), len(sse(chunk))))
+    assert run is None or run[0].chunks == 1
+    assert run == started().relay_run(sse(chunk, FINISH))  # the run's scans come to the same
+
+
+def test_a_stream_s_next_token_is_relayed_by_the_last_one_s_shape() -> None:
+    decoder = started(token_ids=False)
+    token = PLAIN.replace(" hi", " there")
+    assert decoder.relay_run(sse(PLAIN)) == (sse(PLAIN), len(sse(PLAIN)))
+    assert decoder.shape == (sse(PLAIN)[: sse(PLAIN).index(b" hi")], sse(PLAIN)[sse(PLAIN).index(b" hi") + 3 :])
+    assert decoder.relay_run(sse(token)) == (sse(token), len(sse(token)))
+    assert decoder.relay_run(sse(FINISH)) is None  # another shape: the full check, which stops it
+    quoted = PLAIN.replace(" hi", '\\"finish_reason\\":\\"stop\\"')
+    assert decoder.relay_run(sse(quoted)) == (sse(quoted), len(sse(quoted)))  # not plain: the full check
+    with_ids = started(token_ids=True)  # each chunk's ids differ too: no shape is kept
+    assert with_ids.relay_run(sse(PLAIN)) is not None and with_ids.shape is None
+
+
+def relayable(chunk: str) -> bool:
+    """What the decoder must see, read as JSON: a finish or stop reason, usage or an error."""
+    data = json.loads(chunk)
+    choices = data.get("choices") or []
+    reasons = [c.get(k) for c in choices for k in ("finish_reason", "stop_reason")]
+    return all(v is None for v in [*reasons, data.get("usage"), data.get("error")])
+
+
+TOKENS = st.sampled_from(["x", "", "é", 'a"b', "a\\", "usage", "\n", "}\n\n"])
+
+
+@given(st.lists(st.tuples(TOKENS, st.lists(st.sampled_from(KEYS), max_size=2)), min_size=1, max_size=8))
+def test_one_event_reads_in_a_row_are_relayed_only_when_they_may_be(events: list[tuple[str, list[str]]]) -> None:
+    # the stream's last event relayed alone lends its shape to the next: only a plain text may differ
+    decoder = started(token_ids=False)
+    for text, keys in events:
+        chunk = HEAD + '"choices":[{"index":0,' + ",".join([f'"text":{json.dumps(text)}', *keys]) + '}],"usage":null}'
+        run = decoder.relay_run(sse(chunk))
+        if started().relay_run(sse(chunk)) is not None:  # what the full check relays, the shape does too
+            assert run == (sse(chunk), len(sse(chunk)))
+        if run is not None:
+            assert relayable(chunk) and run[0] == sse(chunk) and run[0].chunks == 1
+
+
 @pytest.mark.parametrize(
     "read",
     [
@@ -178,6 +226,8 @@ def test_a_run_stops_before_the_first_event_that_must_be_decoded(events: list[li
         b"data: {\ndata: }\n\n",  # one event's data over two lines
         sse(PLAIN) + b"\n" + sse(PLAIN),  # a stray blank line
         sse(HEAD + '"choices":[]', PLAIN),  # one that is not an object
+        sse(HEAD + '"choices":[]'),  # the same, alone in its read
+        b": keep-alive }\n\n",  # a comment alone
     ],
 )
 def test_a_run_that_is_not_plain_one_line_events_takes_the_parser(read: bytes) -> None:

@@ -18,7 +18,7 @@ from gateway.core.request import Operation
 from gateway.core.response import Frame, StreamEvent, StreamStart
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
-from gateway.dialects.openai.relay import Retouch, removal
+from gateway.dialects.openai.relay import Retouch, removal, without_key
 from gateway.dialects.sse import SSEParser
 from gateway.runtime.config import parse_config
 
@@ -190,7 +190,7 @@ def test_a_relayed_stream_matches_its_decoded_twin(
 
 
 def test_the_retouch_rewrites_keys_and_never_text() -> None:
-    retouch = Retouch(((b',"usage":null', b""),), b'"system_fingerprint":"fp",', token_ids=True)
+    retouch = Retouch((without_key(b"usage", b"null"),), b'"system_fingerprint":"fp",', token_ids=True)
     text = json.dumps('x,"usage":null "token_ids":[1] \n\ndata: {')
     frame = b"".join(
         b'data: {"choices":[{"index":0,"text":' + text.encode() + b',"token_ids":[4,5]}],"usage":null}\n\n'
@@ -198,6 +198,17 @@ def test_the_retouch_rewrites_keys_and_never_text() -> None:
     )
     out = chunks(retouch(frame))
     assert out == [{"system_fingerprint": "fp", "choices": [{"index": 0, "text": json.loads(text), "token": 5}]}] * 2
+
+
+def test_a_dropped_key_goes_wherever_each_chunk_spells_it() -> None:
+    # the usual spelling (after other keys) from every chunk is looked for once; the other only when
+    # some chunk did not have the usual one
+    retouch = Retouch((without_key(b"usage", b"null"),))
+    usual = b'data: {"id":"a","choices":[],"usage":null}\n\n'
+    first = b'data: {"usage":null,"id":"a","choices":[]}\n\n'
+    bare = b'data: {"id":"a","choices":[]}\n\n'
+    for run in (usual * 2, usual + first, first + usual, bare + first, first):
+        assert retouch(Frame.of(run, run.count(b"\n\n"))) == bare * run.count(b"\n\n")
 
 
 def test_empty_token_lists_are_dropped_with_their_comma() -> None:

@@ -255,6 +255,25 @@ ACCOUNTED = re.compile(rb'"(?:finish_reason|usage|error)"(?!:null)')
 # is decoded. One chunk (``relay``) keeps ``ACCOUNTED``: three calls cost more than one there.
 FINISHED = re.compile(rb'_reason"(?!:null)')
 USAGE_OR_ERROR = ((b'"usage"', re.compile(rb'"usage"(?!:null)')), (b'"error"', re.compile(rb'"error"(?!:null)')))
+# What stops a run, in one scan of one event: the three above, in one pattern (``_reason"`` alone has
+# no literal to search for first; vLLM's ``stop_reason`` is the other reason a chunk carries).
+EVENT_ACCOUNTED = re.compile(rb'"(?:finish_reason|stop_reason|usage|error)"(?!:null)')
+# Where one token's chunk differs from the last: its text, opened by one of these keys. A text without
+# a quote, backslash or newline leaves the chunk's keys and framing as they were.
+TEXT_KEYS = (b'"text":"', b'"content":"')
+NOT_PLAIN = re.compile(rb'["\\\n]')
+
+
+def shape(event: bytes) -> tuple[bytes, bytes] | None:
+    """A relayed event around its text, (head, tail), when the text is plain (``NOT_PLAIN``)."""
+    for key in TEXT_KEYS:
+        if (at := event.find(key)) >= 0:
+            start = at + len(key)
+            end = event.find(b'"', start)
+            if end < 0 or NOT_PLAIN.search(event, start, end) is not None:
+                return None
+            return event[:start], event[end:]
+    return None
 
 
 class ChunkDecoder:
@@ -268,7 +287,17 @@ class ChunkDecoder:
     usage and errors are still decoded. The test is on bytes: in compact JSON a key can only be matched
     outside strings (a quote inside one is escaped), and any other spelling just takes the decoder."""
 
-    __slots__ = ("chat", "finished", "output_logprobs", "prompt_echoed", "relaying", "started", "token_ids", "usage")
+    __slots__ = (
+        "chat",
+        "finished",
+        "output_logprobs",
+        "prompt_echoed",
+        "relaying",
+        "shape",
+        "started",
+        "token_ids",
+        "usage",
+    )
 
     def __init__(
         self, operation: Operation, relay: bool = False, token_ids: bool = True, prompt_logprobs: bool | None = None
@@ -283,6 +312,7 @@ class ChunkDecoder:
         self.usage: Usage | None = None
         self.relaying = relay
         self.token_ids = token_ids  # chunks may carry them (the upstream was asked)
+        self.shape: tuple[bytes, bytes] | None = None  # the last event relayed alone (``relay_run``)
 
     def relay(self, data: bytes) -> Frame | None:
         """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
@@ -304,6 +334,23 @@ class ChunkDecoder:
         the keys to decode, then counts), not split and tested one by one."""
         if not self.started or not self.relaying:
             return None
+        if buffer[-3:] == b"}\n\n":  # maybe one whole event, as a model server writes a token
+            if self.shape is not None:  # the last one's keys and framing around a plain text: relayed too
+                head, tail = self.shape
+                end = len(buffer) - len(tail)
+                if (
+                    buffer.startswith(head)
+                    and buffer.endswith(tail)
+                    and end >= len(head)
+                    and NOT_PLAIN.search(buffer, len(head), end) is None
+                ):
+                    return Frame(buffer), len(buffer)
+            if buffer.count(b"\n") == 2:  # one pattern, not the run's scans
+                if buffer[:8] != b'data: {"' or EVENT_ACCOUNTED.search(buffer) is not None:
+                    return None
+                # (chunks that carry their token's ids differ around them too: no shape to lend)
+                self.shape = None if self.token_ids else shape(buffer)
+                return Frame(buffer), len(buffer)
         end = buffer.rfind(b"\n\n") + 2  # whole events only: a partial one waits for the parser
         cut = end  # where the first accounted key is (``ACCOUNTED``'s matches, found faster)
         if finished := FINISHED.search(buffer, 0, cut):

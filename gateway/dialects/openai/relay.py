@@ -37,17 +37,18 @@ def _token(match: re.Match[bytes]) -> bytes:
     return b'"token":' + last if last is not None else b""
 
 
-def without_key(key: bytes, value: bytes) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
-    """The replacements that drop ``"key":value`` wherever it stands in an object."""
+def without_key(key: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """``"key":value`` with the comma that goes with it: where it usually stands (after other keys),
+    and first in its object."""
     pair = b'"' + key + b'":' + value
-    return ((b"," + pair, b""), (pair + b",", b""))
+    return b"," + pair, pair + b","
 
 
 @functools.lru_cache(maxsize=256)  # a stream's fingerprint is mostly its upstream's: few values
 def removal(key: bytes, value: bytes) -> re.Pattern[bytes]:
     """``,"key":value`` (its usual place, after other keys) as a pattern: a regex removes a literal
     from a burst's run in one scan, where ``bytes.replace`` takes two (it counts first)."""
-    return re.compile(re.escape(without_key(key, value)[0][0]))
+    return re.compile(re.escape(without_key(key, value)[0]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,9 @@ class Retouch:
     """One stream's rewrite of relayed frames: built when the stream starts (its first chunk is
     always decoded), applied to every frame after."""
 
-    literal: tuple[tuple[bytes, bytes], ...] = ()  # replacements, in order
+    # Keys dropped, each as ``without_key`` spells it: usual, then first in its object. A chunk names a
+    # key once, so once the usual spelling went from every chunk no other is left to look for.
+    drops: tuple[tuple[bytes, bytes], ...] = ()
     head: bytes = b""  # keys written first in every chunk
     token_ids: bool = False  # vLLM's per-chunk ``token_ids`` become the style's single ``token``
     # Fingerprints all go: this removes the usual one (the first chunk's value, after other keys),
@@ -63,14 +66,15 @@ class Retouch:
     fingerprint: re.Pattern[bytes] | None = None
     kept: bytes = b""  # a fingerprint every chunk may keep where it stands (no fingerprint work then)
     reasoning: bool = False  # vLLM's ``reasoning`` is named ``reasoning_content``
-    guard: bytes = b""  # what every ``literal`` old value holds: a frame without it is not scanned for them
 
     def __call__(self, frame: bytes) -> bytes:
         # the events a frame holds were counted where it was cut (a plain bytes' are counted here)
         chunks = frame.chunks if isinstance(frame, Frame) else frame.count(b"\n\n")
-        if not self.guard or self.guard in frame:  # one scan, where each replacement is one
-            for old, new in self.literal:
-                frame = frame.replace(old, new)
+        for usual, first in self.drops:
+            size = len(frame)
+            frame = frame.replace(usual, b"")
+            if size - len(frame) != chunks * len(usual):
+                frame = frame.replace(first, b"")
         if self.token_ids and b'"token_ids":' in frame:
             frame = TOKEN_IDS.sub(_token, frame)
         # (a delta that already names it reasoning_content keeps it; the other is an extra)

@@ -112,20 +112,19 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
     """What relayed chunks of the upstream that began with ``start`` need to be in ``style``: what
     the decoded path would write (it writes the first chunk's identity on every chunk); None: they are
     written as they came."""
-    literal: list[tuple[bytes, bytes]] = []
-    fingerprint, head, kept, guard = None, b"", b"", b""
+    drops: tuple[tuple[bytes, bytes], ...] = ()
+    fingerprint, head, kept = None, b"", b""
     if style.fingerprint is None or style.fingerprint:  # the style decides the fingerprint
         fingerprint = removal(b"system_fingerprint", to_json(start.system_fingerprint))
     if style.fingerprint:  # the first chunk's, else the style's own
         head = FINGERPRINT + to_json(start.system_fingerprint or style.fingerprint) + b","
         kept = head[:-1] if start.system_fingerprint else b""
     if not want_usage or style.usage_on_last_chunk:
-        literal += without_key(b"usage", b"null")
-        guard = b'"usage":null'
+        drops = (without_key(b"usage", b"null"),)
     token_ids = style.token_ids and start.token_ids
-    if not (literal or fingerprint or token_ids or chat):
+    if not (drops or fingerprint or token_ids or chat):
         return None
-    return Retouch(tuple(literal), head, token_ids, fingerprint, kept, reasoning=chat, guard=guard)
+    return Retouch(drops, head, token_ids, fingerprint, kept, reasoning=chat)
 
 
 class ChunkEncoder:
@@ -161,12 +160,6 @@ class ChunkEncoder:
     def _release(self) -> bytes:
         held, self.held = self.held, None
         return sse(held) if held is not None else b""
-
-    def _relayed(self, frame: bytes) -> bytes:
-        self.relayed = True
-        if self.retouch is not None:
-            frame = self.retouch(frame)
-        return frame if self.held is None else self._release() + frame
 
     def _delta(self, ev: Delta) -> dict[str, JSON]:
         choice: dict[str, JSON] = {"index": ev.index}
@@ -206,8 +199,10 @@ class ChunkEncoder:
         return out if self.held is None else self._release() + out
 
     def event(self, ev: StreamEvent) -> bytes:
-        if isinstance(ev, bytes):  # a Frame: most chunks of a relayed stream
-            return self._relayed(ev)
+        if isinstance(ev, bytes):  # a Frame: most chunks of a relayed stream (here, not in a call: one per token)
+            self.relayed = True
+            frame = ev if self.retouch is None else self.retouch(ev)
+            return frame if self.held is None else self._release() + frame
         if isinstance(ev, Delta):
             return self._one(self._delta(ev))
         if isinstance(ev, Finish):
