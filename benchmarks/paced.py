@@ -65,6 +65,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 KEY = "gw-bench-paced-0123456789"
 SUBJECTS = ("direct", "yardstick", "gateway")
 SETTLE_BOUND = 60.0  # seconds after the ramp for every stream to have a token
+MAX_STREAM_TOKENS = 2000  # the fake model's context (2,048 tokens) less the prompt's
+# Streams opened per second by default: on 2 cores a proxy that opens more falls behind its accept
+# queue (the 4,096 backlog) while the client, the fake and the proxy share the cores.
+OPEN_RATE = 330.0
 
 
 # --- the streaming client --------------------------------------------------------------------------
@@ -299,7 +303,8 @@ def start_fake(procs: Processes, chunks: int, gap_ms: float) -> int:
 def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One scenario: the same paced streams against every subject in turn."""
     procs = Processes(tmp)
-    chunks = math.ceil(rate * (args.ramp * 1.25 + SETTLE_BOUND + args.seconds + 10))  # outlasts the window
+    ramp = ramp_for(streams, args)
+    chunks = stream_tokens(rate, ramp, args.seconds)
     out: dict[str, Any] = {}
     try:
         fake = start_fake(procs, chunks, 1000 / rate)
@@ -313,9 +318,7 @@ def run_streams(streams: int, rate: float, args: argparse.Namespace, tmp: Path) 
             drops = listen_drops()
             fake_pid = procs.live["fake"][0].pid
             with collections_paused():
-                window, cpu, held = asyncio.run(
-                    hold_streams(port, request, streams, args.ramp, args.seconds, pid, fake_pid)
-                )
+                window, cpu, held = asyncio.run(hold_streams(port, request, streams, ramp, args.seconds, pid, fake_pid))
             gaps = sorted(window.gaps)
             r: dict[str, Any] = {
                 "streams": window.opened,
@@ -462,6 +465,17 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join([*lines, "", *verdicts, ""])
 
 
+def stream_tokens(rate: float, ramp: float, seconds: float) -> int:
+    """Tokens per stream: it outlasts the window, within the fake model's context (a longer answer is
+    refused, and every stream would fail); a settle so slow that streams end first shows as failed."""
+    return min(math.ceil(rate * (ramp * 1.25 + SETTLE_BOUND + seconds + 10)), MAX_STREAM_TOKENS)
+
+
+def ramp_for(streams: int, args: argparse.Namespace) -> float:
+    """``--ramp``, or at least 10 s and at most ``OPEN_RATE`` opens a second."""
+    return float(args.ramp) if args.ramp is not None else max(10.0, streams / OPEN_RATE)
+
+
 def raise_descriptors(want: int) -> int:
     """Every stream holds a descriptor in the client, two in a proxy and one in the upstream: the soft
     limit (inherited by the subjects) goes as high as allowed; raising the hard one needs privilege.
@@ -489,7 +503,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpu-streams", type=int, default=1000, help="the cpu scenario's streams (default 1000)")
     p.add_argument("--cpu-rate", type=float, default=20.0, help="the cpu scenario's tokens/s per stream (default 20)")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per subject (default 30)")
-    p.add_argument("--ramp", type=float, default=10.0, help="seconds over which streams are opened (default 10)")
+    p.add_argument(
+        "--ramp",
+        type=float,
+        help=f"seconds over which streams are opened (default: 10, or streams / {OPEN_RATE:g} if longer)",
+    )
     p.add_argument("--scaling", action="store_true", help="add requests/s and CPU per request at 1 and 2 workers")
     p.add_argument("--scaling-only", action="store_true", help="run only the multi-worker figures")
     p.add_argument("--workers-list", default="1,2", help="gateway workers for --scaling (default 1,2)")
@@ -524,8 +542,9 @@ def main(argv: list[str] | None = None) -> int:
         **basic_meta(" ".join(["scripts/bench-paced", *sys.argv[1:]])),
         "note": ("A `--quick` smoke run: too few requests, too short, for figures to quote. " if args.quick else "")
         + (
-            f"The fake upstream (fast front end) writes one token per SSE event; streams opened over {args.ramp:g} s "
-            f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, "
+            "The fake upstream (fast front end) writes one token per SSE event; streams opened over "
+            + (f"{args.ramp:g} s " if args.ramp is not None else f"10 s or at {OPEN_RATE:g} a second if longer ")
+            + f"and measured for {args.seconds:g} s per subject; gateway with 1 worker, no limits, "
             "no per-client connection cap; "
             f"processes unpinned. Scaling: closed loop, {args.connections} keep-alive connections from "
             f"{args.client_procs} client process(es), non-streaming 16-token answers, {args.scaling_seconds:g} s."

@@ -103,3 +103,18 @@ def test_the_window_waits_until_every_opened_stream_has_a_token_or_failed() -> N
     slow[0].data_received(HEAD)
     slow[0].data_received(b'data: {"x":1}\n\n')
     assert window.settled.is_set()
+
+
+def test_every_scenario_asks_the_fake_for_an_answer_it_serves() -> None:
+    """The cpu scenario's streams (20 tok/s) once asked for 2,550 tokens, past the fake model's
+    context: every stream was refused. Defaults and a long ramp stay within it, and outlast the window
+    when the settle is quick."""
+    from benchmarks.paced import MAX_STREAM_TOKENS, parse_args, ramp_for, stream_tokens
+    from tests.fakes.upstream.model import MAX_MODEL_LEN
+
+    args = parse_args([])
+    for streams, rate in ((args.cpu_streams, args.cpu_rate), (10_000, 1.0)):
+        ramp = ramp_for(streams, args)
+        tokens = stream_tokens(rate, ramp, args.seconds)
+        assert tokens <= MAX_STREAM_TOKENS < MAX_MODEL_LEN
+        assert tokens / rate > ramp + args.seconds + 10
