@@ -195,7 +195,10 @@ async def measure(
     }
     timeout = aiohttp.ClientTimeout(total=300)
     out: dict[str, Any] = {}
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+    # Idle connections are dropped before vLLM's server (uvicorn, 5 s keep-alive) closes them: a POST
+    # reusing one it has just closed fails ("Can not write request body"), and POSTs are not retried.
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for url, headers in sides.values():  # warm-up: connections, both processes' first requests
             await asyncio.gather(*(one(session, url, headers, {**body, "prompt": t}) for t in prompts(4, 99)))
         for scenario in scenarios:
