@@ -18,6 +18,7 @@ from typing import Protocol
 
 from backends.balance import Balancer
 from backends.kv_events import PoolEvents, ReplicaView, chain_hashes
+from backends.prefix_index import LocalRouter, SharedRouter
 from backends.prompt_tokens import PromptTokens, prompt_chars
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import ConfigError, KvEvents, Target
@@ -42,7 +43,7 @@ class EventsRouter:
     """The pool's order when vLLM's KV-cache events are configured. ``hits`` counts requests the events
     placed; ``fallbacks`` those the other router placed."""
 
-    def __init__(self, balancer: Balancer, target: Target, name: str, fallback: Router) -> None:
+    def __init__(self, balancer: Balancer, target: Target, name: str, fallback: LocalRouter | SharedRouter) -> None:
         settings = target.balance.kv_events
         assert settings is not None
         problem = check(settings)
@@ -91,7 +92,7 @@ class EventsRouter:
                 self.hits += 1
                 return plan.first(plan.eligible[best]), plan.hashes
         self.fallbacks += 1
-        return await self.fallback.order(request, session, now)
+        return await self.fallback.choose(plan, now), plan.hashes
 
 
 def depths(views: list[ReplicaView], tokens: list[int]) -> list[int]:

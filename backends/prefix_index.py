@@ -109,7 +109,12 @@ class LocalRouter:
         self.balancer = balancer
 
     async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
-        return self.balancer.order(request, session, now)
+        plan = self.balancer.plan(request, session, now)
+        return await self.choose(plan, now), plan.hashes
+
+    async def choose(self, plan: Plan, now: float) -> list[int]:
+        """The order for a plan already made (``kv_router`` falls back here without planning again)."""
+        return self.balancer.local_order(plan)
 
 
 def router(balancer: Balancer, target: str, urls: list[str], client: Any | None) -> LocalRouter | SharedRouter:
@@ -137,11 +142,15 @@ class SharedRouter:
 
     async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
         plan = self.balancer.plan(request, session, now)
+        return await self.choose(plan, now), plan.hashes
+
+    async def choose(self, plan: Plan, now: float) -> list[int]:
+        """The order for a plan already made (``kv_router`` falls back here without planning again)."""
         if plan.hashes and plan.eligible and now >= self._out_until:
             choice = await self._shared_choice(plan)
             if choice is not None:
-                return plan.first(choice), plan.hashes
-        return self.balancer.local_order(plan), plan.hashes
+                return plan.first(choice)
+        return self.balancer.local_order(plan)
 
     async def _shared_choice(self, plan: Plan) -> int | None:
         s = self.balancer.settings

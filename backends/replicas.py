@@ -110,7 +110,8 @@ class ReplicaPool:
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance)
-        self.router: Router = router(self.balancer, self._name, list(target.replicas), shared)
+        index = router(self.balancer, self._name, list(target.replicas), shared)
+        self.router: Router = index
         self.kv_events: EventsRouter | None = None
         if target.balance.kv_events is not None:
             # imported here: its packages (the kv-events extra) are needed only by pools that use it
@@ -119,7 +120,7 @@ class ReplicaPool:
             except ImportError as exc:
                 extra = f"pip install 'llm-gateway[kv-events]' ({exc.name} is missing)"
                 raise ConfigError(f"balance.kv_events: needs the optional extra: {extra}") from None
-            self.kv_events = self.router = EventsRouter(self.balancer, target, self._name, self.router)
+            self.kv_events = self.router = EventsRouter(self.balancer, target, self._name, index)
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
