@@ -26,6 +26,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from gateway.core.pool_report import NO_REPORT, PoolReport, affinity
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import Balance
 
@@ -183,9 +184,10 @@ class Plan:
 class Balancer:
     """The order in which to try a pool's replicas for one request."""
 
-    def __init__(self, replicas: list[ReplicaState], settings: Balance) -> None:
+    def __init__(self, replicas: list[ReplicaState], settings: Balance, report: PoolReport = NO_REPORT) -> None:
         self.replicas = replicas
         self.settings = settings
+        self.report = report  # each request's decision, by whichever of the pool's routers made it
         self.prefixes = PrefixIndex(settings.prefix_capacity)
         self._salts = [stable_hash(r.url) for r in replicas]
         self._turn = 0  # round-robin's next replica
@@ -231,13 +233,17 @@ class Balancer:
         """The order by this process's own prefix index. A cached prefix outranks a session, as in the
         shared index: a conversation's own turns lead back to where it runs anyway."""
         if plan.hashes:  # none under round-robin and least-loaded
-            depth, uses = self.prefixes.lookup(plan.hashes, plan.candidates)
+            # every available replica's depth (``prefer`` reads the candidates'), to tell a yield
+            depth, uses = self.prefixes.lookup(plan.hashes, plan.ranked)
             choice = prefer(plan.candidates, depth, uses, self.prefixes.homes)
             if choice not in depth:
                 self.prefixes.placed(choice, len(plan.ranked))
+            self.report.routed("local", affinity(depth.get(choice, 0), max(depth.values(), default=0)))
             return plan.first(choice)
         if plan.sticky is not None:
+            self.report.routed("local", "session")
             return plan.first(plan.sticky)
+        self.report.routed("local", "no_affinity")
         return plan.ranked + plan.down
 
     def record(self, hashes: list[int], replica: int) -> None:

@@ -32,6 +32,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from gateway.core.pool_report import NO_REPORT, FeedReport
 from gateway.runtime.config import KvEvents
 
 log = logging.getLogger("gateway.kv_events")
@@ -93,8 +94,9 @@ class ReplicaView:
     """The blocks one replica holds, as our hashes; bounded at ``capacity`` blocks, oldest out first
     (forgetting a block only costs a hit)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, feed: FeedReport = NO_REPORT) -> None:
         self.capacity = capacity
+        self.feed = feed  # what operators see of it: events taken, gaps, blocks held
         self.block_size: int | None = None  # from the first stored block
         self.connected = False
         self.gaps = 0  # times the view was emptied because batches were missed or undecodable
@@ -125,6 +127,7 @@ class ReplicaView:
     def clear(self) -> None:
         self._ours.clear()
         self._held.clear()
+        self.feed.held(0)
 
     def restart(self) -> None:
         """Connected anew (or not at all): forget the blocks and where the sequence was."""
@@ -149,6 +152,7 @@ class ReplicaView:
             return
         if batch is None or (self._next_seq is not None and seq != self._next_seq):
             self.gaps += 1
+            self.feed.gap()
             self.clear()
             self._replayed_from = None
         if replayed and self._replayed_from is None:
@@ -157,15 +161,19 @@ class ReplicaView:
         if batch is not None:
             for event in batch.events:
                 self.apply(event)
+            self.feed.held(len(self._ours))
 
     def apply(self, event: BlockStored | BlockRemoved | AllBlocksCleared) -> None:
         if isinstance(event, BlockStored):
+            self.feed.applied("stored")
             self._stored(event)
         elif isinstance(event, BlockRemoved):
+            self.feed.applied("removed")
             if event.medium in PRIMARY and event.group_idx in (None, 0):
                 for vh in event.block_hashes:
                     self._drop(vh)
         else:
+            self.feed.applied("cleared")
             self.clear()
 
     def _stored(self, event: BlockStored) -> None:
@@ -216,12 +224,15 @@ def endpoints(listed: tuple[str, ...], port: int | None, replicas: list[str]) ->
 class PoolEvents:
     """The views of a pool's replicas, kept current by one background task while the pool runs."""
 
-    def __init__(self, settings: KvEvents, replicas: list[str], name: str) -> None:
+    def __init__(
+        self, settings: KvEvents, replicas: list[str], name: str, feeds: list[FeedReport] | None = None
+    ) -> None:
+        """``feeds``: each replica's report, in ``replicas`` order (none: nothing is reported)."""
         self.settings = settings
         self.name = name
         self.endpoints = endpoints(settings.endpoints, settings.port, replicas)
         self.replays = endpoints(settings.replay_endpoints, settings.replay_port, replicas)
-        self.views = [ReplicaView(settings.max_blocks) for _ in replicas]
+        self.views = [ReplicaView(settings.max_blocks, feed) for feed in feeds or [NO_REPORT] * len(replicas)]
         self.replayed = 0  # batches fetched from the publishers' replay sockets
         self._ctx: zmq.asyncio.Context | None = None
         self._task: asyncio.Task[None] | None = None
@@ -301,6 +312,7 @@ class _Subscriber:
                 if connected:
                     await self._replay(0, None)
                 view.connected = connected
+                view.feed.connected(connected)
 
     async def _read(self, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -308,6 +320,7 @@ class _Subscriber:
             if len(frames) != 3 or len(frames[1]) != 8:
                 continue  # not vLLM's (topic, seq, payload)
             seq, batch = self._decode(frames[1], frames[2])
+            self.view.feed.heard()
             async with self.lock:
                 start, gaps = self.view.next_seq, self.view.gaps
                 if start is not None and self.view.missed(seq):
@@ -336,18 +349,21 @@ class _Subscriber:
         sock.connect(self.replay)
         try:
             async with asyncio.timeout(REPLAY_SECONDS):
+                self.view.feed.replay("asked")
                 await sock.send_multipart([b"", start.to_bytes(8, "big")])
                 while True:
                     frames = await sock.recv_multipart()  # b"", topic, seq, payload
                     if len(frames) != 4 or len(frames[2]) != 8:
                         continue
                     if int.from_bytes(frames[2], "big", signed=True) < 0:
+                        self.view.feed.replay("answered")
                         return  # the end marker, whose payload is empty, not a batch
                     seq, batch = self._decode(frames[2], frames[3])
                     if before is None or seq < before:
                         self.view.receive(seq, batch, replayed=True)
                         self.pool.replayed += 1
         except TimeoutError:
+            self.view.feed.replay("failed")
             log.warning("kv events of %s: no replay from %s in %.0f s", self.pool.name, self.replay, REPLAY_SECONDS)
         finally:
             sock.close(linger=0)

@@ -51,7 +51,8 @@ class EventsRouter:
             raise ConfigError(f"balance.kv_events.{problem}")
         self.balancer = balancer
         self.fallback = fallback
-        self.events = PoolEvents(settings, list(target.replicas), name)
+        feeds = [balancer.report.feed(r.label) for r in balancer.replicas]
+        self.events = PoolEvents(settings, list(target.replicas), name, feeds)
         self.prompts = PromptTokens(settings.tokenizer, settings.max_chars)
         self.hits = 0
         self.fallbacks = 0
@@ -90,6 +91,7 @@ class EventsRouter:
                 # ``eligible`` is least loaded first, and max() keeps the first of equals
                 best = max(range(len(found)), key=found.__getitem__)
                 self.hits += 1
+                self.balancer.report.routed("events", "cached")
                 return plan.first(plan.eligible[best]), plan.hashes
         self.fallbacks += 1
         return await self.fallback.choose(plan, now), plan.hashes

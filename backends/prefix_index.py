@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from backends.balance import HOME, Balancer, Plan
+from gateway.core.pool_report import affinity
 from gateway.core.request import InternalRequest
 
 log = logging.getLogger("gateway.replicas")
@@ -167,6 +168,7 @@ class SharedRouter:
             out = SLOW_RETRY_SECONDS if isinstance(exc, TimeoutError) else RETRY_SECONDS
             self._out_until = now + out
             self.fallbacks += 1
+            self.balancer.report.fell_back("timeout" if isinstance(exc, TimeoutError) else "error")
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning(
                 "shared prefix index unavailable (%s after %.0f ms); local routing for %.2g s",
@@ -178,4 +180,5 @@ class SharedRouter:
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
         self.hits += depth > 0
         self.yields += deepest > depth
+        self.balancer.report.routed("shared", affinity(depth, deepest))
         return replica

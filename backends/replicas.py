@@ -24,6 +24,7 @@ import aiohttp
 from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
 from backends.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
+from gateway.core.pool_report import NO_REPORT, PoolReport
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
@@ -95,8 +96,10 @@ class ReplicaPool:
         member: MemberFactory,
         gauges: ReplicaGauges | None = None,
         shared: Any | None = None,
+        reports: Callable[[str], PoolReport] | None = None,
     ) -> None:
-        """``shared``: the Redis client holding the prefix index of ``balance.strategy: kv-shared``."""
+        """``shared``: the Redis client holding the prefix index of ``balance.strategy: kv-shared``;
+        ``reports``: the app's routing reports, which give the pool's by its target id."""
         self.target = target
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
@@ -109,7 +112,7 @@ class ReplicaPool:
             for url in target.replicas
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
-        self.balancer = Balancer(self.states, target.balance)
+        self.balancer = Balancer(self.states, target.balance, reports(self._name) if reports else NO_REPORT)
         index = router(self.balancer, self._name, list(target.replicas), shared)
         self.router: Router = index
         self.kv_events: EventsRouter | None = None

@@ -1,7 +1,9 @@
 """Every Prometheus metric the gateway exports, declared in one place, with bounded labels only:
 dialect (six values), public model name from the config (dynamic ``vendor/model`` names collapse to
 ``vendor/*``, the local catch-all to ``local``), provider and target ids from the config, team ids
-from the config, outcome (a fixed set). Never request ids, keys, users or raw client strings.
+from the config, a replica pool's replica labels (its target id and each replica's host, from the
+config), outcome and the routing words of ``gateway.core.pool_report`` (fixed sets). Never request ids,
+keys, users, sessions or raw client strings.
 
 Several worker processes serving one port share a ``PROMETHEUS_MULTIPROC_DIR`` (set by the CLI
 before it forks); ``/metrics`` then aggregates every worker's files.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -95,6 +98,35 @@ class ReplicaGaugeSet:
         REPLICA_LOAD.labels(target, replica).set(running + waiting)
         REPLICA_WAITING.labels(target, replica).set(waiting)
         REPLICA_KV_USAGE.labels(target, replica).set(kv_usage)
+
+
+# Routing among a pool's replicas (``gateway.obs.routing``; the words are ``gateway.core.pool_report``'s):
+# each request's decision, by what decided it (source) and how (outcome); the calls to the shared prefix
+# index that timed out or failed (the local index routes meanwhile); per replica, the KV-cache events
+# its view applied, the times it was emptied (batches lost that no replay recovered, or undecodable),
+# and the replays asked of its publisher, answered to their end, or given up.
+ROUTED = Counter("gateway_routing_decisions_total", "Requests a replica pool routed", ["target", "source", "outcome"])
+SHARED_FALLBACKS = Counter("gateway_shared_prefix_fallbacks_total", "Shared index calls given up", ["target", "cause"])
+KV_EVENTS = Counter("gateway_kv_events_total", "KV-cache events a view applied", ["target", "replica", "kind"])
+KV_EVENTS_GAPS = Counter("gateway_kv_events_gaps_total", "Times a replica's view was emptied", ["target", "replica"])
+KV_EVENTS_REPLAYS = Counter("gateway_kv_events_replays_total", "KV-events replays", ["target", "replica", "step"])
+
+
+def _per_feed(name: str, documentation: str, mode: Literal["livemin", "livemax"]) -> Gauge:
+    """A replica's events feed as a worker sees it. Every worker subscribes to every replica: the least
+    connected and stalest worker's feed is shown, and the fullest view."""
+    return Gauge(name, documentation, ["target", "replica"], multiprocess_mode=mode)
+
+
+KV_EVENTS_CONNECTED = _per_feed(
+    "gateway_kv_events_connected", "1 while the replica's KV-events publisher is connected", "livemin"
+)
+KV_EVENTS_LAST_BATCH = _per_feed(
+    "gateway_kv_events_last_batch_timestamp_seconds",
+    "Unix time of the last live batch of KV-cache events from the replica (0: none yet)",
+    "livemin",
+)
+KV_EVENTS_BLOCKS = _per_feed("gateway_kv_events_blocks", "Blocks the replica's view holds", "livemax")
 
 
 RATE_LIMIT = Counter("gateway_ratelimit_decisions_total", "Admission decisions by limit kind", ["limit", "decision"])
@@ -191,8 +223,8 @@ class LevelTally:
 
     def __init__(self, child: Gauge, owner: Tallies = PROCESS) -> None:
         self._child = child
-        self.n = 0
-        self._shown = 0
+        self.n: float = 0
+        self._shown: float = 0
         owner.items.append(self)
 
     def flush(self) -> None:

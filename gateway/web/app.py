@@ -22,6 +22,7 @@ from gateway.limits import build_admission, close_redis, redis_client, team_poli
 from gateway.limits.admission import running as admission_running
 from gateway.obs import metrics, tracing
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
+from gateway.obs.routing import Routing
 from gateway.policy.access import ModelAccess
 from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
@@ -84,10 +85,12 @@ def build_upstream(
     budget: MemoryBudget | None = None,
     secrets: Secrets | None = None,
     redis: Any | None = None,
+    routing: Routing | None = None,
 ) -> Upstream:
     """``budget``: what the HTTP targets' whole answers may hold together (a target alone gets its own);
     ``secrets``: the app's credentials, shared so that a changed key file reaches every target using it;
-    ``redis``: the client replica pools share their prefix index through (``kv-shared``)."""
+    ``redis``: the client replica pools share their prefix index through (``kv-shared``);
+    ``routing``: the app's routing figures, which replica pools report to."""
     check_target(target)
     if target.provider in ENGINES:
         try:
@@ -98,7 +101,13 @@ def build_upstream(
     secret = secrets.for_target(target) if secrets is not None else None
     if target.replicas:
         return ReplicaPool(
-            target, public, wire, lambda t, p, w: HTTPUpstream(t, p, w, budget, secret), ReplicaGaugeSet(), redis
+            target,
+            public,
+            wire,
+            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret),
+            ReplicaGaugeSet(),
+            redis,
+            routing.pool if routing is not None else None,
         )
     return HTTPUpstream(target, public, wire, budget, secret)
 
@@ -133,15 +142,17 @@ class Builder:
         secrets: Secrets | None = None,
         reuse: Mapping[str, Upstream] | None = None,
         redis: Any | None = None,
+        routing: Routing | None = None,
     ) -> None:
         self.budget, self.secrets, self.reuse, self.redis = budget, secrets, reuse or {}, redis
+        self.routing = routing
         self.built: dict[str, Upstream] = {}
 
     def upstream(self, target: Target, public: str) -> Upstream:
         identity = f"{public}\n{target.model_dump_json()}"
         upstream = self.built.get(identity) or self.reuse.get(identity)
         if upstream is None:
-            upstream = build_upstream(target, public, self.budget, self.secrets, self.redis)
+            upstream = build_upstream(target, public, self.budget, self.secrets, self.redis, self.routing)
         self.built[identity] = upstream
         return upstream
 
@@ -200,7 +211,8 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
     client = redis_client(config.redis) if config.redis is not None else None
     store = RedisStore(client) if client is not None else LocalStore()
     secrets = Secrets()
-    builder = Builder(MemoryBudget(config.server.max_buffered_bytes), secrets, redis=client)
+    routing = Routing()
+    builder = Builder(MemoryBudget(config.server.max_buffered_bytes), secrets, redis=client, routing=routing)
     return Gateway(
         gen=build_generation(config, catch_all, 1, store, builder),
         access=logging.getLogger("gateway.access"),
@@ -210,6 +222,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         secrets=secrets,
         budget=builder.budget,
         audit=AuditTrail(client),
+        routing=routing,
     )
 
 
@@ -219,7 +232,7 @@ def rebuild(gw: Gateway, config: GatewayConfig, source: str) -> Generation:
     check_targets(config, source)
     check_environment(config, source)
     old = gw.gen
-    builder = Builder(gw.budget, gw.secrets, old.upstreams, gw.redis)
+    builder = Builder(gw.budget, gw.secrets, old.upstreams, gw.redis, gw.routing)
     try:
         gen = build_generation(config, None, old.version + 1, old.auth.store, builder)
     except ConfigError as exc:

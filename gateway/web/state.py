@@ -18,6 +18,7 @@ from gateway.core.upstream import Upstream
 from gateway.limits.admission import Admission, Policies
 from gateway.obs.load import Load
 from gateway.obs.metrics import Tallies
+from gateway.obs.routing import Routing
 from gateway.obs.tracing import Tracer
 from gateway.policy.access import ModelAccess
 from gateway.policy.audit import AuditTrail
@@ -61,6 +62,7 @@ class Gateway:
     backlog: Backlog = field(default_factory=Backlog)  # ended requests awaiting their log lines and metrics
     in_flight: InFlight = field(default_factory=InFlight)
     load: Load = field(default_factory=Load)  # per-model levels for autoscalers
+    routing: Routing = field(default_factory=Routing)  # replica pools' decisions and KV-events feeds
     tracer: Tracer | None = None  # set when the config has a tracing section
     draining: bool = False  # set on shutdown: /ready says 503, requests cut at the drain's end say why
 
@@ -87,7 +89,7 @@ class Gateway:
 
     def tallies(self) -> tuple[Tallies, ...]:
         """This app's metric tallies, for its flushes (the process's own are flushed with them)."""
-        return self.backlog.tallies, self.in_flight.tallies, self.load.tallies
+        return self.backlog.tallies, self.in_flight.tallies, self.load.tallies, self.routing.tallies
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

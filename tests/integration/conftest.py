@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -17,6 +17,7 @@ from gateway.runtime.config import GatewayConfig, hash_key, parse_config
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, read
+from tests.redis_servers import RedisServer
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
 os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
@@ -93,6 +94,23 @@ async def upstream() -> AsyncIterator[Callable[..., Awaitable[fake.Upstream]]]:
     yield make
     for s in started:
         await s.close()
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[list[fake.Upstream]]:
+    """Three vLLM stand-ins serving ``tiny``: a pool's replicas."""
+    started = [await fake.start("vllm", models=("tiny",)) for _ in range(3)]
+    yield started
+    for f in started:
+        await f.close()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of the test's own, which it may stop or stall."""
+    server = RedisServer().start()
+    yield server
+    server.close()
 
 
 @contextlib.asynccontextmanager

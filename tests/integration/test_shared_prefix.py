@@ -21,21 +21,13 @@ from backends.replicas import ReplicaPool
 from gateway.core.request import InternalRequest, Operation
 from gateway.runtime.config import Balance, GatewayConfig
 from gateway.web.state import GATEWAY
-from tests.fakes.upstream import Upstream, start
+from tests.fakes.upstream import Upstream
 from tests.integration.conftest import Gateway, GatewayFactory, config
 from tests.integration.dialect_clients import KEY
 from tests.redis_servers import RedisServer
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SYSTEM = "You are a terse assistant who answers in one word. " * 4
-
-
-@pytest.fixture
-async def replicas() -> AsyncIterator[list[Upstream]]:
-    started = [await start("vllm", models=("tiny",)) for _ in range(3)]
-    yield started
-    for f in started:
-        await f.close()
 
 
 def shared_config(urls: list[str], redis_url: str, strategy: str = "kv-shared") -> GatewayConfig:
@@ -73,13 +65,6 @@ async def test_two_gateways_send_a_prefix_to_the_same_replica(
     assert sorted(served(f) for f in replicas) == [0, 0, 12]
     assert router(a).hits >= 5 and router(b).hits >= 6
     assert router(a).fallbacks == router(b).fallbacks == 0
-
-
-@pytest.fixture
-def own_redis() -> Any:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 async def test_redis_gone_falls_back_to_local_routing(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prometheus_client import REGISTRY
@@ -137,3 +138,86 @@ def test_promtool_accepts_config_and_rules() -> None:
     for args in (["check", "rules", "alerts.yml", "alerts-redis.yml"], ["check", "config", "prometheus.yml"]):
         out = subprocess.run([promtool, *args], cwd=DEPLOY / "prometheus", capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboard_panels_have_their_own_ids_and_places() -> None:
+    dash = json.loads((DEPLOY / "grafana" / "llm-gateway.json").read_text())
+    panels = dash["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells = [
+        (x, y)
+        for p in panels
+        for x in range(p["gridPos"]["x"], p["gridPos"]["x"] + p["gridPos"]["w"])
+        for y in range(p["gridPos"]["y"], p["gridPos"]["y"] + p["gridPos"]["h"])
+    ]
+    assert len(set(cells)) == len(cells), "two panels overlap"
+    assert "Replica routing" in {p["title"] for p in panels if p["type"] == "row"}
+    used = {m for p in panels for t in p.get("targets", []) for m in NAME.findall(t["expr"])}
+    feed = {"gateway_kv_events_total", "gateway_kv_events_gaps_total", "gateway_kv_events_connected"}
+    assert {"gateway_routing_decisions_total", "gateway_shared_prefix_fallbacks_total", *feed} <= used
+
+
+def summary(alert: str, **labels: str) -> str:
+    """An alert's summary as Prometheus expands it for ``labels``."""
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    (text,) = (r["annotations"]["summary"] for g in rules["groups"] for r in g["rules"] if r["alert"] == alert)
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
+
+
+def fired(alert: str, **labels: str) -> dict[str, Any]:
+    return {"exp_labels": {"severity": "ticket", **labels}, "exp_annotations": {"summary": summary(alert, **labels)}}
+
+
+def test_promtool_fires_the_routing_alerts_where_they_mean_something(tmp_path: Path) -> None:
+    """Series as a gateway exports them, minute by minute: the feed alert fires for a replica that
+    serves while its events are lost or silent, not for a fresh feed or an idle replica; the
+    fallback alert for a sustained rate only."""
+    import shutil
+    import subprocess
+
+    def replica(name: str, connected: str, last_batch: str, running: str) -> list[dict[str, str]]:
+        labels = f'{{target="pool",replica="{name}"}}'
+        return [
+            {"series": f"gateway_kv_events_connected{labels}", "values": connected},
+            {"series": f"gateway_kv_events_last_batch_timestamp_seconds{labels}", "values": last_batch},
+            {"series": f"gateway_replica_engine_requests{labels}", "values": running},
+            {"series": f"gateway_replica_up{labels}", "values": "1x40"},
+        ]
+
+    feed = "GatewayKvEventsFeedSilent"
+    fallbacks = "GatewaySharedPrefixIndexFallingBack"
+    tests = {
+        "rule_files": [str(DEPLOY / "prometheus" / "alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    *replica("silent", "1x40", "60x40", "3x40"),  # its last batch at the first minute
+                    *replica("lost", "0x40", "60x40", "3x40"),
+                    *replica("fresh", "1x40", "0+60x40", "3x40"),  # a batch every minute
+                    *replica("idle", "0x40", "60x40", "0x40"),
+                    {"series": 'gateway_shared_prefix_fallbacks_total{target="a",cause="error"}', "values": "0+12x40"},
+                    {"series": 'gateway_shared_prefix_fallbacks_total{target="b",cause="timeout"}', "values": "0+1x40"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": feed, "exp_alerts": []},  # pending: not for 10 minutes yet
+                    {
+                        "eval_time": "25m",
+                        "alertname": feed,
+                        "exp_alerts": [fired(feed, target="pool", replica=r) for r in ("silent", "lost")],
+                    },
+                    {
+                        "eval_time": "25m",
+                        "alertname": fallbacks,
+                        "exp_alerts": [fired(fallbacks, target="a", cause="error")],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "routing_test.yml").write_text(yaml.safe_dump(tests))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian's prometheus package) is required; scripts/test installs it"
+    out = subprocess.run([promtool, "test", "rules", "routing_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -3,6 +3,7 @@ wire as vllm 0.32.0 encodes it, the view against a model of what the engine hold
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -10,10 +11,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from backends.kv_events import DECODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, ReplicaView
 from backends.kv_events import chain_hashes as chain
 from backends.kv_events import endpoints as publishers
+from gateway.obs import metrics
+from gateway.obs.routing import Routing
 
 BS = 4  # tokens per block in these tests
 
@@ -134,6 +138,31 @@ def test_after_a_replay_the_live_batches_it_covered_are_skipped() -> None:
     assert len(view) == 3 and view.gaps == 0
     view.receive(1, DECODER.decode(wire()))  # older than anything replayed: the engine started again
     assert len(view) == 0 and view.gaps == 1
+
+
+def test_what_the_view_takes_is_counted_for_its_replica() -> None:
+    """Events applied by kind, gaps and the blocks held, on the replica's series (``gateway.obs.routing``)."""
+    routing, target = Routing(), f"pool-{uuid.uuid4().hex[:8]}"
+    view = ReplicaView(100, routing.pool(target).feed("r0"))
+
+    def sample(name: str, **labels: str) -> float | None:
+        metrics.flush(routing.tallies)
+        return REGISTRY.get_sample_value(name, {"target": target, "replica": "r0", **labels})
+
+    def events() -> dict[str, float | None]:
+        return {k: sample("gateway_kv_events_total", kind=k) for k in ("stored", "removed", "cleared")}
+
+    assert events() == {"stored": 0, "removed": 0, "cleared": 0} and sample("gateway_kv_events_gaps_total") == 0
+    view.receive(0, DECODER.decode(wire(stored([1], None, [1, 2, 3, 4]), stored([2], 1, [5, 6, 7, 8]))))
+    assert events() == {"stored": 2, "removed": 0, "cleared": 0} and sample("gateway_kv_events_blocks") == 2
+    view.receive(1, DECODER.decode(wire({"type": "BlockRemoved", "block_hashes": [2], "medium": "GPU"})))
+    assert events()["removed"] == 1 and sample("gateway_kv_events_blocks") == 1
+    view.receive(1, DECODER.decode(wire(stored([3], None, [9, 9, 9, 9]), stored([4], None, [8, 8, 8, 8]))))
+    assert sample("gateway_kv_events_gaps_total") == 1 and sample("gateway_kv_events_blocks") == 2
+    view.receive(2, DECODER.decode(wire({"type": "AllBlocksCleared"})))
+    assert events() == {"stored": 4, "removed": 1, "cleared": 1} and sample("gateway_kv_events_blocks") == 0
+    view.receive(3, None)  # undecodable: a gap, and no event
+    assert sample("gateway_kv_events_gaps_total") == 2 and events()["stored"] == 4
 
 
 # -- the view against a model: what the engine holds, as token prefixes ------------------------------

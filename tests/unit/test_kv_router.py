@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -14,15 +16,20 @@ import msgspec
 import pytest
 import zmq
 import zmq.asyncio
+from prometheus_client import REGISTRY
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
+from backends import kv_events
 from backends.balance import Balancer, ReplicaState
 from backends.kv_events import DECODER, chain_hashes
 from backends.kv_router import EventsRouter, depths
 from backends.prefix_index import LocalRouter
 from backends.prompt_tokens import PromptTokens
 from gateway import cli
+from gateway.core.pool_report import NO_REPORT, REPLAY_STEPS, PoolReport
 from gateway.core.request import ChatMessage, InternalRequest, Operation
+from gateway.obs import metrics
+from gateway.obs.routing import Routing
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, parse_config
 from gateway.web.app import create_app
 
@@ -67,10 +74,12 @@ def stored(hashes: list[int], tokens: list[int], parent: int | None = None) -> b
     return msgspec.msgpack.encode([0.0, [{**event, "block_size": BS, "medium": "GPU"}]])
 
 
-def router_for(model_dir: Path, n: int = 3, **balance: Any) -> tuple[EventsRouter, list[ReplicaState]]:
+def router_for(
+    model_dir: Path, n: int = 3, report: PoolReport = NO_REPORT, **balance: Any
+) -> tuple[EventsRouter, list[ReplicaState]]:
     t = target(model_dir, [f"ipc:///nowhere/{i}" for i in range(n)], **balance)
     states = [ReplicaState(u, u) for u in t.replicas]
-    balancer = Balancer(states, t.balance)
+    balancer = Balancer(states, t.balance, report)
     return EventsRouter(balancer, t, "pool", LocalRouter(balancer)), states
 
 
@@ -162,6 +171,39 @@ async def test_a_replica_not_connected_sends_the_choice_to_the_other_router(mode
     assert router.hits == 0 and router.fallbacks == 1
 
 
+class Scrape:
+    """A pool's series as ``/metrics`` would show them: its own name, so other tests' do not count."""
+
+    def __init__(self) -> None:
+        self.routing = Routing()
+        self.target = f"pool-{uuid.uuid4().hex[:8]}"
+        self.report = self.routing.pool(self.target)
+
+    def __call__(self, name: str, **labels: str) -> float:
+        metrics.flush(self.routing.tallies)
+        value = REGISTRY.get_sample_value(name, {"target": self.target, **labels})
+        assert value is not None, (name, labels)
+        return value
+
+    def decisions(self, source: str, outcome: str) -> float:
+        return self("gateway_routing_decisions_total", source=source, outcome=outcome)
+
+
+async def test_the_events_decisions_and_the_fallbacks_are_counted_apart(model_dir: Path) -> None:
+    scrape = Scrape()
+    router, states = router_for(model_dir, report=scrape.report, affinity_slack=1.0, prefix_block_chars=16)
+    tokens = router.prompts.tokens(completion(PROMPT))
+    assert tokens is not None
+    for i in range(3):
+        hold(router, i, [])
+    hold(router, 1, tokens)
+    await router.order(completion(PROMPT), None, 0.0)
+    assert scrape.decisions("events", "cached") == 1 and scrape.decisions("local", "new") == 0
+    states[1].in_flight = 5  # too busy: the events cannot place it; the local index places it anew
+    await router.order(completion(PROMPT), None, 0.0)
+    assert scrape.decisions("events", "cached") == 1 and scrape.decisions("local", "new") == 1
+
+
 async def until(condition: Callable[[], bool]) -> None:
     """Waits for what the subscriber task does in the background (the guard only stops a hang)."""
     for _ in range(3000):
@@ -189,21 +231,31 @@ async def test_the_pools_subscriber_learns_from_a_publisher_and_drops_it_when_go
 ) -> None:
     pub, endpoint = publisher
     t = target(model_dir, [endpoint])
-    balancer = Balancer([ReplicaState(URLS[0], "r")], t.balance)
+    scrape = Scrape()
+    balancer = Balancer([ReplicaState(URLS[0], "r")], t.balance, scrape.report)
     router = EventsRouter(balancer, t, "pool", LocalRouter(balancer))
     view = router.events.views[0]
     assert not view.live  # never connected: not used
+    assert scrape("gateway_kv_events_connected", replica="r") == 0
+    assert scrape("gateway_kv_events_last_batch_timestamp_seconds", replica="r") == 0
     await router.start()
     try:
         assert await pub.recv() == b"\x01"  # the subscription (topic "") reached the publisher
         await until(lambda: view.live)
+        assert scrape("gateway_kv_events_connected", replica="r") == 1
         tokens = list(range(2 * BS))
+        sent = time.time()
         await pub.send_multipart([b"", (0).to_bytes(8, "big"), stored([7, 8], tokens)])
         await until(lambda: len(view) == 2)
         assert view.depth(chain_hashes(tokens, BS)) == 2
+        assert scrape("gateway_kv_events_last_batch_timestamp_seconds", replica="r") >= sent
+        assert scrape("gateway_kv_events_total", replica="r", kind="stored") == 1
+        assert scrape("gateway_kv_events_blocks", replica="r") == 2
         pub.close(linger=0)  # the engine went away
         await until(lambda: not view.live)
         assert len(view) == 0
+        assert scrape("gateway_kv_events_connected", replica="r") == 0
+        assert scrape("gateway_kv_events_blocks", replica="r") == 0
     finally:
         await router.close()
 
@@ -288,6 +340,14 @@ class Publisher:
             await self.router.send_multipart([client, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
 
 
+def subscribed(model_dir: Path, vllm: Publisher) -> tuple[EventsRouter, Scrape]:
+    """A pool of one replica, reading ``vllm``'s events and replays, reporting as ``r``."""
+    t = target(model_dir, [vllm.endpoint], (vllm.replay_endpoint,))
+    scrape = Scrape()
+    balancer = Balancer([ReplicaState(URLS[0], "r")], t.balance, scrape.report)
+    return EventsRouter(balancer, t, "pool", LocalRouter(balancer)), scrape
+
+
 async def test_a_replay_fills_the_view_on_connecting_and_across_a_gap(model_dir: Path, tmp_path: Path) -> None:
     ctx = zmq.asyncio.Context()
     vllm = Publisher(ctx, tmp_path)
@@ -297,9 +357,7 @@ async def test_a_replay_fills_the_view_on_connecting_and_across_a_gap(model_dir:
         # what the engine published before this gateway started: only a replay can tell it
         await vllm.send(0, stored([100], blocks[0]), live=False)
         await vllm.send(1, stored([101], blocks[1], parent=100), live=False)
-        t = target(model_dir, [vllm.endpoint], (vllm.replay_endpoint,))
-        balancer = Balancer([ReplicaState(URLS[0], "r")], t.balance)
-        router = EventsRouter(balancer, t, "pool", LocalRouter(balancer))
+        router, scrape = subscribed(model_dir, vllm)
         view = router.events.views[0]
         await router.start()
         try:
@@ -316,9 +374,39 @@ async def test_a_replay_fills_the_view_on_connecting_and_across_a_gap(model_dir:
             assert vllm.requests == [0, 3] and view.gaps == 0
             assert view.depth(chain_hashes([t for b in blocks for t in b], BS)) == 6
             assert router.events.replayed == 4
+            steps = {s: scrape("gateway_kv_events_replays_total", replica="r", step=s) for s in REPLAY_STEPS}
+            assert steps == {"asked": 2, "answered": 2, "failed": 0}
+            assert scrape("gateway_kv_events_total", replica="r", kind="stored") == 6
+            assert scrape("gateway_kv_events_gaps_total", replica="r") == 0
         finally:
             await router.close()
     finally:
         replays.cancel()
         await asyncio.gather(replays, return_exceptions=True)
+        ctx.destroy(linger=0)
+
+
+async def test_a_replay_no_one_answers_is_given_up_and_the_gap_counted(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kv_events, "REPLAY_SECONDS", 0.05)  # what is waited on is the count, not this
+    ctx = zmq.asyncio.Context()
+    vllm = Publisher(ctx, tmp_path)  # its replay socket is bound, and never answers
+    try:
+        router, scrape = subscribed(model_dir, vllm)
+        view = router.events.views[0]
+        await router.start()
+        try:
+            assert await vllm.pub.recv() == b"\x01"
+            await until(lambda: view.live)  # the replay on connecting was given up
+            await vllm.send(0, stored([100], list(range(BS))))
+            await until(lambda: len(view) == 1)
+            await vllm.send(2, stored([102], list(range(BS, 2 * BS))))  # 1 lost, and no replay brings it
+            await until(lambda: view.gaps == 1)
+            steps = {s: scrape("gateway_kv_events_replays_total", replica="r", step=s) for s in REPLAY_STEPS}
+            assert steps == {"asked": 2, "answered": 0, "failed": 2}
+            assert scrape("gateway_kv_events_gaps_total", replica="r") == 1
+        finally:
+            await router.close()
+    finally:
         ctx.destroy(linger=0)

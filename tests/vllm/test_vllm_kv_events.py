@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from backends.kv_events import ReplicaView, chain_hashes
 from backends.kv_router import EventsRouter
@@ -76,6 +77,19 @@ async def until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"not within 60 s: {what}")
 
 
+async def scrape(gw: Gateway) -> dict[tuple[str, ...], float]:
+    """The pool's routing and events series on the gateway's /metrics: (name, its other labels' values
+    in their names' order) → value."""
+    async with gw.session.get(gw.url + "/metrics") as resp:
+        text = await resp.text()
+    return {
+        (s.name, *(v for k, v in sorted(s.labels.items()) if k != "target")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("target") == "tiny-kv"
+    }
+
+
 async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
     async with session.post(url, json=body, **kw) as resp:
         assert resp.status == 200, await resp.text()
@@ -121,6 +135,8 @@ async def test_a_prefix_cached_on_a_replica_is_routed_to_it(vllm_server: VLLM, v
             hashes.append(ids)
         assert all(views[1 - i].depth(chain_hashes(ids, views[i].block_size or 1)) == 0 for i, ids in enumerate(hashes))
         before = [await ran_to_end(v) for v in replicas]
+        decided = ("gateway_routing_decisions_total", "cached", "events")
+        counted = (await scrape(gw))[decided]
         # four requests sharing each prompt's prefix (a different ending each time), through the gateway
         for text in prompts:
             for n in range(4):
@@ -128,6 +144,13 @@ async def test_a_prefix_cached_on_a_replica_is_routed_to_it(vllm_server: VLLM, v
                 await post(gw.session, gw.url + "/v1/completions", body, headers=BEARER)
         served = [await ran_to_end(v) - b for v, b in zip(replicas, before, strict=True)]
         assert served == [4, 4] and gw.router.hits == 8, (served, gw.router.hits, gw.router.fallbacks)
+        # what operators see of it: the decisions, and both feeds connected and taking stored blocks
+        seen = await scrape(gw)
+        assert seen[decided] - counted == 8
+        for state in gw.router.balancer.replicas:
+            assert seen[("gateway_kv_events_connected", state.label)] == 1
+            assert seen[("gateway_kv_events_total", "stored", state.label)] >= 1
+            assert seen[("gateway_kv_events_blocks", state.label)] >= 2
 
 
 async def test_with_a_publisher_unreachable_the_pool_routes_as_before(
