@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 import aiohttp
@@ -27,6 +28,7 @@ from benchmarks.vllm_serve import chunks
 
 KEY = "gw-bench-routing-0123456789"
 WORDS = ("river", "stone", "light", "paper", "window", "garden", "silver", "morning", "thunder", "quiet", "harbor")
+PROBES = 5  # pairs of prompts that time what a cache hit saves
 DOCUMENTS_FILL = 0.75  # of the replicas' caches together: more than one holds, room to split them
 
 
@@ -152,10 +154,11 @@ SHARED = ("system", "documents")  # the workloads the issue's hit-rate goals are
 async def prefill_probe(session: aiohttp.ClientSession, replica: str, model: str, text: str) -> dict[str, float]:
     """What a cache hit saves on one idle replica, straight to vLLM: the median time to first token of
     a prompt never seen (``text`` tagged anew each time) against the same prompt again with another
-    question. Under load the queue adds to both; this is the part routing can save."""
+    question: five pairs after one not counted, as the median of three moved by 2x between two runs.
+    Under load the queue adds to both; this is the part routing can save."""
     cold: list[float] = []
     hit: list[float] = []
-    for i in range(3):
+    for i in range(PROBES + 1):
         prefix = f"[probe {i}] {text}"
         for question, into in ((f"{i} first", cold), (f"{i} second", hit)):
             body = {"model": model, "prompt": f"{prefix}\nQuestion: {question}?\nAnswer:", "max_tokens": 1}
@@ -166,4 +169,4 @@ async def prefill_probe(session: aiohttp.ClientSession, replica: str, model: str
             if first is None:
                 raise BenchError(f"{replica}: a stream without choices")
             into.append(first)
-    return {"cold_ms": round(sorted(cold)[1] * 1000, 1), "hit_ms": round(sorted(hit)[1] * 1000, 1)}
+    return {"cold_ms": round(median(cold[1:]) * 1000, 1), "hit_ms": round(median(hit[1:]) * 1000, 1)}
