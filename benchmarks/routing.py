@@ -4,7 +4,7 @@ side, in one command:
 
     scripts/bench-routing                 # about 4 minutes on 2 cores (1.5 of them starting vLLM twice)
     scripts/bench-routing --quick         # about 2 minutes
-    scripts/bench-routing --workloads documents --replicas 4    # long documents; about 8 minutes
+    scripts/bench-routing --workloads documents --replicas 4    # long documents; about 3 minutes
 
 The gateways serve one model per strategy (``rr``, ``ll``, ``prefix``, ``kv``: ``balance.strategy``
 round-robin, least-loaded, prefix, kv-shared; ``events``: kv-shared with ``balance.kv_events``, where

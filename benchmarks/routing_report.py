@@ -52,7 +52,11 @@ def working_set(name: str, w: dict[str, Any], replicas: int, capacity: int, bloc
     bound = split / keep
     rr, bounded = w["round_robin_model_hit_rate"], w["bounded_oracle_hit_rate"]
     modelled = f"{bounded / rr:.1f}x" if rr else "no ratio"
-    reach = "within reach" if rr and bounded >= 2 * rr else "out of reach"
+    need = 2 * rr / bounded if bounded else float("inf")  # of the bounded oracle, for 2x round-robin
+    if need > 1:
+        reach = f"out of reach (it would take {need:.0%} of the bounded oracle's rate)"
+    else:
+        reach = f"within reach for a router with {need:.0%} of the bounded oracle's rate"
     return (
         f"* {name}: a working set of {size} shared blocks of {block} tokens against {capacity} in one replica's "
         f"cache and {union} in the {replicas} replicas' together: round-robin keeps every prefix on every "
