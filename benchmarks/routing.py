@@ -130,7 +130,7 @@ def memory_refusal(replicas: int, per_replica_mib: float, free_mib: float) -> st
     if need <= free_mib:
         return None
     return (
-        f"{replicas} more vLLM replica(s) need about {need / 1024:.1f} GiB ({per_replica_mib / 1024:.2f} GiB each "
+        f"{replicas} vLLM replica(s) to start need about {need / 1024:.1f} GiB ({per_replica_mib / 1024:.2f} GiB each "
         f"and {RESERVE_MIB / 1024:.0f} GiB for the gateways, Redis and this client), and {free_mib / 1024:.1f} GiB "
         "is available: ask for fewer --replicas"
     )
@@ -471,4 +471,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        log(f"failed: {exc}")
+        sys.exit(1)

@@ -275,7 +275,7 @@ def test_replicas_that_do_not_fit_in_memory_are_refused() -> None:
     assert memory_refusal(4, 1600, 24 * 1024) is None
     refusal = memory_refusal(16, 1600, 22 * 1024)
     assert refusal is not None
-    assert refusal.startswith("16 more vLLM replica(s) need about 26.0 GiB (1.56 GiB each")
+    assert refusal.startswith("16 vLLM replica(s) to start need about 26.0 GiB (1.56 GiB each")
     assert "and 22.0 GiB is available: ask for fewer --replicas" in refusal
 
 
