@@ -377,7 +377,8 @@ class HTTPUpstream:
         parser = SSEParser()
         decoder = self.wire.reader(request)
         relaying = decoder.relaying  # set for the stream: not asked again per read
-        clock, read = watch.loop.time, resp.content.readany
+        clock, read, same_shape = watch.loop.time, resp.content.readany, decoder.same_shape
+        fast = relaying  # and the parser holds nothing of an event: a read may be a token's whole event
         ended = False
         try:
             while True:
@@ -389,6 +390,11 @@ class HTTPUpstream:
                 except aiohttp.ClientError as exc:
                     raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
                 watch.since = None
+                if fast and same_shape(chunk):
+                    # A token's event in the last one's shape (a model server writes one per read):
+                    # relayed as read, checked in a few compares.
+                    yield [chunk]
+                    continue
                 if relaying and chunk[-2:] == b"\n\n" and parser.idle:
                     # Whole events, relayed whole (a model server's read is one token's event): no
                     # splitting or batching. A read cut inside an event takes the general path.
@@ -423,6 +429,7 @@ class HTTPUpstream:
                         return
                     if batch:
                         yield SplitBatch(batch) if i < len(pieces) - 1 else batch
+                fast = relaying and parser.idle
         finally:
             watch.cancel()
             if ended:

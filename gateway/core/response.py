@@ -106,9 +106,15 @@ class Frame(bytes):
     and written as they came: a same-format stream skips decoding and re-encoding. One frame holds one
     or more whole one-line SSE events, one chunk each: ``chunks`` (counted once, where the frame is
     cut; counting again costs a scan of the frame). Finishes, usage and errors never come as frames,
-    so what is accounted for still arrives as events."""
+    so what is accounted for still arrives as events.
+
+    A frame of one event may carry its ``shape``: the bytes before and after its text, which holds no
+    quote, backslash or newline. The stream's next events with that shape around such a text come as
+    plain ``bytes`` (``Token``), not frames: one chunk each, the read as it came, for the client's
+    encoder to treat as it treated the frame that carried the shape."""
 
     chunks: int = 1
+    shape: tuple[bytes, bytes] | None = None
 
     @classmethod
     def of(cls, data: bytes, chunks: int) -> Frame:
@@ -117,7 +123,10 @@ class Frame(bytes):
         return frame
 
 
-StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame
+# One relayed event of the shape the stream's last shaped ``Frame`` carried: plain bytes, so that a
+# token's read is relayed without a copy into a frame (a model server writes one event per token).
+Token = bytes
+StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame | Token
 
 
 class LastBatch(list[StreamEvent]):

@@ -116,6 +116,12 @@ async def relay(
                 await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
                 out = b""
             async for batch in events:
+                if len(batch) == 1 and type(token := batch[0]) is bytes and type(batch) is list:
+                    # a token's event relayed as it was read (a Token): most of a model server's stream
+                    log.token()
+                    await resp.write(out + encoder.event(token))
+                    out = b""
+                    continue
                 log.observe(batch)
                 # most batches of a model server's stream are one token's event
                 out += encoder.event(batch[0]) if len(batch) == 1 else b"".join([encoder.event(ev) for ev in batch])

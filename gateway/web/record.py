@@ -120,7 +120,9 @@ class RequestLog:
         now = 0.0
         for event in events:
             chunks = 1
-            if isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
+            if type(event) is bytes:  # a Token: one relayed chunk
+                tokens = 1
+            elif isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
                 # not looked into: one token per chunk, as a delta without ids
                 tokens = chunks = event.chunks
             elif isinstance(event, Delta):
@@ -140,6 +142,14 @@ class RequestLog:
                 self.last_chunk = now
             self.chunks += chunks
             self.streamed += tokens
+
+    def token(self) -> None:
+        """``observe`` for a read that was one relayed chunk (a ``Token``)."""
+        self.last_chunk = now = time.perf_counter()
+        if self.ttft is None:  # (a Token follows the frame that lent it its shape: not in practice)
+            self.ttft = now - self.started
+        self.chunks += 1
+        self.streamed += 1
 
     def completed(self, completion: Completion) -> None:
         if self.trace is not None:

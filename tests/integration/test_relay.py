@@ -15,6 +15,7 @@ from aiohttp import http_writer, web, web_protocol
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
+from gateway.dialects.openai.egress import ChunkDecoder
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, completions_server, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
@@ -266,3 +267,81 @@ async def test_first_events_held_for_their_read_still_reach_the_client_when_it_f
     assert "engine died" in events[-1]["error"]["message"]
     if other is not None:
         assert b"late" in await other
+
+
+PACED_TEXTS = [" one", " two", " three", '"four"', " five", " six"]
+
+
+@pytest.fixture
+async def paced_upstream() -> AsyncIterator[tuple[TestServer, list[asyncio.Event]]]:
+    """A model server's stream, one token's event per write. With "paced" in the prompt it writes each
+    content event only once the client has the one before (``seen``): every upstream read holds one
+    event; else the whole stream in one write."""
+    seen = [asyncio.Event() for _ in PACED_TEXTS]
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        head = {"id": "c", "object": "text_completion", "created": 1, "model": "m", "system_fingerprint": "fp"}
+
+        def event(choices: list[dict[str, Any]], usage: Any = None) -> bytes:
+            data = {**head, "choices": choices, "usage": usage}
+            return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+        def choice(text: str, finish: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        events = [event([choice(t)]) for t in PACED_TEXTS]
+        tail = event([choice("", "length")]) + event([], {"prompt_tokens": 2, "completion_tokens": 6})
+        if "paced" not in body["prompt"]:
+            await resp.write(b"".join(events) + tail + b"data: [DONE]\n\n")
+        else:
+            for data, shown in zip(events, seen, strict=True):
+                await resp.write(data)
+                await shown.wait()
+            await resp.write(tail + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async with completions_server(completions) as server:
+        yield server, seen
+
+
+@pytest.mark.parametrize("ingress", ["openai", "octoai", "sgp"])
+async def test_paced_tokens_go_out_as_read_and_as_the_same_stream_in_a_burst_would(
+    gateway: GatewayFactory,
+    paced_upstream: tuple[TestServer, list[asyncio.Event]],
+    monkeypatch: pytest.MonkeyPatch,
+    ingress: str,
+) -> None:
+    server, seen = paced_upstream
+    url = str(server.make_url("/v1"))
+    gw = await gateway(config([{"name": "m", "targets": [{"provider": "openai", "base_url": url, "model": "m"}]}]))
+    tokens = []
+    same_shape = ChunkDecoder.same_shape
+
+    def counted(decoder: ChunkDecoder, buffer: bytes) -> bool:
+        tokens.append(same := same_shape(decoder, buffer))
+        return same
+
+    monkeypatch.setattr(ChunkDecoder, "same_shape", counted)
+    answers = []
+    for prompt in ("paced", "a burst"):  # (the burst's client sets every ``seen``)
+        path, headers, body = BY_NAME[ingress].request("m", prompt, True)
+        async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+            assert resp.status == 200
+            raw = b""
+            while chunk := await resp.content.readany():
+                raw += chunk
+                for text, shown in zip(PACED_TEXTS, seen, strict=True):
+                    if json.dumps(text)[1:-1].encode() in raw:
+                        shown.set()
+            answers.append(raw)
+    assert all(s.is_set() for s in seen)
+    # the stream's first chunk is decoded and the second, relayed alone, lends its shape to the third;
+    # the quoted text takes the full check and lends none, the fifth lends it anew to the last
+    assert tokens.count(True) == 2
+    assert frames(answers[0]) == frames(answers[1])
+    texts = [c["text"] for f in frames(answers[0]) if f != "[DONE]" for c in json.loads(f)["choices"]]
+    assert "".join(texts) == "".join(PACED_TEXTS)

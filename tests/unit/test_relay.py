@@ -190,6 +190,34 @@ def test_a_stream_s_next_token_is_relayed_by_the_last_one_s_shape() -> None:
     assert with_ids.relay_run(sse(PLAIN)) is not None and with_ids.shape is None
 
 
+def test_a_frame_that_lends_its_shape_carries_it_and_the_next_tokens_come_as_read() -> None:
+    decoder = started(token_ids=False)
+    run = decoder.relay_run(sse(PLAIN))
+    assert run is not None and run[0].shape == decoder.shape is not None  # the encoder learns it from the frame
+    assert decoder.same_shape(sse(PLAIN.replace(" hi", " there, you")))
+    for other in (
+        PLAIN.replace(" hi", 'a\\"b'),  # not plain: a quote, a backslash
+        PLAIN.replace(" hi", "a\\nb"),
+        PLAIN.replace('"finish_reason":null', '"finish_reason":"stop"'),  # another shape
+    ):
+        assert not decoder.same_shape(sse(other))
+    assert not decoder.same_shape(sse(PLAIN, PLAIN))  # two events
+    assert not decoder.same_shape(sse(PLAIN)[:-1])  # cut short
+    assert not decoder.same_shape(b"")
+    assert decoder.relay_run(sse(FINISH)) is None and decoder.shape is not None  # a decoded event keeps it
+    with_ids = started(token_ids=True)
+    run = with_ids.relay_run(sse(PLAIN))
+    assert run is not None and run[0].shape is None and not with_ids.same_shape(sse(PLAIN))
+
+
+def test_a_text_not_closed_as_a_json_value_lends_no_shape() -> None:
+    # the encoder relies on what follows the text: a comma or a brace, never another key's quote
+    decoder = started(token_ids=False)
+    odd = HEAD + '"choices":[{"index":0,"text":" hi":null}]}'
+    run = decoder.relay_run(sse(odd))
+    assert run is not None and run[0].shape is None and decoder.shape is None
+
+
 def relayable(chunk: str) -> bool:
     """What the decoder must see, read as JSON: a finish or stop reason, usage or an error."""
     data = json.loads(chunk)

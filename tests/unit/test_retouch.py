@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ DIALECTS: dict[str, tuple[Dialect, str, str]] = {  # dialect, model name, flavou
 # Texts that spell what the retouch looks for, with quotes, escapes and newlines around it.
 TEXTS = st.lists(
     st.sampled_from(['"system_fingerprint":null,', ',"usage":null', '"token_ids":[1]', "data: {", "\n\n", '\\"', "é"])
+    | st.sampled_from(["system_fingerprint", "token_ids", "reasoning", ",", "}"])  # plain: a Token's text
     | st.text(min_size=1, max_size=8),
     min_size=1,
     max_size=4,
@@ -111,6 +113,45 @@ def client_stream(dialect: Dialect, body: dict[str, JSON], flavour: str, read: l
     return b"".join(encoder.event(e) for e in batch) + encoder.end()
 
 
+def token_stream(
+    dialect: Dialect, body: dict[str, JSON], flavour: str, read: list[bytes], as_read: bool = True
+) -> tuple[bytes, int]:
+    """``client_stream``'s relay as ``HTTPUpstream.stream`` runs it, and how many reads went out as
+    Tokens: a read the decoder finds in the shape of the last shaped frame is passed on as it is
+    (``as_read``; else every read takes the parser's path)."""
+    request = dialect.parse(Operation.CHAT if "messages" in body else Operation.COMPLETION, body, flavour)
+    decoder, encoder, parser = VLLM_WIRE.reader(request), dialect.encoder(request), SSEParser()
+    out, tokens = [], 0
+    for piece in read:
+        if as_read and decoder.relaying and parser.idle and decoder.same_shape(piece):
+            out.append(encoder.event(piece))
+            tokens += 1
+            continue
+        batch: list[StreamEvent] = []
+        done = UPSTREAM._take(piece, parser, decoder, batch)
+        out += [encoder.event(e) for e in batch]
+        if done:
+            break
+    return b"".join(out) + encoder.end(), tokens
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_paced_stream_s_tokens_after_the_first_go_out_as_read(name: str, chat: bool) -> None:
+    dialect, model, flavour = DIALECTS[name]
+    body: dict[str, JSON] = {"model": model, "stream": True}
+    body |= {"messages": [{"role": "user", "content": "p"}]} if chat else {"prompt": "p"}
+    texts = [" one", " two", ' "three"', " four", " five"]
+    stream = upstream_stream(chat, texts, "fp_up", True, True, False)
+    read = [event + b"\n\n" for event in stream.split(b"\n\n")[:-1]]
+    out, tokens = token_stream(dialect, body, flavour, read)
+    # the first text lends its shape; the quoted one takes the full check and the next lends it anew.
+    # Friendli's clients get each token's id: the upstream is asked for them, and chunks differ by them.
+    assert tokens == (0 if name.startswith("friendli") else 2)
+    assert out == token_stream(dialect, body, flavour, read, as_read=False)[0]
+    assert out == client_stream(dialect, body, flavour, read, relay=True)
+
+
 def chunks(stream: bytes) -> list[JSON]:
     events = [e for e in stream.split(b"\n\n") if e]
     assert all(e.startswith(b"data: ") and b"\n" not in e for e in events)
@@ -159,6 +200,11 @@ def test_a_relayed_stream_matches_its_decoded_twin(
 
     relayed = client_stream(dialect, body, flavour, read, relay=True)
     decoded = client_stream(dialect, body, flavour, read, relay=False)
+    # one event per read, as a model server writes: to the byte, whether a token goes out as read
+    # (a Token) or as a frame
+    one_by_one = [event + b"\n\n" for event in stream.split(b"\n\n")[:-1]]
+    as_read = token_stream(dialect, body, flavour, one_by_one)[0]
+    assert as_read == token_stream(dialect, body, flavour, one_by_one, as_read=False)[0]
     assert relayed.endswith(b"data: [DONE]\n\n") == decoded.endswith(b"data: [DONE]\n\n")
     ours, twins = chunks(relayed), chunks(decoded)
     if name == "friendli":

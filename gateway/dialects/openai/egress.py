@@ -262,15 +262,18 @@ EVENT_ACCOUNTED = re.compile(rb'"(?:finish_reason|stop_reason|usage|error)"(?!:n
 # a quote, backslash or newline leaves the chunk's keys and framing as they were.
 TEXT_KEYS = (b'"text":"', b'"content":"')
 NOT_PLAIN = re.compile(rb'["\\\n]')
+CLOSERS = (b",", b"}")
 
 
 def shape(event: bytes) -> tuple[bytes, bytes] | None:
-    """A relayed event around its text, (head, tail), when the text is plain (``NOT_PLAIN``)."""
+    """A relayed event around its text, (head, tail), when the text is plain (``NOT_PLAIN``) and
+    closed as JSON closes a value (by ``,`` or ``}``): then no key the retouch looks for can take in
+    a byte of another plain text put in its place (``ChunkEncoder``)."""
     for key in TEXT_KEYS:
         if (at := event.find(key)) >= 0:
             start = at + len(key)
             end = event.find(b'"', start)
-            if end < 0 or NOT_PLAIN.search(event, start, end) is not None:
+            if end < 0 or NOT_PLAIN.search(event, start, end) is not None or event[end + 1 : end + 2] not in CLOSERS:
                 return None
             return event[:start], event[end:]
     return None
@@ -335,22 +338,17 @@ class ChunkDecoder:
         if not self.started or not self.relaying:
             return None
         if buffer[-3:] == b"}\n\n":  # maybe one whole event, as a model server writes a token
-            if self.shape is not None:  # the last one's keys and framing around a plain text: relayed too
-                head, tail = self.shape
-                end = len(buffer) - len(tail)
-                if (
-                    buffer.startswith(head)
-                    and buffer.endswith(tail)
-                    and end >= len(head)
-                    and NOT_PLAIN.search(buffer, len(head), end) is None
-                ):
-                    return Frame(buffer), len(buffer)
+            if self.same_shape(buffer):  # the last one's keys and framing around a plain text: relayed too
+                return Frame(buffer), len(buffer)
             if buffer.count(b"\n") == 2:  # one pattern, not the run's scans
                 if buffer[:8] != b'data: {"' or EVENT_ACCOUNTED.search(buffer) is not None:
                     return None
                 # (chunks that carry their token's ids differ around them too: no shape to lend)
+                frame = Frame(buffer)
                 self.shape = None if self.token_ids else shape(buffer)
-                return Frame(buffer), len(buffer)
+                if self.shape is not None:  # the next tokens of this shape come as it (``same_shape``)
+                    frame.shape = self.shape
+                return frame, len(buffer)
         end = buffer.rfind(b"\n\n") + 2  # whole events only: a partial one waits for the parser
         cut = end  # where the first accounted key is (``ACCOUNTED``'s matches, found faster)
         if finished := FINISHED.search(buffer, 0, cut):
@@ -373,6 +371,22 @@ class ChunkDecoder:
         ):
             return None
         return Frame.of(buffer[:end] if end < len(buffer) else buffer, newlines // 2), end
+
+    def same_shape(self, buffer: bytes) -> bool:
+        """``buffer`` is one whole event of the shape the last event relayed alone carried: its keys and
+        framing around a plain text. Relayed as it is (a ``Token``), without ``relay_run``'s checks: a
+        stream's tokens mostly differ only in their texts."""
+        shape = self.shape
+        if shape is None:
+            return False
+        head, tail = shape
+        start, end = len(head), len(buffer) - len(tail)
+        return (
+            end >= start
+            and buffer[:start] == head
+            and buffer[end:] == tail
+            and NOT_PLAIN.search(buffer, start, end) is None
+        )
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):

@@ -16,7 +16,17 @@ from pydantic_core import to_json
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
-from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import (
+    Choice,
+    Completion,
+    Delta,
+    Finish,
+    Frame,
+    StreamEvent,
+    StreamStart,
+    Usage,
+    UsageReport,
+)
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import DONE, chat_logprobs, legacy_logprobs, sse, usage_json
 from gateway.dialects.openai.relay import FINGERPRINT, Retouch, removal, without_key
@@ -63,6 +73,7 @@ class Style:
         return self.finish.get(reason, reason)
 
 
+STAND_IN = b"\x00"  # a text no JSON holds unescaped (``ChunkEncoder._shaped``)
 OPENAI_FINISH = {"abort": "stop", "tool_calls": "tool_calls"}
 OPENAI_STYLE = Style(fingerprint="", finish=OPENAI_FINISH)
 
@@ -142,6 +153,10 @@ class ChunkEncoder:
         self.offsets: dict[int, int] = {}
         self.held: dict[str, JSON] | None = None  # a finish chunk that usage may still join
         self.retouch: Retouch | None = None
+        # A ``Token`` (an event of the last shaped frame's shape): written as it came (``as_is``), or
+        # its text between the retouched head and tail (``around``), or retouched whole.
+        self.as_is = True
+        self.around: tuple[bytes, int, int, bytes] | None = None
         self.sent_role: set[int] = set()
         self.relayed = False  # relayed frames carried the upstream's own roles
         # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
@@ -199,8 +214,19 @@ class ChunkEncoder:
         return out if self.held is None else self._release() + out
 
     def event(self, ev: StreamEvent) -> bytes:
-        if isinstance(ev, bytes):  # a Frame: most chunks of a relayed stream (here, not in a call: one per token)
+        if type(ev) is bytes:  # a Token: most events of a relayed stream (handled here, not in a call)
+            if not self.as_is:
+                around = self.around
+                if around is None:
+                    ev = self.retouch(ev)  # type: ignore[misc]  # (as_is is only False with a retouch)
+                else:
+                    head, start, tail_size, tail = around
+                    ev = head + ev[start : len(ev) - tail_size] + tail
+            return ev if self.held is None else self._release() + ev
+        if isinstance(ev, Frame):
             self.relayed = True
+            if ev.shape is not None:
+                self._shaped(ev.shape)
             frame = ev if self.retouch is None else self.retouch(ev)
             return frame if self.held is None else self._release() + frame
         if isinstance(ev, Delta):
@@ -231,6 +257,7 @@ class ChunkEncoder:
             chunk["choices"] = []
             chunk["usage"] = usage
             return sse(chunk)
+        assert isinstance(ev, StreamStart)  # what is left once Tokens and frames went first
         self._start(ev)
         return b""
 
@@ -246,6 +273,21 @@ class ChunkEncoder:
         self.head = head
         self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
         self.retouch = retouch_for(self.style, ev, self.want_usage, self.chat)
+
+    def _shaped(self, shape: tuple[bytes, bytes]) -> None:
+        """How the Tokens of ``shape`` (head, tail) are retouched: as the head and tail alone are. The
+        retouch looks only for keys, quoted, and the shape's text is plain and closed as a JSON value:
+        no match can take in a byte of it (``egress.shape``), so the head and tail are retouched around
+        a stand-in text (a NUL byte, which JSON escapes), and the text put back in its place."""
+        head, tail = shape
+        retouch = self.retouch
+        self.as_is, self.around = True, None
+        if retouch is None:
+            return
+        parts = retouch(head + STAND_IN + tail).split(STAND_IN)
+        self.as_is = parts == [head, tail]
+        if len(parts) == 2 and not self.as_is:
+            self.around = (parts[0], len(head), len(tail), parts[1])
 
     def end(self) -> bytes:
         out = self._release()
