@@ -28,8 +28,11 @@ INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a t
 
 
 class Router(Protocol):
-    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
-        """Replica indexes, best first, and the prompt's block hashes for the balancer's own index."""
+    async def order(
+        self, request: InternalRequest, session: str | None, now: float, lease: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Replica indexes, best first, and the prompt's block hashes for the balancer's own index;
+        ``lease``: the request's id in the shared in-flight counts (``backends/inflight.py``)."""
 
 
 def check(settings: KvEvents) -> str | None:
@@ -76,23 +79,44 @@ class EventsRouter:
             return self.prompts.tokens(request)
         return await asyncio.to_thread(self.prompts.tokens, request)
 
-    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+    async def order(
+        self, request: InternalRequest, session: str | None, now: float, lease: str | None = None
+    ) -> tuple[list[int], list[int]]:
         plan = self.balancer.plan(request, session, now)
-        views = self.views(plan.eligible)
+        shared = self.fallback if isinstance(self.fallback, SharedRouter) else None
+        # With the shared counts, any available replica may turn out eligible: all their views count.
+        replicas = plan.ranked if shared is not None else plan.eligible
+        hints = await self.hints(request, replicas)
+        if shared is not None:
+            chosen = await shared.shared_order(plan, now, lease, hints)
+            if chosen is not None:
+                self.hits += hints is not None
+                self.fallbacks += hints is None
+                return chosen, plan.hashes
+        held = [i for i in plan.eligible if (hints or {}).get(i, 0) > 0]
+        if held:
+            assert hints is not None
+            # ``eligible`` is least loaded first, and max() keeps the first of equals
+            self.hits += 1
+            return plan.first(max(held, key=hints.__getitem__)), plan.hashes
+        self.fallbacks += 1
+        return await self.fallback.choose(plan, now, lease), plan.hashes
+
+    async def hints(self, request: InternalRequest, replicas: list[int]) -> dict[int, int] | None:
+        """How many leading blocks of the prompt each of ``replicas`` holds, by the events; None when
+        the views cannot tell or none holds the first block."""
+        views = self.views(replicas)
+        if views is None:
+            return None
         try:
-            tokens = await self.tokens(request) if views is not None else None
+            tokens = await self.tokens(request)
         except Exception:  # the events only ever improve a choice: never fail a request over them
             log.exception("tokenizing for kv-events routing failed; routed without them")
-            tokens = None
-        if views is not None and tokens is not None:
-            found = depths(views, tokens)
-            if max(found) > 0:
-                # ``eligible`` is least loaded first, and max() keeps the first of equals
-                best = max(range(len(found)), key=found.__getitem__)
-                self.hits += 1
-                return plan.first(plan.eligible[best]), plan.hashes
-        self.fallbacks += 1
-        return await self.fallback.choose(plan, now), plan.hashes
+            return None
+        if tokens is None:
+            return None
+        found = depths(views, tokens)
+        return dict(zip(replicas, found, strict=True)) if max(found) > 0 else None
 
 
 def depths(views: list[ReplicaView], tokens: list[int]) -> list[int]:
