@@ -20,6 +20,7 @@ from typing import Any
 
 log = logging.getLogger("gateway.replicas")
 KEEP_TIMEOUT = 2.0  # seconds one release or renewal call may take: a stalled Redis only delays them
+RETRY_SECONDS = 0.1  # how soon failed releases are sent again (a lease left behind skews its replica's load)
 
 # KEYS: one sorted set per lease (one hash slot: the target's hash tag); ARGV: the lease in ms, how many
 # of the leases are released (the first ones), then the leases. The others are renewed, only where
@@ -51,7 +52,7 @@ class Leases:
         self.lease_ms = max(1, round(lease_seconds * 1000))
         self._keep = client.register_script(KEEP)
         self.live: dict[str, str] = {}  # lease → its replica's key
-        self._gone: list[tuple[str, str]] = []  # (key, lease) to remove
+        self._gone: list[tuple[str, str, float]] = []  # (key, lease, when it was queued) to remove
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -62,13 +63,14 @@ class Leases:
         """The request ended (or its replica failed it): out of the count at the next send."""
         key = self.live.pop(lease, None)
         if key is not None:
-            self._gone.append((key, lease))
+            self._gone.append((key, lease, time.monotonic()))
             self._wake.set()
 
     def forget(self, lease: str, keys: list[str]) -> None:
         """A choice whose answer never came (too slow): the script may have run, so the lease is
         removed wherever it could be."""
-        self._gone.extend((key, lease) for key in keys)
+        now = time.monotonic()
+        self._gone.extend((key, lease, now) for key in keys)
         self._wake.set()
 
     async def start(self) -> None:
@@ -89,8 +91,9 @@ class Leases:
         every = self.lease_ms / 3000
         renew_at = time.monotonic() + every
         while True:
+            wake_at = min(renew_at, time.monotonic() + RETRY_SECONDS) if self._gone else renew_at
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, renew_at - time.monotonic())):
+                async with asyncio.timeout(max(0.0, wake_at - time.monotonic())):
                     await self._wake.wait()
             self._wake.clear()
             renew = time.monotonic() >= renew_at
@@ -99,15 +102,18 @@ class Leases:
             await self.send(renew)
 
     async def send(self, renew: bool) -> None:
-        """The queued releases, and with ``renew`` the live leases' renewals, in one call."""
+        """The queued releases, and with ``renew`` the live leases' renewals, in one call. Releases that
+        fail are queued again (removing twice is harmless) until their lease would have run out anyway."""
         gone, self._gone = self._gone, []
         live = list(self.live.items()) if renew else []
         if not gone and not live:
             return
-        keys = [key for key, _ in gone] + [key for _, key in live]
-        args = [self.lease_ms, len(gone), *(lease for _, lease in gone), *(lease for lease, _ in live)]
+        keys = [key for key, _, _ in gone] + [key for _, key in live]
+        args = [self.lease_ms, len(gone), *(lease for _, lease, _ in gone), *(lease for lease, _ in live)]
         try:
             async with asyncio.timeout(KEEP_TIMEOUT):
                 await self._keep(keys=keys, args=args)
-        except Exception as exc:  # what was not released runs out by itself
+        except Exception as exc:
+            now = time.monotonic()
+            self._gone[:0] = [g for g in gone if now - g[2] < self.lease_ms / 1000]
             log.warning("shared in-flight counts: %d releases, %d renewals failed (%r)", len(gone), len(live), exc)

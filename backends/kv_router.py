@@ -88,7 +88,7 @@ class EventsRouter:
         replicas = plan.ranked if shared is not None else plan.eligible
         hints = await self.hints(request, replicas)
         if shared is not None:
-            chosen = await shared.shared_order(plan, now, lease, hints)
+            chosen = await shared.shared_order(plan, now, lease, hints) or shared.recent_order(plan, now, hints)
             if chosen is not None:
                 self.hits += hints is not None
                 self.fallbacks += hints is None

@@ -51,20 +51,23 @@ MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script
 # ARGV: ttl seconds, the lease in ms, the request's lease ('' for none), affinity_slack, how many
 # replicas are available, the session's replica among them (1-based, 0 for none), then per replica its
 # url, ``ReplicaState.extra``, ``ReplicaState.batch`` and the blocks vLLM says it holds (0 without events).
-# Returns {the chosen replica, its cached depth, the deepest any available replica holds}: a choice
-# shallower than the deepest is affinity yielding to load. Loads are ``balance.shared_load``, the
-# candidates ``balance.shared_candidates``, the choice ``balance.prefer``'s: ``Balancer.counted_order``.
+# Returns {the chosen replica, its cached depth, the deepest any available replica holds, then each
+# replica's count before this request}: a choice shallower than the deepest is affinity yielding to
+# load; the counts serve the local order while Redis is out (``SharedRouter.recent_order``). Loads are
+# ``balance.shared_load``, the candidates ``balance.shared_candidates``, the choice ``balance.prefer``'s:
+# ``Balancer.counted_order``.
 PICK = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl, lease, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local slack, n, session = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local urls, hint, load, least = {}, {}, {}, nil
+local urls, hint, load, least, counted = {}, {}, {}, nil, {}
 for j = 1, n do
   local a = 6 + 4 * (j - 1)
   urls[j], hint[j] = ARGV[a + 1], tonumber(ARGV[a + 4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1 + j], '-inf', now)
   local count, batch = redis.call('ZCARD', KEYS[1 + j]), tonumber(ARGV[a + 3])
+  counted[j] = count
   local l = count + tonumber(ARGV[a + 2])
   if batch > 0 and count > batch then l = l + count - batch end
   load[j] = l
@@ -133,7 +136,7 @@ if member ~= '' then
   redis.call('ZADD', KEYS[1 + choice], now + lease, member)
   redis.call('PEXPIRE', KEYS[1 + choice], 2 * lease)
 end
-return {url, best[2], deepest}
+return {url, best[2], deepest, unpack(counted)}
 """.replace("HOME", str(HOME))
 
 
@@ -194,6 +197,9 @@ class SharedRouter:
         self._pick = client.register_script(PICK)
         self.leases = Leases(client, balancer.settings.shared_lease)
         self._out_until = 0.0
+        # The counts of the last answer: (when, replica → every gateway's count, replica → this
+        # process's own count then), for the local order while Redis is out.
+        self._seen: tuple[float, dict[int, int], dict[int, int]] | None = None
         self.hits = 0
         self.yields = 0
         self.fallbacks = 0
@@ -222,8 +228,18 @@ class SharedRouter:
 
     async def choose(self, plan: Plan, now: float, lease: str | None = None) -> list[int]:
         """The order for a plan already made (``kv_router`` falls back here without planning again)."""
-        chosen = await self.shared_order(plan, now, lease)
+        chosen = await self.shared_order(plan, now, lease) or self.recent_order(plan, now)
         return self.balancer.local_order(plan) if chosen is None else chosen
+
+    def recent_order(self, plan: Plan, now: float, hints: dict[int, int] | None = None) -> list[int] | None:
+        """While Redis is out: the shared rule on the last answer's counts, moved by this process's own
+        requests since, if that answer is younger than a scrape (the scraped gauges are older); else None."""
+        if self._seen is None or not plan.ranked or now - self._seen[0] > self.balancer.settings.scrape_interval:
+            return None
+        _, counts, own = self._seen
+        states = self.balancer.replicas
+        guess = [max(0, counts.get(i, 0) + states[i].in_flight - own.get(i, 0)) for i in plan.ranked]
+        return self.balancer.counted_order(plan, guess, now, hints)
 
     async def shared_order(
         self, plan: Plan, now: float, lease: str | None, hints: dict[int, int] | None = None
@@ -249,7 +265,7 @@ class SharedRouter:
         began = time.monotonic()
         try:
             async with asyncio.timeout(s.shared_timeout_ms / 1000):
-                choice, depth, deepest = await self._pick(keys=keys, args=args)
+                choice, depth, deepest, *counts = await self._pick(keys=keys, args=args)
         except Exception as exc:  # slow, down or refusing: the local order serves, nothing waits on Redis
             now = time.monotonic()
             out = SLOW_RETRY_SECONDS if isinstance(exc, TimeoutError) else RETRY_SECONDS
@@ -266,6 +282,8 @@ class SharedRouter:
             )
             return None
         replica = self._index.get(choice.decode() if isinstance(choice, bytes) else str(choice))
+        own = {i: self.balancer.replicas[i].in_flight for i in plan.ranked}
+        self._seen = (now, dict(zip(plan.ranked, counts, strict=True)), own)
         if lease and replica is not None:
             self.leases.held(lease, inflight_key(self.target, self.urls[replica]))
         self.hits += depth > 0
