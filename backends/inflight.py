@@ -54,7 +54,9 @@ class Leases:
         self.live: dict[str, str] = {}  # lease → its replica's key
         self._gone: list[tuple[str, str, float]] = []  # (key, lease, when it was queued) to remove
         self._wake = asyncio.Event()
+        self._sending = asyncio.Lock()  # one call at a time: a send returns once what it found is sent
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def held(self, lease: str, key: str) -> None:
         self.live[lease] = key
@@ -78,11 +80,13 @@ class Leases:
             self._task = asyncio.create_task(self._run(), name="shared in-flight leases")
 
     async def close(self) -> None:
+        """Stops the task once its call is done (cancelling a Redis call half way can leave the
+        client's connection in a state that swallows the cancellation), then sends the rest."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            self._closing = True
+            self._wake.set()
+            await task
         for lease in list(self.live):
             self.release(lease)
         await self.send(renew=False)
@@ -90,7 +94,7 @@ class Leases:
     async def _run(self) -> None:
         every = self.lease_ms / 3000
         renew_at = time.monotonic() + every
-        while True:
+        while not self._closing:
             wake_at = min(renew_at, time.monotonic() + RETRY_SECONDS) if self._gone else renew_at
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, wake_at - time.monotonic())):
@@ -103,17 +107,21 @@ class Leases:
 
     async def send(self, renew: bool) -> None:
         """The queued releases, and with ``renew`` the live leases' renewals, in one call. Releases that
-        fail are queued again (removing twice is harmless) until their lease would have run out anyway."""
-        gone, self._gone = self._gone, []
-        live = list(self.live.items()) if renew else []
-        if not gone and not live:
-            return
-        keys = [key for key, _, _ in gone] + [key for _, key in live]
-        args = [self.lease_ms, len(gone), *(lease for _, lease, _ in gone), *(lease for lease, _ in live)]
-        try:
-            async with asyncio.timeout(KEEP_TIMEOUT):
-                await self._keep(keys=keys, args=args)
-        except Exception as exc:
-            now = time.monotonic()
-            self._gone[:0] = [g for g in gone if now - g[2] < self.lease_ms / 1000]
-            log.warning("shared in-flight counts: %d releases, %d renewals failed (%r)", len(gone), len(live), exc)
+        fail are queued again (removing twice is harmless) until their lease would have run out anyway;
+        so are those of a call that was cancelled."""
+        async with self._sending:
+            gone, self._gone = self._gone, []
+            live = list(self.live.items()) if renew else []
+            if not gone and not live:
+                return
+            keys = [key for key, _, _ in gone] + [key for _, key in live]
+            args = [self.lease_ms, len(gone), *(lease for _, lease, _ in gone), *(lease for lease, _ in live)]
+            try:
+                async with asyncio.timeout(KEEP_TIMEOUT):
+                    await self._keep(keys=keys, args=args)
+            except BaseException as exc:
+                now = time.monotonic()
+                self._gone[:0] = [g for g in gone if now - g[2] < self.lease_ms / 1000]
+                if not isinstance(exc, Exception):
+                    raise
+                log.warning("shared in-flight counts: %d releases, %d renewals failed (%r)", len(gone), len(live), exc)
