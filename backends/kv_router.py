@@ -1,8 +1,11 @@
-"""Routing on the KV cache vLLM reports holding (``balance.kv_events``): among the replicas the balancer
-counts ``eligible`` (near enough the least loaded: affinity still yields to load), the one holding the
-deepest cached prefix of the prompt, in blocks, goes first; ties go to the less loaded.
+"""Routing on the KV cache vLLM reports holding (``balance.kv_events``): among the replicas near enough
+the least loaded (affinity still yields to load), the one holding the deepest cached prefix of the
+prompt, in blocks, goes first. With ``kv-shared`` the depths go to the shared index's script as hints,
+so that load is every gateway's in-flight count there and the choice takes one round trip (ties: the
+index's home, then the less loaded); otherwise the balancer's local loads decide who is eligible
+(ties: the less loaded).
 
-When no eligible replica's view is live (the events are off, a publisher is not connected), or the
+When the views cannot compare the replicas (the events are off, a publisher is not connected), or the
 prompt cannot be tokenized the engine's way, or no eligible replica holds its first block, the pool's
 other router decides: the shared Redis index (``kv-shared``), else the balancer's local order
 (``backends/prefix_index.py``). Every gateway replica subscribes to every vLLM replica's events, so
