@@ -14,6 +14,13 @@ Affinity (a session, or a prompt sharing its leading blocks with an earlier one)
 replica only while its load is within ``affinity_slack`` of the least loaded one: a warm prefix cache
 is worth some queueing, not unbounded queueing.
 
+Scraped gauges are a snapshot: a replica's requests last a fraction of a second, the snapshot
+``scrape_interval``. Held that long, it shows a replica that has drained as full, and every gateway
+sends the next requests elsewhere (the herd that a prefix's home keeps losing to). ``kv-shared`` counts
+every gateway's in-flight requests in Redis instead (``backends/prefix_index.py``); its load is
+``shared_load``: that count, plus the queue beyond the largest batch the engine was seen running, plus
+``KV_WEIGHT * kv_cache_usage``, and ``shared_choice`` is the Lua script's choice written in Python.
+
 ``strategy`` picks among ``round-robin`` and ``least-loaded`` (no affinity: the benchmark's baselines),
 ``prefix`` (the above, with this process's own prefix index) and ``kv-shared`` (the same, against an
 index every gateway replica shares: ``backends/prefix_index.py``, which asks ``plan`` for the candidates).
@@ -26,7 +33,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gateway.core.pool_report import NO_REPORT, PoolReport, affinity
+from gateway.core.pool_report import NO_REPORT, Outcome, PoolReport, affinity
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import Balance
 
@@ -48,6 +55,7 @@ class ReplicaState:
     cool_until: float = 0.0
     slow_scrapes: int = 0  # scrapes in a row that timed out
     answered_at: float = float("-inf")  # time.monotonic() of the last scrape that was answered
+    batch: float = 0.0  # the most requests the engine was seen running at once: where its queue starts
 
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.cool_until
@@ -62,6 +70,23 @@ class ReplicaState:
         if now - self.scraped_at <= stale_after:
             return engine
         return float(self.in_flight)
+
+    def extra(self, now: float, stale_after: float) -> float:
+        """What ``shared_load`` adds to the requests in flight: the engine's KV-cache use (and, while its
+        scrapes time out, one request per slow scrape), not its request gauges, which the count replaces."""
+        if self.slow_scrapes:
+            return KV_WEIGHT * self.kv_usage + self.slow_scrapes
+        return KV_WEIGHT * self.kv_usage if now - self.scraped_at <= stale_after else 0.0
+
+
+def shared_load(count: int, extra: float, batch: float) -> float:
+    """A replica's load from every gateway's in-flight ``count``: the requests beyond ``batch`` queue, and
+    count twice as in ``ReplicaState.load``. The operations in the Lua script's order, so both agree to
+    the last bit."""
+    load = count + extra
+    if batch > 0 and count > batch:
+        load = load + count - batch
+    return load
 
 
 def stable_hash(text: str) -> int:
@@ -146,13 +171,41 @@ class PrefixIndex:
         return len(self._where)
 
 
-def prefer(candidates: list[int], depth: dict[int, int], uses: dict[int, int], homes: dict[int, int]) -> int:
-    """The candidate with the deepest cached prefix; among equals the one that served it most often (its
-    home: a request that yielded to load elsewhere does not move it); a new prefix to the one that is home
-    to the fewest lately (so that the prefixes, hence the load, are shared out evenly: least loaded at the
-    moment of a prefix's first request is a noisy pick for all its later ones); then the first candidate
-    (``Plan.candidates``). ``backends/prefix_index.py``'s script makes the same choice in Redis."""
-    return max(candidates, key=lambda i: (depth.get(i, 0), uses.get(i, 0), -homes.get(i, 0)))
+def prefer(
+    candidates: list[int],
+    depth: dict[int, int],
+    uses: dict[int, int],
+    homes: dict[int, int],
+    hints: dict[int, int] | None = None,
+) -> int:
+    """The candidate holding the most leading blocks by vLLM's own report (``hints``, from its KV-cache
+    events, when there are any); then the one with the deepest cached prefix in the index; among equals
+    the one that served it most often (its home: a request that yielded to load elsewhere does not move
+    it); a new prefix to the one that is home to the fewest lately (so that the prefixes, hence the load,
+    are shared out evenly: least loaded at the moment of a prefix's first request is a noisy pick for all
+    its later ones); then the first candidate (``Plan.candidates``). ``backends/prefix_index.py``'s
+    script makes the same choice in Redis."""
+    seen = hints or {}
+    return max(candidates, key=lambda i: (seen.get(i, 0), depth.get(i, 0), uses.get(i, 0), -homes.get(i, 0)))
+
+
+def shared_candidates(loads: list[float], slack: float, session: int | None) -> list[int]:
+    """``Plan.candidates`` by shared loads (positions in ``loads``, which is in the plan's ranked order):
+    the session's replica if it is within ``slack`` of the least loaded, then the others that are, least
+    loaded first, ties in the given order. The Lua script's rule."""
+    least = min(loads)
+    eligible = sorted((i for i, load in enumerate(loads) if load <= least + slack), key=lambda i: (loads[i], i))
+    if session is None or session not in eligible:
+        return eligible
+    return [session, *(i for i in eligible if i != session)]
+
+
+def outcome(plan: Plan, choice: int, depth: int, deepest: int) -> Outcome:
+    """What decided a choice by counted loads (``Balancer.counted_order``, the shared script): the
+    prefix, when the prompt has a full block or the events saw one; else the session, or load alone."""
+    if plan.hashes or deepest:
+        return affinity(depth, deepest)
+    return "session" if choice == plan.session else "no_affinity"
 
 
 @dataclass(slots=True)
@@ -166,6 +219,7 @@ class Plan:
     hashes: list[int] = field(default_factory=list)
     sticky: int | None = None
     eligible: list[int] = field(default_factory=list)
+    session: int | None = None  # the session's replica, eligible or not (the shared loads may differ)
 
     @property
     def candidates(self) -> list[int]:
@@ -221,7 +275,7 @@ class Balancer:
         hashes = block_hashes(text, s.prefix_block_chars) if text is not None else []
         key = session or request.user
         sticky = self._session_pick(key, up) if key else None
-        return Plan(ranked, down, hashes, sticky if sticky in eligible else None, eligible)
+        return Plan(ranked, down, hashes, sticky if sticky in eligible else None, eligible, sticky)
 
     def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
         """Replica indexes, best first (the unavailable ones last, as a last resort), and the prompt's
@@ -245,6 +299,27 @@ class Balancer:
             return plan.first(plan.sticky)
         self.report.routed("local", "no_affinity")
         return plan.ranked + plan.down
+
+    def counted_order(
+        self, plan: Plan, counts: list[int], now: float, hints: dict[int, int] | None = None
+    ) -> list[int]:
+        """The order by every gateway's in-flight ``counts`` (per replica of ``plan.ranked``) and this
+        process's prefix index: what ``backends/prefix_index.py``'s script chooses from Redis's, written
+        in Python (the tests replay both), as ``local_order`` is for ``prefix``."""
+        s = self.settings
+        loads = [
+            shared_load(n, self.replicas[i].extra(now, s.stale_after), self.replicas[i].batch)
+            for n, i in zip(counts, plan.ranked, strict=True)
+        ]
+        session = plan.ranked.index(plan.session) if plan.session in plan.ranked else None
+        candidates = [plan.ranked[k] for k in shared_candidates(loads, s.affinity_slack, session)]
+        depth, uses = self.prefixes.lookup(plan.hashes, candidates)
+        choice = prefer(candidates, depth, uses, self.prefixes.homes, hints)
+        if plan.hashes and choice not in depth and not (hints or {}).get(choice):
+            self.prefixes.placed(choice, len(plan.ranked))
+        held = hints or depth
+        self.report.routed("local", outcome(plan, choice, held.get(choice, 0), max(held.values(), default=0)))
+        return plan.first(choice)
 
     def record(self, hashes: list[int], replica: int) -> None:
         if hashes:

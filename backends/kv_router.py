@@ -1,8 +1,11 @@
-"""Routing on the KV cache vLLM reports holding (``balance.kv_events``): among the replicas the balancer
-counts ``eligible`` (near enough the least loaded: affinity still yields to load), the one holding the
-deepest cached prefix of the prompt, in blocks, goes first; ties go to the less loaded.
+"""Routing on the KV cache vLLM reports holding (``balance.kv_events``): among the replicas near enough
+the least loaded (affinity still yields to load), the one holding the deepest cached prefix of the
+prompt, in blocks, goes first. With ``kv-shared`` the depths go to the shared index's script as hints,
+so that load is every gateway's in-flight count there and the choice takes one round trip (ties: the
+index's home, then the less loaded); otherwise the balancer's local loads decide who is eligible
+(ties: the less loaded).
 
-When no eligible replica's view is live (the events are off, a publisher is not connected), or the
+When the views cannot compare the replicas (the events are off, a publisher is not connected), or the
 prompt cannot be tokenized the engine's way, or no eligible replica holds its first block, the pool's
 other router decides: the shared Redis index (``kv-shared``), else the balancer's local order
 (``backends/prefix_index.py``). Every gateway replica subscribes to every vLLM replica's events, so
@@ -28,8 +31,11 @@ INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a t
 
 
 class Router(Protocol):
-    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
-        """Replica indexes, best first, and the prompt's block hashes for the balancer's own index."""
+    async def order(
+        self, request: InternalRequest, session: str | None, now: float, lease: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Replica indexes, best first, and the prompt's block hashes for the balancer's own index;
+        ``lease``: the request's id in the shared in-flight counts (``backends/inflight.py``)."""
 
 
 def check(settings: KvEvents) -> str | None:
@@ -77,24 +83,45 @@ class EventsRouter:
             return self.prompts.tokens(request)
         return await asyncio.to_thread(self.prompts.tokens, request)
 
-    async def order(self, request: InternalRequest, session: str | None, now: float) -> tuple[list[int], list[int]]:
+    async def order(
+        self, request: InternalRequest, session: str | None, now: float, lease: str | None = None
+    ) -> tuple[list[int], list[int]]:
         plan = self.balancer.plan(request, session, now)
-        views = self.views(plan.eligible)
+        shared = self.fallback if isinstance(self.fallback, SharedRouter) else None
+        # With the shared counts, any available replica may turn out eligible: all their views count.
+        replicas = plan.ranked if shared is not None else plan.eligible
+        hints = await self.hints(request, replicas)
+        if shared is not None:
+            chosen = await shared.shared_order(plan, now, lease, hints) or shared.recent_order(plan, now, hints)
+            if chosen is not None:
+                self.hits += hints is not None
+                self.fallbacks += hints is None
+                return chosen, plan.hashes
+        held = [i for i in plan.eligible if (hints or {}).get(i, 0) > 0]
+        if held:
+            assert hints is not None
+            # ``eligible`` is least loaded first, and max() keeps the first of equals
+            self.hits += 1
+            self.balancer.report.routed("events", "cached")
+            return plan.first(max(held, key=hints.__getitem__)), plan.hashes
+        self.fallbacks += 1
+        return await self.fallback.choose(plan, now, lease), plan.hashes
+
+    async def hints(self, request: InternalRequest, replicas: list[int]) -> dict[int, int] | None:
+        """How many leading blocks of the prompt each of ``replicas`` holds, by the events; None when
+        the views cannot tell or none holds the first block."""
+        views = self.views(replicas)
+        if views is None:
+            return None
         try:
-            tokens = await self.tokens(request) if views is not None else None
+            tokens = await self.tokens(request)
         except Exception:  # the events only ever improve a choice: never fail a request over them
             log.exception("tokenizing for kv-events routing failed; routed without them")
-            tokens = None
-        if views is not None and tokens is not None:
-            found = depths(views, tokens)
-            if max(found) > 0:
-                # ``eligible`` is least loaded first, and max() keeps the first of equals
-                best = max(range(len(found)), key=found.__getitem__)
-                self.hits += 1
-                self.balancer.report.routed("events", "cached")
-                return plan.first(plan.eligible[best]), plan.hashes
-        self.fallbacks += 1
-        return await self.fallback.choose(plan, now), plan.hashes
+            return None
+        if tokens is None:
+            return None
+        found = depths(views, tokens)
+        return dict(zip(replicas, found, strict=True)) if max(found) > 0 else None
 
 
 def depths(views: list[ReplicaView], tokens: list[int]) -> list[int]:

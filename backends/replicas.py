@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from backends.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
+# A request's lease in the shared in-flight counts: this process's id and a serial number.
+PROCESS = uuid.uuid4().hex[:12]
 # Makes one replica's upstream: (its target, the public model name, the wire it speaks).
 MemberFactory = Callable[[Target, str, Wire], Upstream]
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
@@ -113,8 +117,9 @@ class ReplicaPool:
         ]
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance, reports(self._name) if reports else NO_REPORT)
-        index = router(self.balancer, self._name, list(target.replicas), shared)
+        self.index = index = router(self.balancer, self._name, list(target.replicas), shared)
         self.router: Router = index
+        self._serial = itertools.count()
         self.kv_events: EventsRouter | None = None
         if target.balance.kv_events is not None:
             # imported here: its packages (the kv-events extra) are needed only by pools that use it
@@ -149,10 +154,12 @@ class ReplicaPool:
             self._http = aiohttp.ClientSession(timeout=timeout)
             await self.scrape()  # know the replicas before the first request
             self._scraper = asyncio.create_task(self._scrape_forever(), name=f"scrape {self.name}")
+            await self.index.start()
             if self.kv_events is not None:
                 await self.kv_events.start()
 
     async def close(self) -> None:
+        await self.index.close()
         if self.kv_events is not None:
             await self.kv_events.close()
         if self._scraper is not None:
@@ -207,12 +214,14 @@ class ReplicaPool:
             state.running = gauges.get("running", 0.0)
             state.waiting = gauges.get("waiting", 0.0)
             state.kv_usage = gauges.get("kv_usage", 0.0)
+            state.batch = max(state.batch, state.running)
             state.scraped_at = time.monotonic()
             self.gauges.replica_load(self.name, state.label, state.running, state.waiting, state.kv_usage)
 
     # -- serving ---------------------------------------------------------------------------------
 
-    def _failed(self, i: int, err: GatewayError) -> None:
+    def _failed(self, i: int, err: GatewayError, lease: str) -> None:
+        self.index.release(lease)  # the shared count had the request on the first replica tried
         state = self.states[i]
         state.cool_until = time.monotonic() + FAILURE_COOLDOWN
         self.balancer.prefixes.forget(i)
@@ -221,7 +230,14 @@ class ReplicaPool:
         )
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
-        order, hashes = await self.router.order(request, call.session, time.monotonic())
+        lease = f"{PROCESS}:{next(self._serial)}"
+        try:
+            return await self._complete(request, call, lease)
+        finally:
+            self.index.release(lease)
+
+    async def _complete(self, request: InternalRequest, call: Call, lease: str) -> Completion:
+        order, hashes = await self.router.order(request, call.session, time.monotonic(), lease)
         for attempt, i in enumerate(order):
             state = self.states[i]
             state.in_flight += 1
@@ -230,7 +246,7 @@ class ReplicaPool:
             except GatewayError as err:
                 if attempt == len(order) - 1 or not _retry_elsewhere(err, call):
                     raise
-                self._failed(i, err)
+                self._failed(i, err, lease)
                 continue
             finally:
                 state.in_flight -= 1
@@ -239,7 +255,18 @@ class ReplicaPool:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
-        order, hashes = await self.router.order(request, call.session, time.monotonic())
+        lease = f"{PROCESS}:{next(self._serial)}"
+        try:
+            async with contextlib.aclosing(self._stream(request, call, lease)) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            self.index.release(lease)
+
+    async def _stream(
+        self, request: InternalRequest, call: Call, lease: str
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        order, hashes = await self.router.order(request, call.session, time.monotonic(), lease)
         for attempt, i in enumerate(order):
             state = self.states[i]
             state.in_flight += 1
@@ -251,7 +278,7 @@ class ReplicaPool:
                     err = exc if isinstance(exc, GatewayError) else UpstreamFailed(f"{state.label} closed the stream")
                     if attempt == len(order) - 1 or not _retry_elsewhere(err, call):
                         raise err from None
-                    self._failed(i, err)
+                    self._failed(i, err, lease)
                     continue
                 self.balancer.record(hashes, i)
                 yield first

@@ -6,8 +6,8 @@ the metrics module. What does not belong here: the replicas' scraped load (``ups
 A routing decision is one request's first choice, named by the ``Source`` that made it (vLLM's KV-cache
 events, the prefix index shared in Redis, or this process's own balancer) and its ``Outcome``:
 
-* ``cached``: the replica chosen holds the prompt's leading blocks, as many as any available one (the
-  events compare the eligible replicas only: their decisions are all ``cached``);
+* ``cached``: the replica chosen holds the prompt's leading blocks, as many as any available one (without
+  Redis the events compare the eligible replicas only: their decisions are all ``cached``);
 * ``yield``: another available replica holds more of them, but it was busier than the affinity slack;
 * ``new``: no available replica holds the first block: a new prefix was placed;
 * ``session``: a prompt without a full block went to its session's replica;

@@ -98,6 +98,9 @@ class Balance(_Model):
     strategy: Literal["round-robin", "least-loaded", "prefix", "kv-shared"] = "prefix"
     shared_ttl: Annotated[float, Field(gt=0)] = 600.0  # seconds a block stays in the shared index unused
     shared_timeout_ms: Annotated[float, Field(gt=0)] = 20.0  # the shared index's answer, or the local one
+    # seconds a request counts in the shared in-flight counts without its gateway renewing it: how long
+    # a gateway that died still weighs on the replicas it used (kv-shared)
+    shared_lease: Annotated[float, Field(gt=0)] = 15.0
     kv_events: KvEvents | None = None  # vLLM's KV-cache events first, when they are live (prefix, kv-shared)
 
     @model_validator(mode="after")

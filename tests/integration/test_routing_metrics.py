@@ -72,11 +72,12 @@ async def test_the_decisions_show_on_metrics_and_no_client_string_does(
     assert await post(gw, "Hi") == 200  # nor a session: load alone
     assert await post(gw, SYSTEM, model=MODEL) == 404  # no model of that name: not routed at all
     text = await scrape(gw)
+    # Every request of a kv-shared pool is counted in Redis, so the shared script chose all eight.
     assert routing(text, name) == {
         ("gateway_routing_decisions", "shared", "new"): 1,
         ("gateway_routing_decisions", "shared", "cached"): 5,
-        ("gateway_routing_decisions", "local", "session"): 1,
-        ("gateway_routing_decisions", "local", "no_affinity"): 1,
+        ("gateway_routing_decisions", "shared", "session"): 1,
+        ("gateway_routing_decisions", "shared", "no_affinity"): 1,
     }
     assert "evil" not in text and "\u202e" not in text and "gateway_fake" not in text
     words = {*SOURCES, *OUTCOMES, *CAUSES}
@@ -105,8 +106,7 @@ async def test_redis_gone_shows_as_fallbacks_and_local_decisions(
 async def test_a_stalled_redis_shows_as_timeouts(
     gateway: GatewayFactory, replicas: list[Upstream], own_redis: RedisServer
 ) -> None:
-    # The index's own bound below the Redis client's (50 ms), so that the bound is what fires: a socket
-    # timeout of the client counts as an error.
+    # Either bound may fire, the index's own (20 ms) or the Redis client's (50 ms): both are timeouts.
     cfg, name = pool_config([f.url for f in replicas], own_redis.url, shared_timeout_ms=20)
     gw = await gateway(cfg)
     assert own_redis.proc is not None

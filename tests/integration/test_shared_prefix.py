@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from backends.balance import Balancer, ReplicaState
+from backends.inflight import inflight_key
 from backends.prefix_index import SharedRouter
 from backends.replicas import ReplicaPool
 from gateway.core.request import InternalRequest, Operation
@@ -119,27 +120,34 @@ async def first_choice(router: SharedRouter, prompt: str, session: str | None = 
     return (await router.order(completion(prompt), session, 0.0))[0][0]
 
 
+async def occupy(client: aioredis.Redis, router: SharedRouter, replica: int, n: int) -> list[str]:
+    """``n`` requests in flight on ``replica`` from some other gateway: leases as the script writes them."""
+    seconds, micros = await client.time()
+    until = seconds * 1000 + micros // 1000 + 600_000
+    leases = [f"other:{uuid.uuid4().hex}" for _ in range(n)]
+    await client.zadd(inflight_key(router.target, router.urls[replica]), dict.fromkeys(leases, until))
+    return leases
+
+
 async def test_two_routers_keep_a_prefix_home_while_load_allows(shared_redis: aioredis.Redis) -> None:
     pool = f"unit-{uuid.uuid4().hex[:8]}"
     a, b = shared_router(shared_redis, pool, affinity_slack=1), shared_router(shared_redis, pool, affinity_slack=1)
     home = await first_choice(a, SYSTEM + "first?")
     assert [await first_choice((a, b)[i % 2], SYSTEM + f"again {i}?") for i in range(6)] == [home] * 6
     assert a.hits == 3 and b.hits == 3 and a.yields == b.yields == 0
-    # Busier than the slack allows (as gateway a sees it): the least loaded takes it, and a yield is
+    # Busier than the slack allows, by every gateway's count: the least loaded takes it, and a yield is
     # counted; the prefix now has a second copy there, but its home stays where it was.
-    a.balancer.replicas[home].in_flight = 5
+    busy = await occupy(shared_redis, a, home, 2)
     spill = await first_choice(a, SYSTEM + "third?")
     assert spill != home and a.yields == 1
-    assert await first_choice(b, SYSTEM + "fourth?") == home
-    # While the home stays busy, its overflow goes to the same second copy, from either gateway, even
-    # where a fresh replica is as idle.
-    b.balancer.replicas[home].in_flight = 5
+    # Both gateways see the same counts: while the home stays busy, its overflow goes to the same second
+    # copy, from either gateway, even where a fresh replica is as idle.
     assert {await first_choice((a, b)[i % 2], SYSTEM + f"busy {i}?") for i in range(6)} == {spill}
     # Both copies busy: the third replica, and the home again as soon as it is free.
-    a.balancer.replicas[spill].in_flight = 5
-    third = await first_choice(a, SYSTEM + "everywhere?")
+    await occupy(shared_redis, a, spill, 2)
+    third = await first_choice(b, SYSTEM + "everywhere?")
     assert third not in (home, spill)
-    a.balancer.replicas[home].in_flight = 0
+    await shared_redis.zrem(inflight_key(pool, a.urls[home]), *busy)
     assert await first_choice(a, SYSTEM + "home again?") == home
 
 
@@ -154,19 +162,33 @@ async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) 
 
 
 async def test_the_script_chooses_as_the_local_prefix_index_does(shared_redis: aioredis.Redis) -> None:
-    """The Lua script and ``balance.prefer`` are one rule written twice: replayed over the same plans
-    (random loads, sessions and prompts sharing a few prefixes), they choose alike."""
+    """The Lua script and ``Balancer.counted_order`` are one rule written twice: replayed over the same
+    plans (random in-flight counts, some of them run out, engine gauges, events' hints, sessions and
+    prompts sharing a few prefixes), they choose alike."""
     shared = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}", affinity_slack=1)
     local = Balancer(shared.balancer.replicas, shared.balancer.settings)
     rng = random.Random(7)
-    yielded = 0
+    yielded = hinted = 0
     for step in range(200):
-        for state in shared.balancer.replicas:
-            state.in_flight = rng.choice([0, 0, 1, 2, 3])
+        counts = []
+        for i, state in enumerate(shared.balancer.replicas):
+            state.kv_usage, state.scraped_at = rng.choice([0.0, 0.125, 0.3]), rng.choice([0.0, -100.0])
+            state.batch = rng.choice([0.0, 1.0, 2.0])
+            key = inflight_key(shared.target, shared.urls[i])
+            await shared_redis.delete(key)
+            live, gone = rng.choice([0, 0, 1, 2, 3]), rng.choice([0, 1])
+            seconds, micros = await shared_redis.time()
+            now_ms = seconds * 1000 + micros // 1000
+            members = {f"live{k}": now_ms + 600_000 for k in range(live)} | {f"gone{k}": 1 for k in range(gone)}
+            if members:
+                await shared_redis.zadd(key, members)
+            counts.append(live)
         prompt = f"prefix {rng.randrange(12)} " * 3 + "x" * rng.randrange(40)
         plan = shared.balancer.plan(completion(prompt), rng.choice([None, "a", "b"]), 0.0)
-        want = local.local_order(plan)[0]
-        assert await shared._shared_choice(plan) == want, step
+        hints = {i: rng.choice([0, 0, 1, 2]) for i in plan.ranked} if rng.random() < 0.3 else None
+        want = local.counted_order(plan, [counts[i] for i in plan.ranked], 0.0, hints)[0]
+        assert await shared._shared_choice(plan, 0.0, None, hints) == want, step
         local.record(plan.hashes, want)
-        yielded = shared.yields
-    assert shared.hits > 150 and yielded > 5  # the replay went through both kinds of choice
+        yielded, hinted = shared.yields, hinted + bool(hints and hints.get(want))
+    # the replay went through every kind of choice
+    assert shared.hits > 120 and yielded > 5 and hinted > 10

@@ -4,12 +4,17 @@ outcome lands on its own series, and only configured names and fixed words ever 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from backends.balance import Balancer, ReplicaState
+from backends.prefix_index import SharedRouter
 from gateway.core.pool_report import OUTCOMES, SOURCES, affinity
 from gateway.core.request import InternalRequest, Operation
 from gateway.obs import metrics
@@ -135,3 +140,37 @@ def test_no_request_string_becomes_a_label(sessions: list[str | None], users: li
         b.record(hashes, order[0])
     assert sum(decisions(routing, b).values()) == len(sessions)
     assert routing_labels() == before
+
+
+class FailingRedis:
+    """A Redis client whose every script call fails with ``exc``."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def register_script(self, _source: str) -> Callable[..., Awaitable[object]]:
+        async def call(**_: object) -> object:
+            raise self.exc
+
+        return call
+
+
+@pytest.mark.parametrize(
+    ("exc", "cause"),
+    [
+        (TimeoutError(), "timeout"),  # ours: shared_timeout_ms
+        (RedisTimeoutError("Timeout reading from socket"), "timeout"),  # the client's own: redis.timeout_ms
+        (RedisConnectionError("Connection refused"), "error"),
+    ],
+)
+async def test_a_shared_index_fallback_is_counted_by_its_cause(exc: Exception, cause: str) -> None:
+    routing = Routing()
+    b = pool(routing, strategy="kv-shared")
+    assert isinstance(b.report, PoolTallies)
+    shared = SharedRouter(b, b.report.target, [r.url for r in b.replicas], FailingRedis(exc))
+    order, _ = await shared.order(completion(SYSTEM + "anyone?"), None, NOW)
+    assert sorted(order) == [0, 1, 2]  # routed all the same, by the local order
+    metrics.flush(routing.tallies)
+    labels = {"target": b.report.target, "cause": cause}
+    assert REGISTRY.get_sample_value("gateway_shared_prefix_fallbacks_total", labels) == 1
+    assert decisions(routing, b) == {("local", "new"): 1}
