@@ -314,7 +314,8 @@ class Balancer:
         session = plan.ranked.index(plan.session) if plan.session in plan.ranked else None
         candidates = [plan.ranked[k] for k in shared_candidates(loads, s.affinity_slack, session)]
         depth, uses = self.prefixes.lookup(plan.hashes, candidates)
-        choice = prefer(candidates, depth, uses, self.prefixes.homes, hints)
+        # Homes place new prefixes; a prompt without a full block has none to place: its session decides.
+        choice = prefer(candidates, depth, uses, self.prefixes.homes if plan.hashes else {}, hints)
         if plan.hashes and choice not in depth and not (hints or {}).get(choice):
             self.prefixes.placed(choice, len(plan.ranked))
         held = hints or depth

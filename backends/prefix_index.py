@@ -107,9 +107,12 @@ for k = first, #KEYS do
   end
   alive = still
 end
-local fields = {}
-for i, j in ipairs(cands) do fields[i] = urls[j] end
-local homes = redis.call('HMGET', KEYS[1], unpack(fields))
+local homes = {}
+if first <= #KEYS then
+  local fields = {}
+  for i, j in ipairs(cands) do fields[i] = urls[j] end
+  homes = redis.call('HMGET', KEYS[1], unpack(fields))
+end
 local choice, best = cands[1], {-1, -1, -1, 0}
 for i, j in ipairs(cands) do
   local score = {hint[j], depth[j] or 0, uses[j] or 0, -(tonumber(homes[i]) or 0)}

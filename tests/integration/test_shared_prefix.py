@@ -161,6 +161,16 @@ async def test_a_cached_prefix_outranks_a_session(shared_redis: aioredis.Redis) 
     assert {await first_choice(r, SYSTEM + "b", s) for s in sessions} == {cached}
 
 
+async def test_a_prompt_without_a_full_block_goes_to_its_session(shared_redis: aioredis.Redis) -> None:
+    """Homes share out new prefixes; a prompt too short for a block places none, so however many
+    prefixes its session's replica is home to, the session decides (while load allows)."""
+    r = shared_router(shared_redis, f"unit-{uuid.uuid4().hex[:8]}")
+    own = await first_choice(r, "hi", "s")
+    for i in range(9):  # new prefixes, a third of them homed on the session's replica
+        await first_choice(r, f"document {i} with words enough for blocks")
+    assert [await first_choice(r, f"hi {i}", "s") for i in range(6)] == [own] * 6
+
+
 async def test_the_script_chooses_as_the_local_prefix_index_does(shared_redis: aioredis.Redis) -> None:
     """The Lua script and ``Balancer.counted_order`` are one rule written twice: replayed over the same
     plans (random in-flight counts, some of them run out, engine gauges, events' hints, sessions and
@@ -183,7 +193,8 @@ async def test_the_script_chooses_as_the_local_prefix_index_does(shared_redis: a
             if members:
                 await shared_redis.zadd(key, members)
             counts.append(live)
-        prompt = f"prefix {rng.randrange(12)} " * 3 + "x" * rng.randrange(40)
+        # a prompt without a full block now and then: no prefix to place, its session decides
+        prompt = f"prefix {rng.randrange(12)} " * 3 + "x" * rng.randrange(40) if rng.random() < 0.85 else "hi"
         plan = shared.balancer.plan(completion(prompt), rng.choice([None, "a", "b"]), 0.0)
         hints = {i: rng.choice([0, 0, 1, 2]) for i in plan.ranked} if rng.random() < 0.3 else None
         want = local.counted_order(plan, [counts[i] for i in plan.ranked], 0.0, hints)[0]
