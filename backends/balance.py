@@ -19,7 +19,7 @@ Scraped gauges are a snapshot: a replica's requests last a fraction of a second,
 sends the next requests elsewhere (the herd that a prefix's home keeps losing to). ``kv-shared`` counts
 every gateway's in-flight requests in Redis instead (``backends/prefix_index.py``); its load is
 ``shared_load``: that count, plus the queue beyond the largest batch the engine was seen running, plus
-``KV_WEIGHT * kv_cache_usage``, and ``shared_choice`` is the Lua script's choice written in Python.
+``KV_WEIGHT * kv_cache_usage``, and ``Balancer.counted_order`` is the Lua script's choice written in Python.
 
 ``strategy`` picks among ``round-robin`` and ``least-loaded`` (no affinity: the benchmark's baselines),
 ``prefix`` (the above, with this process's own prefix index) and ``kv-shared`` (the same, against an

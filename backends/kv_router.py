@@ -104,8 +104,9 @@ class EventsRouter:
             self.hits += 1
             self.balancer.report.routed("events", "cached")
             return plan.first(max(held, key=hints.__getitem__)), plan.hashes
+        # The shared index, if any, was asked above and is out: what is left is the balancer's own order.
         self.fallbacks += 1
-        return await self.fallback.choose(plan, now, lease), plan.hashes
+        return self.balancer.local_order(plan), plan.hashes
 
     async def hints(self, request: InternalRequest, replicas: list[int]) -> dict[int, int] | None:
         """How many leading blocks of the prompt each of ``replicas`` holds, by the events; None when

@@ -174,7 +174,7 @@ class LocalRouter:
         return await self.choose(plan, now), plan.hashes
 
     async def choose(self, plan: Plan, now: float, lease: str | None = None) -> list[int]:
-        """The order for a plan already made (``kv_router`` falls back here without planning again)."""
+        """The order for a plan already made."""
         return self.balancer.local_order(plan)
 
     def release(self, lease: str) -> None:
@@ -232,7 +232,7 @@ class SharedRouter:
         return await self.choose(plan, now, lease), plan.hashes
 
     async def choose(self, plan: Plan, now: float, lease: str | None = None) -> list[int]:
-        """The order for a plan already made (``kv_router`` falls back here without planning again)."""
+        """The order for a plan already made."""
         chosen = await self.shared_order(plan, now, lease) or self.recent_order(plan, now)
         return self.balancer.local_order(plan) if chosen is None else chosen
 
@@ -259,8 +259,8 @@ class SharedRouter:
         self, plan: Plan, now: float, lease: str | None = None, hints: dict[int, int] | None = None
     ) -> int | None:
         s = self.balancer.settings
-        counts = [inflight_key(self.target, self.urls[i]) for i in plan.ranked]
-        keys = [homes_key(self.target), *counts, *(block_key(self.target, h) for h in plan.hashes[:MAX_BLOCKS])]
+        count_keys = [inflight_key(self.target, self.urls[i]) for i in plan.ranked]
+        keys = [homes_key(self.target), *count_keys, *(block_key(self.target, h) for h in plan.hashes[:MAX_BLOCKS])]
         session = plan.ranked.index(plan.session) + 1 if plan.session in plan.ranked else 0
         args: list[Any] = [max(1, round(s.shared_ttl)), self.leases.lease_ms, lease or "", s.affinity_slack]
         args += [len(plan.ranked), session]
@@ -280,7 +280,7 @@ class SharedRouter:
             self.fallbacks += 1
             self.balancer.report.fell_back("timeout" if slow else "error")
             if lease:  # the script may have run after all: its lease must not count until it runs out
-                self.leases.forget(lease, counts)
+                self.leases.forget(lease, count_keys)
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.warning(
                 "shared prefix index unavailable (%s after %.0f ms); local routing for %.2g s",

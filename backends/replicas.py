@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from backends.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
-# A request's lease in the shared in-flight counts: this process's id and a serial number.
-PROCESS = uuid.uuid4().hex[:12]
 # Makes one replica's upstream: (its target, the public model name, the wire it speaks).
 MemberFactory = Callable[[Target, str, Wire], Upstream]
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
@@ -119,6 +117,9 @@ class ReplicaPool:
         self.balancer = Balancer(self.states, target.balance, reports(self._name) if reports else NO_REPORT)
         self.index = index = router(self.balancer, self._name, list(target.replicas), shared)
         self.router: Router = index
+        # A request's lease in the shared in-flight counts: the pool's own id and a serial number. Made
+        # here, in the worker that serves, not at import: forked workers would share a module's id.
+        self._lease_id = uuid.uuid4().hex[:12]
         self._serial = itertools.count()
         self.kv_events: EventsRouter | None = None
         if target.balance.kv_events is not None:
@@ -230,7 +231,7 @@ class ReplicaPool:
         )
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
-        lease = f"{PROCESS}:{next(self._serial)}"
+        lease = f"{self._lease_id}:{next(self._serial)}"
         try:
             return await self._complete(request, call, lease)
         finally:
@@ -255,7 +256,7 @@ class ReplicaPool:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
-        lease = f"{PROCESS}:{next(self._serial)}"
+        lease = f"{self._lease_id}:{next(self._serial)}"
         try:
             async with contextlib.aclosing(self._stream(request, call, lease)) as batches:
                 async for batch in batches:

@@ -65,6 +65,28 @@ async def test_a_request_counts_in_both_gateways_until_it_ends(gateway: GatewayF
         await client.aclose()
 
 
+async def test_two_gateways_first_requests_count_twice(gateway: GatewayFactory, fakes: list[Upstream]) -> None:
+    """Each pool names its leases itself: two gateways (or forked workers) whose first requests run at
+    once hold two leases, not one under the same name."""
+    cfg = shared_config([f.url for f in fakes], SHARED)
+    a, b = await gateway(cfg), await gateway(cfg)
+    client = aioredis.Redis.from_url(SHARED)
+    body: dict[str, Any] = {"model": "m", "prompt": SYSTEM + "slow [[fault:slow=0.05]]", "max_tokens": 3}
+    try:
+        async with (
+            a.session.post(a.url + "/v1/completions", json=body | {"stream": True}, headers=AUTH) as first,
+            b.session.post(b.url + "/v1/completions", json=body | {"stream": True}, headers=AUTH) as second,
+        ):
+            assert first.status == second.status == 200
+            await first.content.readline()
+            await second.content.readline()  # both streams have started: both leases are in Redis
+            assert sum(await counts(client, router(a))) == 2
+            await first.read()
+            await second.read()
+    finally:
+        await client.aclose()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_replica_failing_before_the_first_byte_releases_its_count(
     gateway: GatewayFactory, fakes: list[Upstream], stream: bool
