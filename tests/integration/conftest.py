@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,7 +18,8 @@ from gateway.runtime.config import GatewayConfig, hash_key, parse_config
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, read
-from tests.redis_servers import RedisServer
+from tests.support.gateways import Gateways
+from tests.support.redis_servers import RedisServer
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
 os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
@@ -72,6 +74,14 @@ async def gateway() -> AsyncIterator[GatewayFactory]:
     await session.close()
     for s in servers:
         await s.close()
+
+
+@pytest.fixture
+async def gateways(tmp_path: Path) -> AsyncIterator[Gateways]:
+    """``llm-gateway serve`` subprocesses, stopped at the end of the test."""
+    started = Gateways(tmp_path)
+    yield started
+    await started.close()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from gateway.web.state import GATEWAY
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, config
 from tests.integration.dialect_clients import BEARER
 from tests.integration.test_hostile_input import peak_rss, reset_peak_rss
+from tests.support import eventually
 
 MIB = 2**20
 TEXT = 20 * MIB  # each answer's text
@@ -117,14 +118,6 @@ async def ask(gw: Any) -> tuple[int, Any]:
         return 200, size
 
 
-async def until(check: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("not reached in 10 s")
-
-
 async def test_a_burst_of_big_answers_stays_within_the_budget(gw: Any, big: tuple[BigUpstream, TestServer]) -> None:
     upstream = big[0]
     upstream.together = BURST
@@ -158,8 +151,8 @@ async def test_a_read_broken_off_or_cancelled_gives_its_share_back(
     assert budget.held == 0
     upstream.mode = "stall"
     asking = asyncio.create_task(ask(gw))
-    await until(lambda: budget.held > 0)  # the gateway is reading the answer
+    await eventually(lambda: budget.held > 0, "the gateway reading the answer")
     asking.cancel()  # the client hangs up: its request is cancelled mid-read
     with contextlib.suppress(asyncio.CancelledError):
         await asking
-    await until(lambda: budget.held == 0)
+    await eventually(lambda: budget.held == 0, "the budget given back")

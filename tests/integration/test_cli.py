@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -22,77 +21,30 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.runtime.config import hash_key
 from tests.fakes import upstream as fake
+from tests.support import eventually
+from tests.support.gateways import ROOT, Gateways, Served
+from tests.support.gateways import free_port as free_port  # the old names, while other tests import them here
+from tests.support.gateways import wait_healthy as wait_healthy
 
-ROOT = Path(__file__).resolve().parents[2]
 K = 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_healthy(url: str, proc: subprocess.Popen[bytes], limit: float = 20) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(int(limit / 0.1)):
-            if proc.poll() is not None:
-                raise AssertionError(f"gateway exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                async with session.get(url + "/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("gateway did not become healthy")
-
-
 @pytest.fixture
-async def serve() -> AsyncIterator[Any]:
-    procs: list[subprocess.Popen[bytes]] = []
+async def serve(tmp_path: Path) -> AsyncIterator[Any]:
+    started = Gateways(tmp_path)
 
-    async def start(
-        args: list[str], env: dict[str, str], nofile: tuple[int, int] | None = None
-    ) -> tuple[str, subprocess.Popen[bytes]]:
+    async def start(args: list[str], env: dict[str, str], nofile: tuple[int, int] | None = None) -> Served:
         """``nofile``: the (soft, hard) descriptor limit the gateway starts with."""
-        port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
-        )
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        await wait_healthy(url, proc)
-        return url, proc
+        return await started.start(*args, env=env, nofile=nofile)
 
     yield start
-    for proc in procs:
-        end(proc)
-
-
-def end(proc: subprocess.Popen[bytes]) -> None:
-    """A started gateway stopped as Ctrl-C stops it, killed if it does not end in time; pipes closed."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
+    await started.close()
 
 
 async def test_embedded_default_serves_local_vllm(serve: Any) -> None:
     local = await fake.start("openai")
     try:
-        url, _ = await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})
+        url = (await serve([], {"VLLM_BASE_URL": local.url, "LLM_GATEWAY_API_KEY": "k-embedded"})).url
         headers = {"Authorization": "Bearer k-embedded"}
         async with aiohttp.ClientSession() as session:
             async with session.get(url + "/v1/models", headers=headers) as resp:
@@ -119,7 +71,8 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
             f"teams:\n  - id: t\n    keys: [{{id: k, sha256: {hash_key('k2')}}}]\n"
             "redis: {url: 'redis://127.0.0.1:6379'}\n"  # workers share keys and limits through it
         )
-        url, proc = await serve(["--config", str(cfg), "--workers", "2"], {"UP_KEY": "upstream-key"})
+        gw = await serve(["--config", str(cfg), "--workers", "2"], {"UP_KEY": "upstream-key"})
+        url = gw.url
         ids = []
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
             headers = {"Authorization": "Bearer k2"}
@@ -134,18 +87,18 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
                     assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
             async with session.post(url + "/v1/completions", json={"model": "m"}, headers=headers) as r:
                 assert r.status == 400
-            # Each worker adds its tallies to the shared files at least every second (gateway.obs.metrics).
-            for _ in range(150):
+
+            async def every_request_counted() -> str:
+                """Histograms are observed at once, counters flushed by each worker's tally loop at least
+                every second (gateway.obs.metrics): both kinds show every request."""
                 async with session.get(url + "/metrics") as r:
                     text = await r.text()
-                # Histograms are observed at once, counters flushed by each worker's tally loop: wait
-                # for both kinds to show every request.
-                if f'gateway_overhead_seconds_count{{dialect="openai"}} {K + 1}.0' in text and (
-                    f"{K}.0" in [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if 'outcome="ok"' in ln]
-                ):
-                    break
-                await asyncio.sleep(0.1)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+                ok = [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if 'outcome="ok"' in ln]
+                seen = f'gateway_overhead_seconds_count{{dialect="openai"}} {K + 1}.0' in text and f"{K}.0" in ok
+                return text if seen else ""
+
+            text = await eventually(every_request_counted, "every request in both workers' metrics")
+        children = subprocess.run(["pgrep", "-P", str(gw.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) == 2
     finally:
         await local.close()
@@ -162,12 +115,10 @@ async def test_two_workers_share_a_port_and_their_metrics(serve: Any, tmp_path: 
     assert samples[("gateway_ttft_seconds_count", (("dialect", "openai"), ("model", "m")))] == K // 2
     assert samples[("gateway_overhead_seconds_count", (("dialect", "openai"),))] == K + 1
     assert not any("k2" in v or "req-" in v for _, labels in samples for _, v in labels)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=10)
-    lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
-    requests = [line for line in lines if line.get("event") == "request"]
+    err = await gw.stop()
+    requests = [line for line in gw.log_lines() if line.get("event") == "request"]
     assert sorted(r["request_id"] for r in requests if r["status"] == 200) == sorted(ids)
-    assert "k2" not in err.decode() and "Bearer" not in err.decode()
+    assert "k2" not in err and "Bearer" not in err
 
 
 def test_workers_without_redis_are_refused_in_one_line(tmp_path: Path) -> None:
@@ -193,7 +144,8 @@ async def test_sigterm_drains_streams_and_cuts_the_rest_in_their_dialect(serve: 
     cfg.write_text(
         "auth: none\nmodels:\n  - name: m\n    targets: [{provider: mock, engine: {tokens_per_second: 20}}]\n"
     )
-    url, proc = await serve(["--config", str(cfg), "--drain-seconds", "3"], {})
+    gw = await serve(["--config", str(cfg), "--drain-seconds", "3"], {})
+    url, proc = gw.url, gw.proc
     async with aiohttp.ClientSession() as session:
 
         async def stream(tokens: int, started: asyncio.Event) -> str:
@@ -331,12 +283,11 @@ STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 async def test_text_logs_open_with_one_summary_line_and_end_with_one(serve: Any, tmp_path: Path) -> None:
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(TEAM_CONFIG)
-    url, proc = await serve(
+    gw = await serve(
         ["--config", str(cfg), "--log-format", "text", "--drain-seconds", "7"], {"LLM_GATEWAY_ADMIN_KEY": ADMIN}
     )
-    proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.to_thread(proc.communicate, timeout=30)
-    lines = err.decode().splitlines()
+    url, err = gw.url, await gw.stop()
+    lines = err.splitlines()
     assert not any(line.startswith("{") for line in lines), lines
     (summary,) = [line for line in lines if " serving " in line]
     assert re.fullmatch(rf"{STAMP} INFO    gateway serving event=start listen={url} .*", summary), summary
@@ -344,7 +295,7 @@ async def test_text_logs_open_with_one_summary_line_and_end_with_one(serve: Any,
         assert f" {field}" in summary, (field, summary)
     (shutdown,) = [line for line in lines if " shut down " in line]
     assert re.fullmatch(rf"{STAMP} INFO    gateway shut down event=shutdown in_flight=0 cut=0 .*", shutdown)
-    assert ADMIN not in err.decode()
+    assert ADMIN not in err
 
 
 async def test_admin_actions_are_audited_and_the_cli_shows_tables_or_json(serve: Any, tmp_path: Path) -> None:
@@ -353,8 +304,8 @@ async def test_admin_actions_are_audited_and_the_cli_shows_tables_or_json(serve:
     or the gateway's JSON with ``--json``; a wrong admin key is said in those words."""
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(TEAM_CONFIG)
-    url, proc = await serve(["--config", str(cfg), "--log-format", "json"], {"LLM_GATEWAY_ADMIN_KEY": ADMIN})
-    headers = {"Authorization": f"Bearer {ADMIN}"}
+    gw = await serve(["--config", str(cfg), "--log-format", "json"], {"LLM_GATEWAY_ADMIN_KEY": ADMIN})
+    url, headers = gw.url, {"Authorization": f"Bearer {ADMIN}"}
     async with aiohttp.ClientSession() as session:
         body = {"teams": ["t", "u"], "name": "ci bot"}
         async with session.post(url + "/admin/keys", json=body, headers=headers) as resp:
@@ -374,10 +325,8 @@ async def test_admin_actions_are_audited_and_the_cli_shows_tables_or_json(serve:
     wrong = await asyncio.to_thread(cli, ["keys", "list", "--url", url], {"LLM_GATEWAY_ADMIN_KEY": "not-it"})
     assert (wrong.returncode, wrong.stdout) == (1, "")
     assert wrong.stderr == f"error: invalid admin key (refused by {url})\n"
-    proc.send_signal(signal.SIGINT)
-    _, err = await asyncio.to_thread(proc.communicate, timeout=30)
-    text = err.decode()
-    audits = [line for line in map(json.loads, text.splitlines()) if line.get("event") == "audit"]
+    text = await gw.stop()
+    audits = [line for line in gw.log_lines() if line.get("event") == "audit"]
     who = hash_key(ADMIN)[:8]
     assert [(a["action"], a["admin"], a["key_id"], a["teams"]) for a in audits] == [
         ("key.create", who, issued["id"], ["t", "u"]),

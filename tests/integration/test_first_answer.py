@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,9 +24,9 @@ from gateway.web.state import GATEWAY
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, config
 from tests.integration.dialect_clients import INGRESSES, Ingress
-from tests.integration.test_cli import free_port, wait_healthy
+from tests.support.gateways import ROOT, Gateways
+from tests.support.redis_servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 OPENAI_SDK = ROOT / ".sdk-venvs" / "openai" / "bin" / "python"
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 SDK_SCRIPT = """
@@ -81,19 +78,11 @@ async def get(url: str, path: str) -> tuple[int, Any]:
         return resp.status, await resp.json()
 
 
-async def test_llm_gateway_serve_answers_demo_at_once() -> None:
-    port = free_port()
-    env = {**os.environ, "VLLM_BASE_URL": closed_url(), "OPENAI_API_KEY": "", "LLM_GATEWAY_API_KEY": ""}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
+async def test_llm_gateway_serve_answers_demo_at_once(gateways: Gateways) -> None:
+    env = {"VLLM_BASE_URL": closed_url(), "OPENAI_API_KEY": "", "LLM_GATEWAY_API_KEY": ""}
+    gw = await gateways.start(env=env)
+    url, port = gw.url, gw.url.rsplit(":", 1)[1]
     try:
-        await wait_healthy(url, proc)
         # what the start-up curl line sends
         body = {"model": "demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 6}
         status, answer, _ = await post(url, "/v1/chat/completions", body)
@@ -124,9 +113,7 @@ async def test_llm_gateway_serve_answers_demo_at_once() -> None:
             assert got["whole"] == got["streamed"] and got["usage"] == got["stream_usage"] == 8
             assert got["chunks"] > 8
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.to_thread(proc.communicate, timeout=10)
-    text = err.decode()
+        text = await gw.stop()
     assert f"curl -s http://127.0.0.1:{port}/v1/chat/completions" in text
     assert f'OpenAI(base_url="http://127.0.0.1:{port}/v1"' in text
     assert "OPENAI_API_KEY to reach a vendor" in text

@@ -5,7 +5,6 @@ are held and sent when it answers (items 11, 12); an outage is logged by its cha
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,7 +23,8 @@ from gateway.limits.plan import LimitValues, build, new_lease
 from gateway.limits.store import RedisLimiter
 from gateway.obs import metrics
 from gateway.runtime.config import RedisConfig
-from tests.redis_servers import RedisServer
+from tests.support import eventually
+from tests.support.redis_servers import RedisServer
 
 REQUEST = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
 TEAMS = {
@@ -52,17 +52,6 @@ def admission_on(url: str, policy: dict[str, str], timeout_ms: int = 1000) -> tu
     client = redis_client(RedisConfig(url=url, timeout_ms=timeout_ms))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), policy, retry_seconds=0.5)
     return Admission(limiter, TEAMS, Settings(admission_timeout=0)), limiter, client
-
-
-async def until(check: Any, within: float) -> bool:
-    """Polls the (async) condition until it holds, for at most ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while loop.time() < end:
-        if await check():
-            return True
-        await asyncio.sleep(0.02)
-    return False
 
 
 async def usage_of(client: Any, team: str) -> dict[str, int]:
@@ -124,13 +113,14 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
             async def failed() -> bool:
                 return not limiter.up
 
-            assert await until(failed, 5), "the settlement should time out"
+            await eventually(failed, "the settlement timed out")
             await peek.ping()  # answered once the pause is over
 
             async def freed() -> bool:
                 return int(await peek.zcard("llmgw:{a}:conc")) == 0
 
-            assert await until(freed, 2), "the slots should come back soon, not at the lease TTL"
+            # The bound is what this test checks: soon after the pause, not at the lease TTL (30 s).
+            await eventually(freed, "the slots back soon, not at the lease TTL", within=2)
             assert limiter.held() == 0
             await admission.admit("a", "k1", REQUEST, None)
     finally:
@@ -151,27 +141,28 @@ async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_l
                 for _ in range(60):
                     for team in ("a", "b"):
                         plan = await admission.admit(team, "k1", REQUEST, None)
-                        await asyncio.sleep(0)
                         admission.release(plan, 2, 3)
-                    await asyncio.sleep(0.005)  # settler rounds in between: one batch each
+                    # a settler round in between: one batch each
+                    await eventually(lambda: not admission.pending, "the settler took the batch")
                 assert not limiter.up
 
                 async def all_held() -> bool:
                     return limiter.held() == 120 and not admission.pending
 
-                assert await until(all_held, 5)
+                await eventually(all_held, "all 120 held, none pending")
                 server.start()
 
                 async def written() -> bool:
                     usage = [await usage_of(peek, team) for team in ("a", "b")]
                     return all(u.get("requests") == 60 and u.get("completion_tokens") == 180 for u in usage)
 
-                assert await until(written, 5)
+                await eventually(written, "the outage's usage written")
 
                 async def back() -> bool:
                     return limiter.outage.since is None  # the round trip's answer is in
 
-                assert await until(back, 5) and limiter.held() == 0
+                await eventually(back, "the outage over")
+                assert limiter.held() == 0
             lines = [r.getMessage() for r in caplog.records if r.name == "gateway.limits"]
             assert len(lines) <= 3, lines
             assert any("redis unavailable" in line for line in lines)

@@ -8,8 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.runtime.config import hash_key
 from tests.fakes import upstream as fake
-from tests.integration.test_cli import ROOT, end, free_port, wait_healthy
+from tests.support import eventually
+from tests.support.gateways import Gateways, Served
 
 ADMIN = "admin-secret-for-reload"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
@@ -55,34 +54,17 @@ def config(upstream: str, *, new_model: bool = False, extra: str = "") -> str:
     )
 
 
-Started = tuple[str, "subprocess.Popen[bytes]", Path]
-
-
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    """``llm-gateway serve`` on a free port, its log lines (JSON) in a file: a pipe nobody reads
-    would fill under load and stall the gateway."""
-    procs: list[subprocess.Popen[bytes]] = []
+async def served(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    """``llm-gateway serve`` with JSON log lines and the upstream's key in its environment."""
+    started = Gateways(tmp_path)
 
-    async def start(cfg: Path, *args: str) -> Started:
-        port = free_port()
-        log = tmp_path / f"gateway-{len(procs)}.log"
-        with log.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port), *args],
-                cwd=ROOT,
-                env={**os.environ, "UP_KEY": "upstream-key", "LLM_GATEWAY_LOG_FORMAT": "json"},
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        await wait_healthy(url, proc)
-        return url, proc, log
+    async def start(cfg: Path, *args: str) -> Served:
+        env = {"UP_KEY": "upstream-key", "LLM_GATEWAY_LOG_FORMAT": "json"}
+        return await started.start("--config", str(cfg), *args, env=env)
 
     yield start
-    for proc in procs:
-        end(proc)
+    await started.close()
 
 
 async def ask(session: aiohttp.ClientSession, url: str, key: str, model: str = "m", stream: bool = False) -> int:
@@ -116,28 +98,8 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str, **labels: 
     return sum(found)
 
 
-async def until(done: Callable[[], Awaitable[bool]], what: str, polls: int = 400) -> None:
-    """Polls ``done`` until it holds (the gateway's state, seen from outside), failing after ``polls``."""
-    for _ in range(polls):
-        if await done():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
-async def answered(value: bool) -> bool:
-    return value
-
-
 async def answers(session: aiohttp.ClientSession, url: str, model: str, status: int) -> bool:
     return await ask(session, url, LOAD_KEY, model) == status
-
-
-async def stopped(proc: subprocess.Popen[bytes], log: Path) -> str:
-    """Stops the gateway (its log lines are written in the background) and returns its log."""
-    proc.send_signal(signal.SIGINT)
-    await asyncio.to_thread(proc.wait, 30)
-    return await asyncio.to_thread(log.read_text)
 
 
 def log_lines(text: str) -> list[dict[str, Any]]:
@@ -151,7 +113,8 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
     async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
         cfg = tmp_path / "gw.yaml"
         cfg.write_text(config(upstream.url))
-        url, proc, log = await served(cfg)
+        gw = await served(cfg)
+        url = gw.url
         async with aiohttp.ClientSession() as session:
             assert [await ask(session, url, STEADY_KEY) for _ in range(2)] == [200, 200]
             assert await ask(session, url, GONE_KEY) == 200
@@ -176,7 +139,7 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
             ) as slow:
                 assert slow.status == 200
                 await slow.content.readline()  # its first event: the stream is under way
-                await until(lambda: answered(len(statuses) >= CLIENTS), "the load under way")
+                await eventually(lambda: len(statuses) >= CLIENTS, "the load under way")
                 cfg.write_text(config(upstream.url, new_model=True))
                 async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
                     assert r.status == 200, await r.text()
@@ -207,7 +170,7 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
         ((h1, v1),) = [k for k, v in before.items() if v == 1]
         ((h2, v2),) = [k for k, v in after.items() if v == 1]
         assert (v1, v2) == ("1", "2") and h1 != h2 == answer["hash"]
-        text = await stopped(proc, log)
+        text = await gw.stop()
         lines = log_lines(text)
         (audit,) = [a for a in lines if a.get("event") == "audit" and a["action"] == "config.reload"]
         assert issued not in text
@@ -222,7 +185,8 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
         cfg = tmp_path / "gw.yaml"
         good = config(upstream.url)
         cfg.write_text(good)
-        url, proc, log = await served(cfg)
+        gw = await served(cfg)
+        url, proc = gw.url, gw.proc
         async with aiohttp.ClientSession() as session:
             cfg.write_text(good.replace("provider: openai", "provider: nope", 1))
             async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
@@ -240,7 +204,7 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
             async def refused_twice() -> bool:
                 return await metric(session, url, "gateway_config_reloads_total", result="refused") == 2
 
-            await until(refused_twice, "the SIGHUP reload refused")
+            await eventually(refused_twice, "the SIGHUP reload refused")
             assert await ask(session, url, LOAD_KEY, stream=True) == 200
             async with session.get(url + "/admin/audit", headers=ADMIN_HEADERS) as r:
                 entries = (await r.json())["entries"]
@@ -251,7 +215,7 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
             assert "unknown provider" in entries[1]["reason"] and entries[0]["time"].endswith("Z")
             async with session.get(url + "/admin/audit") as r:
                 assert r.status == 401
-        warned = [a for a in log_lines(await stopped(proc, log)) if a.get("event") == "config_reload"]
+        warned = [a for a in log_lines(await gw.stop()) if a.get("event") == "config_reload"]
         assert [w["result"] for w in warned] == ["refused", "refused"] and warned[1]["by"] == "sighup"
 
 
@@ -269,14 +233,15 @@ async def test_the_file_watch_and_sighup_reload(served: Any, tmp_path: Path) -> 
     async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
         cfg = tmp_path / "gw.yaml"
         put(cfg, config(upstream.url, extra="reload: {watch: true, poll_seconds: 0.05}\n"))
-        url, proc, _ = await served(cfg)
+        gw = await served(cfg)
+        url, proc = gw.url, gw.proc
         async with aiohttp.ClientSession() as session:
             assert await ask(session, url, LOAD_KEY, "m2") == 404
             put(cfg, config(upstream.url, new_model=True, extra="reload: {watch: false}\n"))
-            await until(lambda: answers(session, url, "m2", 200), "the watch applied the file")
+            await eventually(lambda: answers(session, url, "m2", 200), "the watch applied the file")
             put(cfg, config(upstream.url, extra="reload: {watch: false}\nserver: {drain_seconds: 7}\n"))
             proc.send_signal(signal.SIGHUP)
-            await until(lambda: answers(session, url, "m2", 404), "SIGHUP applied the file")
+            await eventually(lambda: answers(session, url, "m2", 404), "SIGHUP applied the file")
             async with session.get(url + "/admin/audit", headers=ADMIN_HEADERS) as r:
                 entries = (await r.json())["entries"]
             assert [(e["admin"], e["version"]) for e in entries] == [("sighup", 3), ("watch", 2)]
@@ -291,7 +256,8 @@ async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path
         cfg = tmp_path / "gw.yaml"
         redis = "redis: {url: 'redis://127.0.0.1:6379/11'}\n"
         cfg.write_text(config(upstream.url, extra=redis))
-        url, proc, _ = await served(cfg, "--workers", "2")
+        gw = await served(cfg, "--workers", "2")
+        url, proc = gw.url, gw.proc
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
 
             async def workers_on(digest: str | None) -> bool:
@@ -301,12 +267,12 @@ async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path
                 on = {pid: h for (h, pid, _), v in info.items() if v == 1 and digest in (None, h)}
                 return len(on) == 2
 
-            await until(lambda: workers_on(None), "both workers up")
+            await eventually(lambda: workers_on(None), "both workers up")
             cfg.write_text(config(upstream.url, new_model=True, extra=redis))
             async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
                 assert r.status == 200, await r.text()
                 new = (await r.json())["hash"]
-            await until(lambda: workers_on(new), "both workers on the new config")
+            await eventually(lambda: workers_on(new), "both workers on the new config")
             for _ in range(8):  # new connections, spread over both workers by the kernel
                 assert await ask(session, url, LOAD_KEY, "m2") == 200
             async with session.get(url + "/admin/audit?limit=1000", headers=ADMIN_HEADERS) as r:
@@ -341,19 +307,20 @@ async def test_prices_reload_and_the_currency_waits_for_a_restart(served: Any, t
     async with await fake.start("openai", models=["m"], api_key="upstream-key") as upstream:
         cfg = tmp_path / "gw.yaml"
         cfg.write_text(priced(1, 2, "EUR"))
-        url, proc, log = await served(cfg)
+        gw = await served(cfg)
+        url = gw.url
         async with aiohttp.ClientSession() as session:
             first = await cost(session, 1, 2)
 
             async def counted(total: int) -> bool:
                 return (await report(session))["total_micros"] == total
 
-            await until(lambda: counted(first), "the first request's cost in the report")
+            await eventually(lambda: counted(first), "the first request's cost in the report")
             put(cfg, priced(10, 30, "USD"))
             async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
                 outcome = await r.json()
             assert outcome["result"] == "applied" and outcome["restart_needed"] == ["spend.currency"], outcome
             second = await cost(session, 10, 30)
-            await until(lambda: counted(first + second), "the second request's cost, at the new prices")
+            await eventually(lambda: counted(first + second), "the second request's cost, at the new prices")
             assert (await report(session))["currency"] == "EUR"
-        await stopped(proc, log)
+        await gw.stop()

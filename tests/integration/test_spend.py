@@ -9,12 +9,11 @@ import json
 import logging
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -42,8 +41,9 @@ from gateway.runtime.config import RedisConfig, hash_key, parse_config
 from gateway.runtime.spend import Budget, Price, SpendSettings
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
-from tests.integration.test_cli import ROOT, free_port, wait_healthy
-from tests.redis_servers import RedisCluster, RedisServer
+from tests.support import eventually
+from tests.support.gateways import Gateways
+from tests.support.redis_servers import RedisCluster, RedisServer
 
 OPENAI = BY_NAME["openai"]
 ADMIN = "admin-key-for-spend"
@@ -77,16 +77,6 @@ def spend_config(
     return data
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]]) -> None:
-    """Waits for ``condition`` (something another task or process does), failing after 30 s."""
-    async with asyncio.timeout(30):
-        while True:
-            met = condition()
-            if met if isinstance(met, bool) else await met:
-                return
-            await asyncio.sleep(0.02)
-
-
 def cost(prompt: int, completion: int) -> int:
     return prompt * IN + completion * OUT
 
@@ -94,16 +84,16 @@ def cost(prompt: int, completion: int) -> int:
 async def settled(url: str, team: str, requests: int) -> dict[str, int]:
     """The team's usage hash once ``requests`` requests are settled in it (settling follows the answer)."""
     client = aioredis.Redis.from_url(url)
+
+    async def usage() -> dict[str, int]:
+        fields: dict[str, int] = {}
+        async for key in client.scan_iter(match=f"{tag(team)}:usage:*"):
+            for k, v in (await client.hgetall(key)).items():
+                fields[k.decode()] = fields.get(k.decode(), 0) + int(v)
+        return fields if fields.get("requests", 0) >= requests else {}
+
     try:
-        async with asyncio.timeout(30):
-            while True:
-                fields: dict[str, int] = {}
-                async for key in client.scan_iter(match=f"{tag(team)}:usage:*"):
-                    for k, v in (await client.hgetall(key)).items():
-                        fields[k.decode()] = fields.get(k.decode(), 0) + int(v)
-                if fields.get("requests", 0) >= requests:
-                    return fields
-                await asyncio.sleep(0.05)
+        return await eventually(usage, f"{requests} requests settled in team {team}'s usage")
     finally:
         await client.aclose()
 
@@ -191,7 +181,7 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
             received += line.startswith(b"data: {")
             if received == 2:
                 break  # the client hangs up mid-stream
-    await until(lambda: server.cancelled >= 1)  # the gateway closed the upstream's stream behind it
+    await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
     usage = await settled(redis_server.url, team, 1)
     natural = 9  # the fake's answer: 8 words and its end
     assert received <= usage["completion_tokens"] < natural
@@ -199,46 +189,8 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
 
 
-@pytest.fixture
-async def processes(tmp_path: Path) -> AsyncIterator[Any]:
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-
-    async def start(cfg: Path) -> str:
-        port = free_port()
-        err = tmp_path / f"gw-{port}.log"
-        with err.open("wb") as sink:  # a file: a pipe nobody reads would stall the gateway
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(port), *LOCAL_JSON],
-                cwd=ROOT,
-                env={**os.environ, UPSTREAM_KEY_ENV: "upstream-key"},
-                stdout=subprocess.DEVNULL,
-                stderr=sink,
-            )
-        procs.append((proc, err))
-        url = f"http://127.0.0.1:{port}"
-        await wait_healthy(url, proc)
-        return url
-
-    def stop() -> list[dict[str, Any]]:
-        """Stops them all; their request log lines."""
-        lines = []
-        for proc, err in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-            proc.wait(30)
-            lines += [json.loads(x) for x in err.read_text().splitlines() if x.startswith("{")]
-        return [x for x in lines if x.get("event") == "request"]
-
-    start.stop = stop  # type: ignore[attr-defined]
-    yield start
-    for proc, _ in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
-    processes: Any, upstream: Any, redis_server: RedisServer, tmp_path: Path
+    gateways: Gateways, upstream: Any, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """Concurrent requests with random ``max_tokens`` through three gateway processes on one Redis:
     the settled spend stays within the budget (each worst case reserved covers its real cost, so the
@@ -248,7 +200,9 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
     budget = 20_000  # millionths of a EUR: 2 cents
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(yaml.safe_dump(spend_config(server, redis_server.url, team, budget={"amount": "0.02"})))
-    urls = [await processes(cfg) for _ in range(3)]
+    env = {UPSTREAM_KEY_ENV: "upstream-key"}
+    started = [await gateways.start("--config", str(cfg), *LOCAL_JSON, env=env) for _ in range(3)]
+    urls = [gw.url for gw in started]
     rng = random.Random(26)
     plan = [(f"r{i}", urls[i % 3], rng.choice(PROMPTS), rng.randint(1, 60)) for i in range(120)]
     gate = asyncio.Semaphore(12)
@@ -297,7 +251,9 @@ async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(
         text=True,
         check=True,
     ).stdout
-    lines = processes.stop()
+    for gw in started:
+        await gw.stop()
+    lines = [x for gw in started for x in gw.log_lines() if x.get("event") == "request"]
 
     spent = await budget_spent(redis_server.url, team)
     # a request's slack: how far its real cost passed its estimate (the prompt at 4 characters a
@@ -372,9 +328,9 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
                 plan = await admission.admit("a", "k1", request, None, model="m", targets=targets)
                 assert admission.release(plan, 3, 7, 0, "m", "up") == cost(3, 7)
             assert not limiter.up
-            await until(lambda: limiter.held() == 5 and not admission.pending)
+            await eventually(lambda: limiter.held() == 5 and not admission.pending, "five held, none pending")
             server.start()
-            await until(lambda: not limiter.held() and limiter.outage.since is None)
+            await eventually(lambda: not limiter.held() and limiter.outage.since is None, "all given back, no outage")
         assert await budget_spent(server.url, "a") == 5 * cost(3, 7)  # Redis restarted empty: theirs alone
         assert (await settled(server.url, "a", 5))["spend"] == 5 * cost(3, 7)
     finally:
@@ -457,7 +413,7 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
             rows = (await resp.json())["rows"]
         return bool(rows) and rows[0]["spend_micros"] == micros
 
-    await until(lambda: reported_is(sum(costs)))  # settled after the answers
+    await eventually(lambda: reported_is(sum(costs)), "the report equal to the costs (settled after the answers)")
     async with gw.session.get(gw.url + "/status", headers=admin) as resp:
         page = await resp.text()
     spent_row = (

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from gateway.obs import metrics
 from gateway.obs.routing import Routing
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, parse_config
 from gateway.web.app import create_app
+from tests.support import eventually
 
 BS = 4
 URLS = ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1", "http://127.0.0.1:9003/v1"]
@@ -204,15 +205,6 @@ async def test_the_events_decisions_and_the_fallbacks_are_counted_apart(model_di
     assert scrape.decisions("events", "cached") == 1 and scrape.decisions("local", "new") == 1
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Waits for what the subscriber task does in the background (the guard only stops a hang)."""
-    for _ in range(3000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("not reached in 30 s")
-
-
 @pytest.fixture
 async def publisher(tmp_path: Path) -> AsyncIterator[tuple[zmq.asyncio.Socket, str]]:
     """vLLM's side: an XPUB (a PUB that also tells when a subscriber's subscription arrived)."""
@@ -241,18 +233,18 @@ async def test_the_pools_subscriber_learns_from_a_publisher_and_drops_it_when_go
     await router.start()
     try:
         assert await pub.recv() == b"\x01"  # the subscription (topic "") reached the publisher
-        await until(lambda: view.live)
+        await eventually(lambda: view.live, "view.live")
         assert scrape("gateway_kv_events_connected", replica="r") == 1
         tokens = list(range(2 * BS))
         sent = time.time()
         await pub.send_multipart([b"", (0).to_bytes(8, "big"), stored([7, 8], tokens)])
-        await until(lambda: len(view) == 2)
+        await eventually(lambda: len(view) == 2, "len(view) == 2")
         assert view.depth(chain_hashes(tokens, BS)) == 2
         assert scrape("gateway_kv_events_last_batch_timestamp_seconds", replica="r") >= sent
         assert scrape("gateway_kv_events_total", replica="r", kind="stored") == 1
         assert scrape("gateway_kv_events_blocks", replica="r") == 2
         pub.close(linger=0)  # the engine went away
-        await until(lambda: not view.live)
+        await eventually(lambda: not view.live, "not view.live")
         assert len(view) == 0
         assert scrape("gateway_kv_events_connected", replica="r") == 0
         assert scrape("gateway_kv_events_blocks", replica="r") == 0
@@ -362,15 +354,15 @@ async def test_a_replay_fills_the_view_on_connecting_and_across_a_gap(model_dir:
         await router.start()
         try:
             assert await vllm.pub.recv() == b"\x01"
-            await until(lambda: view.live)
+            await eventually(lambda: view.live, "view.live")
             assert vllm.requests == [0] and view.depth(chain_hashes(blocks[0] + blocks[1], BS)) == 2
             await vllm.send(2, stored([102], blocks[2], parent=101))
-            await until(lambda: len(view) == 3)
+            await eventually(lambda: len(view) == 3, "len(view) == 3")
             # batches 3 and 4 are lost on the way (a full queue, say); 5 arrives: 3 and 4 are fetched
             await vllm.send(3, stored([103], blocks[3], parent=102), live=False)
             await vllm.send(4, stored([104], blocks[4], parent=103), live=False)
             await vllm.send(5, stored([105], blocks[5], parent=104))
-            await until(lambda: len(view) == 6)
+            await eventually(lambda: len(view) == 6, "len(view) == 6")
             assert vllm.requests == [0, 3] and view.gaps == 0
             assert view.depth(chain_hashes([t for b in blocks for t in b], BS)) == 6
             assert router.events.replayed == 4
@@ -398,11 +390,11 @@ async def test_a_replay_no_one_answers_is_given_up_and_the_gap_counted(
         await router.start()
         try:
             assert await vllm.pub.recv() == b"\x01"
-            await until(lambda: view.live)  # the replay on connecting was given up
+            await eventually(lambda: view.live, "view.live")  # the replay on connecting was given up
             await vllm.send(0, stored([100], list(range(BS))))
-            await until(lambda: len(view) == 1)
+            await eventually(lambda: len(view) == 1, "len(view) == 1")
             await vllm.send(2, stored([102], list(range(BS, 2 * BS))))  # 1 lost, and no replay brings it
-            await until(lambda: view.gaps == 1)
+            await eventually(lambda: view.gaps == 1, "view.gaps == 1")
             steps = {s: scrape("gateway_kv_events_replays_total", replica="r", step=s) for s in REPLAY_STEPS}
             assert steps == {"asked": 2, "answered": 0, "failed": 2}
             assert scrape("gateway_kv_events_gaps_total", replica="r") == 1

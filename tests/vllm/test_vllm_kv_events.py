@@ -5,9 +5,8 @@ socket, and with a publisher unreachable the pool routes as before."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,6 +18,7 @@ from backends.kv_events import ReplicaView, chain_hashes
 from backends.kv_router import EventsRouter
 from backends.prompt_tokens import PromptTokens
 from gateway.core.request import ChatMessage, InternalRequest, Operation
+from tests.support import eventually
 from tests.vllm.conftest import VLLM
 from tests.vllm.engine_stats import ran_to_end
 from tests.vllm.pools import pool_gateway
@@ -38,7 +38,7 @@ class Gateway(NamedTuple):
 
 def prompt(seed: int, words: int = 300) -> str:
     """A prompt of the tokenizer's words, different for each seed from its first block on: 300 words are
-    over two of the CPU build's 128-token blocks, and within the servers' 512-token limit."""
+    over two of the CPU build's 128-token blocks, and well within the servers' token limit."""
     return " ".join(WORDS[(seed * 7 + i * (seed + 3)) % len(WORDS)] for i in range(words))
 
 
@@ -65,16 +65,6 @@ async def gateway(replicas: list[VLLM], endpoints: list[str], replays: tuple[str
     async with pool_gateway(target, KEY) as (url, pool), aiohttp.ClientSession() as session:
         assert pool.kv_events is not None
         yield Gateway(url, session, pool.kv_events)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Waits for the subscriber task (events arrive a scheduler step after the prefill); the bound only
-    stops a hang."""
-    for _ in range(6000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not within 60 s: {what}")
 
 
 async def scrape(gw: Gateway) -> dict[tuple[str, ...], float]:
@@ -117,7 +107,7 @@ async def test_a_prefix_cached_on_a_replica_is_routed_to_it(vllm_server: VLLM, v
     replicas = [vllm_server, vllm_second]
     async with gateway(replicas, [v.events for v in replicas]) as gw:
         views = gw.router.events.views
-        await until(lambda: gw.router.events.live([0, 1]), "both publishers connected")
+        await eventually(lambda: gw.router.events.live([0, 1]), "both publishers connected")
         # each replica caches a prompt of its own, sent to it directly (another gateway, say)
         prompts = [prompt(10), prompt(11)]
         hashes = []
@@ -131,7 +121,7 @@ async def test_a_prefix_cached_on_a_replica_is_routed_to_it(vllm_server: VLLM, v
                 size = views[i].block_size
                 return size is not None and views[i].depth(chain_hashes(ids, size)) >= 2
 
-            await until(cached, f"replica {i} reported the prompt's blocks ({len(ids)} tokens): {views[i]}")
+            await eventually(cached, f"replica {i} reported the prompt's blocks ({len(ids)} tokens): {views[i]}")
             hashes.append(ids)
         assert all(views[1 - i].depth(chain_hashes(ids, views[i].block_size or 1)) == 0 for i, ids in enumerate(hashes))
         before = [await ran_to_end(v) for v in replicas]
@@ -158,7 +148,7 @@ async def test_with_a_publisher_unreachable_the_pool_routes_as_before(
 ) -> None:
     replicas = [vllm_server, vllm_second]
     async with gateway(replicas, [vllm_server.events, f"ipc://{tmp_path}/nobody.ipc"]) as gw:
-        await until(lambda: gw.router.events.views[0].live, "the first publisher connected")
+        await eventually(lambda: gw.router.events.views[0].live, "the first publisher connected")
         text = prompt(12)
         await post(gw.session, vllm_server.url + "/completions", {"model": "tiny", "prompt": text, "max_tokens": 1})
         for n in range(3):
@@ -183,7 +173,7 @@ async def test_a_gateway_started_later_learns_the_cache_from_the_replay(vllm_ser
     async with aiohttp.ClientSession() as session:  # cached before any gateway listens
         await post(session, vllm_second.url + "/completions", {"model": "tiny", "prompt": text, "max_tokens": 1})
     async with gateway(replicas, [v.events for v in replicas], tuple(v.replay for v in replicas)) as gw:
-        await until(lambda: gw.router.events.live([0, 1]), "both publishers connected")
+        await eventually(lambda: gw.router.events.live([0, 1]), "both publishers connected")
         ids = gw.router.prompts.tokens(completion(text))
         assert ids is not None
         views = gw.router.events.views
