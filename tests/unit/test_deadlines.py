@@ -14,6 +14,7 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.core.upstream import Call
 from gateway.limits.admission import Admission, Settings
 from gateway.limits.local import LocalLimiter
+from tests.support.clock import hang
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), timeout=0.25)
 
@@ -35,7 +36,7 @@ async def test_a_bound_filed_for_the_remaining_time_finds_none_left_when_it_fire
     assert remaining is not None
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(remaining):
-            await asyncio.sleep(1)
+            await hang()
     left = call.remaining()
     assert left is not None and left <= 0.001
 

@@ -1,5 +1,5 @@
 """A stream's bounds in one wheel entry: the first byte (as ``Bound``), then idle between reads and the
-deadline; one entry per stream, not a timer per read."""
+deadline; one entry per stream, not a timer per read. On a virtual clock (``tests/support/clock``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from adapters.watch import StreamIdle, StreamWatch
 from gateway.runtime.timers import MIN_GRAIN, Wheel
+from tests.support.clock import VirtualClock, hang
 
 
 @pytest.fixture
-async def w() -> Wheel:
+async def w(clock: VirtualClock) -> Wheel:
     """The test's own wheel, on its loop (an upstream or a Redis channel owns one in the gateway)."""
     return Wheel(asyncio.get_running_loop())
 
@@ -38,10 +39,10 @@ async def test_a_read_waiting_longer_than_idle_fails(w: Wheel) -> None:
     watch.cancel()
 
 
-async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive(w: Wheel) -> None:
+async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive(w: Wheel, clock: VirtualClock) -> None:
     r = reader()
     watch = reading(r, w, idle=0.05)
-    await asyncio.sleep(0.15)  # the consumer was busy: three idle periods with no read pending
+    await clock.advance(0.15)  # the consumer was busy: three idle periods with no read pending
     for _ in range(4):
         watch.since = watch.loop.time()
         asyncio.get_running_loop().call_soon(r.feed_data, b"x")  # data within idle, however slow the host
@@ -51,10 +52,10 @@ async def test_time_between_reads_is_not_idle_and_data_keeps_it_alive(w: Wheel) 
     assert not w._slots
 
 
-async def test_the_deadline_ends_the_stream_even_between_reads(w: Wheel) -> None:
+async def test_the_deadline_ends_the_stream_even_between_reads(w: Wheel, clock: VirtualClock) -> None:
     r = reader()
     watch = reading(r, w, idle=10, remaining=0.05)
-    await asyncio.sleep(0.1)
+    await clock.advance(0.1)
     watch.since = watch.loop.time()
     with pytest.raises(StreamIdle):
         await asyncio.wait_for(r.readany(), 1)
@@ -66,22 +67,24 @@ async def test_a_head_later_than_the_first_byte_bound_is_a_timeout(w: Wheel) -> 
     began = loop.time()
     watch = StreamWatch(first_byte=0.05, idle=10, remaining=None, wheel=w)
     with pytest.raises(TimeoutError), watch:
-        await asyncio.sleep(5)
-    assert 0.05 <= loop.time() - began < 0.05 + MIN_GRAIN + 0.05
+        await hang()
+    assert 0.05 <= loop.time() - began <= 0.05 + MIN_GRAIN
     assert not w._slots
 
 
-async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited_for(w: Wheel) -> None:
+async def test_a_head_slower_than_idle_but_within_the_first_byte_bound_is_waited_for(
+    w: Wheel, clock: VirtualClock
+) -> None:
     r = reader()
     watch = StreamWatch(first_byte=0.2, idle=0.05, remaining=None, wheel=w)
     with watch:
-        await asyncio.sleep(0.1)  # past the idle bound: the head phase is not idle-bound
+        await clock.advance(0.1)  # past the idle bound: the head phase is not idle-bound
     watch.reading(r)
     watch.since = watch.loop.time()
     asyncio.get_running_loop().call_later(0.02, r.feed_data, b"x")
     assert await asyncio.wait_for(r.readany(), 1) == b"x"
     watch.cancel()
-    await asyncio.sleep(0.15)  # nothing fires for a cancelled watch
+    await clock.advance(0.15)  # nothing fires for a cancelled watch
     assert not w._slots
 
 
