@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
 from tests.vllm.conftest import VLLM
-from tests.vllm.engine_stats import assert_hang_ups_abort
+from tests.vllm.engine_stats import HANG_UP_TOKENS, assert_hang_ups_abort
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-key"
@@ -205,7 +205,7 @@ async def test_vllm_ranges_answer_in_dialect(gw: GW) -> None:
 
 
 async def test_disconnect_aborts_the_request_in_vllm(gw: GW, vllm_server: VLLM) -> None:
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True}
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": HANG_UP_TOKENS, "ignore_eos": True}
     print(await assert_hang_ups_abort(gw.url + "/v1/completions", body, BEARER, [vllm_server]))
 
 

@@ -8,7 +8,6 @@ so nothing here hard-codes what a random model says.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -25,9 +24,10 @@ import yaml
 
 from gateway.runtime.config import hash_key
 from tests.redis_servers import free_port
+from tests.support import eventually_blocking
 from tests.vllm.conftest import HERE
-from tests.vllm.engine_stats import assert_hang_ups_abort, idle, ran_to_end
-from tests.vllm.server import ENV, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
+from tests.vllm.engine_stats import HANG_UP_TOKENS, assert_hang_ups_abort, idle, metric, ran_to_end
+from tests.vllm.server import ENV, MAX_MODEL_LEN, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
 from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, repeated_ngrams
 
 pytestmark = pytest.mark.vllm
@@ -37,7 +37,7 @@ PLUGINS += ["bad_word_tokens", "stop_token_sequences"]
 ENGINE = {  # what server.DEFAULT_ARGS gives `vllm serve`, plus prompt embeddings
     "model": str(MODEL),
     "dtype": "float32",
-    "max_model_len": 512,
+    "max_model_len": MAX_MODEL_LEN,
     "max_num_seqs": 4,
     "enforce_eager": True,
     "enable_prompt_embeds": True,
@@ -79,18 +79,18 @@ def engine_gw(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> It
     base = f"http://127.0.0.1:{port}"
     began = time.monotonic()
     try:
-        while True:
+
+        def ready() -> bool:
             if proc.poll() is not None:
                 pytest.fail(f"the gateway exited with {proc.returncode} before it was ready:\n{tail(log)}")
             try:
                 with urllib.request.urlopen(base + "/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
+                    return bool(resp.status == 200)
             except OSError:
-                pass  # not listening while the engine starts; 503 until the first probe
-            if time.monotonic() - began > 2 * READY_TIMEOUT:  # it imports vLLM, then starts the engine
-                pytest.fail(f"the gateway was not ready within {2 * READY_TIMEOUT:.0f} s:\n{tail(log)}")
-            time.sleep(0.5)
+                return False  # not listening while the engine starts; 503 until the first probe
+
+        # it imports vLLM, then starts the engine
+        eventually_blocking(ready, f"the in-process engine's gateway ready (its log: {log})", within=2 * READY_TIMEOUT)
         print(f"gateway with the in-process engine ready in {time.monotonic() - began:.1f} s")
         yield VLLM(base, base + "/v1", MODEL, "tiny", log)
     finally:
@@ -350,12 +350,9 @@ async def test_seed_fields_work_in_process_as_over_http(gw: GW, vllm_server: VLL
 
 
 async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
-    # The client leaves after its first line (the engine is generating). A clean-clone CI run that read
-    # three lines and scraped /metrics before it left saw the 480 tokens written in full (871 ms, status
-    # 200 in the access log): the hang-up most likely came after the request's end. Hence one
-    # line, and up to three tries, as for engines behind HTTP: a stall of the host can still hold the
-    # test's own hang-up past the end of the request's ~1 s of work.
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "ignore_eos": True}
+    # The client leaves after its first line (the engine is generating), asking for more tokens than the
+    # engine can write before the hang-up lands (480 once were written in full, 871 ms, first).
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": HANG_UP_TOKENS, "ignore_eos": True}
     print(await assert_hang_ups_abort(gw.url + "/v1/completions", body, BEARER, [engine_gw]))
     started = time.monotonic()
     status, out = await gw.post("/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 4})
@@ -364,23 +361,25 @@ async def test_a_hang_up_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> N
 
 
 async def test_an_expired_deadline_aborts_the_engine_request(gw: GW, engine_gw: VLLM) -> None:
-    await idle(engine_gw, 60)
+    await idle(engine_gw)
     finished = await ran_to_end(engine_gw)
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 480, "min_tokens": 480, "timeout_microseconds": 300_000}
+    generated = await metric(engine_gw, "vllm:generation_tokens_total")
+    n = HANG_UP_TOKENS  # seconds of the engine's work: only an abort ends it within the deadline's reach
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": n, "min_tokens": n, "timeout_microseconds": 300_000}
     began = time.monotonic()
     status, out = await gw.post("/serverless/v1/completions", body)
     assert status == 429 and out["error"]["code"] == "deadline_exceeded", out  # Friendli's answer to its timeout
     assert time.monotonic() - began < 5
-    await idle(engine_gw, 5)
-    await asyncio.sleep(1)
+    await idle(engine_gw, "the request aborted at its deadline")
     assert await ran_to_end(engine_gw) == finished
+    assert await metric(engine_gw, "vllm:generation_tokens_total") - generated < n
 
 
 # errors, and the one-worker rule
 
 
 async def test_vllm_refusals_are_the_clients_400(gw: GW, vllm_server: VLLM) -> None:
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 600}
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": MAX_MODEL_LEN + 88}
     status, mine = await gw.post("/v1/completions", body)
     their_status, theirs = await vllm_post(vllm_server, "/completions", body)
     assert status == their_status == 400, mine

@@ -16,9 +16,10 @@ import pytest
 
 from backends.balance import ReplicaState
 from backends.replicas import ReplicaPool, read_gauges
-from tests.redis_servers import free_port
+from tests.support import eventually
+from tests.support.redis_servers import free_port
 from tests.vllm.conftest import VLLM
-from tests.vllm.engine_stats import assert_hang_ups_abort, ran_to_end
+from tests.vllm.engine_stats import HANG_UP_TOKENS, assert_hang_ups_abort, ran_to_end
 from tests.vllm.pools import pool_gateway
 
 pytestmark = pytest.mark.vllm
@@ -123,10 +124,11 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
 
     background = [asyncio.create_task(occupy()) for _ in range(24)]
     try:
-        deadline = time.monotonic() + 60
-        while (await gauges(session, vllm_server)).get("waiting", 0) < 8:
-            assert time.monotonic() < deadline, "the occupying requests never queued"
-            await asyncio.sleep(0.1)
+
+        async def queued() -> bool:
+            return bool((await gauges(session, vllm_server)).get("waiting", 0) >= 8)
+
+        await eventually(queued, "the occupying requests queued in the engine")
         # until one scrape by the gateway has both: the busy engine's queue, and the idle engine answering
         # (a scrape that times out counts its replica as loaded)
         (busy, idle), deadline = pool.replicas.states[:2], time.monotonic() + 90
@@ -150,5 +152,5 @@ async def test_a_busy_engine_is_avoided_by_its_scraped_gauges(
 
 
 async def test_a_hang_up_aborts_the_request_in_its_engine(pool: Pool, vllm_server: VLLM, vllm_second: VLLM) -> None:
-    body = {"model": "tiny", "prompt": "x", "max_tokens": 400, "ignore_eos": True}
+    body = {"model": "tiny", "prompt": "x", "max_tokens": HANG_UP_TOKENS, "ignore_eos": True}
     print(await assert_hang_ups_abort(pool.url + "/v1/completions", body, BEARER, [vllm_server, vllm_second]))
