@@ -15,12 +15,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import admission as admission_module
+from gateway.limits import channel
 from gateway.limits import plan as planning
 from gateway.limits.admission import Admission, Settings, TeamPolicy, running
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import LimitValues, Plan
 from gateway.limits.store import RedisLimiter
-from tests.redis_servers import free_port
+from tests.support import eventually, turn
+from tests.support.redis_servers import free_port
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
 
@@ -73,7 +75,7 @@ async def test_a_timed_out_round_trip_fails_its_calls_and_the_next_one_stays_in_
     await client.execute_command("CLIENT", "PAUSE", "500", "ALL")  # every other client waits 0.5 s
     late = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=100)), return_exceptions=True)
     assert all(isinstance(r, RedisTimeoutError) for r in late), late
-    await asyncio.sleep(0.4)  # the pause is over; the late replies have been sent
+    await client.ping()  # answered once the pause is over: the late replies have been sent
     # The late replies (three admissions) went with the old connection: these three get their own
     # answers (one admitted, two refused by rpm=1), not the stale ones
     fresh = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=1)))
@@ -93,18 +95,22 @@ async def test_settlements_ride_with_admissions_that_arrive_with_them(client: ai
     assert results[1:] == [None] * 4 and limiter.batches == before + 1  # one round trip for all eight
 
 
-async def test_a_lone_admission_goes_without_the_held_settlements(client: aioredis.Redis) -> None:
+async def test_a_lone_admission_goes_without_the_held_settlements(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # one request at a time: Redis runs a read's every script before it answers, so a settlement in
     # front of the next admission would delay it; it goes on its own once DEFER_SECONDS have passed
+    # (long here: the next request arrives within them, however slow the machine)
+    monkeypatch.setattr(channel, "DEFER_SECONDS", 1.0)
     limiter = RedisLimiter(client)
     first, second = plans(2, rpm=100, tpm=10_000)
     assert await limiter.admit(first, 30_000) is None
     before = limiter.batches
     settling = asyncio.create_task(limiter.settle([Settlement(first, 0, 1, 1)]))
-    await asyncio.sleep(0.002)  # the next request arrives well within DEFER_SECONDS
+    await turn()  # the settlement is held; the next request arrives within DEFER_SECONDS
     assert await limiter.admit(second, 30_000) is None
     assert limiter.batches == before + 1 and not settling.done()
-    await asyncio.wait_for(settling, 0.5)
+    await settling
     assert limiter.batches == before + 2
     usage = await client.hgetall(first.usage_key)
     assert usage[b"requests"] == b"1"
@@ -153,10 +159,8 @@ async def test_a_request_waiting_for_a_slot_is_admitted_with_the_release(
     async with running(admission):
         holder = await admission.admit(team, "k", REQUEST, None)
         waiting = asyncio.create_task(admission.admit(team, "k", REQUEST, None))
-        for _ in range(500):  # its first admission is refused; then it waits for a slot
-            if admission.waiters.size:
-                break
-            await asyncio.sleep(0.002)
+        # its first admission is refused; then it waits for a slot
+        await eventually(lambda: admission.waiters.size, "the second request waiting for a slot")
         admission.release(holder, 1, 1)
         admitted = await asyncio.wait_for(waiting, 1)
         admission.release(admitted, 1, 1)

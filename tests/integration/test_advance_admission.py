@@ -18,6 +18,7 @@ from gateway.limits.limiter import Settlement
 from gateway.limits.plan import Plan
 from gateway.limits.store import RedisLimiter
 from tests.integration import test_admission_batching as batching
+from tests.support import eventually
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), sampling=Sampling(max_tokens=16))
 TTL = 30_000
@@ -34,22 +35,16 @@ def sized(monkeypatch: pytest.MonkeyPatch, units: int) -> None:
 
 
 async def reserve_ready(limiter: RedisLimiter) -> None:
-    assert limiter.reserves is not None
-    for _ in range(200):
-        if limiter.reserves.ready and not limiter.reserves.asking:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("no admission was made ahead")
+    reserves = limiter.reserves
+    assert reserves is not None
+    await eventually(lambda: reserves.ready and not reserves.asking, "an admission made ahead")
 
 
 async def answered(limiter: RedisLimiter) -> None:
     """Until no admission asked ahead is waiting for its answer."""
-    assert limiter.reserves is not None
-    for _ in range(200):
-        if not limiter.reserves.asking:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("an admission asked ahead was never answered")
+    reserves = limiter.reserves
+    assert reserves is not None
+    await eventually(lambda: not reserves.asking, "the admissions asked ahead answered")
 
 
 async def test_back_to_back_requests_are_admitted_without_a_round_trip(
@@ -110,7 +105,7 @@ async def test_two_replicas_never_admit_more_than_the_limit(client: aioredis.Red
     for i, p in enumerate(plans(40, team=team, rpm=20)):  # one arrival every 3 s: none comes back in the test
         if await replicas[i % 2].admit(p, TTL) is None:
             admitted += 1
-        await asyncio.sleep(0.003)  # the admissions asked ahead are answered
+        await answered(replicas[i % 2])
     assert 16 <= admitted <= 20  # never more; fewer only by what replicas hold ahead
     for limiter in replicas:
         await limiter.close()
@@ -194,7 +189,14 @@ async def test_giving_back_never_lets_more_in_than_without_the_reserve(client: a
     for p in plans(2, team=team, rpm=600, rpm_burst=6):
         assert await a.admit(p, TTL) is None
     await reserve_ready(a)
-    await asyncio.sleep(0.4)  # three arrivals: all paid off by now
+    rpm_key = plans(1, team=team, rpm=600, rpm_burst=6)[0].layout.keys[0]
+
+    async def paid_off() -> bool:
+        """The bucket's theoretical arrival time reached: its three arrivals paid off (Redis's clock)."""
+        now_s, now_us = await client.time()
+        return float(await client.get(rpm_key)) <= now_s * 1000 + now_us / 1000  # type: ignore[arg-type]
+
+    await eventually(paid_off, "the three arrivals paid off")
     assert await b.admit(plans(1, team=team, rpm=600, rpm_burst=6)[0], TTL) is None
     await a.close()
     burst = await asyncio.gather(*(b.admit(p, TTL) for p in plans(8, team=team, rpm=600, rpm_burst=6)))
@@ -208,7 +210,7 @@ async def test_an_old_reserve_is_not_taken_once_its_lease_may_have_expired(clien
     for p in batch[:2]:
         assert await limiter.admit(p, ttl) is None
     await reserve_ready(limiter)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # a test of time itself: the reserve grows older than half its lease's TTL
     before = limiter.batches
     assert await limiter.admit(batch[2], ttl) is None
     assert limiter.batches > before and batch[2].lease == "lease2"  # admitted on its own path

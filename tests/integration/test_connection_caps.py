@@ -83,7 +83,7 @@ async def test_a_head_that_never_completes_is_closed(serve: Any, tmp_path: Path)
         while not writer.is_closing():
             writer.write(b"X")  # one byte of a header name at a time, as slowloris sends
             await writer.drain()
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # a test of time itself: a head arriving slowly, byte by byte
 
     dripping = asyncio.create_task(trickle())
     try:

@@ -4,6 +4,7 @@ limits, waiting for slots until the deadline, refusals in the client's dialect, 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,9 +13,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.runtime.config import hash_key, parse_config
+from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, KEY, without_team
-from tests.redis_servers import RedisCluster, RedisServer
+from tests.support import eventually
+from tests.support.redis_servers import RedisCluster, RedisServer
 
 OPENAI = BY_NAME["openai"]
 
@@ -44,14 +47,23 @@ def limited(server: Any, redis_url: str | None, team: str, cluster: bool = False
     return parse_config(data)
 
 
-async def usage_hash(url: str, team: str) -> dict[str, int]:
-    """The team's usage hash, once the settler has had its round."""
-    await asyncio.sleep(0.1)
+async def usage_hash(url: str, team: str, requests: int) -> dict[str, int]:
+    """The team's usage hash once ``requests`` requests are settled in it (settling follows the answer)."""
     client = aioredis.Redis.from_url(url)
-    keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
-    usage = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()}
-    await client.aclose()
-    return usage
+
+    async def usage() -> dict[str, int]:
+        keys = [k async for k in client.scan_iter(match=f"llmgw:{{{team}}}:usage:*")]
+        found = {k.decode(): int(v) for k, v in (await client.hgetall(keys[0])).items()} if keys else {}
+        return found if found.get("requests", 0) >= requests else {}
+
+    try:
+        return await eventually(usage, f"{requests} requests settled in team {team}'s usage")
+    finally:
+        await client.aclose()
+
+
+def admission_of(gw: Any) -> Any:
+    return gw.server.app[GATEWAY].admission
 
 
 async def burst(gw: Any, n: int, prompt: str = "x", ingress: Any = OPENAI, **fields: Any) -> list[Any]:
@@ -96,14 +108,14 @@ async def test_tokens_per_minute_within_one_request(
     server = await upstream("openai")
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team, limits={"tpm": 60}))
-    used = 0
+    used = ok = 0
     for _ in range(30):
         answer = await gw.send(OPENAI, "m", "count my tokens", False, max_tokens=4)
         if answer.status == 429:
             assert "tokens per minute" in answer.body["error"]["message"]
             continue
-        used += answer.usage["total_tokens"]
-        await asyncio.sleep(0.02)  # settlement runs after the answer
+        used, ok = used + answer.usage["total_tokens"], ok + 1
+        await usage_hash(redis_server.url, team, ok)  # settlement runs after the answer
     one = 4 + 3 + 4  # estimate of one request: prompt + max_tokens
     assert 60 - one <= used <= 60 + one
     too_big = await gw.send(OPENAI, "m", "x", False, max_tokens=500)
@@ -131,7 +143,7 @@ async def test_usage_is_accounted(gateway: GatewayFactory, upstream: Any, redis_
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team, limits={"rpm": 1000}))
     answers = await burst(gw, 5) + [await gw.send(OPENAI, "m", "x", True)]
-    usage = await usage_hash(redis_server.url, team)
+    usage = await usage_hash(redis_server.url, team, 6)
     assert usage["requests"] == 6 and usage["key:k1:requests"] == 6
     assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
 
@@ -151,9 +163,11 @@ async def test_back_to_back_requests_are_admitted_ahead_and_nothing_is_left_held
         return float(next(x for x in metrics.splitlines() if 'decision="admit_ahead"' in x).rsplit(" ", 1)[1])
 
     before = await admitted_ahead()
-    for _ in range(6):
+    reserves = admission_of(gw).limiter.redis.reserves
+    for i in range(6):
         assert (await gw.send(OPENAI, "m", "x", False)).status == 200
-        await asyncio.sleep(0.02)  # the next admission, asked for ahead, is answered meanwhile
+        if i:  # from the second on, the next admission is asked for ahead and answered meanwhile
+            await eventually(lambda: reserves.ready and not reserves.asking, "the next admission made ahead")
     assert await admitted_ahead() - before == 4  # the first two on their path, then each on the one made ahead
     await gw.server.close()  # shutting down gives back the admissions made ahead and not taken
     client: Any = aioredis.RedisCluster.from_url(url) if backend == "cluster" else aioredis.Redis.from_url(url)
@@ -186,7 +200,8 @@ async def test_redis_outage_follows_policy(gateway: GatewayFactory, upstream: An
         gw_closed = await gateway(cfg)
         assert {a.status for a in await burst(gw_closed, 2)} == {503}
         redis.start()
-        await asyncio.sleep(1.2)  # the breaker retries Redis after a second
+        breaker = admission_of(gw_closed).limiter
+        await eventually(lambda: time.monotonic() >= breaker.down_until, "the breaker's time to retry Redis")
         resumed = await burst(gw_closed, 5)
         assert sorted(a.status for a in resumed) == [200] * 3 + [429] * 2
         # the first gateway's connection broke with the outage: it connects again, and the restarted
@@ -216,7 +231,7 @@ async def test_usage_of_a_team_without_limits_is_summed_per_key_and_round(
     team = f"t-{uuid.uuid4().hex[:8]}"
     gw = await gateway(limited(server, redis_server.url, team))
     answers = await burst(gw, 8) + [await gw.send(OPENAI, "m", "x", True)]
-    usage = await usage_hash(redis_server.url, team)
+    usage = await usage_hash(redis_server.url, team, 9)
     assert usage["requests"] == 9 and usage["key:k1:requests"] == 9
     assert usage["completion_tokens"] == sum(a.usage["completion_tokens"] for a in answers)
     assert usage["prompt_tokens"] == sum(a.usage["prompt_tokens"] for a in answers)

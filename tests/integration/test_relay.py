@@ -19,6 +19,7 @@ from gateway.dialects.openai.egress import ChunkDecoder
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, completions_server, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames
+from tests.support import eventually
 
 PROMPT = "Say something relayed"
 
@@ -195,10 +196,7 @@ async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
     other = None
     if busy:  # another request in flight: its upstream holds its headers back for a while
         other = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "x [[fault:hang_before=0.5]]", False))
-        for _ in range(100):
-            if server.requests:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.requests, "the other request at the upstream")
     answer = await gw.send(BY_NAME[ingress], "m", prompt, True)
     drawn = server.requests[-1].body.get("seed")  # friendli2024's client draws a seed the answer follows
     assert answer.status == 200 and answer.text == fake.expected(prompt, 4, seed=drawn)
@@ -219,54 +217,25 @@ async def test_the_head_leaves_with_the_first_events_and_a_burst_in_one_send(
         assert (await other).status == 200
 
 
-@pytest.fixture
-async def failing_upstream() -> AsyncIterator[TestServer]:
-    """One write: a content chunk, then an in-band error (as vLLM reports a failure after its 200).
-    A prompt with "hang" waits half a second first, and answers whole."""
-
-    async def completions(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        if "hang" in body["prompt"]:
-            await asyncio.sleep(0.5)
-            return web.json_response(
-                {
-                    "id": "c",
-                    "object": "text_completion",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "text": "late", "finish_reason": "stop"}],
-                }
-            )
-        chunk = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
-        events = [
-            {**chunk, "choices": [{"index": 0, "text": t, "logprobs": None, "finish_reason": None}]}
-            for t in (" first",)
-        ]
-        events.append({"error": {"message": "engine died", "type": "InternalServerError", "code": 500}})
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))
-        await resp.write_eof()
-        return resp
-
-    async with completions_server(completions) as server:
-        yield server
+FAILING = "[[fault:error_after=1,burst]]"  # one write: a content chunk, then vLLM's in-band error event
 
 
 @pytest.mark.parametrize("busy", [False, True], ids=["alone", "busy"])
 async def test_first_events_held_for_their_read_still_reach_the_client_when_it_fails(
-    gateway: GatewayFactory, failing_upstream: TestServer, busy: bool
+    gateway: GatewayFactory, upstream: Any, busy: bool
 ) -> None:
-    url = str(failing_upstream.make_url("/v1"))
-    gw = await gateway(config([{"name": "m", "targets": [{"provider": "openai", "base_url": url, "model": "m"}]}]))
-    other = asyncio.create_task(post(gw, "/v1/completions", {"model": "m", "prompt": "hang"})) if busy else None
-    await asyncio.sleep(0.1 if busy else 0)  # the other request is in flight
-    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": "p", "stream": True})
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    hang = {"model": "m", "prompt": "hang [[fault:hang_before=0.5]]", "max_tokens": 4}
+    other = asyncio.create_task(post(gw, "/v1/completions", hang)) if busy else None
+    if busy:
+        await eventually(lambda: server.active, "the other request in flight")
+    raw = await post(gw, "/v1/completions", {"model": "m", "prompt": f"p {FAILING}", "stream": True})
     events = [json.loads(f) for f in frames(raw) if f != "[DONE]"]
-    assert "".join(e["choices"][0]["text"] for e in events if e.get("choices")) == " first"
-    assert "engine died" in events[-1]["error"]["message"]
+    assert "".join(e["choices"][0]["text"] for e in events if e.get("choices")) == fake.expected(f"p {FAILING}", 1)
+    assert "injected stream error" in events[-1]["error"]["message"]
     if other is not None:
-        assert b"late" in await other
+        assert fake.expected(hang["prompt"], 4).encode() in await other
 
 
 PACED_TEXTS = [" one", " two", " three", '"four"', " five", " six"]

@@ -10,7 +10,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from adapters.http import HTTPUpstream
 from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
@@ -19,7 +18,8 @@ from gateway.runtime.config import GatewayConfig
 from tests.fakes.upstream import Upstream, start
 from tests.integration.conftest import Gateway, GatewayFactory, config
 from tests.integration.dialect_clients import BY_NAME, KEY
-from tests.redis_servers import free_port
+from tests.support import eventually
+from tests.support.redis_servers import free_port
 
 Fakes = Callable[[int], Awaitable[list[Upstream]]]
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -75,48 +75,31 @@ async def test_a_dead_replica_is_skipped_and_reported(gateway: GatewayFactory, f
         assert resp.status == 200 and (await resp.json())["targets"]["pool"] is True
 
 
-async def refusing_replica() -> tuple[web.AppRunner, str]:
+async def refusing_replica() -> Upstream:
     """Up by /health, but every generation is refused with 503 (vLLM's answer when it cannot admit)."""
-
-    async def health(request: web.Request) -> web.Response:
-        return web.Response()
-
-    async def busy(request: web.Request) -> web.Response:
-        return web.json_response({"error": {"message": "busy"}}, status=503)
-
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_post("/v1/completions", busy)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}/v1"
+    return await start("vllm", models=("tiny",), faults="[[fault:status=503]]")
 
 
 async def test_a_replica_failing_before_the_first_byte_is_retried_elsewhere(
     gateway: GatewayFactory, fakes: Fakes
 ) -> None:
     (good,) = await fakes(1)
-    runner, bad = await refusing_replica()
-    try:
-        gw = await gateway(pool_config([bad, good.url], scrape_interval=5))
+    async with await refusing_replica() as bad:
+        gw = await gateway(pool_config([bad.url, good.url], scrape_interval=5))
         answers = [await gw.send(OPENAI, "m", f"p{i}", i % 2 == 0) for i in range(10)]
         assert all(a.status == 200 for a in answers), [a.body for a in answers]
         assert served(good) == 10
-    finally:
-        await runner.cleanup()
 
 
 async def test_every_replica_failing_is_the_upstreams_error(gateway: GatewayFactory) -> None:
-    runners = [await refusing_replica() for _ in range(2)]
+    refusing = [await refusing_replica() for _ in range(2)]
     try:
-        gw = await gateway(pool_config([url for _, url in runners], scrape_interval=5))
+        gw = await gateway(pool_config([r.url for r in refusing], scrape_interval=5))
         answer = await gw.send(OPENAI, "m", "x", False)
         assert answer.status == 502 and "503" in answer.body["error"]["message"]
     finally:
-        for runner, _ in runners:
-            await runner.cleanup()
+        for r in refusing:
+            await r.close()
 
 
 async def post(gw: Gateway, prompt: str, headers: dict[str, str] | None = None) -> int:
@@ -152,28 +135,19 @@ async def test_a_client_hanging_up_aborts_the_replicas_request(gateway: GatewayF
         assert resp.status == 200
         await resp.content.readline()  # the stream has started
         resp.close()
-    for _ in range(100):
-        if sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0
+
+    def aborted() -> bool:
+        return sum(f.cancelled for f in replicas) == 1 and sum(f.active for f in replicas) == 0
+
+    await eventually(aborted, "the replica's request aborted")
 
 
 async def test_a_replica_too_busy_to_answer_scrapes_is_loaded_before_it_is_down() -> None:
     """Scrapes that time out are load for the first seconds (a starved engine), and only a replica
     silent for SILENT_SECONDS_TO_DOWN and SLOW_SCRAPES_TO_DOWN scrapes is taken out of rotation."""
 
-    async def stalled(request: web.Request) -> web.Response:
-        await asyncio.sleep(5)
-        return web.Response()
-
-    app = web.Application()
-    app.router.add_get("/health", stalled)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    target = pool_config([f"http://127.0.0.1:{port}/v1"], scrape_interval=0.2).models[0].targets[0]
+    stalled = await start("vllm", models=("tiny",), faults="[[fault:probes_hang]]")
+    target = pool_config([stalled.url], scrape_interval=0.2).models[0].targets[0]
     pool = ReplicaPool(target, "m", VLLM_WIRE, HTTPUpstream)
     pool._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2))
     try:
@@ -188,4 +162,4 @@ async def test_a_replica_too_busy_to_answer_scrapes_is_loaded_before_it_is_down(
         assert not state.healthy
     finally:
         await pool._http.close()
-        await runner.cleanup()
+        await stalled.close()

@@ -17,11 +17,12 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from gateway.dialects.openai.render import ChunkEncoder
-from gateway.web.record import BACKLOG_SECONDS, RequestLog
+from gateway.web.record import RequestLog
 from gateway.web.state import GATEWAY
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, frames
+from tests.support import eventually
 
 OPENAI = BY_NAME["openai"]
 FAST = {"connect": 1, "first_byte": 0.5, "idle": 0.5, "total": 2}
@@ -123,6 +124,12 @@ async def test_client_deadlines_answer_in_their_dialect(gateway: GatewayFactory,
     assert sgp.status == 504 and "deadline" in sgp.body["detail"]
 
 
+def access_lines(gw: Any, caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The access lines so far, with the ended requests' batch done now."""
+    gw.server.app[GATEWAY].backlog.drain()
+    return [r for r in caplog.records if r.name == "gateway.access"]
+
+
 async def test_client_disconnect_closes_upstream(
     gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -133,12 +140,9 @@ async def test_client_disconnect_closes_upstream(
         async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
             assert resp.status == 200
             await resp.content.readline()
-        for _ in range(40):
-            if slow.cancelled:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: slow.cancelled, "the upstream's request cancelled")
         assert slow.cancelled == 1
-        await asyncio.sleep(0.3)  # the handler has ended
+        await eventually(lambda: access_lines(gw, caplog), "the access line (the handler has ended)")
     # a client that leaves is a normal end: one access line says so, and nothing is logged as an error
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     access = [r for r in caplog.records if r.name == "gateway.access"]
@@ -166,7 +170,7 @@ async def test_a_client_gone_at_the_answer_s_last_write_is_no_error(
     with caplog.at_level(logging.INFO):
         with contextlib.suppress(aiohttp.ClientError):
             await gw.send(OPENAI, "m", "hello", stream)
-        await asyncio.sleep(0.1)
+        await eventually(lambda: access_lines(gw, caplog), "the access line (the handler has ended)")
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     access = [r for r in caplog.records if r.name == "gateway.access"]
     assert [r.fields["error"] for r in access] == ["client_gone"]  # type: ignore[attr-defined]
@@ -219,7 +223,8 @@ async def test_whole_answers_leave_before_their_bookkeeping(
     assert (await gw.send(OPENAI, "m", "hello", False)).status == 200
     assert (await gw.send(OPENAI, "no-such-model", "hello", False)).status == 404
     assert order == ["sent", "sent"]
-    await asyncio.sleep(BACKLOG_SECONDS * 3)
+    # in their batch, timed by a loop timer of BACKLOG_SECONDS (tests/unit/test_logs times it)
+    await eventually(lambda: len(order) == 4, "both requests logged")
     assert order == ["sent", "sent", "logged", "logged"]
 
 

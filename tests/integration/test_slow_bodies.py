@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import INGRESSES, Ingress
+from tests.support import eventually
 
 BODY_TIMEOUT = 0.5
 
@@ -85,7 +87,8 @@ async def test_a_body_sent_in_pieces_in_time_is_served(gateway: GatewayFactory, 
     try:
         writer.write(head(ingress, framing, len(body)) + (first if framing == "length" else chunk(first)))
         await writer.drain()
-        await asyncio.sleep(0.05)  # the handler starts reading a body not yet whole
+        app = gw.server.app[GATEWAY]
+        await eventually(lambda: app.in_flight.tasks, "the handler reading a body not yet whole")
         writer.write(rest if framing == "length" else chunk(rest) + b"0\r\n\r\n")
         await writer.drain()
         status, reply = await asyncio.wait_for(answer(reader), 10)

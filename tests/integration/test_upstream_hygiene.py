@@ -99,7 +99,7 @@ async def oversized() -> AsyncIterator[TestServer]:
             await resp.write(b'data: {"id":"x","choices":[{"index":0,"text":"')
             for _ in range(4):
                 await resp.write(b"x" * (CAP // 2))  # no end of line, ever
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # a deliberate hang: the gateway's cap on an event cuts the stream
             return resp
         if body.get("prompt") == "length":
             return web.Response(body=b" " * (2 * CAP), content_type="application/json")

@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+
+from tests.support import eventually_blocking
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "gw-test-0123456789abcdef"
@@ -98,35 +99,29 @@ def sdk_envs() -> Path:
 
 def wait_ready_line(proc: subprocess.Popen[bytes], out: Path, err: Path) -> str:
     """The URL of the fake upstream's ``READY <url>`` line."""
-    end = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < end:
-        for line in out.read_text(errors="replace").splitlines():
-            if line.startswith("READY "):
-                return line.split(None, 1)[1].strip()
+
+    def ready() -> str:
         if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    state = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready in {START_TIMEOUT:.0f} s"
-    pytest.fail(f"fake upstream {state}\nstdout:\n{tail(out)}\nstderr:\n{tail(err)}")
+            pytest.fail(f"fake upstream exited with {proc.returncode}\nstdout:\n{tail(out)}\nstderr:\n{tail(err)}")
+        lines = [line for line in out.read_text(errors="replace").splitlines() if line.startswith("READY ")]
+        return lines[0].split(None, 1)[1].strip() if lines else ""
+
+    return eventually_blocking(
+        ready, f"the fake upstream's READY line (its output: {out}, {err})", within=START_TIMEOUT
+    )
 
 
 def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    end = time.monotonic() + START_TIMEOUT
-    last = "no answer yet"
-    while time.monotonic() < end:
+    def healthy() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"gateway exited with {proc.returncode} before /health answered\n{tail(log)}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-                last = f"status {resp.status}"
-        except urllib.error.HTTPError as exc:
-            last = f"status {exc.code}"
-        except OSError as exc:
-            last = repr(exc)
-        time.sleep(0.1)
-    pytest.fail(f"gateway /health not 200 within {START_TIMEOUT:.0f} s ({last})\ngateway output:\n{tail(log)}")
+                return bool(resp.status == 200)
+        except OSError:  # HTTPError among them: not yet
+            return False
+
+    eventually_blocking(healthy, f"the gateway's /health 200 (its output: {log})", within=START_TIMEOUT)
 
 
 def gateway_config(upstream_url: str) -> str:

@@ -4,6 +4,6 @@ Redis servers and clusters on free ports). The fake upstream lives in ``tests/fa
 
 What does not belong here: assertions about the gateway, or fixtures of one tier."""
 
-from tests.support.waiting import HANG_GUARD, eventually, eventually_blocking
+from tests.support.waiting import HANG_GUARD, eventually, eventually_blocking, turn
 
-__all__ = ["HANG_GUARD", "eventually", "eventually_blocking"]
+__all__ = ["HANG_GUARD", "eventually", "eventually_blocking", "turn"]

@@ -17,7 +17,6 @@ import pytest
 
 from tests.support.waiting import HANG_GUARD
 
-
 TURN = 1e-6  # seconds a turn of the loop takes on the virtual clock
 
 

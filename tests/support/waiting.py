@@ -49,3 +49,12 @@ def eventually_blocking(condition: Callable[[], T], what: str, *, within: float 
         time.sleep(step)
         step = min(step * 2, LAST)
     return last
+
+
+async def turn() -> None:
+    """One turn of the event loop, no clock: every callback ready now (a task just created, a future
+    just resolved) runs before this returns."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done

@@ -11,6 +11,7 @@ from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart
 from gateway.core.upstream import Call
 from gateway.routing.fanout import FanOut
+from tests.support import turn
 
 SEEDS = tuple(range(MAX_CHOICES))
 REQUEST = InternalRequest(
@@ -67,7 +68,7 @@ async def settle(inner: Held) -> None:
     while seen != inner.calls:
         seen = inner.calls
         for _ in range(5):
-            await asyncio.sleep(0)
+            await turn()
 
 
 async def test_a_seed_list_answer_keeps_its_calls_within_the_cap() -> None:

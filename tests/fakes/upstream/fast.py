@@ -286,12 +286,12 @@ class HttpProtocol(asyncio.Protocol):
         try:
             self.send(sse_head(close))
             if self.settings.ttft:
-                await asyncio.sleep(self.settings.ttft)
+                await asyncio.sleep(self.settings.ttft)  # deliberate: a model's time to its first token
             for i, frame in enumerate(stream.frames):
                 if self.closing:
                     return
                 if i and self.settings.gap:
-                    await asyncio.sleep(self.settings.gap)
+                    await asyncio.sleep(self.settings.gap)  # deliberate: a model's time per token
                 self.send(frame)
             self.send(stream.tail)
         finally:

@@ -10,7 +10,11 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``hang_before=S`` waits S seconds before answering.
 * ``hang_between=S`` and ``slow=S`` (the same delay) wait S seconds before every stream event after the
   first, ``[DONE]`` included; a non-streaming answer waits S per token.
+* ``end_after=S`` ends a stream's body (HTTP's last chunk) S seconds after its ``[DONE]``: vLLM's server
+  writes the end in a write of its own.
 * ``burst`` writes the whole stream at once, as a busy upstream's reads arrive.
+* ``probes_hang`` (in the server's own ``faults``): /health and /metrics never answer, as a starved
+  engine's; a prober's timeout is what ends the wait.
 * ``cached=N`` is no fault: the usage reports N of the prompt tokens as served from a prefix cache
   (``prompt_tokens_details.cached_tokens``, as OpenAI and vLLM report them).
 * ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
@@ -29,7 +33,7 @@ from tests.fakes.upstream.jobs import message_text
 FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
-    | {"burst", "id", "cached"}
+    | {"burst", "id", "cached", "probes_hang", "end_after"}
 )
 
 
@@ -44,6 +48,8 @@ class Faults:
     gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
     burst: bool = False
     cached: int = 0
+    probes_hang: bool = False
+    end_after: float = 0.0
 
     def injected(self) -> ApiError:
         headers = {"Retry-After": self.retry_after} if self.retry_after else {}
@@ -74,6 +80,8 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
             burst="burst" in fields,
             cached=int(fields.get("cached") or 0),
+            probes_hang="probes_hang" in fields,
+            end_after=float(fields.get("end_after") or 0),
         )
     except ValueError as exc:
         raise ApiError(500, f"fake upstream: bad fault marker value ({exc})") from None

@@ -31,6 +31,7 @@ class RecordedRequest:
     headers: dict[str, str]  # names lower-cased
     body: Any  # parsed JSON, or None when the body was empty or not JSON
     raw: bytes
+    peer_port: int = 0  # the client's port: which connection the request came on
 
 
 @dataclass
@@ -72,7 +73,7 @@ async def pause(request: web.Request, seconds: float) -> None:
         left = deadline - loop.time()
         if left <= 0:
             return
-        await asyncio.sleep(min(left, POLL_SECONDS))
+        await asyncio.sleep(min(left, POLL_SECONDS))  # deliberate: the hang or pace a fault asked for
     raise ClientGone
 
 
@@ -96,7 +97,8 @@ async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path.endswith("/completions"):
         raw = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
-        recorded = RecordedRequest(request.method, request.path, headers, try_json(raw), raw)
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        recorded = RecordedRequest(request.method, request.path, headers, try_json(raw), raw, peer[1] if peer else 0)
         request.app[STATE].requests.append(recorded)
     return await handler(request)
 
@@ -177,6 +179,7 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
         if wire.done:
             held.append(b"data: [DONE]\n\n")
         await response.write(b"".join(held))
+        await pause(request, faults.end_after)
         await response.write_eof()
     except (ConnectionError, ClientGone):
         state.cancelled += 1
@@ -211,7 +214,14 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
     return handle
 
 
+async def probe_faults(request: web.Request) -> None:
+    """A server started with ``probes_hang`` holds its probes until the prober hangs up."""
+    if parse_faults(request.app[STATE].faults, set()).probes_hang:
+        await asyncio.Event().wait()  # a deliberate hang, cut by the prober's timeout
+
+
 async def health(request: web.Request) -> web.Response:
+    await probe_faults(request)
     return web.Response()
 
 
@@ -253,6 +263,7 @@ async def detokenize_endpoint(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """The three load gauges a router scrapes (vLLM's names)."""
+    await probe_faults(request)
     state = request.app[STATE]
     lines = []
     for name, value in (
