@@ -18,7 +18,7 @@ from gateway.runtime.config import GatewayConfig, hash_key, parse_config
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, read
-from tests.support.gateways import Gateways
+from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisServer
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
@@ -82,6 +82,17 @@ async def gateways(tmp_path: Path) -> AsyncIterator[Gateways]:
     started = Gateways(tmp_path)
     yield started
     await started.close()
+
+
+@pytest.fixture
+async def serve(gateways: Gateways) -> Callable[..., Awaitable[Served]]:
+    """``serve(args, env, nofile=None)``: one ``llm-gateway serve`` (``nofile``: the (soft, hard)
+    descriptor limit it starts with), ready."""
+
+    async def start(args: list[str], env: dict[str, str], nofile: tuple[int, int] | None = None) -> Served:
+        return await gateways.start(*args, env=env, nofile=nofile)
+
+    return start
 
 
 @pytest.fixture

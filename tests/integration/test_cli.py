@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.runtime.config import hash_key
 from tests.fakes import upstream as fake
+from tests.integration.conftest import serve as serve  # the fixture, where other tests import it from
 from tests.support import eventually
-from tests.support.gateways import ROOT, Gateways, Served
+from tests.support.gateways import ROOT
 from tests.support.gateways import free_port as free_port  # the old names, while other tests import them here
 from tests.support.gateways import wait_healthy as wait_healthy
 
 K = 20
-
-
-@pytest.fixture
-async def serve(tmp_path: Path) -> AsyncIterator[Any]:
-    started = Gateways(tmp_path)
-
-    async def start(args: list[str], env: dict[str, str], nofile: tuple[int, int] | None = None) -> Served:
-        """``nofile``: the (soft, hard) descriptor limit the gateway starts with."""
-        return await started.start(*args, env=env, nofile=nofile)
-
-    yield start
-    await started.close()
 
 
 async def test_embedded_default_serves_local_vllm(serve: Any) -> None:

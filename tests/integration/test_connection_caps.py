@@ -12,8 +12,6 @@ from typing import Any
 
 import aiohttp
 
-from tests.integration.test_cli import serve  # noqa: F401 - the fixture
-
 CAP = 3
 CONFIG = (
     f"auth: none\nserver: {{max_connections_per_client: {CAP}, idle_timeout_seconds: 1}}\n"
@@ -35,10 +33,10 @@ async def ask(writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> byt
     return head + await reader.readexactly(length)
 
 
-async def test_connections_past_the_cap_get_429_and_the_rest_are_served(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_connections_past_the_cap_get_429_and_the_rest_are_served(serve: Any, tmp_path: Path) -> None:
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG.replace("idle_timeout_seconds: 1", "idle_timeout_seconds: 600"))
-    url, _ = await serve(["--config", str(cfg)], {})
+    url = (await serve(["--config", str(cfg)], {})).url
     held = [await connect(url) for _ in range(CAP)]
     for reader, writer in held:  # each is open and served: the cap counts them
         assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
@@ -70,12 +68,12 @@ async def test_connections_past_the_cap_get_429_and_the_rest_are_served(serve: A
         w.close()
 
 
-async def test_a_head_that_never_completes_is_closed(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_head_that_never_completes_is_closed(serve: Any, tmp_path: Path) -> None:
     """Bytes of a head arriving slowly do not extend the wait: the connection is closed at the idle
     timeout, with no answer (there is no request to answer)."""
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG)
-    url, _ = await serve(["--config", str(cfg)], {})
+    url = (await serve(["--config", str(cfg)], {})).url
     reader, writer = await connect(url)
     writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\n")
 
@@ -93,11 +91,11 @@ async def test_a_head_that_never_completes_is_closed(serve: Any, tmp_path: Path)
         writer.close()
 
 
-async def test_an_idle_connection_frees_its_place_under_the_cap(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_an_idle_connection_frees_its_place_under_the_cap(serve: Any, tmp_path: Path) -> None:
     """Connections left idle are closed at the idle timeout, and their places under the cap come back."""
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG)
-    url, _ = await serve(["--config", str(cfg)], {})
+    url = (await serve(["--config", str(cfg)], {})).url
     held = [await connect(url) for _ in range(CAP)]
     for reader, _ in held:  # the server closes each (EOF) once it has been idle for the timeout
         assert await asyncio.wait_for(reader.read(), BOUND) == b""
@@ -118,12 +116,12 @@ async def refused_503(url: str) -> dict[str, Any]:
     return error
 
 
-async def test_a_worker_past_its_connection_cap_answers_503(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_worker_past_its_connection_cap_answers_503(serve: Any, tmp_path: Path) -> None:
     """``server.max_connections`` counts every client's connections together; a place comes back when
     one closes."""
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG.replace(f"max_connections_per_client: {CAP}", "max_connections: 2").replace(": 1}", ": 600}"))
-    url, _ = await serve(["--config", str(cfg)], {})
+    url = (await serve(["--config", str(cfg)], {})).url
     held = [await connect(url) for _ in range(2)]
     for reader, writer in held:
         assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")
@@ -140,14 +138,14 @@ async def test_a_worker_past_its_connection_cap_answers_503(serve: Any, tmp_path
         w.close()
 
 
-async def test_the_default_cap_follows_the_descriptor_limit(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_the_default_cap_follows_the_descriptor_limit(serve: Any, tmp_path: Path) -> None:
     """Unset, the cap is what the descriptor limit carries with an upstream socket per connection: a
     gateway started with a soft limit of 200 and a hard one of 300 lifts the soft one to 300 and holds
     (300 - 128) // 2 = 86 connections; the 87th is refused, not left to fail on a descriptor."""
     cfg = tmp_path / "gw.yaml"
     # idle connections are not closed while the test opens the rest
     cfg.write_text(CONFIG.replace(f"{CAP}, idle_timeout_seconds: 1", "0, idle_timeout_seconds: 600"))
-    url, _ = await serve(["--config", str(cfg)], {}, nofile=(200, 300))
+    url = (await serve(["--config", str(cfg)], {}, nofile=(200, 300))).url
     held = [await connect(url) for _ in range(86)]
     for reader, writer in held:
         assert (await ask(writer, reader)).startswith(b"HTTP/1.1 200")

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from gateway.web.listener import BACKLOG
-from tests.integration.test_cli import serve  # noqa: F401 - the fixture
 
 BURST = 512  # four times aiohttp's default backlog, well under ours
 BOUND = 30  # seconds: a failure guard, never reached when the gateway behaves
@@ -29,11 +28,12 @@ def somaxconn() -> int:
     not Path("/proc/sys/net/core/somaxconn").exists() or somaxconn() < BURST,
     reason="the kernel caps every backlog below the burst",
 )
-async def test_a_burst_waits_in_the_accept_queue_while_the_worker_is_stopped(serve: Any, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_burst_waits_in_the_accept_queue_while_the_worker_is_stopped(serve: Any, tmp_path: Path) -> None:
     assert BACKLOG >= BURST
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(CONFIG)
-    url, proc = await serve(["--config", str(cfg)], {})
+    gw = await serve(["--config", str(cfg)], {})
+    url, proc = gw.url, gw.proc
     host, port = url.removeprefix("http://").split(":")
     loop = asyncio.get_running_loop()
     socks = [socket.socket() for _ in range(BURST)]
