@@ -79,6 +79,7 @@ class ChatRequest(Knobs):
     logprobs: bool | None = False
     top_logprobs: int | None = 0
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
 
 
 class TokenizeRequest(_Lenient):

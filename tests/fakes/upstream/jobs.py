@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.fakes.upstream.bodies import (
@@ -24,11 +25,17 @@ from tests.fakes.upstream.model import (
     MAX_MODEL_LEN,
     VOCAB_SIZE,
     Choice,
+    Sampling,
     TokenLogprob,
     Vocabulary,
     generate,
     token_logprob,
+    tokenize,
 )
+
+# The token strings every fake server has seen, shared as replicas of one model share a tokenizer:
+# a prompt of token ids that one server's answer ended (a resumed stream) reads the same on another.
+SHARED_VOCABULARY = Vocabulary()
 
 
 @dataclass
@@ -38,7 +45,7 @@ class Engine:
     models: tuple[str, ...]
     strict_models: bool = False  # unknown models answer 404 (vLLM) rather than being served anyway
     context: int = MAX_MODEL_LEN
-    vocab: Vocabulary = field(default_factory=Vocabulary)
+    vocab: Vocabulary = field(default_factory=lambda: SHARED_VOCABULARY)
 
     def check_model(self, model: str | None) -> None:
         if self.strict_models and model is not None and model not in self.models:
@@ -88,6 +95,32 @@ class Job:
         return usage
 
 
+class Memory:
+    """The prompts recently answered, shared by every fake server (replicas of one model share its
+    weights): a prompt that is an earlier prompt followed by the start of its answer (a stream resumed
+    elsewhere: vLLM's completion from prompt plus the tokens sent, or a chat's partial assistant
+    message with ``continue_final_message``) is answered with the rest of that answer, as a
+    deterministic model would continue it."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.prompts: deque[Prompt] = deque(maxlen=size)
+
+    def answer(self, p: Prompt, s: Sampling, index: int) -> Choice:
+        for earlier in reversed(self.prompts):
+            if len(p.text) > len(earlier.text) and p.text.startswith(earlier.text):
+                rest = p.text[len(earlier.text) :]
+                k = len(tokenize(rest))
+                whole = generate(earlier.answer_key, len(earlier.ids), replace(s, max_tokens=s.max_tokens + k), index)
+                if "".join(step.text for step in whole.steps[:k]) == rest and len(whole.steps) > k:
+                    return Choice(whole.steps[k:])
+        if p not in self.prompts:
+            self.prompts.append(p)
+        return generate(p.answer_key, len(p.ids), s, index)
+
+
+MEMORY = Memory()
+
+
 def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, request_id: str, **extra: Any) -> Job:
     n = 1 if req.n is None else req.n
     requested: int | None = req.max_tokens
@@ -96,9 +129,7 @@ def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, 
         requested = req.max_completion_tokens or req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     samplings = [build_sampling(req, len(p.ids), requested, logprobs, engine.context) for p in prompts]
-    choices = tuple(
-        generate(p.answer_key, len(p.ids), s, j) for p, s in zip(prompts, samplings, strict=True) for j in range(n)
-    )
+    choices = tuple(MEMORY.answer(p, s, j) for p, s in zip(prompts, samplings, strict=True) for j in range(n))
     options = req.stream_options or StreamOptions()
     return Job(
         id=f"{id_prefix}-{request_id}",
@@ -142,8 +173,15 @@ def message_text(content: str | list[dict[str, Any]] | None) -> str:
     return content or ""
 
 
-def render_chat(messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-    """The fake's chat template: ``<|role|>`` then the text, one message a line."""
+def render_chat(
+    messages: Sequence[ChatMessage], add_generation_prompt: bool = True, continue_final_message: bool = False
+) -> str:
+    """The fake's chat template: ``<|role|>`` then the text, one message a line; a final message to
+    continue is left open, as the generation prompt would have opened its answer (``<|role|>``, then
+    its text as the model wrote it)."""
+    if continue_final_message and messages:
+        *messages, last = messages
+        return render_chat(messages, False) + f"<|{last.role}|>" + message_text(last.content)
     lines = "".join(f"<|{m.role}|> {message_text(m.content)}\n" for m in messages)
     return lines + ("<|assistant|>" if add_generation_prompt else "")
 
@@ -169,9 +207,14 @@ def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
     req = parse(ChatRequest, body)
     check_request_level(req)
     engine.check_model(req.model)
-    text = render_chat(req.messages, req.add_generation_prompt)
+    if req.continue_final_message and (req.add_generation_prompt or not req.messages):
+        # vLLM's check (serving_chat): the two ask for different things
+        raise invalid("Cannot set both `continue_final_message` and `add_generation_prompt` to True.", None)
+    text = render_chat(req.messages, req.add_generation_prompt, req.continue_final_message)
     role = "assistant" if req.add_generation_prompt or not req.messages else req.messages[-1].role
     last = req.messages[-1] if req.messages else None
     echo = message_text(last.content) if req.echo and last is not None and last.role == role else ""
+    if req.continue_final_message:
+        return make_job(engine, req, [Prompt(text, engine.vocab.encode(text))], "chatcmpl", request_id, role=role)
     prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
     return make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
