@@ -26,7 +26,7 @@ from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
-from gateway.routing import dispatch
+from gateway.routing import dispatch, resume
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import InFlight, RequestLog
@@ -208,7 +208,15 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             if plan.over is not None:
                 log.budget_exceeded = plan.over.scope
             try:
-                call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
+                team_policy = gen.policies.teams.get(principal.team)
+                call = Call(
+                    rid,
+                    deadline,
+                    resolved.route.upstream_model,
+                    request.headers.get(SESSION_HEADER),
+                    ttft=team_policy.ttft if team_policy is not None else None,
+                    resume=resume.wanted(request.headers.get(resume.HEADER)),
+                )
                 if ireq.stream:
                     opened = await dispatch.open_stream(gen.models, resolved.route, ireq, call, log.attempt)
                     log.observe(opened[0])
