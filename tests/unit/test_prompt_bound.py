@@ -82,6 +82,41 @@ CHAT_PLACES: dict[str, Any] = {
         },
     },
 }
+# Anthropic Messages: system blocks, content blocks, tool results and uses, tools' input schemas.
+QUESTION = {"role": "user", "content": "q"}
+USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
+
+
+def messages_body(**fields: Any) -> dict[str, Any]:
+    return {"max_tokens": 10, "messages": [QUESTION], **fields}
+
+
+def tool_result(content: Any) -> dict[str, Any]:
+    return messages_body(
+        messages=[QUESTION, USE, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", **content}]}]
+    )
+
+
+CHAT_PLACES |= {
+    "messages system": lambda x: messages_body(system=x),
+    "messages system blocks": lambda x: messages_body(
+        system=[{"type": "text", "text": "a"}, {"type": "text", "text": x}]
+    ),
+    "messages text block": lambda x: messages_body(
+        messages=[{"role": "user", "content": [{"type": "text", "text": x}]}]
+    ),
+    "messages tool result": lambda x: tool_result({"content": x}),
+    "messages tool result blocks": lambda x: tool_result({"content": [{"type": "text", "text": x}]}),
+    "messages tool use input": lambda x: messages_body(
+        messages=[
+            QUESTION,
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": x}}]},
+        ]
+    ),
+    "messages tool schema": lambda x: messages_body(
+        tools=[{"name": "f", "description": x, "input_schema": {"type": "object", "description": x}}]
+    ),
+}
 COMPLETION_PLACES: dict[str, Any] = {
     "prompt": lambda x: {"prompt": x},
     "batch": lambda x: {"prompt": ["a", x]},
