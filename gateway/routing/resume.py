@@ -213,7 +213,8 @@ def stitched(events: list[StreamEvent], sent: int) -> list[StreamEvent]:
 class Resumed:
     """One continuation, for logs, metrics and the scorecard."""
 
-    target: str
+    broken: str  # the target that broke
+    target: str  # the one that continued
     cause: str  # the break's error code
     lost: float  # seconds from the break to the continuation's first event
     tokens: int  # completion tokens the client had at the break
@@ -263,7 +264,8 @@ class Resumer:
                 if isinstance(exc, UpstreamRejected):
                     break  # the continuation itself was refused: another target would refuse it too
                 continue
-            self.record.append(Resumed(upstream.name, err.code, time.perf_counter() - began, progress.sent))
+            lost = time.perf_counter() - began
+            self.record.append(Resumed(broken.name, upstream.name, err.code, lost, progress.sent))
             log.info(
                 "stream resumed on %s after %d tokens (%s at %s)", upstream.name, progress.sent, err.code, broken.name
             )

@@ -40,6 +40,7 @@ async def test_a_broken_stream_continues_on_the_next_target(gateway: GatewayFact
     healthy = await upstream("vllm")
     want = await unbroken(gateway, healthy)
     gw = await gateway(pair(broken, healthy))
+    resumes = resumed_count(fault.partition("_")[0])
     ids_by_dialect = {}
     for ingress in INGRESSES:
         before = len(healthy.requests)
@@ -57,6 +58,21 @@ async def test_a_broken_stream_continues_on_the_next_target(gateway: GatewayFact
         ids_by_dialect[ingress.name] = isinstance(body["prompt"], list)
     # the decoded streams asked for ids; OpenAI's relayed one shows none, so it continues from text
     assert ids_by_dialect["friendli"] and not ids_by_dialect["openai"], ids_by_dialect
+    await gw.session.get(gw.url + "/metrics")  # the backlog drains before a scrape
+    assert resumed_count(fault.partition("_")[0]) == resumes + len(INGRESSES)
+
+
+CAUSES = {"reset": "upstream_failed", "stall": "upstream_timeout", "error": "upstream_failed"}
+
+
+def resumed_count(fault: str) -> float:
+    """Resumes counted for the break ``fault`` causes, over every target."""
+    return sum(
+        s.value
+        for metric in m.RESUMES.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and s.labels["cause"] == CAUSES[fault]
+    )
 
 
 async def test_a_chat_continues_its_partial_assistant_message(gateway: GatewayFactory, upstream: Any) -> None:
