@@ -21,6 +21,7 @@ from adapters.watch import StreamIdle, StreamWatch
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    UpstreamCredentials,
     UpstreamFailed,
     UpstreamMalformed,
     UpstreamRejected,
@@ -275,6 +276,8 @@ class HTTPUpstream:
         body = self.wire.encode(req, model)
         url, data = self.target.base_url + path, pydantic_core.to_json(body)
         key = self.secret.value
+        if key is None and self.secret.problem is not None:
+            raise UpstreamCredentials(f"target '{self.name}' has no usable key ({self.secret.problem})")
         resp = await self._send(url, data, self._headers(key, req, call))
         if resp.status in (401, 403) and self.secret.renewed(key):
             # The key was rotated under us (a Secret mount updated before our poll saw it): once more
@@ -324,7 +327,9 @@ class HTTPUpstream:
             message, param = upstream_message(raw)
             if resp.status in (401, 403):
                 # The upstream refused the gateway's own credentials: a deployment fault, not the client's.
-                raise UpstreamFailed(f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})")
+                raise UpstreamCredentials(
+                    f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})"
+                )
             if resp.status < 500 and resp.status != 408:
                 err = UpstreamRejected(f"upstream rejected the request: {message}", status=resp.status, param=param)
                 retry_after = resp.headers.get("Retry-After")

@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import GatewayError, NoHealthyTarget, NotFound
+from gateway.core.errors import GatewayError, NoHealthyTarget, NotFound, UpstreamCredentials
 from gateway.core.records import record
 from gateway.core.upstream import Upstream
 
@@ -33,13 +33,14 @@ class Health:
     failures: int = 0
     cool_until: float = 0.0
     cause: str = ""  # the last failure's message: a cooling target's 503 says what is wrong with it
+    code: str = ""  # the last failure's error code
 
     def available(self, now: float) -> bool:
         return now >= self.cool_until
 
     def failed(self, now: float, err: GatewayError | None = None) -> bool:
         if err is not None:
-            self.cause = err.message
+            self.cause, self.code = err.message, err.code
         self.failures += 1
         if self.failures >= FAILURES_TO_COOL:
             self.failures = 0
@@ -161,6 +162,14 @@ class ModelTable:
 
     def succeeded(self, upstream: Upstream) -> None:
         self._health(upstream).succeeded()
+
+    def keys_changed(self) -> list[str]:
+        """An upstream key was re-read with a new value: targets cooling because their key was refused
+        get the next request at once (refused again, they cool again). The targets released."""
+        released = [n for n, h in self.health.items() if h.cool_until and h.code == UpstreamCredentials.code]
+        for name in released:
+            self.health[name] = Health()
+        return released
 
     def public_names(self) -> list[str]:
         return sorted(self.routes)

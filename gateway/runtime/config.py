@@ -27,6 +27,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.runtime.keyfile import KeyProblem, read_key_file, usable_key
 from gateway.runtime.spend import Budget, SpendSettings, price_problem
 
 
@@ -366,17 +367,22 @@ def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapp
     for where, var in named:
         if var is not None and not environ.get(var):
             raise ConfigError(f"{source}: {where}: {_unset(var, environ)}")
+        try:
+            usable_key(environ.get(var or "", "").encode("utf-8", "surrogateescape"))
+        except KeyProblem as exc:
+            raise ConfigError(f"{source}: {where}: ${var} is not a usable key: {exc}") from None
     for m in config.models:
         for i, t in enumerate(m.targets):
             if t.api_key_file is not None:
+                where = f"{source}: models[{m.name!r}].targets[{i}].api_key_file"
                 try:
-                    empty = not Path(t.api_key_file).read_text().strip()
+                    empty = read_key_file(t.api_key_file) is None
                 except OSError as exc:
-                    raise ConfigError(
-                        f"{source}: models[{m.name!r}].targets[{i}].api_key_file: cannot read: {exc.strerror}"
-                    ) from None
+                    raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+                except KeyProblem as exc:
+                    raise ConfigError(f"{where}: not a usable key: {exc}") from None
                 if empty:
-                    raise ConfigError(f"{source}: models[{m.name!r}].targets[{i}].api_key_file: the file is empty")
+                    raise ConfigError(f"{where}: the file is empty")
     try:
         keyed = [team.id for team in config.teams if key_hashes(team, environ)]
     except ConfigError as exc:

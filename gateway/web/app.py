@@ -33,8 +33,9 @@ from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
 from gateway.web import admin, ops, reload, spend, status
+from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
-from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
+from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 log = logging.getLogger("gateway")
@@ -303,6 +304,7 @@ def create_app(
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
+    app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
     ops.install(app, config)
     admin.install(app)
     app.router.add_get("/status", status.status)

@@ -326,6 +326,8 @@ def request_id(headers: Mapping[str, str]) -> str:
 def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
     raw = headers.get(dialect.auth_header)
     token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
+    if raw is None and dialect.bearer_too:  # Anthropic's SDKs send x-api-key or, now, a bearer token
+        token = bearer_token(headers.get("authorization"))
     team = headers.get(dialect.team_header) if dialect.team_header else None
     return token, team or None
 
