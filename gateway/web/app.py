@@ -168,7 +168,13 @@ def build_table(config: GatewayConfig, catch_all: Target | None = None, builder:
             build.upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
             for i, t in enumerate(entry.targets)
         ]
-        route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
+        route = Route(
+            entry.name,
+            upstreams,
+            [t.weight for t in entry.targets],
+            resume=entry.resume,
+            max_resumes=entry.max_resumes,
+        )
         for name in (entry.name, *entry.aliases):
             routes[name] = route
     vendors = {name: build.upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}

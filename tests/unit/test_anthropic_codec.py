@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.core.errors import InvalidRequest, RateLimited, UpstreamFailed
+from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, UpstreamFailed
 from gateway.core.request import Feature
 from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
 from gateway.dialects import ANTHROPIC
@@ -187,3 +187,8 @@ def test_errors_in_anthropics_envelope() -> None:
         "type": "error",
         "error": {"type": "api_error", "message": "x"},
     }
+
+
+def test_gateway_503_is_anthropics_529_overloaded() -> None:
+    reply = ANTHROPIC.error(NoHealthyTarget("all cooling"))
+    assert (reply.status, reply.body["error"]["type"]) == (529, "overloaded_error")

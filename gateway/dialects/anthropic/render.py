@@ -45,8 +45,13 @@ def error_object(err: GatewayError) -> dict[str, JSON]:
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
+# Anthropic answers "overloaded" with its own 529, which its SDKs raise as ``OverloadedError`` and retry.
+OVERLOADED = 529
+
+
 def anthropic_error(err: GatewayError) -> ErrorReply:
-    return ErrorReply(err.status, error_object(err), retry_headers(err))
+    status = OVERLOADED if err.status == 503 else err.status
+    return ErrorReply(status, error_object(err), retry_headers(err))
 
 
 def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
