@@ -151,6 +151,13 @@ class UpstreamTimeout(UpstreamError):
     retryable = True
 
 
+class FirstTokenTimeout(UpstreamTimeout):
+    """The target answered, but no token came within its first-token deadline (``ttft``): tried
+    elsewhere before anything reached the client, and counted apart from connect and idle bounds."""
+
+    code = "first_token_timeout"
+
+
 class NoHealthyTarget(UpstreamError):
     status = 503
     code = "no_healthy_target"

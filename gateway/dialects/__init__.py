@@ -6,6 +6,7 @@ renders internal answers in its own shape, and (for upstream vendors) serves the
 
 from __future__ import annotations
 
+from gateway.dialects.anthropic import ANTHROPIC
 from gateway.dialects.base import Dialect
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
@@ -14,6 +15,6 @@ from gateway.dialects.sgp import SGP_V4, SGP_V5
 
 OPENAI = OpenAIDialect(friendli=FRIENDLI, octoai=OCTOAI)
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, FRIENDLI, FRIENDLI_2024, SGP_V4, SGP_V5, OCTOAI)}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENAI, FRIENDLI, FRIENDLI_2024, SGP_V4, SGP_V5, OCTOAI, ANTHROPIC)}
 
-__all__ = ["DIALECTS", "FRIENDLI", "FRIENDLI_2024", "OCTOAI", "OPENAI", "SGP_V4", "SGP_V5", "Dialect"]
+__all__ = ["ANTHROPIC", "DIALECTS", "FRIENDLI", "FRIENDLI_2024", "OCTOAI", "OPENAI", "SGP_V4", "SGP_V5", "Dialect"]

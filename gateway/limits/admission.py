@@ -45,6 +45,7 @@ class TeamPolicy:
     deadline: float | None = None  # default request deadline, seconds
     budget: planning.Budgets = ()  # the team's budget rules and limits (``spend.rules``)
     key_budget: planning.Budgets = ()  # each key's
+    ttft: float | None = None  # ceiling on each target's first-token deadline, seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ class Route:
     weights: list[float]
     upstream_model: str | None = None  # set for vendor routes built from a ``vendor/model`` name
     label: str = ""  # bounded metric label: the configured name, ``vendor/*`` or ``local``
+    resume: bool | None = None  # mid-stream resume (``routing/resume.py``): None = where a target can
+    max_resumes: int = 2
 
     def __post_init__(self) -> None:
         self.label = self.label or self.public

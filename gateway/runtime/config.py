@@ -50,6 +50,9 @@ class Timeouts(_Model):
     first_byte: Annotated[float, Field(gt=0)] = 120.0
     idle: Annotated[float, Field(gt=0)] = 60.0
     total: Annotated[float, Field(gt=0)] = 600.0
+    # a stream's first token (not its head) within this long, or the next target is tried before
+    # anything reaches the client; None: only first_byte bounds the wait
+    ttft: Annotated[float, Field(gt=0)] | None = None
     # An idle pooled upstream connection is dropped after this long: sooner than the upstream drops
     # it (uvicorn, so ``vllm serve``, after 5 s), or a request may be sent on a connection being closed.
     keepalive: Annotated[float, Field(gt=0)] = 4.0
@@ -167,6 +170,10 @@ class ModelEntry(_Model):
     name: str
     aliases: tuple[str, ...] = ()
     targets: Annotated[tuple[Target, ...], Field(min_length=1)]
+    # a stream that breaks after its first byte continues on a target that can continue it (vLLM):
+    # None = on when one of the targets can; the X-Gateway-Resume header decides per request
+    resume: bool | None = None
+    max_resumes: Annotated[int, Field(ge=0, le=16)] = 2  # continuations of one request at most
 
 
 class KeyEntry(_Model):
@@ -199,6 +206,7 @@ class Team(_Model):
     limits: Limits = Limits()  # for the whole team, across replicas
     key_limits: Limits = Limits()  # for each key of the team
     deadline: Annotated[float, Field(gt=0)] | None = None  # default request deadline (s)
+    ttft: Annotated[float, Field(gt=0)] | None = None  # ceiling on every target's first-token deadline (s)
     budget: Budget | None = None  # spend of the whole team, across replicas
     key_budget: Budget | None = None  # spend of each key of the team
 

@@ -41,7 +41,7 @@ from gateway.limits.plan import Plan
 from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
-from gateway.routing import dispatch
+from gateway.routing import dispatch, resume
 from gateway.routing.table import Route
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
@@ -211,7 +211,15 @@ async def call(ex: Exchange) -> web.StreamResponse:
     """The upstream call (``gateway.routing.dispatch``: target order, feature fit, fallbacks before the
     first byte); then the stream relayed, or the whole answer rendered."""
     route, ireq, log = ex.route, ex.ireq, ex.log
-    call = Call(log.rid, ex.deadline, route.upstream_model, ex.request.headers.get(SESSION_HEADER))
+    headers, team = ex.request.headers, ex.gen.policies.teams.get(ex.principal.team)
+    call = Call(
+        log.rid,
+        ex.deadline,
+        route.upstream_model,
+        headers.get(SESSION_HEADER),
+        ttft=team.ttft if team is not None else None,
+        resume=resume.wanted(headers.get(resume.HEADER)),
+    )
     if ireq.stream:
         opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
         log.observe(opened[0])
@@ -326,6 +334,8 @@ def request_id(headers: Mapping[str, str]) -> str:
 def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
     raw = headers.get(dialect.auth_header)
     token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
+    if raw is None and dialect.bearer_too:  # Anthropic's SDKs send x-api-key or, now, a bearer token
+        token = bearer_token(headers.get("authorization"))
     team = headers.get(dialect.team_header) if dialect.team_header else None
     return token, team or None
 

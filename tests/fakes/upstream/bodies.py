@@ -75,6 +75,8 @@ class CompletionRequest(Knobs):
 
 class ChatRequest(Knobs):
     messages: list[ChatMessage]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = 0

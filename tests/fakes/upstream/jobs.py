@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -26,6 +28,7 @@ from tests.fakes.upstream.model import (
     VOCAB_SIZE,
     Choice,
     Sampling,
+    Step,
     TokenLogprob,
     Vocabulary,
     generate,
@@ -64,6 +67,14 @@ class Prompt:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The one tool call a chat answer makes instead of text (``tool_job``)."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     id: str
     created: int
@@ -82,6 +93,7 @@ class Job:
     prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
     seed: int | None = None
     cached: int = 0  # prompt tokens reported as served from a prefix cache (the ``cached`` marker)
+    tool_call: ToolCall | None = None  # the answer calls this tool; its steps are the arguments' pieces
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.n]
@@ -217,4 +229,40 @@ def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
     if req.continue_final_message:
         return make_job(engine, req, [Prompt(text, engine.vocab.encode(text))], "chatcmpl", request_id, role=role)
     prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
-    return make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
+    job = make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
+    return tool_job(job, req, last)
+
+
+def chosen_tool(req: ChatRequest) -> dict[str, Any] | None:
+    """The tool a model with vLLM's auto tool choice would call: the named one, else the first."""
+    if not req.tools or req.tool_choice == "none":
+        return None
+    functions = [t.get("function") or {} for t in req.tools]
+    if isinstance(req.tool_choice, dict):
+        name = (req.tool_choice.get("function") or {}).get("name")
+        return next((f for f in functions if f.get("name") == name), None)
+    return functions[0]
+
+
+def tool_arguments(fn: dict[str, Any], word: str) -> str:
+    """Arguments that fit the tool's schema: each string property the answer's first word, each number 1."""
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    values = {"string": word, "integer": 1, "number": 1, "boolean": True}
+    return json.dumps({name: values.get(p.get("type")) for name, p in props.items() if isinstance(p, dict)})
+
+
+def tool_job(job: Job, req: ChatRequest, last: ChatMessage | None) -> Job:
+    """A chat with tools whose last message is the user's calls a tool (a tool's result gets text),
+    streaming the arguments in three pieces; ``n`` is 1 in such requests."""
+    fn = chosen_tool(req)
+    if fn is None or last is None or last.role != "user":
+        return job
+    word = (job.choices[0].text.split() or ["x"])[0]
+    args = tool_arguments(fn, word)
+    cuts = [0, len(args) // 3, 2 * len(args) // 3, len(args)]
+    pieces = [args[a:b] for a, b in itertools.pairwise(cuts)]
+    steps = tuple(
+        Step(i, piece, "tool_calls" if i == len(pieces) - 1 else None, None, None) for i, piece in enumerate(pieces)
+    )
+    call = ToolCall(f"call_{job.id[-8:]}", str(fn.get("name") or ""))
+    return replace(job, choices=(Choice(steps),), tool_call=call)
