@@ -73,22 +73,30 @@ def resumed_count(fault: str) -> float:
     )
 
 
-async def test_a_chat_continues_its_partial_assistant_message(gateway: GatewayFactory, upstream: Any) -> None:
-    broken = await upstream("vllm", faults="[[fault:reset_after=3]]")
-    healthy = await upstream("vllm")
+@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+async def test_a_chat_continues_its_partial_assistant_message(
+    gateway: GatewayFactory, upstream: Any, kind: str
+) -> None:
+    """vLLM continues the partial message with continue_final_message; Anthropic as its prefill."""
+    broken = await upstream(kind, faults="[[fault:reset_after=3]]")
+    healthy = await upstream(kind)
+    pair_ = config([{"name": "m", "targets": [target(broken, kind, weight=1e6), target(healthy, kind, weight=1e-6)]}])
     body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16, "stream": True}
     body["stream_options"] = {"include_usage": True}
     headers = {"Authorization": f"Bearer {fake_key()}"}
     answers = []
-    for cfg in (config([{"name": "m", "targets": [target(healthy, "vllm")]}]), pair(broken, healthy)):
+    for cfg in (config([{"name": "m", "targets": [target(healthy, kind)]}]), pair_):
         gw = await gateway(cfg)
         async with gw.session.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as resp:
             answers.append(await resp.read())
     want, got = (chat_reading(raw) for raw in answers)
     assert got == want and want[0], (answers[1], answers[0])
     sent = healthy.requests[-1].body
-    assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
     assert sent["messages"][-1]["role"] == "assistant" and sent["messages"][-1]["content"]
+    if kind == "vllm":
+        assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+    else:
+        assert "continue_final_message" not in sent
 
 
 def fake_key() -> str:

@@ -19,7 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from backends.replicas import read_gauges
+from backends.replicas import ReplicaPool
+from gateway.obs import metrics as m
 from tests.integration.dialect_clients import BY_NAME, KEY, Ingress
 from tests.vllm.conftest import running_vllm
 from tests.vllm.pools import pool_gateway
@@ -29,7 +30,7 @@ TOKENS, BREAK_AT = 300, 50
 CHAT = Ingress("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, {})
 # each streaming dialect, with what makes a greedy answer run to its length (ignore_eos where the
 # dialect has it, Friendli's min_tokens; SGP has neither, and the tiny model's greedy answer runs on)
-DIALECTS = {
+DIALECTS: dict[str, tuple[Ingress, dict[str, Any]]] = {
     "openai": (BY_NAME["openai"], {"ignore_eos": True}),
     "openai-chat": (CHAT, {"ignore_eos": True}),
     "friendli": (BY_NAME["friendli"], {"min_tokens": TOKENS}),
@@ -73,12 +74,12 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]
 
 
 @contextlib.asynccontextmanager
-async def gateway(replicas: list[Replica]) -> AsyncIterator[str]:
+async def gateway(replicas: list[Replica]) -> AsyncIterator[tuple[str, ReplicaPool]]:
     servers = [r.up() for r in replicas]
-    pool = {"provider": "vllm", "replicas": [s.url for s in servers], "model": "tiny"}
+    pool: dict[str, Any] = {"provider": "vllm", "replicas": [s.url for s in servers], "model": "tiny"}
     pool |= {"balance": {"strategy": "round-robin"}, "timeouts": {"idle": 3, "first_byte": 60, "total": 120}}
-    async with pool_gateway(pool, KEY) as (url, _):
-        yield url
+    async with pool_gateway(pool, KEY) as served:
+        yield served
 
 
 def request(ingress: Ingress, extra: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -95,14 +96,15 @@ def tokens_in(data: dict[str, Any]) -> list[str]:
     return [c.get("text") or (c.get("delta") or {}).get("content") or "" for c in data.get("choices") or ()]
 
 
-async def serving(session: aiohttp.ClientSession, replicas: list[Replica]) -> Replica:
-    """The replica running the request: the one whose engine counts one running."""
-    for r in replicas:
-        assert r.server is not None
-        async with session.get(r.server.base + "/metrics") as resp:
-            if read_gauges(await resp.text()).get("running", 0) >= 1:
-                return r
-    raise AssertionError("no replica is running the request")
+def serving(pool: ReplicaPool, replicas: list[Replica]) -> Replica:
+    """The replica the stream is on: the one the pool counts a stream in flight to."""
+    (url,) = (s.url for s in pool.states if s.in_flight)
+    (replica,) = (r for r in replicas if r.server is not None and r.server.url == url)
+    return replica
+
+
+def resumes() -> float:
+    return sum(s.value for metric in m.RESUMES.collect() for s in metric.samples if s.name.endswith("_total"))
 
 
 async def stream(
@@ -139,23 +141,26 @@ async def test_a_stream_whose_replica_dies_arrives_whole(
     replicas: list[Replica], dialect: str, sig: signal.Signals
 ) -> None:
     ingress, extra = DIALECTS[dialect]
-    async with aiohttp.ClientSession() as session, gateway(replicas) as url:
+    async with aiohttp.ClientSession() as session, gateway(replicas) as (url, pool):
         want = await stream(session, url, ingress, extra)
         assert want[1] and not want[3] and len(want[0]) > 0, want
         stopped: list[Replica] = []
 
         async def fault() -> None:
-            victim = await serving(session, replicas)
+            victim = serving(pool, replicas)
             victim.signal(sig)
             stopped.append(victim)
 
+        before = resumes()
         try:
             got = await stream(session, url, ingress, extra, fault)
+            await session.get(url + "/metrics")  # the request's record is drained before a scrape
         finally:
             for r in stopped:
                 if sig == signal.SIGSTOP:
                     r.signal(signal.SIGCONT)
     assert stopped, "the stream ended before the fault"
+    assert resumes() == before + 1, "the fault came after the replica had sent the whole answer"
     text, finishes, usage, error, done = got
     assert not error and text == want[0] and finishes == want[1] and done == want[4], (got, want)
     if usage is not None or want[2] is not None:
