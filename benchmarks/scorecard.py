@@ -35,8 +35,25 @@ from benchmarks.procs import ROOT
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.conftest import config, target
-from tests.integration.dialect_clients import INGRESSES, Ingress, frames
+from tests.integration.dialect_clients import INGRESSES, KEY, Ingress, frames
 
+
+@dataclass(frozen=True)
+class ChatIngress(Ingress):
+    """A chat client: OpenAI's chat completions, or Anthropic's Messages."""
+
+    def request(self, model: str, prompt: str, stream: bool, **fields: Any) -> tuple[str, dict[str, str], Any]:
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], **fields, "stream": stream}
+        if stream and self.name == "openai-chat":
+            body["stream_options"] = {"include_usage": True}
+        return self.path, {"Content-Type": "application/json", **self.headers}, body
+
+
+CLIENTS = [
+    *INGRESSES,
+    ChatIngress("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, {}),
+    ChatIngress("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, {}),
+]
 OUTCOMES = ("rescued exact", "rescued with gap", "clean error", "false ending", "hang")
 TIMEOUTS = {"connect": 1, "first_byte": 5, "idle": 0.5, "total": 30, "ttft": 0.5}
 PROMPT = "tell me a story"
@@ -85,6 +102,13 @@ def read_stream(ingress: Ingress, raw: bytes) -> Reading:
         chunk = json.loads(data)
         if "error" in chunk or chunk.get("object") == "error" or chunk.get("event") == "error":
             error = True
+        kind = chunk.get("type")  # Anthropic's named events
+        if kind == "content_block_delta":
+            text += chunk["delta"].get("text") or ""
+        elif kind == "message_delta":
+            finish, usage = bool(chunk["delta"].get("stop_reason")), chunk.get("usage")
+        elif kind == "message_stop":
+            done = True
         if chunk.get("event") == "token_sampled":
             text += chunk["text"]
         if chunk.get("event") == "complete":
@@ -103,8 +127,12 @@ def read_whole(status: int, raw: bytes) -> Reading:
     if status != 200:
         return Reading(False, True, "", None)
     body = json.loads(raw)
+    if "content" in body:  # Anthropic's message
+        text = "".join(b.get("text") or "" for b in body["content"])
+        return Reading(bool(body.get("stop_reason")), False, text, body.get("usage"))
     choice = body["choices"][0]
-    return Reading(bool(choice.get("finish_reason")), False, choice.get("text") or "", body.get("usage"))
+    text = choice.get("text") or (choice.get("message") or {}).get("content") or ""
+    return Reading(bool(choice.get("finish_reason")), False, text, body.get("usage"))
 
 
 def judge(got: Reading | None, want: Reading) -> str:
@@ -151,9 +179,9 @@ async def row(session: aiohttp.ClientSession, fault: Fault, setup: str, patience
         gateway = await serve(config([{"name": "m", "targets": targets}]))
         servers.append(gateway)
         outcomes = {}
-        for ingress in INGRESSES:
+        for ingress in CLIENTS:
             want = await ask(session, str(reference.make_url("")), ingress, fault.stream, patience)
-            assert want is not None and want.complete, f"the unbroken run failed for {ingress.name}"
+            assert want is not None and want.complete and want.text, f"the unbroken run failed for {ingress.name}"
             got = await ask(session, str(gateway.make_url("")), ingress, fault.stream, patience)
             outcomes[ingress.name] = judge(got, want)
         return outcomes
@@ -165,7 +193,7 @@ async def row(session: aiohttp.ClientSession, fault: Fault, setup: str, patience
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    dialects = [i.name for i in INGRESSES]
+    dialects = [i.name for i in CLIENTS]
     lines = [
         measured(meta),
         "",
@@ -194,7 +222,8 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"{fault.name:28} {setup:7} {dict(Counter(outcomes.values()))}", flush=True)
     meta = basic_meta("python -m benchmarks.scorecard")
     meta["note"] = (
-        "Each dialect's client (completions, greedy, 16 tokens) against the fake upstream's vLLM stand-in "
+        "Each dialect's client (greedy, 16 tokens; chat for openai-chat and anthropic, completions for the "
+        "others) against the fake upstream's vLLM stand-in "
         f"with the fault injected into the first target; timeouts {TIMEOUTS}; hang = no end within "
         f"{args.patience:g} s."
     )
