@@ -120,7 +120,10 @@ def estimate_prompt(request: InternalRequest) -> int:
 
 
 def estimate_tokens(request: InternalRequest, prompt: int) -> int:
-    """The prompt's estimate plus the most the answer may use, for every choice."""
+    """The prompt's estimate plus the most the answer may use, for every choice (an embedding's
+    answer is vectors: no tokens)."""
+    if request.operation is Operation.EMBEDDING:
+        return prompt
     most = request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
     return prompt + most * request.choice_count
 

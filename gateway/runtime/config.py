@@ -166,6 +166,16 @@ class ModelEntry(_Model):
     name: str
     aliases: tuple[str, ...] = ()
     targets: Annotated[tuple[Target, ...], Field(min_length=1)]
+    # what the model serves: chat (and completions, responses) or embeddings; the other is a named 400
+    kind: Literal["chat", "embedding"] = "chat"
+
+
+class ResponsesStore(_Model):
+    """Stored Responses (``store``, ``previous_response_id``): in Redis when configured, else in process."""
+
+    ttl_seconds: Annotated[float, Field(gt=0)] = 30 * 24 * 3600.0  # as OpenAI keeps them: 30 days
+    # what one team may keep, in bytes of stored JSON: past it, its oldest stored responses go first
+    max_bytes_per_team: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
 
 
 class KeyEntry(_Model):
@@ -313,6 +323,7 @@ class GatewayConfig(_Model):
     admin: Admin = Admin()
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
     reload: Reload = Reload()
+    responses: ResponsesStore = ResponsesStore()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

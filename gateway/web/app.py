@@ -32,7 +32,7 @@ from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, spend, status
+from gateway.web import admin, ops, reload, responses, spend, status, stored
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
@@ -167,7 +167,7 @@ def build_table(config: GatewayConfig, catch_all: Target | None = None, builder:
             build.upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
             for i, t in enumerate(entry.targets)
         ]
-        route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
+        route = Route(entry.name, upstreams, [t.weight for t in entry.targets], kind=entry.kind)
         for name in (entry.name, *entry.aliases):
             routes[name] = route
     vendors = {name: build.upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
@@ -223,6 +223,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         budget=builder.budget,
         audit=AuditTrail(client),
         routing=routing,
+        conversations=stored.build(client, config.responses),
     )
 
 
@@ -301,6 +302,7 @@ def create_app(
     reload.install(app, reload.Reloader(gw, config_path, siblings, rebuild))
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
+    app.router.add_routes(responses.routes())
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
     ops.install(app, config)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.routing import dispatch
+from gateway.routing.table import check_kind
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import InFlight, RequestLog
@@ -46,6 +48,7 @@ class RouteSpec:
     dialect: Dialect
     operation: Operation
     flavour: str = ""
+    kept: bool = False  # answers are stored for later requests (Responses' ``store``: ``stored.py``)
 
 
 def request_id(headers: Mapping[str, str]) -> str:
@@ -100,7 +103,10 @@ async def relay(
     opened: tuple[list[StreamEvent], AsyncIterator[list[StreamEvent]]],
     rid: str,
     log: RequestLog,
+    before_end: Callable[[], Awaitable[None]] | None = None,
 ) -> web.StreamResponse:
+    """``before_end``: awaited once the stream's end is encoded, before it is sent (what the end
+    reports is stored by then)."""
     first, events = opened
     log.first_byte()
     headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
@@ -131,6 +137,8 @@ async def relay(
                     await resp.write(out)
                     out = b""
         tail = out + encoder.end()
+        if before_end is not None:
+            await before_end()
     except GatewayError as err:
         log.failed(err)
         tail = out + encoder.error(err)  # first events held for the rest of their read go first
@@ -185,7 +193,10 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
             log.principal = principal
             ireq = dialect.parse(spec.operation, data, spec.flavour)
             log.model = ireq.model
+            if spec.kept:  # a stored chain's turns go before this one's input
+                ireq = await gw.conversations.recall(principal.team, ireq)
             resolved = gen.models.resolve(ireq.model)
+            check_kind(resolved.route, ireq.operation)
             log.model_label = resolved.route.label
             load = gw.load.of(resolved.route.label)
             load.in_flight.n += 1
@@ -209,13 +220,16 @@ def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
                 log.budget_exceeded = plan.over.scope
             try:
                 call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
+                keep = functools.partial(gw.conversations.keep, principal.team, ireq) if spec.kept else None
                 if ireq.stream:
                     opened = await dispatch.open_stream(gen.models, resolved.route, ireq, call, log.attempt)
                     log.observe(opened[0])
-                    return await relay(request, dialect, ireq, opened, rid, log)
+                    return await relay(request, dialect, ireq, opened, rid, log, keep)
                 completion = await dispatch.complete(gen.models, resolved.route, ireq, call, log.attempt)
                 log.completed(completion)
                 body = dumps(dialect.render(ireq, completion))
+                if keep is not None:
+                    await keep()
                 headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
                 if log.budget_exceeded:
                     headers[BUDGET_HEADER] = log.budget_exceeded
