@@ -8,6 +8,7 @@ What a vendor's upstream is sent and how its answers read is its ``Wire`` (sans-
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +22,7 @@ from adapters.watch import StreamIdle, StreamWatch
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    UpstreamCredentials,
     UpstreamFailed,
     UpstreamMalformed,
     UpstreamRejected,
@@ -275,6 +277,8 @@ class HTTPUpstream:
         body = self.wire.encode(req, model)
         url, data = self.target.base_url + path, pydantic_core.to_json(body)
         key = self.secret.value
+        if key is None and self.secret.problem is not None:
+            raise UpstreamCredentials(f"target '{self.name}' has no usable key ({self.secret.problem})")
         resp = await self._send(url, data, self._headers(key, req, call))
         if resp.status in (401, 403) and self.secret.renewed(key):
             # The key was rotated under us (a Secret mount updated before our poll saw it): once more
@@ -324,7 +328,9 @@ class HTTPUpstream:
             message, param = upstream_message(raw)
             if resp.status in (401, 403):
                 # The upstream refused the gateway's own credentials: a deployment fault, not the client's.
-                raise UpstreamFailed(f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})")
+                raise UpstreamCredentials(
+                    f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})"
+                )
             if resp.status < 500 and resp.status != 408:
                 err = UpstreamRejected(f"upstream rejected the request: {message}", status=resp.status, param=param)
                 retry_after = resp.headers.get("Retry-After")
@@ -481,6 +487,37 @@ class HTTPUpstream:
             return pydantic_core.from_json(data.decode("utf-8", errors="replace"))
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
+
+    def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
+        """Chunks this target's stream relayed as they came, read back as events: what the client
+        has of a stream that broke (``gateway/routing/resume.py``)."""
+        decoder, parser = self.wire.reader(dataclasses.replace(request, relay=None)), SSEParser()
+        events: list[StreamEvent] = []
+        for raw in relayed:
+            for event in parser.feed(raw):
+                if event.data != b"[DONE]":
+                    events += decoder.decode(self._chunk(event.data))
+        return events
+
+    async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
+        """A completion prompt's token ids, from the server's ``/tokenize`` (vLLM's; special tokens
+        added, as to a text prompt): a resumed answer continues from them and its output's ids."""
+        req, model = self._prepare(request, call)
+        url = self.target.base_url.removesuffix("/v1") + "/tokenize"
+        body = {"model": model, "prompt": req.prompts[0]}
+        try:
+            async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
+                headers = self._headers(self.secret.value, req, call)
+                async with self.session.post(url, json=body, headers=headers, allow_redirects=False) as resp:
+                    if resp.status != 200:
+                        raise UpstreamFailed(f"target '{self.name}': /tokenize answered {resp.status}")
+                    data = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise UpstreamFailed(f"target '{self.name}': /tokenize failed ({type(exc).__name__})") from None
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise UpstreamMalformed(f"target '{self.name}': /tokenize answered without token ids")
+        return tokens
 
     async def list_models(self) -> list[str]:
         try:

@@ -230,6 +230,38 @@ class ReplicaPool:
             "replica %s failed before the first byte (%s: %s); trying another", state.label, err.code, err.message
         )
 
+    def _broke(self, i: int, err: GatewayError) -> None:
+        """A replica's stream broke after its first byte: passed over for a while, so that a resumed
+        stream (``gateway/routing/resume.py``), whose prompt leads back to it, goes elsewhere."""
+        state = self.states[i]
+        state.cool_until = time.monotonic() + FAILURE_COOLDOWN
+        self.balancer.prefixes.forget(i)
+        log.warning("replica %s broke off a stream (%s: %s)", state.label, err.code, err.message)
+
+    def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
+        """Relayed chunks read back (every replica speaks the target's wire)."""
+        replay = getattr(self.members[0], "replay", None)
+        if replay is None:
+            raise UpstreamFailed(f"target '{self.name}' cannot read back its relayed chunks")
+        events: list[StreamEvent] = replay(request, relayed)
+        return events
+
+    async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
+        """A prompt's token ids from the first healthy replica that tokenizes it."""
+        err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica tokenizes")
+        now = time.monotonic()
+        for state, member in zip(self.states, self.members, strict=True):
+            tokenize = getattr(member, "prompt_ids", None)
+            if tokenize is None or not state.healthy or state.cool_until > now:
+                continue
+            try:
+                ids: list[int] = await tokenize(request, call)
+            except GatewayError as exc:
+                err = exc
+                continue
+            return ids
+        raise err
+
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         lease = f"{self._lease_id}:{next(self._serial)}"
         try:
@@ -283,8 +315,12 @@ class ReplicaPool:
                     continue
                 self.balancer.record(hashes, i)
                 yield first
-                async for batch in events:
-                    yield batch
+                try:
+                    async for batch in events:
+                        yield batch
+                except GatewayError as err:
+                    self._broke(i, err)
+                    raise
                 return
             finally:
                 state.in_flight -= 1

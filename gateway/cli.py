@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from gateway.cli_admin import keys_cmd, spend_cmd, teams_cmd
@@ -372,6 +373,30 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def schemas() -> dict[str, Any]:
+    """The config file's JSON Schema, with the providers this gateway has."""
+    from adapters import PROVIDERS
+    from backends import ENGINES
+    from gateway.runtime.schema import config_schema
+
+    return config_schema(PROVIDERS, ENGINES)
+
+
+def config_schema_cmd(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.runtime.schema import chart_schema, dumps
+
+    schema = schemas()
+    if args.chart is None:
+        print(dumps(schema), end="")
+        return 0
+    path = Path(args.chart)
+    path.write_text(dumps(chart_schema(json.loads(path.read_text()), schema)))
+    print(f"{path}: config checked against the gateway's config schema")
+    return 0
+
+
 def hash_key_cmd(args: argparse.Namespace) -> int:
     secret = sys.stdin.readline().strip()
     if not secret:
@@ -419,6 +444,14 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("file", help="the config file (YAML)")
     c.set_defaults(func=check_config)
+    cs = sub.add_parser(
+        "config-schema",
+        help="print the config file's JSON Schema",
+        description="Print the config file's JSON Schema (for editors); with --chart, write it into a Helm "
+        "chart's values.schema.json as the schema of its `config` value.",
+    )
+    cs.add_argument("--chart", help="a values.schema.json to update in place (default: print the schema)")
+    cs.set_defaults(func=config_schema_cmd)
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
     admin = argparse.ArgumentParser(add_help=False)

@@ -19,6 +19,7 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     └── UpstreamError                  the upstream's answer, split in two:
         ├── UpstreamRejected    4xx    it refused the request: the client's status is kept
         ├── UpstreamFailed      502    5xx, reset, malformed answer: retryable before the first byte
+        │   └── UpstreamCredentials 502  the gateway's own key for the target is refused or unusable
         ├── UpstreamTimeout     504    connect / first-byte / idle / total timeout
         └── NoHealthyTarget     503    every target of the model is cooling down
 
@@ -137,10 +138,24 @@ class UpstreamMalformed(UpstreamFailed):
     code = "upstream_malformed"
 
 
+class UpstreamCredentials(UpstreamFailed):
+    """The target refused the gateway's own key, or the key's source holds nothing usable: a deployment
+    fault, never the client's; its message names the target and the reason, never the key."""
+
+    code = "upstream_credentials"
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
     retryable = True
+
+
+class FirstTokenTimeout(UpstreamTimeout):
+    """The target answered, but no token came within its first-token deadline (``ttft``): tried
+    elsewhere before anything reached the client, and counted apart from connect and idle bounds."""
+
+    code = "first_token_timeout"
 
 
 class NoHealthyTarget(UpstreamError):

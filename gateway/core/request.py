@@ -73,6 +73,7 @@ class Feature(StrEnum):
     AUDIO = "audio"
     PREDICTION = "prediction"
     REASONING = "reasoning"
+    THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
     EXTRA_BODY = "extra_body"
     EXTRA_HEADERS = "extra_headers"
     EMBEDDING = "embedding"  # vectors, not text: only targets that serve an embeddings API

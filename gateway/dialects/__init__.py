@@ -6,6 +6,7 @@ renders internal answers in its own shape, and (for upstream vendors) serves the
 
 from __future__ import annotations
 
+from gateway.dialects.anthropic import ANTHROPIC
 from gateway.dialects.base import Dialect
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
@@ -17,10 +18,11 @@ from gateway.dialects.sgp import SGP_V4, SGP_V5
 OPENAI = OpenAIDialect(friendli=FRIENDLI, octoai=OCTOAI)
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OPENAI, FRIENDLI, FRIENDLI_2024, SGP_V4, SGP_V5, OCTOAI, RESPONSES, EMBEDDINGS)
+    d.name: d for d in (OPENAI, FRIENDLI, FRIENDLI_2024, SGP_V4, SGP_V5, OCTOAI, ANTHROPIC, RESPONSES, EMBEDDINGS)
 }
 
 __all__ = [
+    "ANTHROPIC",
     "DIALECTS",
     "EMBEDDINGS",
     "FRIENDLI",

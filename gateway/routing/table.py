@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import GatewayError, InvalidRequest, NoHealthyTarget, NotFound
+from gateway.core.errors import GatewayError, InvalidRequest, NoHealthyTarget, NotFound, UpstreamCredentials
 from gateway.core.records import record
 from gateway.core.request import Operation
 from gateway.core.upstream import Upstream
@@ -34,13 +34,14 @@ class Health:
     failures: int = 0
     cool_until: float = 0.0
     cause: str = ""  # the last failure's message: a cooling target's 503 says what is wrong with it
+    code: str = ""  # the last failure's error code
 
     def available(self, now: float) -> bool:
         return now >= self.cool_until
 
     def failed(self, now: float, err: GatewayError | None = None) -> bool:
         if err is not None:
-            self.cause = err.message
+            self.cause, self.code = err.message, err.code
         self.failures += 1
         if self.failures >= FAILURES_TO_COOL:
             self.failures = 0
@@ -59,6 +60,8 @@ class Route:
     weights: list[float]
     upstream_model: str | None = None  # set for vendor routes built from a ``vendor/model`` name
     label: str = ""  # bounded metric label: the configured name, ``vendor/*`` or ``local``
+    resume: bool | None = None  # mid-stream resume (``routing/resume.py``): None = where a target can
+    max_resumes: int = 2
     kind: str | None = None  # "chat" or "embedding", as configured; None: a name routed by its form
 
     def __post_init__(self) -> None:
@@ -174,6 +177,14 @@ class ModelTable:
 
     def succeeded(self, upstream: Upstream) -> None:
         self._health(upstream).succeeded()
+
+    def keys_changed(self) -> list[str]:
+        """An upstream key was re-read with a new value: targets cooling because their key was refused
+        get the next request at once (refused again, they cool again). The targets released."""
+        released = [n for n, h in self.health.items() if h.cool_until and h.code == UpstreamCredentials.code]
+        for name in released:
+            self.health[name] = Health()
+        return released
 
     def public_names(self) -> list[str]:
         return sorted(self.routes)

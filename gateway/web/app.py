@@ -33,8 +33,9 @@ from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
 from gateway.web import admin, ops, reload, responses, spend, status, stored
+from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
-from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
+from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 log = logging.getLogger("gateway")
@@ -167,7 +168,14 @@ def build_table(config: GatewayConfig, catch_all: Target | None = None, builder:
             build.upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
             for i, t in enumerate(entry.targets)
         ]
-        route = Route(entry.name, upstreams, [t.weight for t in entry.targets], kind=entry.kind)
+        route = Route(
+            entry.name,
+            upstreams,
+            [t.weight for t in entry.targets],
+            resume=entry.resume,
+            max_resumes=entry.max_resumes,
+            kind=entry.kind,
+        )
         for name in (entry.name, *entry.aliases):
             routes[name] = route
     vendors = {name: build.upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
@@ -305,6 +313,7 @@ def create_app(
     app.router.add_routes(responses.routes())
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
+    app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
     ops.install(app, config)
     admin.install(app)
     app.router.add_get("/status", status.status)

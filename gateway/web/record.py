@@ -234,6 +234,8 @@ class RequestLog:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
         if self.attempt.failed:  # every failed try, fallbacks included: which target, and how
             fields["failures"] = [f"{target}: {code}" for target, code in self.attempt.failed]
+        if self.attempt.resumed:  # each continuation: where it broke, why, and where it went on
+            fields["resumes"] = [f"{r.broken} -> {r.target}: {r.cause} after {r.tokens}" for r in self.attempt.resumed]
         if not logs.put_line(fields):
             self.logger.info("request", extra={"fields": fields})
 
@@ -264,6 +266,9 @@ class RequestLog:
             m.COOLDOWNS.labels(target).inc()
         for target, code in self.attempt.failed:
             m.UPSTREAM_FAILURES.labels(target, code).inc()
+        for r in self.attempt.resumed:
+            m.RESUMES.labels(r.broken, r.cause).inc()
+            m.RESUME_LOST.labels(r.broken).observe(r.lost)
         for feature in self.attempt.dropped:
             m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
 

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.dialects import FRIENDLI, OPENAI, SGP_V4, SGP_V5
+from gateway.dialects import ANTHROPIC, FRIENDLI, OPENAI, SGP_V4, SGP_V5
+from gateway.dialects.anthropic import CountTokensBody, MessagesBody
 from gateway.dialects.base import Dialect
 from gateway.dialects.friendli.schema import FriendliChatBody, FriendliCompletionBody
 from gateway.dialects.octoai import OctoChatBody, OctoExtras
@@ -35,12 +36,13 @@ from tests.integration.dialect_clients import BEARER, KEY
 
 JSON = Any
 ANSWER_TIMEOUT = 20.0  # seconds: a hang, not a slow answer, on a busy machine
-# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 10,000-request
-# acceptance run over the ten paths (CONTRIBUTING.md).
+# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 12,000-request
+# acceptance run over the twelve paths (CONTRIBUTING.md).
 EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "60"))
 OPENAI_H = {**BEARER, "Content-Type": "application/json"}
 FRIENDLI_H = {**OPENAI_H, "X-Friendli-Team": "team1"}
 SGP_H = {"x-api-key": KEY, "x-selected-account-id": "team1", "Content-Type": "application/json"}
+ANTHROPIC_H = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ PATHS = [
     Path("/v4/beta/chat/completions", SGP_H, SGP_V4, True, CHAT_FIELDS),
     Path("/v5/completions", SGP_H, SGP_V5, False, COMPLETION_FIELDS),
     Path("/v5/chat/completions", SGP_H, SGP_V5, True, CHAT_FIELDS),
+    Path("/v1/messages", ANTHROPIC_H, ANTHROPIC, True, names(MessagesBody)),
+    Path("/v1/messages/count_tokens", ANTHROPIC_H, ANTHROPIC, True, names(CountTokensBody)),
 ]
 
 
@@ -157,7 +161,7 @@ def encode(body: JSON) -> bytes:
 
 
 def base(p: Path) -> dict[str, JSON]:
-    body: dict[str, JSON] = {"model": "m", "max_tokens": 4}
+    body: dict[str, JSON] = {"model": "m"} if p.path.endswith("count_tokens") else {"model": "m", "max_tokens": 4}
     return body | ({"messages": [{"role": "user", "content": "hi"}]} if p.chat else {"prompt": "hi"})
 
 
@@ -197,6 +201,10 @@ def named(reply: JSON, dialect: str) -> str | None:
         else:
             assert detail[0]["loc"][0] == "body" and isinstance(detail[0]["msg"], str)
             field = detail[0]["loc"][1] if len(detail[0]["loc"]) > 1 else None
+    elif dialect == "anthropic":  # no field of its own: the message quotes it
+        assert reply["type"] == "error" and isinstance(reply["error"]["message"], str), reply
+        assert reply["error"]["type"].endswith("_error") or reply["error"]["type"] == "request_too_large"
+        field = None
     elif dialect == "octoai":
         assert reply["object"] == "error" and isinstance(reply["message"], str)
         field = reply["param"]

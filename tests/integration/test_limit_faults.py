@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import redis_client
-from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.backlog import Backlog
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import MAX_TOKENS, Settlement
@@ -76,11 +76,11 @@ async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(
     admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
         for reported in (1e20, float("inf"), -5.0, float("nan")):
-            plan = await admission.admit("a", "k1", REQUEST, None)
+            plan = await admission.admit(Ask("a", "k1", REQUEST))
             admission.release(plan, 3, reported)  # type: ignore[arg-type]  # what a lax decoder may pass
             await admission._settle_pending()
         assert limiter.up and limiter.held() == 0
-        await admission.admit("b", "k1", REQUEST, None)  # 503 before: the breaker had opened
+        await admission.admit(Ask("b", "k1", REQUEST))  # 503 before: the breaker had opened
         usage = await usage_of(peek, "a")
         assert usage["requests"] == 4 and usage["completion_tokens"] == 2 * MAX_TOKENS
         assert await peek.zcard("llmgw:{a}:conc") == 0
@@ -94,13 +94,13 @@ async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisSe
     shut, other teams are admitted, and the call's slot is still released (its usage counted as dropped)."""
     admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
-        plan = await admission.admit("a", "k1", REQUEST, None)
+        plan = await admission.admit(Ask("a", "k1", REQUEST))
         assert await peek.zcard("llmgw:{a}:conc") == 1
         dropped = metrics.USAGE_DROPPED.n
         # past the clamp: HINCRBY refuses a count beyond 64 bits
         await limiter.settle([Settlement(plan, 0, 0, 10**20)])
         assert limiter.up and limiter.held() == 1 and metrics.USAGE_DROPPED.n == dropped + 1
-        await admission.admit("b", "k1", REQUEST, None)
+        await admission.admit(Ask("b", "k1", REQUEST))
         await limiter.settle([])  # the settler's next round sends the lease release alone
         assert limiter.held() == 0 and await peek.zcard("llmgw:{a}:conc") == 0
     finally:
@@ -114,7 +114,7 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
     admission, limiter, client = admission_on(server.url, {"conc": "closed"}, timeout_ms=100)
     try:
         async with running(admission):
-            plans = [await admission.admit("a", "k1", REQUEST, None) for _ in range(2)]
+            plans = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]
             assert await peek.zcard("llmgw:{a}:conc") == 2
             # paused clients' commands wait, and are dropped with their connection when it closes
             await peek.execute_command("CLIENT", "PAUSE", "500", "ALL")
@@ -132,7 +132,7 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
 
             assert await until(freed, 2), "the slots should come back soon, not at the lease TTL"
             assert limiter.held() == 0
-            await admission.admit("a", "k1", REQUEST, None)
+            await admission.admit(Ask("a", "k1", REQUEST))
     finally:
         await client.aclose()
 
@@ -145,12 +145,12 @@ async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_l
     admission, limiter, client = admission_on(server.url, {})
     try:
         async with running(admission):
-            await admission.admit("a", "k1", REQUEST, None)  # connected before the outage
+            await admission.admit(Ask("a", "k1", REQUEST))  # connected before the outage
             server.stop()
             with caplog.at_level(logging.INFO, logger="gateway.limits"):
                 for _ in range(60):
                     for team in ("a", "b"):
-                        plan = await admission.admit(team, "k1", REQUEST, None)
+                        plan = await admission.admit(Ask(team, "k1", REQUEST))
                         await asyncio.sleep(0)
                         admission.release(plan, 2, 3)
                     await asyncio.sleep(0.005)  # settler rounds in between: one batch each

@@ -24,6 +24,11 @@ from tests.integration.test_cli import ROOT, end, free_port, wait_healthy
 
 ADMIN = "admin-secret-for-reload"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+BOMB = (
+    b"a0: &a0 [l, l, l, l, l, l, l, l]\n"
+    + b"".join(b"a%d: &a%d [%s]\n" % (i, i, b", ".join([b"*a%d" % (i - 1)] * 8)) for i in range(1, 10))
+    + b"models: *a9\n"
+)  # billion laughs: 8 ** 10 values once expanded
 LOAD_KEY, GONE_KEY, LIMITED_KEY, STEADY_KEY = "key-load", "key-gone", "key-limited", "key-steady"
 CLIENTS = 4
 AFTER = 15  # requests each load client sends once the reload is done
@@ -234,11 +239,15 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
                 "(known: friendli, mock, octoai, openai, sgp, sgp-v4, vllm, vllm-engine)"
             )
             assert await ask(session, url, LOAD_KEY) == 200
+            for raw, reason in [(b"models: [\xff]\n", "not UTF-8"), (BOMB, "aliases are expanded")]:
+                cfg.write_bytes(raw)  # each refused by name, never as an internal error
+                async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                    assert r.status == 422 and reason in (await r.json())["error"]["message"]
             cfg.write_text(good + "teams: oops\n")  # the last ``teams`` wins: not a list
             proc.send_signal(signal.SIGHUP)
 
             async def refused_twice() -> bool:
-                return await metric(session, url, "gateway_config_reloads_total", result="refused") == 2
+                return await metric(session, url, "gateway_config_reloads_total", result="refused") == 4
 
             await until(refused_twice, "the SIGHUP reload refused")
             assert await ask(session, url, LOAD_KEY, stream=True) == 200
@@ -246,13 +255,13 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
                 entries = (await r.json())["entries"]
             assert [(e["admin"], e["action"], e["result"]) for e in entries] == [
                 ("sighup", "config.reload", "refused"),
-                (hash_key(ADMIN)[:8], "config.reload", "refused"),
+                *[(hash_key(ADMIN)[:8], "config.reload", "refused")] * 3,
             ]
-            assert "unknown provider" in entries[1]["reason"] and entries[0]["time"].endswith("Z")
+            assert "unknown provider" in entries[3]["reason"] and entries[0]["time"].endswith("Z")
             async with session.get(url + "/admin/audit") as r:
                 assert r.status == 401
         warned = [a for a in log_lines(await stopped(proc, log)) if a.get("event") == "config_reload"]
-        assert [w["result"] for w in warned] == ["refused", "refused"] and warned[1]["by"] == "sighup"
+        assert [w["result"] for w in warned] == ["refused"] * 4 and warned[3]["by"] == "sighup"
 
 
 def put(path: Path, text: str) -> None:

@@ -28,7 +28,7 @@ import yaml
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
 from gateway.limits import redis_client
-from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.budgets import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
@@ -363,13 +363,13 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
     admission, limiter, client = outage_admission(server.url, "open")
     try:
         async with running(admission):
-            await admission.admit("a", "k1", request, None, model="m", targets=targets)  # connected before the outage
-            await closed.admit("a", "k1", request, None, model="m", targets=targets)
+            await admission.admit(Ask("a", "k1", request, model="m", targets=targets))  # connected before the outage
+            await closed.admit(Ask("a", "k1", request, model="m", targets=targets))
             server.stop()
             with pytest.raises(LimitsUnavailable, match="spend cannot be checked"):
-                await closed.admit("a", "k1", request, None, model="m", targets=targets)
+                await closed.admit(Ask("a", "k1", request, model="m", targets=targets))
             for _ in range(5):
-                plan = await admission.admit("a", "k1", request, None, model="m", targets=targets)
+                plan = await admission.admit(Ask("a", "k1", request, model="m", targets=targets))
                 assert admission.release(plan, 3, 7, 0, "m", "up") == cost(3, 7)
             assert not limiter.up
             await until(lambda: limiter.held() == 5 and not admission.pending)
@@ -510,9 +510,9 @@ async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisSe
         return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
 
     try:
-        await admission.admit("a", "k1", request, None)  # loads the script
+        await admission.admit(Ask("a", "k1", request))  # loads the script
         before = await calls()
-        plans = [await admission.admit("a", "k1", request, None) for _ in range(10)]
+        plans = [await admission.admit(Ask("a", "k1", request)) for _ in range(10)]
         assert await calls() - before == 10
         assert all(len(p.checks) == 5 and p.spent for p in plans)
     finally:

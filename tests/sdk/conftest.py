@@ -29,8 +29,9 @@ KEY = "gw-test-0123456789abcdef"
 TEAM = "team1"
 OTHER_TEAM = "team2"
 MODEL = "tiny"
+DEAD_MODEL = "dead"
 START_TIMEOUT = 30.0
-ENVS_TIMEOUT = 1800.0  # a cold build of all seven venvs takes a minute or two; a slow index, longer
+ENVS_TIMEOUT = 1800.0  # a cold build of all eight venvs takes a minute or two; a slow index, longer
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
@@ -130,6 +131,8 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def gateway_config(upstream_url: str) -> str:
+    """``tiny`` on the fake upstream; ``DEAD_MODEL`` on a port nothing listens on (it cools down after
+    three failures: the overloaded cases)."""
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     return f"""models:
   - name: {MODEL}
@@ -137,6 +140,11 @@ def gateway_config(upstream_url: str) -> str:
       - provider: openai
         base_url: {upstream_url}
         model: {MODEL}
+  - name: {DEAD_MODEL}
+    targets:
+      - provider: openai
+        base_url: http://127.0.0.1:{free_port()}/v1
+        model: {DEAD_MODEL}
 teams:
   - id: {TEAM}
     keys:

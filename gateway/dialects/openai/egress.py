@@ -203,6 +203,12 @@ def finish_from(value: JSON) -> FinishReason | None:
     return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
 
 
+def stop_string(choice: JSON) -> str | None:
+    """vLLM's ``stop_reason``: the stop string that ended a choice (a token id is no string)."""
+    reason = choice.get("stop_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam: bool = False) -> Completion:
     """``prompt_logprobs``: the answer's prompt logprobs open each choice's logprobs (OctoAI's
     ``loglikelihood``); ``beam``: vLLM's beams, best first, become the one answer (Friendli 2024)."""
@@ -236,6 +242,7 @@ def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam
                 role,
                 tools,
                 reasoning,
+                stop_string(c),
             )
         )
     return Completion(
@@ -424,7 +431,7 @@ class ChunkDecoder:
             reason = finish_from(c.get("finish_reason"))
             if reason is not None:
                 self.finished = True
-                events.append(Finish(index, reason, c.get("seed")))
+                events.append(Finish(index, reason, c.get("seed"), stop_string(c)))
         if data.get("usage") is not None:  # most chunks carry none, or null
             self.usage = usage_from(data["usage"]) or self.usage
         return events

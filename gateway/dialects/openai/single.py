@@ -24,6 +24,7 @@ class SinglePathDialect:
     streamer: Callable[[InternalRequest], StreamEncoder]
     auth_header: ClassVar[str] = "authorization"
     team_header: ClassVar[str] = "openai-organization"
+    bearer_too: ClassVar[bool] = False
 
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> Dialect:
         return self

@@ -7,6 +7,12 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``reset_after=3`` streams three token chunks, then drops the connection (no ``[DONE]``); on a
   non-streaming request it drops the connection instead of answering.
 * ``error_after=2`` streams two token chunks, then vLLM's in-stream error event (after the 200).
+* ``stall_after=2`` streams two token chunks, then sends nothing more until the client hangs up (a
+  stalled or SIGSTOPped server: the connection stays open).
+* ``first_token=S`` sends the response head at once, then waits S seconds before the first event
+  (a server that is up but slow to its first token).
+* ``truncate`` answers a whole body cut in the middle: its ``Content-Length`` promised the whole,
+  then the connection drops (``truncate=chunked``: a chunked body that stops without its last chunk).
 * ``hang_before=S`` waits S seconds before answering.
 * ``hang_between=S`` and ``slow=S`` (the same delay) wait S seconds before every stream event after the
   first, ``[DONE]`` included; a non-streaming answer waits S per token.
@@ -29,7 +35,7 @@ from tests.fakes.upstream.jobs import message_text
 FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
-    | {"burst", "id", "cached"}
+    | {"burst", "id", "cached", "stall_after", "first_token", "truncate"}
 )
 
 
@@ -44,6 +50,9 @@ class Faults:
     gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
     burst: bool = False
     cached: int = 0
+    stall_after: int | None = None
+    first_token: float = 0.0
+    truncate: str | None = None  # "length" (a Content-Length the body falls short of) or "chunked"
 
     def injected(self) -> ApiError:
         headers = {"Retry-After": self.retry_after} if self.retry_after else {}
@@ -74,6 +83,9 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
             burst="burst" in fields,
             cached=int(fields.get("cached") or 0),
+            stall_after=int(fields["stall_after"]) if "stall_after" in fields else None,
+            first_token=float(fields.get("first_token") or 0),
+            truncate=(fields["truncate"] or "length") if "truncate" in fields else None,
         )
     except ValueError as exc:
         raise ApiError(500, f"fake upstream: bad fault marker value ({exc})") from None

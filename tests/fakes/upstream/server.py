@@ -21,6 +21,7 @@ from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job, ren
 from tests.fakes.upstream.wire import WIRES, Chunk, Wire
 
 POLL_SECONDS: Final = 0.02
+STALL_SECONDS: Final = 3600.0  # ``stall_after``: longer than any test waits
 JSON = dict[str, Any]
 
 
@@ -155,7 +156,7 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
     try:
         await response.prepare(request)
         for n, item in enumerate(chunks):
-            await pause(request, faults.gap if n else 0)
+            await pause(request, faults.gap if n else faults.first_token)
             sent.append(wire.dumps(item.payload).encode())
             event = b"data: " + sent[-1] + b"\n\n"
             if faults.burst:
@@ -167,6 +168,8 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
                 return abort(request, response)
             if faults.error_after is not None and tokens_sent >= faults.error_after:
                 break
+            if faults.stall_after is not None and tokens_sent >= faults.stall_after:
+                await pause(request, STALL_SECONDS)  # until the client hangs up
         if faults.reset_after is not None:
             return abort(request, response)
         await pause(request, faults.gap)
@@ -181,6 +184,19 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
     except (ConnectionError, ClientGone):
         state.cancelled += 1
     return response
+
+
+async def truncated(request: web.Request, body: bytes, how: str) -> web.StreamResponse:
+    """Half of ``body``, then the connection dropped: with a ``Content-Length`` that promised all of
+    it, or as a chunked body that never sends its last chunk."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    if how == "chunked":
+        response.enable_chunked_encoding()
+    else:
+        response.content_length = len(body)
+    await response.prepare(request)
+    await response.write(body[: len(body) // 2])
+    return abort(request, response)
 
 
 def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
@@ -203,6 +219,8 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
         await pause(request, faults.gap * max(len(c.steps) for c in job.choices))
         if faults.reset_after is not None:
             return abort(request)
+        if faults.truncate is not None:
+            return await truncated(request, wire.dumps(wire.body(job, chat)).encode(), faults.truncate)
         response = web.Response(text=wire.dumps(wire.body(job, chat)), content_type="application/json")
         for name, value in wire.headers:
             response.headers.add(name, value)
