@@ -131,8 +131,8 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     url = request.getfixturevalue("redis_server").url if backend == "redis" else None
     server, _, gw = await spend_gateway(gateway, upstream, url, budget={"amount": "0.004"})
     month_end = iso(calendar("month", ZoneInfo(ZONE), time.time())[1], ZoneInfo(ZONE))
-    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00031 EUR
-    for ingress in INGRESSES:  # a worst case of 0.00391 EUR: within the budget, not within what is left
+    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00033 EUR
+    for ingress in INGRESSES:  # a worst case of 0.00393 EUR: within the budget, not within what is left
         answer = await gw.send(without_team(ingress), "m", "x", False, max_tokens=130)
         assert answer.status == 429, (ingress.name, answer.raw)
         assert b"budget of 0.004000 EUR per month" in answer.raw and month_end.encode() in answer.raw, answer.raw
@@ -140,12 +140,12 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 429
         assert resp.headers["X-Budget-Reset"] == month_end
-        assert Decimal("0.00369") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00391")
+        assert Decimal("0.00367") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00393")
         assert int(resp.headers["Retry-After"]) >= 1
         assert (await resp.json())["error"]["type"] == "rate_limit_error"
-    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)
-    assert never.status == 429 and b"worst case (0.030010 EUR) exceeds the team's whole budget" in never.raw
-    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00031 EUR: fits
+    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)  # "x": 3 prompt tokens at most (a BOS, a byte, a ▁)
+    assert never.status == 429 and b"worst case (0.030030 EUR) exceeds the team's whole budget" in never.raw
+    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00033 EUR: fits
     assert ok.status == 200
     assert len(server.requests) == 2  # nothing refused reached the upstream
 
@@ -439,7 +439,7 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
     if backend != "local":
         url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
     budget = {"amount": "0.05", "period": "rolling", "window_seconds": 3600}
-    key_budget = {"tokens": 80, "period": "week"}
+    key_budget = {"tokens": 200, "period": "week"}
     _, team, gw = await spend_gateway(
         gateway, upstream, url, backend == "cluster", budget=budget, key_budget=key_budget
     )
@@ -464,8 +464,8 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
         f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
     )
     assert spent_row in page, page  # the failed request's worst case went back too
-    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=60)  # tokens: past the key's 80
-    assert refused.status == 429 and "the key's budget of 80 tokens per week" in refused.body["error"]["message"]
+    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=160)  # tokens: past the key's 200
+    assert refused.status == 429 and "the key's budget of 200 tokens per week" in refused.body["error"]["message"]
 
 
 async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: aioredis.Redis) -> None:
@@ -474,8 +474,8 @@ async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: a
     team, day = f"t-{uuid.uuid4().hex[:8]}", 86400
     budget = Budget(tokens=100, period="rolling", window_seconds=12 * day)  # slices of a day
     limits = plan_layout(team, "k1", LimitValues(), LimitValues(), tuple(rules(budget, ZoneInfo(ZONE), "EUR")))
-    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=9))
-    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case: 95 of 100
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=7))
+    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case (a prompt of 3): 95 of 100
     window = first.windows[0]
     assert window is not None
     starts = [int(f.split(":")[0]) for f in window.fields]
