@@ -264,6 +264,13 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}", file=sys.stderr)
             return 2
         config = config.model_copy(update={"server": server})
+    if catch_all is not None:
+        from gateway.runtime.defaults import open_refusal
+
+        refusal = open_refusal(config, host, args.allow_open)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            return 2
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
@@ -417,6 +424,12 @@ def parser() -> argparse.ArgumentParser:
         "--port", type=int, help="port to listen on; 0 for any free one (default: config server.port, else 8080)"
     )
     s.add_argument("--workers", type=int, help="processes sharing the port (default: config server.workers, else 1)")
+    s.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="let the embedded default (no --config) serve without a key on an address beyond loopback "
+        "(default: refused unless LLM_GATEWAY_API_KEY is set)",
+    )
     s.add_argument(
         "--drain-seconds",
         type=float,

@@ -74,6 +74,9 @@ class Feature(StrEnum):
     PREDICTION = "prediction"
     REASONING = "reasoning"
     THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
+    # What only Anthropic's own platform serves (server tools, its betas and platform fields): the
+    # Anthropic client's body goes to an Anthropic target as it came (``InternalRequest.native``).
+    ANTHROPIC_NATIVE = "anthropic_native"
     EXTRA_BODY = "extra_body"
     EXTRA_HEADERS = "extra_headers"
     EMBEDDING = "embedding"  # vectors, not text: only targets that serve an embeddings API
@@ -199,6 +202,9 @@ class InternalRequest:
     # The stream format in which the client's dialect takes an upstream's content chunks as they came
     # (e.g. "openai"), when the upstream speaks it too; None: every chunk is decoded and re-encoded.
     relay: str | None = None
+    # The client's body as it came, for a target of the client's own vendor that takes it whole (an
+    # Anthropic client to an Anthropic target: fields the gateway does not model pass through).
+    native: Mapping[str, JSON] | None = None
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)
     embedding: EmbeddingOptions | None = None  # an embeddings request
