@@ -72,6 +72,8 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "relay",
             "features",
             "fields",
+            "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``
+            "reply",  # what the client's dialect echoes in its answer; never sent upstream
         ]
     ),
     ChatMessage: frozenset(),
