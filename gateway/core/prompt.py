@@ -73,6 +73,8 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "resumable",
             "features",
             "fields",
+            "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``
+            "reply",  # what the client's dialect echoes in its answer; never sent upstream
         ]
     ),
     ChatMessage: frozenset(),
