@@ -523,7 +523,8 @@ class HTTPUpstream:
         try:
             headers = self.wire.headers(self.secret.value, self.target.team, PROBE_REQUEST)
             async with self.session.get(
-                self.target.base_url + self.wire.path(Operation.COMPLETION).replace("completions", "models"),
+                # the list beside the generation path: /v1/completions → /v1/models, /v1/messages too
+                self.target.base_url + self.wire.path(Operation.COMPLETION).rsplit("/", 1)[0] + "/models",
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=3),
                 allow_redirects=False,  # the probe carries the wire's key headers too

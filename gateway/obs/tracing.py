@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 # gen_ai.operation.name's well-known values (semantic conventions, GenAI spans)
-OPERATION = {Operation.CHAT: "chat", Operation.COMPLETION: "text_completion"}
+OPERATION = {Operation.CHAT: "chat", Operation.COMPLETION: "text_completion", Operation.EMBEDDING: "embeddings"}
 
 
 class Tracer:

@@ -93,6 +93,7 @@ class Job:
     prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
     seed: int | None = None
     cached: int = 0  # prompt tokens reported as served from a prefix cache (the ``cached`` marker)
+    cache_written: int = 0  # prompt tokens reported as written to a prompt cache (``cache_write``)
     tool_call: ToolCall | None = None  # the answer calls this tool; its steps are the arguments' pieces
 
     def prompt_of(self, index: int) -> Prompt:
