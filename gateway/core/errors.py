@@ -168,3 +168,11 @@ class RequestTimeout(RequestError):
 
     status = 408
     code = "request_timeout"
+
+
+class StoreUnavailable(GatewayError):
+    """The store a request's state lives in (stored Responses, in Redis) could not be reached."""
+
+    status = 503
+    code = "store_unavailable"
+    retryable = True

@@ -70,8 +70,11 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "want_seed",
             "seed_drawn",
             "relay",
+            "resumable",
             "features",
             "fields",
+            "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``
+            "reply",  # what the client's dialect echoes in its answer; never sent upstream
         ]
     ),
     ChatMessage: frozenset(),
