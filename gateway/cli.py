@@ -468,7 +468,12 @@ def parser() -> argparse.ArgumentParser:
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
     admin = argparse.ArgumentParser(add_help=False)
-    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway (default: %(default)s)")
+    admin.add_argument(
+        "--url",
+        help="a running gateway (default: LLM_GATEWAY_URL, else --config's server.host and server.port, "
+        "else http://127.0.0.1:8080)",
+    )
+    admin.add_argument("--config", help="the gateway's config file, for its address (default: none)")
     admin.add_argument("--admin-key", help="the admin key (default: LLM_GATEWAY_ADMIN_KEY)")
     admin.add_argument(
         "--json", action="store_true", help="print the gateway's JSON answer, for scripts (default: a table)"

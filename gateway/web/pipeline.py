@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from random import getrandbits
@@ -46,7 +45,7 @@ from gateway.routing import dispatch, resume
 from gateway.routing.table import Route, check_kind
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
-from gateway.web.record import InFlight, RequestLog
+from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -131,7 +130,7 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         return await answer(ex, error_response(ex.dialect, err, log.rid))
     except asyncio.CancelledError:
         if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
-            cut = ShuttingDown("the gateway is shutting down: retry the request")
+            cut = shutting_down()
             log.failed(cut)
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await answer(ex, error_response(ex.dialect, cut, log.rid))
@@ -150,7 +149,16 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         log.close()
 
 
+def shutting_down() -> ShuttingDown:
+    """The 503 of a request the drain will not serve; the connection it came on closes after it."""
+    err = ShuttingDown("the gateway is shutting down: retry the request")
+    err.headers["Connection"] = "close"
+    return err
+
+
 async def steps(ex: Exchange) -> web.StreamResponse:
+    if ex.gw.draining:  # on a keep-alive connection opened before the signal: told now, not at the drain's end
+        raise shutting_down()
     await read(ex)
     await authenticate(ex)
     parse(ex)
@@ -367,7 +375,7 @@ def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Respons
 def internal_error(log: RequestLog, doing: str) -> GatewayError:
     """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
     client's dialect answers a server error, without the details."""
-    logging.getLogger("gateway").exception("unexpected error %s %s", doing, log.rid)
+    FAULTS.exception(f"internal:{doing}", "unexpected error %s %s", doing, log.rid)
     err = GatewayError("internal error in the gateway")
     log.failed(err)
     return err
