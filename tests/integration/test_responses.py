@@ -108,8 +108,8 @@ async def test_every_chat_target_whole_and_streamed(gateway: GatewayFactory, ups
     assert whole["usage"]["output_tokens"] == chat["usage"]["completion_tokens"]
     assert whole["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
     assert whole["usage"]["total_tokens"] == whole["usage"]["input_tokens"] + whole["usage"]["output_tokens"]
-    sent = server.requests[-1].body
-    assert sent["messages"] == [{"role": "user", "content": "Say it"}]
+    (message,) = server.requests[-1].body["messages"]
+    assert message["role"] == "user" and "Say it" in json.dumps(message["content"])
     status, streamed = await post(gw, {**body, "stream": True})
     assert status == 200, streamed
     types = [e["type"] for e in streamed]
