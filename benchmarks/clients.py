@@ -84,7 +84,8 @@ async def preflight(url: str, dialect: Dialect) -> dict[str, Any]:
                 out["error"] = f"HTTP {resp.status}: {text[:300]}"
                 return out
             try:
-                choices = json.loads(text).get("choices")
+                answer = json.loads(text)
+                choices = answer.get("choices") or answer.get("content")  # Anthropic's: content blocks
             except ValueError:
                 choices = None
             if not choices:
