@@ -62,6 +62,8 @@ DIALECTS = (
     Dialect("octoai", "/v1/completions", {"Authorization": f"Bearer {KEY}", "X-Fern-SDK-Name": "octoai"}, "tiny"),
     # The path most clients use: the same OpenAI dialect's chat endpoint.
     Dialect("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, "tiny", USAGE, chat=True),
+    # Anthropic's Messages: the same chat, answered in its shape (its streams always carry usage).
+    Dialect("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, "tiny", chat=True),
 )
 OPENAI = DIALECTS[0]
 

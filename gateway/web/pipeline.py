@@ -344,7 +344,7 @@ def settle(ex: Exchange) -> None:
     target = log.attempt.target or ""
     prices = ex.gen.policies.prices
     log.cost = ex.gw.admission.release(
-        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices
+        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices, log.cache_write_tokens
     )
 
 
