@@ -61,6 +61,7 @@ class RequestLog:
         "dialect",
         "ended",
         "error",
+        "hint",
         "last_chunk",
         "logger",
         "model",
@@ -94,6 +95,7 @@ class RequestLog:
         self.model_label = "-"
         self.status = 200
         self.error: str | None = None
+        self.hint = ""  # the operator's side of the error (``GatewayError.hint``): logged, never answered
         self.ttfb: float | None = None
         self.ttft: float | None = None
         self.last_chunk = 0.0
@@ -170,6 +172,7 @@ class RequestLog:
         if self.ttfb is None:
             self.status = err.status
         self.error = err.code
+        self.hint = err.hint
 
     def gone(self) -> None:
         self.error = "client_gone"
@@ -225,6 +228,8 @@ class RequestLog:
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
             "overhead_ms": round(overhead * 1000, 3),
         }
+        if self.hint:
+            fields["hint"] = self.hint
         if self.cached_tokens:
             fields["cached_tokens"] = self.cached_tokens
         if self.cost is not None:  # exact: the same millionths the spend counters add up
