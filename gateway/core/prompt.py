@@ -70,6 +70,7 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "want_seed",
             "seed_drawn",
             "relay",
+            "resumable",
             "features",
             "fields",
             "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``

@@ -202,6 +202,10 @@ class InternalRequest:
     # The stream format in which the client's dialect takes an upstream's content chunks as they came
     # (e.g. "openai"), when the upstream speaks it too; None: every chunk is decoded and re-encoded.
     relay: str | None = None
+    # The stream may be resumed mid-answer on another target (``routing/resume.py``): an upstream that
+    # can return the output's token ids is asked for them, so a continuation is exact; a client whose
+    # dialect shows none never sees them.
+    resumable: bool = False
     # The client's body as it came, for a target of the client's own vendor that takes it whole (an
     # Anthropic client to an Anthropic target: fields the gateway does not model pass through).
     native: Mapping[str, JSON] | None = None

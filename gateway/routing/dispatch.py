@@ -173,6 +173,14 @@ async def _first(events: Batches, upstream: Upstream, call: Call) -> list[Stream
     return await first_token.first_token(events, bound, upstream.name)
 
 
+def _may_resume(
+    route: Route, request: InternalRequest, call: Call, candidates: list[tuple[Upstream, InternalRequest]]
+) -> bool:
+    """The client's switch over the model's; then whether the request and a target can continue."""
+    setting = route.resume if call.resume is None else call.resume
+    return route.max_resumes > 0 and resume.applies(setting, request, [u for u, _ in candidates])
+
+
 def _resumable(
     table: ModelTable,
     route: Route,
@@ -182,12 +190,9 @@ def _resumable(
     attempt: Attempt,
     opened: tuple[list[StreamEvent], Batches],
 ) -> tuple[list[StreamEvent], Batches]:
-    """The stream of candidate ``i``, able to continue elsewhere after a break where that applies."""
+    """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``)."""
     upstream, req = candidates[i]
-    setting = route.resume if call.resume is None else call.resume
     targets = [u for u, _ in candidates[i:] + candidates[:i]]
-    if route.max_resumes == 0 or not resume.applies(setting, req, targets):
-        return opened
 
     def failed(target: Upstream, err: GatewayError) -> None:
         attempt.failed.append((target.name, err.code))
@@ -207,6 +212,9 @@ async def open_stream(
 ) -> tuple[list[StreamEvent], Batches]:
     """The first batch of events and the rest of the stream, from the first target that produces one."""
     candidates = _candidates(table, route, request, attempt)
+    may = _may_resume(route, request, call, candidates)
+    if may:  # the targets that can continue are asked for what makes a continuation exact
+        candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
     open_on = _opener(attempt, call)
     for i, (upstream, req) in enumerate(candidates):
         events = open_on(upstream, req, i + 1)
@@ -232,5 +240,7 @@ async def open_stream(
             continue
         attempt.upstream_seconds += time.perf_counter() - began
         table.succeeded(upstream)
+        if not may:
+            return first, events
         return _resumable(table, route, candidates, i, call, attempt, (first, events))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -156,7 +156,7 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
     # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
     # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
     # none, whose chunks the client gets as they are.
-    return token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
+    return token_ids and (req.want_token_ids or req.resumable or (not req.sampling.echo and req.relay != STREAM_FORMAT))
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:

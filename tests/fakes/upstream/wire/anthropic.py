@@ -74,6 +74,12 @@ def read(body: JSON) -> JSON:
     system = body.get("system")
     messages = ([{"role": "system", "content": text_of(system)}] if system else []) + turns(body.get("messages"))
     out: JSON = {"model": body.get("model"), "messages": messages, "max_tokens": body["max_tokens"]}
+    if messages[-1]["role"] == "assistant":
+        # a prefill: Anthropic's answer continues the final assistant turn, which must not end in
+        # whitespace (its 400 "final assistant content cannot end with trailing whitespace")
+        if messages[-1]["content"] != messages[-1]["content"].rstrip():
+            raise bad("messages: final assistant content cannot end with trailing whitespace")
+        out |= {"continue_final_message": True, "add_generation_prompt": False}
     for name in ("temperature", "top_p", "top_k", "stream"):
         if name in body:
             out[name] = body[name]
