@@ -315,6 +315,9 @@ async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batche
                 sent.append(batch)
                 yield batch if not offset else stitched(batch, offset)
             return
+        except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
+            await current.aclose()  # type: ignore[attr-defined]
+            raise
         except GatewayError as err:
             await current.aclose()  # type: ignore[attr-defined]
             progress = read_back(sent, getattr(source, "replay", None), resumer.request, before)

@@ -216,3 +216,19 @@ async def test_a_team_ceiling_cuts_a_target_s_first_token_deadline(gateway: Gate
 
 def _read(raw: bytes) -> Answer:
     return read(BY_NAME["openai"], 200, raw, True)
+
+
+async def test_a_client_gone_closes_a_resumable_stream_s_upstream(gateway: GatewayFactory, upstream: Any) -> None:
+    """The resumable stream's wrapper closes the upstream's stream with its own (vLLM aborts then)."""
+    slow = await upstream("vllm", faults="[[fault:hang_between=0.2]]")
+    other = await upstream("vllm")
+    gw = await gateway(pair(slow, other))
+    path, headers, body = BY_NAME["openai"].request("m", PROMPT, True, max_tokens=16)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        await resp.content.readline()
+    for _ in range(100):  # the hang-up reaches the upstream within a poll or two (0.02 s each)
+        if slow.cancelled:
+            break
+        await asyncio.sleep(0.05)
+    assert slow.cancelled == 1 and not other.requests
