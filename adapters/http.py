@@ -500,11 +500,16 @@ class HTTPUpstream:
         return events
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A completion prompt's token ids, from the server's ``/tokenize`` (vLLM's; special tokens
-        added, as to a text prompt): a resumed answer continues from them and its output's ids."""
+        """A prompt's token ids, from the server's ``/tokenize`` (vLLM's): a completion's with special
+        tokens added, as to a text prompt; a chat's messages through its chat template, with the
+        generation prompt. A resumed answer continues from them and its output's ids."""
         req, model = self._prepare(request, call)
         url = self.target.base_url.removesuffix("/v1") + "/tokenize"
-        body = {"model": model, "prompt": req.prompts[0]}
+        body: dict[str, Any] = {"model": model}
+        if req.operation is Operation.CHAT:
+            body |= {"messages": self.wire.encode(req, model)["messages"], "add_generation_prompt": True}
+        else:
+            body["prompt"] = req.prompts[0]
         try:
             async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
                 headers = self._headers(self.secret.value, req, call)

@@ -73,15 +73,16 @@ def resumed_count(fault: str) -> float:
     )
 
 
-@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+@pytest.mark.parametrize(("kind", "length"), [("vllm", 16), ("vllm", None), ("anthropic", 16)])
 async def test_a_chat_continues_its_partial_assistant_message(
-    gateway: GatewayFactory, upstream: Any, kind: str
+    gateway: GatewayFactory, upstream: Any, kind: str, length: int | None
 ) -> None:
-    """vLLM continues the partial message with continue_final_message; Anthropic as its prefill."""
+    """vLLM continues a chat from its template's ids and the output's, as a completion; one without
+    max_tokens, with continue_final_message; Anthropic from the partial message as its prefill."""
     broken = await upstream(kind, faults="[[fault:reset_after=3]]")
     healthy = await upstream(kind)
     pair_ = config([{"name": "m", "targets": [target(broken, kind, weight=1e6), target(healthy, kind, weight=1e-6)]}])
-    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16, "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": length, "stream": True}
     body["stream_options"] = {"include_usage": True}
     headers = {"Authorization": f"Bearer {fake_key()}"}
     answers = []
@@ -92,6 +93,9 @@ async def test_a_chat_continues_its_partial_assistant_message(
     want, got = (chat_reading(raw) for raw in answers)
     assert got == want and want[0], (answers[1], answers[0])
     sent = healthy.requests[-1].body
+    if kind == "vllm" and length is not None:
+        assert isinstance(sent["prompt"], list) and sent["max_tokens"] == length - 3, sent
+        return
     assert sent["messages"][-1]["role"] == "assistant" and sent["messages"][-1]["content"]
     if kind == "vllm":
         assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
