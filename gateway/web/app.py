@@ -329,6 +329,8 @@ async def _drain(app: web.Application) -> None:
     then what is left is cut, each in its dialect's error (never a clean end), while the connections
     are still open; /ready says 503 meanwhile to whoever asks on an open connection."""
     gw = app[GATEWAY]
+    if gw.draining:  # drained already: ``listener.serve`` drains before it closes the connections
+        return
     gw.draining = True
     seconds = gw.config.server.drain_seconds
     in_flight = len(gw.in_flight.tasks)

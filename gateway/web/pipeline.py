@@ -131,7 +131,7 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         return await answer(ex, error_response(ex.dialect, err, log.rid))
     except asyncio.CancelledError:
         if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
-            cut = ShuttingDown("the gateway is shutting down: retry the request")
+            cut = shutting_down()
             log.failed(cut)
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await answer(ex, error_response(ex.dialect, cut, log.rid))
@@ -150,7 +150,16 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         log.close()
 
 
+def shutting_down() -> ShuttingDown:
+    """The 503 of a request the drain will not serve; the connection it came on closes after it."""
+    err = ShuttingDown("the gateway is shutting down: retry the request")
+    err.headers["Connection"] = "close"
+    return err
+
+
 async def steps(ex: Exchange) -> web.StreamResponse:
+    if ex.gw.draining:  # on a keep-alive connection opened before the signal: told now, not at the drain's end
+        raise shutting_down()
     await read(ex)
     await authenticate(ex)
     parse(ex)
