@@ -38,8 +38,10 @@ from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
 from gateway.core.response import Delta, Finish, StreamEvent, StreamStart, UsageReport
 from gateway.core.upstream import Call, Upstream
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.resume")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 Batches = AsyncIterator[list[StreamEvent]]
 HEADER = "X-Gateway-Resume"  # per request: "on" or "off", over the model's setting
 # How each provider's servers continue an answer: vLLM's OpenAI-compatible server takes a completion's
@@ -285,7 +287,12 @@ class Resumer:
             except (GatewayError, StopAsyncIteration) as exc:
                 await events.aclose()  # type: ignore[attr-defined]
                 why = exc.code if isinstance(exc, GatewayError) else "closed"
-                log.warning("continuation on %s failed before its first byte (%s)", upstream.name, why)
+                throttled.warning(
+                    f"continuation:{upstream.name}",
+                    "continuation on %s failed before its first byte (%s)",
+                    upstream.name,
+                    why,
+                )
                 if isinstance(exc, UpstreamRejected):
                     break  # the continuation itself was refused: another target would refuse it too
                 continue
