@@ -22,6 +22,7 @@ from adapters.watch import StreamIdle, StreamWatch
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    Overloaded,
     UpstreamCredentials,
     UpstreamFailed,
     UpstreamMalformed,
@@ -113,7 +114,7 @@ async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -
             if length > MAX_ANSWER_BYTES:
                 raise _too_large(name)
             if not share.grow(length):
-                raise _over_budget(name, f"{length} bytes", budget)
+                raise _over_budget(name, f"{length} bytes", budget, share.size)
             buf, pos = bytearray(length), 0
             with memoryview(buf) as view:
                 while pos < length and (chunk := await resp.content.readany()):
@@ -127,7 +128,7 @@ async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -
             if len(buf) + len(chunk) > MAX_ANSWER_BYTES:
                 raise _too_large(name)
             if not share.grow(len(chunk)):
-                raise _over_budget(name, f"over {len(buf)} bytes", budget)
+                raise _over_budget(name, f"over {len(buf)} bytes", budget, share.size)
             buf += chunk
         return buf
 
@@ -136,13 +137,17 @@ def _too_large(name: str) -> UpstreamFailed:
     return UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
 
 
-def _over_budget(name: str, size: str, budget: MemoryBudget) -> UpstreamFailed:
-    err = UpstreamFailed(
-        f"target '{name}' answered with {size}, past what is left of the budget for answers read at once "
-        f"(server.max_buffered_bytes: {budget.held} of {budget.limit} bytes in use)"
-    )
-    # Not retried: another target draws on the same budget, and a failure counted against this one
-    # would cool a healthy target (three in a burst) and refuse every request to it for a while.
+def _over_budget(name: str, size: str, budget: MemoryBudget, own: int) -> GatewayError:
+    """An answer the process-wide answer buffer cannot take now (``own``: what this read holds of it).
+    With other answers holding part of it, this process's condition (``Overloaded``, 503, retry
+    shortly). With nothing else held, the answer alone is past the whole buffer: no retry here will fit
+    it (502, not retried)."""
+    where = f"server.max_buffered_bytes: {budget.held} of {budget.limit} bytes in use"
+    if budget.held > own:
+        return Overloaded(f"the gateway is holding too many answers to read this one now ({where}); retry shortly")
+    err = UpstreamFailed(f"target '{name}' answered with {size}, more than the gateway may hold at once ({where})")
+    # Not retried: another target's answer would draw on the same buffer; nor counted against this
+    # target, which would cool a healthy one.
     err.retryable = False
     return err
 
@@ -509,11 +514,16 @@ class HTTPUpstream:
         return events
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A completion prompt's token ids, from the server's ``/tokenize`` (vLLM's; special tokens
-        added, as to a text prompt): a resumed answer continues from them and its output's ids."""
+        """A prompt's token ids, from the server's ``/tokenize`` (vLLM's): a completion's with special
+        tokens added, as to a text prompt; a chat's messages through its chat template, with the
+        generation prompt. A resumed answer continues from them and its output's ids."""
         req, model = self._prepare(request, call)
         url = self.target.base_url.removesuffix("/v1") + "/tokenize"
-        body = {"model": model, "prompt": req.prompts[0]}
+        body: dict[str, Any] = {"model": model}
+        if req.operation is Operation.CHAT:
+            body |= {"messages": self.wire.encode(req, model)["messages"], "add_generation_prompt": True}
+        else:
+            body["prompt"] = req.prompts[0]
         try:
             async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
                 headers = self._headers(self.secret.value, req, call)

@@ -24,8 +24,10 @@ from gateway.policy.capabilities import fit
 from gateway.routing import first_token, resume
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.dispatch")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 BACKOFF_SECONDS = 0.05
 
 
@@ -115,7 +117,13 @@ async def complete(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
-            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, loggable(err))
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
+            )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
@@ -233,8 +241,12 @@ async def open_stream(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
-            log.warning(
-                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, loggable(err)
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed before the first byte (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
             )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue

@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 
 EVERY_SECONDS = 30.0
 MAX_KINDS = 1024  # kinds remembered at once; past it the oldest are forgotten (their next line is told)
+_ALL: weakref.WeakSet[LogThrottle] = weakref.WeakSet()
+
+
+def forget_all() -> None:
+    """Every throttle forgets what it said: the next line of each kind is written (tests begin so)."""
+    for throttle in list(_ALL):
+        throttle.last.clear()
+        throttle.held.clear()
 
 
 class LogThrottle:
     """One logger's throttled lines, by kind (a short fixed string of the caller's, never client text)."""
 
-    __slots__ = ("every", "held", "last", "logger")
+    __slots__ = ("__weakref__", "every", "held", "last", "logger")
 
     def __init__(self, logger: logging.Logger, every: float = EVERY_SECONDS) -> None:
         self.logger = logger
         self.every = every
         self.last: dict[str, float] = {}  # kind → time.monotonic() of its last line
         self.held: dict[str, int] = {}  # kind → lines held back since then
+        _ALL.add(self)
 
-    def log(self, level: int, kind: str, message: str, *args: object) -> bool:
+    def log(self, level: int, kind: str, message: str, *args: object, exc_info: bool = False) -> bool:
         """Logs ``message % args`` unless a line of ``kind`` went out within ``every`` seconds (then
         counts it). True when the line was written."""
         now = time.monotonic()
@@ -44,7 +54,7 @@ class LogThrottle:
         if held:
             message += f" ({held} more like it in the last %.0f s)"
             args = (*args, now - (last or now))
-        self.logger.log(level, message, *args)
+        self.logger.log(level, message, *args, exc_info=exc_info)
         return True
 
     def warning(self, kind: str, message: str, *args: object) -> bool:
@@ -52,3 +62,7 @@ class LogThrottle:
 
     def error(self, kind: str, message: str, *args: object) -> bool:
         return self.log(logging.ERROR, kind, message, *args)
+
+    def exception(self, kind: str, message: str, *args: object) -> bool:
+        """An error line with the traceback being handled (called in an ``except`` block)."""
+        return self.log(logging.ERROR, kind, message, *args, exc_info=True)

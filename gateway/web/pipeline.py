@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from random import getrandbits
@@ -46,7 +45,7 @@ from gateway.routing import dispatch, resume
 from gateway.routing.table import Route, check_kind
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
-from gateway.web.record import InFlight, RequestLog
+from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -347,7 +346,7 @@ def settle(ex: Exchange) -> None:
     target = log.attempt.target or ""
     prices = ex.gen.policies.prices
     log.cost = ex.gw.admission.release(
-        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices
+        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices, log.cache_write_tokens
     )
 
 
@@ -378,7 +377,7 @@ def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Respons
 def internal_error(log: RequestLog, doing: str) -> GatewayError:
     """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
     client's dialect answers a server error, without the details."""
-    logging.getLogger("gateway").exception("unexpected error %s %s", doing, log.rid)
+    FAULTS.exception(f"internal:{doing}", "unexpected error %s %s", doing, log.rid)
     err = GatewayError("internal error in the gateway")
     log.failed(err)
     return err

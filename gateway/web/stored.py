@@ -23,9 +23,11 @@ from gateway.dialects.common import dumps, loads
 from gateway.dialects.responses import Turn, with_history
 from gateway.limits.plan import tag
 from gateway.runtime.config import ResponsesStore
+from gateway.runtime.throttle import LogThrottle
 
 JSON = Any
 log = logging.getLogger("gateway.responses")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 
 
 class Store(Protocol):
@@ -167,7 +169,8 @@ class Conversations:
         try:
             await self.store.put(team, turn.id, record)
         except Exception as exc:
-            log.warning("response %s not stored (%s): it cannot be chained or retrieved", turn.id, type(exc).__name__)
+            what = "response %s not stored (%s): it cannot be chained or retrieved"
+            throttled.warning("not-stored", what, turn.id, type(exc).__name__)
 
 
 def build(client: Any, settings: ResponsesStore) -> Conversations:

@@ -4,6 +4,7 @@ embeddings. Stateless rules, so it serves a gateway in process or as a subproces
 
 * the last message is a tool's output → the text ``the tool said: <output>``;
 * the last user message holds ``[[tool:NAME]]`` → one call of the tool NAME with ``{"city": "Paris"}``;
+* the last user message holds ``[[count]]`` → ``messages: N``, the number of messages it was sent;
 * otherwise → ``echo: <the last user text>``, cut at ``max_tokens`` words (finish ``length``).
 
 Streams send a word per chunk, a tool call in three (name, then its arguments in two halves), then
@@ -43,6 +44,8 @@ def plan(body: dict[str, JSON]) -> tuple[list[str], dict[str, str] | None, str]:
         words = f"the tool said: {_text(last.get('content'))}".split(" ")
         return _cut(words, body)
     text = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    if "[[count]]" in text:
+        return _cut(["messages:", str(len(messages))], body)
     if "[[tool:" in text:
         name = text.split("[[tool:", 1)[1].split("]]", 1)[0]
         return [], {"name": name, "arguments": ARGUMENTS}, "tool_calls"

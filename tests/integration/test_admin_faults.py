@@ -108,3 +108,19 @@ async def test_oversized_key_fields_are_refused_by_name(
         assert (await resp.json())["error"]["message"].startswith(f"{field}:")
     async with gw.session.get(gw.url + "/admin/keys", headers=HEADERS) as resp:
         assert (await resp.json())["keys"] == []
+
+
+@pytest.mark.parametrize(
+    "number", ["1e400", "1e308", "NaN", "-1", "0", "99999999999999999999999", "9" * 5000, "1.5", ""]
+)
+async def test_every_numeric_query_of_the_admin_api_is_a_4xx_or_clamped_never_a_500(
+    gateway: GatewayFactory, upstream: Any, number: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    up = await upstream("openai", models=["up"])
+    gw = await gateway(admin_config(up, None))
+    for path in (f"/admin/teams/team1/usage?hours={number}", f"/admin/audit?limit={number}"):
+        async with gw.session.get(gw.url + path, headers=HEADERS) as resp:
+            assert resp.status in (200, 400), (path, resp.status, await resp.text())
+            if resp.status == 400:
+                assert path.split("?")[1].split("=")[0] in (await resp.json())["error"]["message"]
+    assert not tracebacks(caplog)

@@ -6,6 +6,7 @@ outages, two gateways on one Redis, and the refusals by name."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -55,7 +56,9 @@ def scripted_target(server: TestServer) -> dict[str, JSON]:
 
 
 async def post(gw: Any, body: JSON, path: str = "/v1/responses", headers: JSON = None) -> tuple[int, JSON]:
-    async with gw.session.post(gw.url + path, json=body, headers=headers or AUTH) as resp:
+    data = io.BytesIO(json.dumps(body).encode())  # a large body from a buffer, not the loop's own bytes
+    headers = {"Content-Type": "application/json", **(headers or AUTH)}
+    async with gw.session.post(gw.url + path, data=data, headers=headers) as resp:
         raw = await resp.read()
         if resp.content_type == "text/event-stream":
             return resp.status, events(raw)
@@ -108,8 +111,8 @@ async def test_every_chat_target_whole_and_streamed(gateway: GatewayFactory, ups
     assert whole["usage"]["output_tokens"] == chat["usage"]["completion_tokens"]
     assert whole["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
     assert whole["usage"]["total_tokens"] == whole["usage"]["input_tokens"] + whole["usage"]["output_tokens"]
-    sent = server.requests[-1].body
-    assert sent["messages"] == [{"role": "user", "content": "Say it"}]
+    (message,) = server.requests[-1].body["messages"]
+    assert message["role"] == "user" and "Say it" in json.dumps(message["content"])
     status, streamed = await post(gw, {**body, "stream": True})
     assert status == 200, streamed
     types = [e["type"] for e in streamed]
@@ -277,3 +280,16 @@ async def test_team_size_cap_drops_the_oldest(gateway: GatewayFactory) -> None:
         found = [(await call(gw, "GET", f"/v1/responses/{rid}"))[0] for rid in ids]
         assert found[-1] == 200 and found[0] == 404, found
         assert found == sorted(found, reverse=True)  # the oldest went first
+
+
+async def test_input_item_caps(gateway: GatewayFactory) -> None:
+    async with scripted_upstream() as server:
+        gw = await gateway(config([{"name": "m", "targets": [scripted_target(server)]}]))
+        item = {"role": "user", "content": "x"}
+        status, err = await post(gw, {"model": "m", "input": [item] * 100_000})
+        assert status == 413 and "JSON values" in err["error"]["message"], err  # refused before parsing
+        status, err = await post(gw, {"model": "m", "input": [item] * 3_000})
+        assert status == 400 and err["error"]["param"] == "input", err  # past the 2,048 items of a list
+        status, ok = await post(gw, {"model": "m", "input": [item] * 2_048})
+        assert status == 200, ok
+        assert len(server.app[scripted.REQUESTS]) == 1

@@ -307,3 +307,24 @@ def test_egress_refuses_what_has_no_anthropic_form() -> None:
     bad_args = ChatMessage("assistant", None, tool_calls=({"id": "c", "function": {"name": "f", "arguments": "[1]"}},))
     with pytest.raises(InvalidRequest, match=r"messages\[0\]\.tool_calls\[0\]\.function\.arguments"):
         encode(InternalRequest(Operation.CHAT, "m", messages=(bad_args,)), "c")
+
+
+def test_cache_writes_are_priced_apart() -> None:
+    from decimal import Decimal
+
+    from gateway.limits.prices import PriceTable
+    from gateway.runtime.spend import Price, SpendSettings
+
+    price = Price(
+        model="c", input=Decimal(3), cached_input=Decimal("0.3"), cache_write=Decimal("3.75"), output=Decimal(15)
+    )
+    table = PriceTable.of(SpendSettings(prices=(price,)))
+    rate = table.rate("c", "t")
+    assert rate is not None
+    # 100 prompt tokens: 50 fresh, 30 read from the cache, 20 written to it; 10 completion tokens
+    assert rate.cost(100, 30, 10, 20) == 50 * 3 + 9 + 75 + 150
+    assert rate.cost(100, 30, 10) == 70 * 3 + 9 + 150  # no writes: as before
+    plain = PriceTable.of(SpendSettings(prices=(Price(model="c", input=Decimal(3), output=Decimal(15)),))).rate(
+        "c", "t"
+    )
+    assert plain is not None and plain.cost(100, 0, 0, 20) == 300  # cache_write defaults to input

@@ -11,6 +11,7 @@ response. Each event carries its ``sequence_number``, from 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic_core import to_json
@@ -89,6 +90,28 @@ def reasoning_item(item_id: str, text: str, status: str) -> dict[str, JSON]:
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
+def merged_calls(calls: Sequence[JSON]) -> list[JSON]:
+    """Tool calls as whole calls: a stream's fragments (chat deltas, each with its call's ``index``: an
+    answer accumulated from a stream) are joined, their arguments in order; whole calls stay as they are."""
+    merged: dict[JSON, JSON] = {}
+    for position, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        key = call.get("index", f"whole-{position}")
+        function = call.get("function") or {}
+        found = merged.get(key)
+        if found is None:
+            merged[key] = {**call, "function": dict(function)}
+            continue
+        if call.get("id"):
+            found["id"] = call["id"]
+        joined = found["function"]
+        if function.get("name"):
+            joined["name"] = function["name"]
+        joined["arguments"] = (joined.get("arguments") or "") + (function.get("arguments") or "")
+    return list(merged.values())
+
+
 def render(request: InternalRequest, completion: Completion) -> dict[str, JSON]:
     turn: Turn = request.reply
     choice = completion.choices[0] if completion.choices else None
@@ -100,7 +123,7 @@ def render(request: InternalRequest, completion: Completion) -> dict[str, JSON]:
             output.append(reasoning_item(new_id("rs"), choice.reasoning, "completed"))
         if choice.text or not choice.tool_calls:
             output.append(message_item(new_id("msg"), choice.text, status))
-        output += [call_item(new_id("fc"), call, "completed") for call in choice.tool_calls or ()]
+        output += [call_item(new_id("fc"), call, "completed") for call in merged_calls(choice.tool_calls or ())]
     turn.final = response_object(turn, completion.model or request.model, "completed", output, completion.usage, reason)
     return turn.final
 

@@ -214,7 +214,11 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
         if faults.status is not None:
             raise faults.injected()
         # vLLM bases the response id on X-Request-Id when the client sends one.
-        job = build(state.engine, wire.read(body), request.headers.get("X-Request-Id") or uuid.uuid4().hex)
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        if chat and faults.tool is not None:
+            job = chat_job(state.engine, wire.read(body), rid, faults.tool, faults.tool_arg or "")
+        else:
+            job = build(state.engine, wire.read(body), rid)
         if faults.cached or faults.cache_write:
             job = replace(job, cached=faults.cached, cache_written=faults.cache_write)
         if job.stream:
