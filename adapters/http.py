@@ -67,28 +67,37 @@ def upstream_message(body: bytes | bytearray) -> tuple[str, str | None]:
     return str(data)[:300], None
 
 
+EMBEDDED_LOCAL = "local-vllm"  # the embedded default's catch-all target (gateway/runtime/defaults.py)
+
+
 def unreachable(name: str, target: Target, exc: BaseException) -> UpstreamFailed:
-    """A target that could not be reached, with its address and what usually fixes it."""
+    """A target that could not be reached: the client is told which and why; the operator's ``hint``
+    (the log line, ``/status``) has its address and what usually fixes it."""
     os_error = getattr(exc, "os_error", None)
     if isinstance(os_error, ConnectionRefusedError):
-        why = "connection refused: nothing listens there"
+        why = "connection refused"
     elif isinstance(os_error, OSError) and os_error.strerror:
         why = os_error.strerror
     else:
         why = type(exc).__name__
+    pool, _, replica = name.partition("@")  # a pool member's name carries its address: not for the client
+    err = UpstreamFailed(f"target '{pool}'{': a replica' if replica else ''} is unreachable ({why})")
     where = target.base_url or "(no address)"
     url = urlsplit(target.base_url)
     if not isinstance(exc, aiohttp.ClientConnectorError):  # it answered once, or took too long: no guess
-        return UpstreamFailed(f"target '{name}' at {where} is unreachable ({why})")
-    if target.provider == "vllm" or url.hostname in ("127.0.0.1", "localhost", "::1"):
+        err.hint = f"at {where}"
+    elif target.provider == "vllm" or url.hostname in ("127.0.0.1", "localhost", "::1"):
         port = url.port or (443 if url.scheme == "https" else 80)
-        fix = (
-            f"start a model server there (`vllm serve MODEL --port {port}`), or send the model elsewhere: set a "
-            "vendor API key such as OPENAI_API_KEY (embedded default) or pass --config FILE"
+        elsewhere = (
+            "set a vendor API key such as OPENAI_API_KEY, or serve a config file (--config FILE)"
+            if name == EMBEDDED_LOCAL
+            else "correct the target's base_url in the config"
         )
+        start = f"start a model server there (`vllm serve MODEL --port {port}`)"
+        err.hint = f"nothing listens at {where}: {start}, or {elsewhere}"
     else:
-        fix = "check the target's base_url and that this host can reach it (DNS, proxy, firewall)"
-    return UpstreamFailed(f"target '{name}' at {where} is unreachable ({why}); to fix: {fix}")
+        err.hint = f"at {where}: check the target's base_url and that this host can reach it (DNS, proxy, firewall)"
+    return err
 
 
 async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -> bytearray:
@@ -543,11 +552,16 @@ class HTTPUpstream:
         return events
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A completion prompt's token ids, from the server's ``/tokenize`` (vLLM's; special tokens
-        added, as to a text prompt): a resumed answer continues from them and its output's ids."""
+        """A prompt's token ids, from the server's ``/tokenize`` (vLLM's): a completion's with special
+        tokens added, as to a text prompt; a chat's messages through its chat template, with the
+        generation prompt. A resumed answer continues from them and its output's ids."""
         req, model = self._prepare(request, call)
         url = self.target.base_url.removesuffix("/v1") + "/tokenize"
-        body = {"model": model, "prompt": req.prompts[0]}
+        body: dict[str, Any] = {"model": model}
+        if req.operation is Operation.CHAT:
+            body |= {"messages": self.wire.encode(req, model)["messages"], "add_generation_prompt": True}
+        else:
+            body["prompt"] = req.prompts[0]
         try:
             async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
                 headers = self._headers(self.secret.value, req, call, self.wire)

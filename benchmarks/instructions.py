@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         up_port = free_port()
         upstream = [PY, "-m", "tests.fakes.upstream", "--fast", "--port", str(up_port), "--chunks", str(CHUNKS)]
+        if a.provider == "vllm":
+            upstream.append("--vllm-chunks")
         procs.start("upstream", upstream)
         procs.wait_http("upstream", f"http://127.0.0.1:{up_port}/health")
         redis_url = None

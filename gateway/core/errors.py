@@ -12,6 +12,7 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── AuthenticationFailed 401
     │   ├── PermissionDenied    403    key valid, but not for this team or model
     │   ├── NotFound            404    unknown model or path
+    │   ├── MethodNotAllowed    405    a served path, another method
     │   ├── PayloadTooLarge     413
     │   └── RequestTimeout      408    the body did not arrive whole in time
     ├── RateLimited             429    a limit refused admission (carries retry_after)
@@ -25,6 +26,10 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
         └── NoHealthyTarget     503    every target of the model is cooling down
 
 Nothing here imports the web framework: dialects render these into their own envelopes.
+
+``message`` is for the client: it names the model or target and the failure's class, never an
+internal address or a command to run. What an operator needs to fix it (the target's URL, the command
+that starts it) goes in ``hint``: the request's log line and ``/status`` show it, no answer does.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.hint = ""  # for operators only: the log line and /status, never the client's answer
         self.headers: dict[str, str] = {}  # extra response headers (rate-limit state)
 
     def __repr__(self) -> str:
@@ -77,6 +83,11 @@ class PermissionDenied(RequestError):
 class NotFound(RequestError):
     status = 404
     code = "not_found"
+
+
+class MethodNotAllowed(RequestError):
+    status = 405
+    code = "method_not_allowed"
 
 
 class PayloadTooLarge(RequestError):

@@ -4,11 +4,14 @@ where it stopped, and the client sees one stream: no token repeated or lost, one
 
 How an answer is continued (vLLM's OpenAI server, ``CONTINUERS``):
 
-* a completion: the prompt plus the tokens already sent. With the output's token ids (the stream
-  carried them) the prompt goes as token ids too (the request's own, or the target's ``/tokenize``),
-  so the continuation is the unbroken run's; without them, as text.
-* a chat: the messages plus the partial assistant message, with ``continue_final_message: true`` and
-  ``add_generation_prompt: false``; on Anthropic's API, the partial message as its prefill.
+* from token ids where the stream carried the output's (a stream that may resume asks vLLM for them):
+  the prompt's ids (the request's own, or the target's ``/tokenize``, a chat's through its template)
+  and the output's, as a completion whose events continue the client's stream, so the continuation
+  is the unbroken run's token for token;
+* else from text: a completion's prompt plus the text sent; a chat's messages plus the partial
+  assistant message, with ``continue_final_message: true`` and ``add_generation_prompt: false`` (also
+  a chat that names no ``max_tokens``, whose length a completion would cut to vLLM's default); on
+  Anthropic's API, the partial message as its prefill.
 
 ``max_tokens`` and ``min_tokens`` shrink by the tokens sent; sampling and seeds are carried. The
 continuation's own usage counts the sent tokens as prompt: they are moved back to the completion, so
@@ -177,6 +180,21 @@ def continuation(
             raise UpstreamFailed("the answer stopped after whitespace, which a prefill cannot end with")
         partial = ChatMessage("assistant", progress.text)
         return dataclasses.replace(request, messages=(*request.messages, partial), sampling=sampling)
+    chat = request.operation is Operation.CHAT
+    if prompt_ids is not None and progress.ids_complete and progress.token_ids and not (chat and s.max_tokens is None):
+        # the prompt (a chat's through its template) and the output as token ids: a completion, decoded
+        # (not relayed: its chunks are a completion's) into the events of the client's own stream
+        ids = (*prompt_ids, *progress.token_ids)
+        return dataclasses.replace(
+            request,
+            operation=Operation.COMPLETION,
+            prompts=(ids,),
+            messages=(),
+            chat=None,
+            sampling=sampling,
+            relay=None if request.operation is Operation.CHAT else request.relay,
+            features=request.features | {Feature.TOKEN_PROMPT},
+        )
     if request.operation is Operation.CHAT:
         partial = ChatMessage("assistant", progress.text)
         extra: Mapping[str, object] = {
@@ -189,11 +207,6 @@ def continuation(
             request, messages=(*request.messages, partial), sampling=sampling, extra_body=extra, features=features
         )
     prompt = request.prompts[0]
-    if prompt_ids is not None and progress.ids_complete and progress.token_ids:
-        ids = (*prompt_ids, *progress.token_ids)
-        return dataclasses.replace(
-            request, prompts=(ids,), sampling=sampling, features=request.features | {Feature.TOKEN_PROMPT}
-        )
     if isinstance(prompt, tuple):  # token ids, but the output's ids are unknown: nothing exact to send
         raise UpstreamFailed("the answer's token ids are unknown: it cannot be continued from its prompt's ids")
     return dataclasses.replace(request, prompts=(prompt + progress.text,), sampling=sampling)
@@ -297,9 +310,9 @@ class Resumer:
 
     async def _prompt_ids(self, upstream: Upstream, progress: Progress) -> tuple[int, ...] | None:
         req = self.request
-        if req.operation is Operation.CHAT or not (progress.ids_complete and progress.token_ids):
+        if CONTINUERS[upstream.provider] != "vllm" or not (progress.ids_complete and progress.token_ids):
             return None
-        prompt = req.prompts[0]
+        prompt = req.prompts[0] if req.operation is Operation.COMPLETION else None
         if isinstance(prompt, tuple):
             return prompt
         tokenize: Callable[[InternalRequest, Call], Awaitable[list[int]]] | None = getattr(upstream, "prompt_ids", None)
@@ -322,6 +335,9 @@ async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batche
                 sent.append(batch)
                 yield batch if not offset else stitched(batch, offset)
             return
+        except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
+            await current.aclose()  # type: ignore[attr-defined]
+            raise
         except GatewayError as err:
             await current.aclose()  # type: ignore[attr-defined]
             progress = read_back(sent, getattr(source, "replay", None), resumer.request, before)

@@ -35,13 +35,14 @@ class Health:
     cool_until: float = 0.0
     cause: str = ""  # the last failure's message: a cooling target's 503 says what is wrong with it
     code: str = ""  # the last failure's error code
+    hint: str = ""  # the last failure's operator hint (its address, what fixes it): /status only
 
     def available(self, now: float) -> bool:
         return now >= self.cool_until
 
     def failed(self, now: float, err: GatewayError | None = None) -> bool:
         if err is not None:
-            self.cause, self.code = err.message, err.code
+            self.cause, self.code, self.hint = err.message, err.code, err.hint
         self.failures += 1
         if self.failures >= FAILURES_TO_COOL:
             self.failures = 0
@@ -177,6 +178,12 @@ class ModelTable:
 
     def succeeded(self, upstream: Upstream) -> None:
         self._health(upstream).succeeded()
+
+    def noted(self, upstream: Upstream, err: GatewayError) -> None:
+        """A failed probe: its error explains the target on /status, counting no failure (only
+        requests cool a target down)."""
+        h = self._health(upstream)
+        h.cause, h.code, h.hint = err.message, err.code, err.hint
 
     def keys_changed(self) -> list[str]:
         """An upstream key was re-read with a new value: targets cooling because their key was refused

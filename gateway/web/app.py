@@ -32,7 +32,7 @@ from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, responses, spend, status, stored
+from gateway.web import admin, ops, reload, responses, spend, status, stored, unrouted
 from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
@@ -318,6 +318,7 @@ def create_app(
     admin.install(app)
     app.router.add_get("/status", status.status)
     app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
+    unrouted.install(app, ROUTES)  # last: it takes every request no route above takes
     gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)

@@ -63,8 +63,11 @@ async def probe(gw: Gateway) -> None:
     for upstream, result in zip(upstreams, results, strict=True):
         ok = not isinstance(result, BaseException)
         TARGET_UP.labels(upstream.name, upstream.provider).set(1 if ok else 0)
+        if isinstance(result, GatewayError):
+            gw.models.noted(upstream, result)
         if gw.ready.get(upstream.name) != ok:
-            log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result})")
+            hint = f"; {result.hint}" if isinstance(result, GatewayError) and result.hint else ""
+            log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result}{hint})")
         gw.ready[upstream.name] = ok
         if ok:
             # Kept through a failed probe: a name the local vLLM served still goes there (and its error

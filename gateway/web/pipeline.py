@@ -324,6 +324,8 @@ async def cut_short(ex: Exchange, resp: web.StreamResponse, out: bytes, encoder:
 async def answer(ex: Exchange, resp: web.Response) -> web.Response:
     """Step ``answer``: sends ``resp`` now rather than after the handler returns: settling, metrics and
     the access log then run once the client has its answer, not before it."""
+    if OVERHEAD_HEADER not in resp.headers:  # an error: every answer says the gateway's overhead
+        resp.headers[OVERHEAD_HEADER] = f"{ex.log.overhead() * 1000:.3f}"
     try:
         await resp.prepare(ex.request)
         await resp.write_eof()

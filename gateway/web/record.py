@@ -66,6 +66,7 @@ class RequestLog:
         "dialect",
         "ended",
         "error",
+        "hint",
         "last_chunk",
         "logger",
         "model",
@@ -99,6 +100,7 @@ class RequestLog:
         self.model_label = "-"
         self.status = 200
         self.error: str | None = None
+        self.hint = ""  # the operator's side of the error (``GatewayError.hint``): logged, never answered
         self.ttfb: float | None = None
         self.ttft: float | None = None
         self.last_chunk = 0.0
@@ -178,6 +180,7 @@ class RequestLog:
         if self.ttfb is None:
             self.status = err.status
         self.error = err.code
+        self.hint = err.hint
 
     def gone(self) -> None:
         self.error = "client_gone"
@@ -233,6 +236,8 @@ class RequestLog:
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
             "overhead_ms": round(overhead * 1000, 3),
         }
+        if self.hint:
+            fields["hint"] = self.hint
         if self.cached_tokens:
             fields["cached_tokens"] = self.cached_tokens
         if self.cache_write_tokens:

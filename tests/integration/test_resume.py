@@ -73,15 +73,16 @@ def resumed_count(fault: str) -> float:
     )
 
 
-@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+@pytest.mark.parametrize(("kind", "length"), [("vllm", 16), ("vllm", None), ("anthropic", 16)])
 async def test_a_chat_continues_its_partial_assistant_message(
-    gateway: GatewayFactory, upstream: Any, kind: str
+    gateway: GatewayFactory, upstream: Any, kind: str, length: int | None
 ) -> None:
-    """vLLM continues the partial message with continue_final_message; Anthropic as its prefill."""
+    """vLLM continues a chat from its template's ids and the output's, as a completion; one without
+    max_tokens, with continue_final_message; Anthropic from the partial message as its prefill."""
     broken = await upstream(kind, faults="[[fault:reset_after=3]]")
     healthy = await upstream(kind)
     pair_ = config([{"name": "m", "targets": [target(broken, kind, weight=1e6), target(healthy, kind, weight=1e-6)]}])
-    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16, "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": length, "stream": True}
     body["stream_options"] = {"include_usage": True}
     headers = {"Authorization": f"Bearer {fake_key()}"}
     answers = []
@@ -92,6 +93,9 @@ async def test_a_chat_continues_its_partial_assistant_message(
     want, got = (chat_reading(raw) for raw in answers)
     assert got == want and want[0], (answers[1], answers[0])
     sent = healthy.requests[-1].body
+    if kind == "vllm" and length is not None:
+        assert isinstance(sent["prompt"], list) and sent["max_tokens"] == length - 3, sent
+        return
     assert sent["messages"][-1]["role"] == "assistant" and sent["messages"][-1]["content"]
     if kind == "vllm":
         assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
@@ -216,3 +220,19 @@ async def test_a_team_ceiling_cuts_a_target_s_first_token_deadline(gateway: Gate
 
 def _read(raw: bytes) -> Answer:
     return read(BY_NAME["openai"], 200, raw, True)
+
+
+async def test_a_client_gone_closes_a_resumable_stream_s_upstream(gateway: GatewayFactory, upstream: Any) -> None:
+    """The resumable stream's wrapper closes the upstream's stream with its own (vLLM aborts then)."""
+    slow = await upstream("vllm", faults="[[fault:hang_between=0.2]]")
+    other = await upstream("vllm")
+    gw = await gateway(pair(slow, other))
+    path, headers, body = BY_NAME["openai"].request("m", PROMPT, True, max_tokens=16)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        await resp.content.readline()
+    for _ in range(100):  # the hang-up reaches the upstream within a poll or two (0.02 s each)
+        if slow.cancelled:
+            break
+        await asyncio.sleep(0.05)
+    assert slow.cancelled == 1 and not other.requests

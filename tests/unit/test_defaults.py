@@ -122,3 +122,24 @@ def test_the_printed_openai_line_runs_and_prints_the_answer(capsys: pytest.Captu
     assert capsys.readouterr().out == "the answer\n"
     (call,) = calls
     assert call["model"] == "demo" and "stream" not in call
+
+
+def test_an_unreachable_target_tells_the_client_which_and_the_operator_where_and_how() -> None:
+    """The embedded default's local vLLM, and the same target in a config file: one message for the
+    client (no address, no command), a hint for the operator that fits where the target was defined."""
+    import aiohttp
+
+    from adapters.http import unreachable
+    from gateway.runtime.config import Target
+
+    refused = aiohttp.ClientConnectorError(None, ConnectionRefusedError(111, "Connection refused"))  # type: ignore[arg-type]
+    _, local = embedded({"VLLM_BASE_URL": "http://127.0.0.1:8011/v1"})
+    err = unreachable("local-vllm", local, refused)
+    assert err.message == "target 'local-vllm' is unreachable (connection refused)"
+    assert "http://127.0.0.1:8011/v1" in err.hint and "vllm serve MODEL --port 8011" in err.hint
+    assert "OPENAI_API_KEY" in err.hint and "--config FILE" in err.hint
+    configured = Target(provider="vllm", base_url="http://10.0.0.5:8000/v1", name="gpu-box")
+    err = unreachable("gpu-box", configured, refused)
+    assert "10.0.0.5" not in err.message and "base_url in the config" in err.hint and "--config" not in err.hint
+    member = unreachable("pool@10.0.0.5:8000", configured, refused)
+    assert member.message == "target 'pool': a replica is unreachable (connection refused)"

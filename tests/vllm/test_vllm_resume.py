@@ -18,12 +18,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from backends.replicas import ReplicaPool
 from gateway.obs import metrics as m
+from gateway.web.app import create_app
+from gateway.web.state import GATEWAY
+from tests.integration.conftest import config
 from tests.integration.dialect_clients import BY_NAME, KEY, Ingress
 from tests.vllm.conftest import running_vllm
-from tests.vllm.pools import pool_gateway
 from tests.vllm.server import VLLM
 
 TOKENS, BREAK_AT = 300, 50
@@ -78,8 +81,15 @@ async def gateway(replicas: list[Replica]) -> AsyncIterator[tuple[str, ReplicaPo
     servers = [r.up() for r in replicas]
     pool: dict[str, Any] = {"provider": "vllm", "replicas": [s.url for s in servers], "model": "tiny"}
     pool |= {"balance": {"strategy": "round-robin"}, "timeouts": {"idle": 3, "first_byte": 60, "total": 120}}
-    async with pool_gateway(pool, KEY) as served:
-        yield served
+    app = create_app(config([{"name": "tiny", "targets": [pool]}]))  # team1 holds KEY, as the clients say
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        served = app[GATEWAY].models.resolve("tiny").route.upstreams[0]
+        assert isinstance(served, ReplicaPool)
+        yield str(server.make_url("")), served
+    finally:
+        await server.close()
 
 
 def request(ingress: Ingress, extra: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:

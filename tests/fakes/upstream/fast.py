@@ -85,8 +85,9 @@ class Stream:
 class Answers:
     """Draws answers once per (route, model, stream, usage) with the one model and wire, and keeps them."""
 
-    def __init__(self, chunks: int) -> None:
+    def __init__(self, chunks: int, vllm_chunks: bool = False) -> None:
         self.chunks = chunks
+        self.vllm_chunks = vllm_chunks  # streams in vLLM's chunks (``stop_reason``...) even without ids
         self._engine = Engine(("tiny",))
         self._whole: dict[tuple[bool, str], bytes] = {}
         self._streams: dict[tuple[bool, str, bool, bool], Stream] = {}
@@ -109,11 +110,12 @@ class Answers:
         return hit
 
     def stream(self, chat: bool, model: str, usage: bool, ids: bool = False) -> Stream:
-        """A stream in OpenAI's chunks; with ``ids`` (vLLM's ``return_token_ids``), in vLLM's."""
+        """A stream in OpenAI's chunks; with ``ids`` (vLLM's ``return_token_ids``), or when the server
+        speaks vLLM's (``--vllm-chunks``), in vLLM's."""
         hit = self._streams.get((chat, model, usage, ids))
         if hit is None:
             job = self._job(chat, model, self.chunks, usage, ids)
-            chunks = vllm.WIRE.chunks(job, chat) if ids else openai.chunks(job, chat)
+            chunks = vllm.WIRE.chunks(job, chat) if ids or self.vllm_chunks else openai.chunks(job, chat)
             frames = tuple(http_chunk(b"data: " + _dumps(c.payload) + b"\n\n") for c in chunks)
             hit = Stream(frames, DONE, b"".join(frames) + DONE)
             keep(self._streams, (chat, model, usage, ids), hit)
@@ -132,8 +134,8 @@ HEALTH: Final = _dumps({"status": "ok"})
 
 
 class Settings:
-    def __init__(self, chunks: int, ttft: float, gap: float) -> None:
-        self.answers = Answers(chunks)
+    def __init__(self, chunks: int, ttft: float, gap: float, vllm_chunks: bool = False) -> None:
+        self.answers = Answers(chunks, vllm_chunks)
         self.ttft = ttft
         self.gap = gap
 
