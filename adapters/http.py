@@ -495,7 +495,12 @@ class HTTPUpstream:
                 resp.close()
 
     def _take(
-        self, chunk: bytes, parser: SSEParser, decoder: ChunkReader, batch: list[StreamEvent], sentinel: bool
+        self,
+        chunk: bytes,
+        parser: SSEParser,
+        decoder: ChunkReader,
+        batch: list[StreamEvent],
+        sentinel: bool | None = None,
     ) -> bool:
         """One network read into ``batch``; True when the stream's end was seen. Relaying, the chunks
         the read opens with go out as one frame (once the stream's first event, its identity, has
@@ -512,8 +517,13 @@ class HTTPUpstream:
             raise UpstreamFailed(f"target '{self.name}' sent a stream event of more than {MAX_EVENT_BYTES} bytes")
         return done
 
-    def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent], sentinel: bool) -> bool:
-        """Decode one network read's events into ``batch``; True when the stream's end was seen."""
+    def _read(
+        self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent], sentinel: bool | None = None
+    ) -> bool:
+        """Decode one network read's events into ``batch``; True when the stream's end was seen.
+        ``sentinel``: the stream's wire ends with ``[DONE]`` (default: the target's own wire's)."""
+        if sentinel is None:
+            sentinel = self.wire.done_sentinel
         relaying = decoder.relaying  # most decoded streams never relay: no call per chunk to learn it
         for event in events:
             data = event.data
