@@ -32,11 +32,13 @@ from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
+from gateway.runtime.throttle import LogThrottle
 
 if TYPE_CHECKING:
     from backends.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 # Makes one replica's upstream: (its target, the public model name, the wire it speaks).
 MemberFactory = Callable[[Target, str, Wire], Upstream]
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
@@ -226,9 +228,42 @@ class ReplicaPool:
         state = self.states[i]
         state.cool_until = time.monotonic() + FAILURE_COOLDOWN
         self.balancer.prefixes.forget(i)
-        log.warning(
-            "replica %s failed before the first byte (%s: %s); trying another", state.label, err.code, err.message
+        what = "replica %s failed before the first byte (%s: %s); trying another"
+        throttled.warning(f"failed:{state.label}", what, state.label, err.code, err.message)
+
+    def _broke(self, i: int, err: GatewayError) -> None:
+        """A replica's stream broke after its first byte: passed over for a while, so that a resumed
+        stream (``gateway/routing/resume.py``), whose prompt leads back to it, goes elsewhere."""
+        state = self.states[i]
+        state.cool_until = time.monotonic() + FAILURE_COOLDOWN
+        self.balancer.prefixes.forget(i)
+        throttled.warning(
+            f"broke:{state.label}", "replica %s broke off a stream (%s: %s)", state.label, err.code, err.message
         )
+
+    def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
+        """Relayed chunks read back (every replica speaks the target's wire)."""
+        replay = getattr(self.members[0], "replay", None)
+        if replay is None:
+            raise UpstreamFailed(f"target '{self.name}' cannot read back its relayed chunks")
+        events: list[StreamEvent] = replay(request, relayed)
+        return events
+
+    async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
+        """A prompt's token ids from the first healthy replica that tokenizes it."""
+        err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica tokenizes")
+        now = time.monotonic()
+        for state, member in zip(self.states, self.members, strict=True):
+            tokenize = getattr(member, "prompt_ids", None)
+            if tokenize is None or not state.healthy or state.cool_until > now:
+                continue
+            try:
+                ids: list[int] = await tokenize(request, call)
+            except GatewayError as exc:
+                err = exc
+                continue
+            return ids
+        raise err
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
         lease = f"{self._lease_id}:{next(self._serial)}"
@@ -283,8 +318,12 @@ class ReplicaPool:
                     continue
                 self.balancer.record(hashes, i)
                 yield first
-                async for batch in events:
-                    yield batch
+                try:
+                    async for batch in events:
+                        yield batch
+                except GatewayError as err:
+                    self._broke(i, err)
+                    raise
                 return
             finally:
                 state.in_flight -= 1

@@ -62,6 +62,8 @@ DIALECTS = (
     Dialect("octoai", "/v1/completions", {"Authorization": f"Bearer {KEY}", "X-Fern-SDK-Name": "octoai"}, "tiny"),
     # The path most clients use: the same OpenAI dialect's chat endpoint.
     Dialect("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, "tiny", USAGE, chat=True),
+    # Anthropic's Messages: the same chat, answered in its shape (its streams always carry usage).
+    Dialect("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, "tiny", chat=True),
 )
 OPENAI = DIALECTS[0]
 
@@ -82,7 +84,8 @@ async def preflight(url: str, dialect: Dialect) -> dict[str, Any]:
                 out["error"] = f"HTTP {resp.status}: {text[:300]}"
                 return out
             try:
-                choices = json.loads(text).get("choices")
+                answer = json.loads(text)
+                choices = answer.get("choices") or answer.get("content")  # Anthropic's: content blocks
             except ValueError:
                 choices = None
             if not choices:

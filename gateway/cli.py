@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from gateway.cli_admin import keys_cmd, spend_cmd, teams_cmd
@@ -263,6 +264,13 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}", file=sys.stderr)
             return 2
         config = config.model_copy(update={"server": server})
+    if catch_all is not None:
+        from gateway.runtime.defaults import open_refusal
+
+        refusal = open_refusal(config, host, args.allow_open)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            return 2
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
@@ -372,6 +380,30 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def schemas() -> dict[str, Any]:
+    """The config file's JSON Schema, with the providers this gateway has."""
+    from adapters import PROVIDERS
+    from backends import ENGINES
+    from gateway.runtime.schema import config_schema
+
+    return config_schema(PROVIDERS, ENGINES)
+
+
+def config_schema_cmd(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.runtime.schema import chart_schema, dumps
+
+    schema = schemas()
+    if args.chart is None:
+        print(dumps(schema), end="")
+        return 0
+    path = Path(args.chart)
+    path.write_text(dumps(chart_schema(json.loads(path.read_text()), schema)))
+    print(f"{path}: config checked against the gateway's config schema")
+    return 0
+
+
 def hash_key_cmd(args: argparse.Namespace) -> int:
     secret = sys.stdin.readline().strip()
     if not secret:
@@ -392,6 +424,12 @@ def parser() -> argparse.ArgumentParser:
         "--port", type=int, help="port to listen on; 0 for any free one (default: config server.port, else 8080)"
     )
     s.add_argument("--workers", type=int, help="processes sharing the port (default: config server.workers, else 1)")
+    s.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="let the embedded default (no --config) serve without a key on an address beyond loopback "
+        "(default: refused unless LLM_GATEWAY_API_KEY is set)",
+    )
     s.add_argument(
         "--drain-seconds",
         type=float,
@@ -419,10 +457,23 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("file", help="the config file (YAML)")
     c.set_defaults(func=check_config)
+    cs = sub.add_parser(
+        "config-schema",
+        help="print the config file's JSON Schema",
+        description="Print the config file's JSON Schema (for editors); with --chart, write it into a Helm "
+        "chart's values.schema.json as the schema of its `config` value.",
+    )
+    cs.add_argument("--chart", help="a values.schema.json to update in place (default: print the schema)")
+    cs.set_defaults(func=config_schema_cmd)
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
     admin = argparse.ArgumentParser(add_help=False)
-    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway (default: %(default)s)")
+    admin.add_argument(
+        "--url",
+        help="a running gateway (default: LLM_GATEWAY_URL, else --config's server.host and server.port, "
+        "else http://127.0.0.1:8080)",
+    )
+    admin.add_argument("--config", help="the gateway's config file, for its address (default: none)")
     admin.add_argument("--admin-key", help="the admin key (default: LLM_GATEWAY_ADMIN_KEY)")
     admin.add_argument(
         "--json", action="store_true", help="print the gateway's JSON answer, for scripts (default: a table)"

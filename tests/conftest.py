@@ -1,3 +1,16 @@
-"""Fixtures every tier may use: the virtual clock (``tests/support/clock.py``)."""
+"""What every test tier shares: the virtual clock (``tests/support/clock.py``), and each test begins
+with the log throttles' memory empty, so a line one test caused does not hold back the same line in
+the next (``gateway/runtime/throttle.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.runtime.throttle import forget_all
 
 pytest_plugins = ["tests.support.clock"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_throttles() -> None:
+    forget_all()

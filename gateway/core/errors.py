@@ -12,17 +12,24 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── AuthenticationFailed 401
     │   ├── PermissionDenied    403    key valid, but not for this team or model
     │   ├── NotFound            404    unknown model or path
+    │   ├── MethodNotAllowed    405    a served path, another method
     │   ├── PayloadTooLarge     413
     │   └── RequestTimeout      408    the body did not arrive whole in time
     ├── RateLimited             429    a limit refused admission (carries retry_after)
+    ├── Overloaded              503    this process cannot hold the answer now (its answer buffer is full)
     ├── DeadlineExceeded        504    the request's deadline expired, waiting for a slot too (Friendli: 429)
     └── UpstreamError                  the upstream's answer, split in two:
         ├── UpstreamRejected    4xx    it refused the request: the client's status is kept
         ├── UpstreamFailed      502    5xx, reset, malformed answer: retryable before the first byte
+        │   └── UpstreamCredentials 502  the gateway's own key for the target is refused or unusable
         ├── UpstreamTimeout     504    connect / first-byte / idle / total timeout
         └── NoHealthyTarget     503    every target of the model is cooling down
 
 Nothing here imports the web framework: dialects render these into their own envelopes.
+
+``message`` is for the client: it names the model or target and the failure's class, never an
+internal address or a command to run. What an operator needs to fix it (the target's URL, the command
+that starts it) goes in ``hint``: the request's log line and ``/status`` show it, no answer does.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.hint = ""  # for operators only: the log line and /status, never the client's answer
         self.headers: dict[str, str] = {}  # extra response headers (rate-limit state)
 
     def __repr__(self) -> str:
@@ -77,6 +85,11 @@ class NotFound(RequestError):
     code = "not_found"
 
 
+class MethodNotAllowed(RequestError):
+    status = 405
+    code = "method_not_allowed"
+
+
 class PayloadTooLarge(RequestError):
     status = 413
     code = "payload_too_large"
@@ -101,6 +114,19 @@ class RateLimited(GatewayError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class Overloaded(GatewayError):
+    """This process's condition, not the target's: the answer could not be held while others fill the
+    answer buffer. Not tried on another target (whose answer draws on the same buffer) and no target
+    cools down for it; the client is told to retry shortly."""
+
+    status = 503
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.headers["Retry-After"] = f"{retry_after:g}"
 
 
 class DeadlineExceeded(GatewayError):
@@ -137,10 +163,24 @@ class UpstreamMalformed(UpstreamFailed):
     code = "upstream_malformed"
 
 
+class UpstreamCredentials(UpstreamFailed):
+    """The target refused the gateway's own key, or the key's source holds nothing usable: a deployment
+    fault, never the client's; its message names the target and the reason, never the key."""
+
+    code = "upstream_credentials"
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
     retryable = True
+
+
+class FirstTokenTimeout(UpstreamTimeout):
+    """The target answered, but no token came within its first-token deadline (``ttft``): tried
+    elsewhere before anything reached the client, and counted apart from connect and idle bounds."""
+
+    code = "first_token_timeout"
 
 
 class NoHealthyTarget(UpstreamError):
@@ -153,3 +193,11 @@ class RequestTimeout(RequestError):
 
     status = 408
     code = "request_timeout"
+
+
+class StoreUnavailable(GatewayError):
+    """The store a request's state lives in (stored Responses, in Redis) could not be reached."""
+
+    status = 503
+    code = "store_unavailable"
+    retryable = True

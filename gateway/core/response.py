@@ -31,8 +31,9 @@ class TokenLogprob:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt tokens, read from a prefix (prompt) cache
     reasoning_tokens: int | None = None
+    cache_write_tokens: int | None = None  # prompt tokens written to a prompt cache (Anthropic's)
 
     @property
     def total_tokens(self) -> int:
@@ -50,6 +51,7 @@ class Choice:
     role: str | None = None  # chat
     tool_calls: list[Any] | None = None  # chat; OpenAI's shape, kept as JSON
     reasoning: str | None = None  # chat
+    stop_sequence: str | None = None  # the stop string that ended it, when the upstream says which
 
 
 @dataclass(slots=True)
@@ -60,6 +62,7 @@ class Completion:
     choices: list[Choice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    embeddings: list[list[float]] | None = None  # an embeddings answer: one vector per input, in order
 
 
 # --- stream events -----------------------------------------------------------------------------
@@ -94,6 +97,7 @@ class Finish:
     index: int
     reason: FinishReason
     seed: int | None = None
+    stop_sequence: str | None = None  # the stop string that ended it, when the upstream says which
 
 
 @record
@@ -175,6 +179,8 @@ class Accumulator:
             choice.finish_reason = event.reason
             if event.seed is not None:
                 choice.seed = event.seed
+            if event.stop_sequence is not None:
+                choice.stop_sequence = event.stop_sequence
         elif isinstance(event, UsageReport):
             self.usage = event.usage
         elif isinstance(event, StreamStart):
@@ -219,7 +225,7 @@ def completion_events(completion: Completion) -> list[StreamEvent]:
                 reasoning=c.reasoning,
             )
         )
-        events.append(Finish(c.index, c.finish_reason or "stop", c.seed))
+        events.append(Finish(c.index, c.finish_reason or "stop", c.seed, c.stop_sequence))
     if completion.usage is not None:
         events.append(UsageReport(completion.usage))
     return events

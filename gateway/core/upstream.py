@@ -34,6 +34,8 @@ class Call:
     session: str | None = None  # the client's session id (``X-Session-Id``), for replica affinity
     # headers that carry the attempt's trace context upstream (W3C ``traceparent``, ``tracestate``)
     trace: tuple[tuple[str, str], ...] = ()
+    ttft: float | None = None  # the team's ceiling on a target's first-token deadline, seconds
+    resume: bool | None = None  # the client's ``X-Gateway-Resume``: None = the model's own setting
 
     def remaining(self) -> float | None:
         if self.deadline is None:

@@ -115,6 +115,11 @@ class Dialect(Protocol):
     def auth_header(self) -> str: ...
 
     @property
+    def bearer_too(self) -> bool:
+        """The key may also come as ``Authorization: Bearer`` when ``auth_header`` is absent."""
+        ...
+
+    @property
     def team_header(self) -> str | None: ...
 
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> Dialect:

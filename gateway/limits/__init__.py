@@ -80,6 +80,7 @@ def team_policies(config: GatewayConfig) -> Policies:
                 t.deadline,
                 tuple(rules(t.budget, zone, spend.currency)),
                 tuple(rules(t.key_budget, zone, spend.currency)),
+                t.ttft,
             )
             for t in config.teams
         },

@@ -45,6 +45,7 @@ class TeamPolicy:
     deadline: float | None = None  # default request deadline, seconds
     budget: planning.Budgets = ()  # the team's budget rules and limits (``spend.rules``)
     key_budget: planning.Budgets = ()  # each key's
+    ttft: float | None = None  # ceiling on each target's first-token deadline, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,25 @@ def deadline_error(refusal: Refusal) -> DeadlineExceeded:
     )
     err.headers = {"X-RateLimit-Limit-Concurrency": str(refusal.check.limit)}
     return err
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What one request asks of admission: who asks (``team``, ``key_id``), for what (``request``),
+    until when (``deadline``, on the event loop's clock, as ``Call.deadline``). ``load``: the model's
+    levels, where a wait for a slot is counted (with its token estimate); ``policies``: the request's
+    config generation's (the start-up one by default); ``model``, ``targets``: the route's model label
+    and targets, whose dearest price a money budget reserves (a fallback may cost more than the first
+    choice)."""
+
+    team: str
+    key_id: str
+    request: InternalRequest
+    deadline: float | None = None
+    load: ModelLoad | None = None
+    policies: Policies | None = None
+    model: str = ""
+    targets: Sequence[Upstream] = ()
 
 
 class Policies:
@@ -176,23 +196,11 @@ class Admission:
         seconds = request.timeout or (policy.deadline if policy else None)
         return asyncio.get_running_loop().time() + seconds if seconds else None
 
-    async def admit(
-        self,
-        team: str,
-        key_id: str,
-        request: InternalRequest,
-        deadline: float | None,
-        load: ModelLoad | None = None,
-        policies: Policies | None = None,
-        *,
-        model: str = "",
-        targets: Sequence[Upstream] = (),
-    ) -> Plan:
-        """``load``: the model's levels, where a wait for a slot is counted (with its token estimate);
-        ``policies``: the request's config generation's (the start-up one by default); ``model``,
-        ``targets``: the route's model label and targets, whose dearest price a money budget reserves
-        (a fallback may cost more than the first choice)."""
-        policies = policies or self.policies
+    async def admit(self, ask: Ask) -> Plan:
+        """A plan for ``ask`` once every applicable limit has let it through (waiting fairly for a
+        concurrency slot until its deadline), or the refusal as a ``GatewayError``."""
+        team, key_id, request, deadline, load = ask.team, ask.key_id, ask.request, ask.deadline, ask.load
+        policies, model, targets = ask.policies or self.policies, ask.model, ask.targets
         if team not in policies.limited:
             return planning.unlimited(team, key_id, request)
         limits = policies.layout(team, key_id)
@@ -248,10 +256,12 @@ class Admission:
         model: str = "",
         target: str = "",
         prices: PriceTable | None = None,
+        written: int | None = None,
     ) -> int | None:
         """Settle after the answer has gone out: off the request path, in the app-owned task set.
         ``model``, ``target``: the route's model label and the target that answered, for the price in
-        ``prices`` (the request's generation's; the start-up one by default).
+        ``prices`` (the request's generation's; the start-up one by default). ``cached``, ``written``:
+        prompt tokens read from and written to the upstream's prompt cache.
         Answers the request's cost (millionths of the currency), None when it is not priced."""
         if plan.settled:
             return None
@@ -259,7 +269,9 @@ class Admission:
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
         table = prices if prices is not None else self.policies.prices
-        cost = self.spend.cost(table, model, target, prompt or 0, tokens(cached) or 0, completion or 0)
+        cost = self.spend.cost(
+            table, model, target, prompt or 0, tokens(cached) or 0, completion or 0, tokens(written) or 0
+        )
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
             where = (plan.usage_key, plan.key_id, *priced)

@@ -35,12 +35,14 @@ class Spend:
         return prices.worst(model, tuple(t.name for t in targets)) if prices else None
 
     @staticmethod
-    def cost(prices: PriceTable, model: str, target: str, prompt: int, cached: int, completion: int) -> int | None:
+    def cost(
+        prices: PriceTable, model: str, target: str, prompt: int, cached: int, completion: int, written: int = 0
+    ) -> int | None:
         """What the answer of ``target`` cost, in millionths of the currency; None: not priced."""
         if not (prices and target):
             return None
         rate = prices.rate(model, target)
-        return rate.cost(prompt, cached, completion) if rate is not None else None
+        return rate.cost(prompt, cached, completion, written) if rate is not None else None
 
     def refused(self, plan: Plan, refusal: Refusal) -> RateLimited:
         """A budget refused ``plan``: its 429. A team budget's gauge shows the spend with this request's

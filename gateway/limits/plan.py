@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from random import getrandbits
 
+from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits.prices import Rate
 from gateway.limits.spend import Rule, Window
 
-CHARS_PER_TOKEN = 4  # a deliberately generous estimate for reservation; settlement corrects it
 DEFAULT_MAX_TOKENS_ESTIMATE = 512
 USAGE_BUCKET_SECONDS = 3600
 USAGE_TTL_SECONDS = 35 * 24 * 3600
@@ -112,17 +112,19 @@ def usage_key(team: str, now: float | None = None) -> str:
 
 
 def estimate_prompt(request: InternalRequest) -> int:
-    """Prompt tokens, estimated from characters (token-id prompts are counted exactly)."""
-    if request.operation is Operation.CHAT:
-        chars = sum(len(m.content) if isinstance(m.content, str) else 256 for m in request.messages)
-        return chars // CHARS_PER_TOKEN + 1
-    return sum(len(p) // CHARS_PER_TOKEN + 1 if isinstance(p, str) else len(p) for p in request.prompts)
+    """The prompt's tokens, at most: an upper bound from every field that carries prompt text
+    (``gateway.core.prompt``), so a budget reserves no less than the prompt can cost."""
+    return prompt_bound(request)
 
 
 def estimate_tokens(request: InternalRequest, prompt: int) -> int:
-    """The prompt's estimate plus the most the answer may use, for every choice."""
-    most = request.sampling.max_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
-    return prompt + most * request.choice_count
+    """The prompt's estimate plus the most the answer may use, for every choice generated (``best_of``
+    generates that many, and each is billed); an embedding's answer is vectors: no tokens."""
+    if request.operation is Operation.EMBEDDING:
+        return prompt
+    sampling = request.sampling
+    most = sampling.max_tokens or sampling.max_total_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
+    return prompt + most * max(1, len(request.prompts)) * max(sampling.n, sampling.best_of or 1)
 
 
 def checks_for(prefix: str, scope: str, values: LimitValues) -> list[Check]:

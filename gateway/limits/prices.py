@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.limits")
+MAX_UNPRICED = 10_000  # (model, target) pairs remembered as said
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +28,21 @@ class Rate:
     input: Decimal
     cached_input: Decimal
     output: Decimal
+    cache_write: Decimal | None = None  # None: the input price
 
     @classmethod
     def of(cls, price: Price) -> Rate:
         cached = price.cached_input if price.cached_input is not None else price.input
-        return cls(price.input, cached, price.output)
+        return cls(price.input, cached, price.output, price.cache_write)
 
-    def cost(self, prompt: int, cached: int, completion: int) -> int:
-        """Millionths of the currency, rounded up. ``cached``: of the prompt tokens, those served from
-        the upstream's cache (clamped to the prompt)."""
+    def cost(self, prompt: int, cached: int, completion: int, written: int = 0) -> int:
+        """Millionths of the currency, rounded up. ``cached``, ``written``: of the prompt tokens, those
+        served from the upstream's cache and those written to it (clamped to the prompt)."""
         cached = max(0, min(cached, prompt))
-        exact = (prompt - cached) * self.input + cached * self.cached_input + completion * self.output
-        return math.ceil(exact)
+        written = max(0, min(written, prompt - cached))
+        write = self.input if self.cache_write is None else self.cache_write
+        exact = (prompt - cached - written) * self.input + cached * self.cached_input + written * write
+        return math.ceil(exact + completion * self.output)
 
 
 @dataclass(slots=True)
@@ -57,8 +63,11 @@ class PriceTable:
         """The target's own price, else the model's; None (said once) when neither is configured."""
         found = self.rates.get((model, target)) or self.rates.get((model, None))
         if found is None and (model, target) not in self.unpriced:
+            if len(self.unpriced) >= MAX_UNPRICED:  # a catch-all's model names are the clients' choice
+                self.unpriced.clear()
             self.unpriced.add((model, target))
-            log.warning("no price for model %r on target %r: its spend is not counted", model, target)
+            what = "no price for model %r on target %r: its spend is not counted"
+            throttled.warning(f"no-price:{target}", what, model, target)
         return found
 
     def worst(self, model: str, targets: tuple[str, ...]) -> Rate | None:
@@ -69,7 +78,15 @@ class PriceTable:
             return self._worst[key]
         known = [r for r in (self.rate(model, t) for t in targets) if r is not None]
         worst = (
-            Rate(max(r.input for r in known), max(r.cached_input for r in known), max(r.output for r in known))
+            Rate(
+                max(r.input for r in known),
+                max(r.cached_input for r in known),
+                max(r.output for r in known),
+                # the dearest write, where any target prices writes apart (else: the input price)
+                max(r.input if r.cache_write is None else r.cache_write for r in known)
+                if any(r.cache_write is not None for r in known)
+                else None,
+            )
             if known
             else None
         )

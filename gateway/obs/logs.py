@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import logging.handlers
@@ -50,6 +51,9 @@ _sink: LogSink | None = None  # the writer's, once ``configure`` has run
 
 MAX_MESSAGE = 2000  # characters of a log message; a client's 5 MB model name must not make a 5 MB line
 MAX_EXCEPTION_MESSAGE = 200  # characters of an exception's own message within a traceback
+MAX_FIELD = 1000  # characters of one structured field's string (an audit's key name, a team id)
+MAX_ITEMS = 50  # items of one structured field's list or mapping
+MAX_DEPTH = 4  # nesting kept of a structured field; deeper values are written as capped text
 
 
 def _json(out: dict[str, Any]) -> str:
@@ -135,6 +139,32 @@ def capped(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
+def bounded(value: Any, depth: int = 0) -> Any:
+    """A structured field as a line may hold it: strings capped, lists and mappings cut to
+    ``MAX_ITEMS`` (saying how many were left out), nesting to ``MAX_DEPTH``; numbers as they are."""
+    if isinstance(value, str):
+        return capped(value, MAX_FIELD)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if depth >= MAX_DEPTH:
+        return capped(str(value), MAX_FIELD)
+    if isinstance(value, dict):
+        out = {capped(str(k), MAX_FIELD): bounded(v, depth + 1) for k, v in itertools.islice(value.items(), MAX_ITEMS)}
+        if len(value) > MAX_ITEMS:
+            out["..."] = f"{len(value) - MAX_ITEMS} more"
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        kept = [bounded(v, depth + 1) for v in items[:MAX_ITEMS]]
+        return [*kept, f"... ({len(items) - MAX_ITEMS} more)"] if len(items) > MAX_ITEMS else kept
+    return capped(str(value), MAX_FIELD)
+
+
+def bounded_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A line's structured fields, each ``bounded``: no field can make a line unbounded."""
+    return {k: bounded(v) for k, v in fields.items()}
+
+
 def exception_message(exc: BaseException) -> str:
     """What a logged exception may say of itself. A validation error's message quotes its input (a
     prompt, a completion), so only where it failed is kept; any other message is capped."""
@@ -182,7 +212,7 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     if fields is None or message != fields.get("event"):
         out["msg"] = message
     if fields is not None:
-        out.update(fields)
+        out.update(bounded_fields(fields))
     exc = getattr(record, "safe_exc", None)
     if exc is None and record.exc_info and record.exc_info[1] is not None:  # not through the queue handler
         exc = traceback_text(record.exc_info[1])
@@ -249,7 +279,7 @@ class LogWriter:
         if isinstance(item, logging.LogRecord):
             return self.line(record_fields(item))
         if isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
-            return self.line(item)
+            return self.line(bounded_fields(item))
         raise TypeError(f"not a log line: {type(item).__name__}")
 
     def _own(self, level: str, message: str) -> str:

@@ -63,6 +63,17 @@ COOLDOWNS = Counter("gateway_cooldowns_total", "Targets put in cool-down after r
 UPSTREAM_FAILURES = Counter(
     "gateway_upstream_failures_total", "Failed tries of a target, by error code", ["target", "code"]
 )
+RESUMES = Counter(
+    "gateway_stream_resumes_total",
+    "Streams continued after a mid-stream break, by the broken target",
+    ["target", "cause"],
+)
+RESUME_LOST = Histogram(
+    "gateway_stream_resume_lost_seconds",
+    "Time from a break to its continuation's first event",
+    ["target"],
+    buckets=LATENCY,
+)
 DROPPED = Counter("gateway_dropped_features_total", "Features dropped by target config", ["target", "feature"])
 IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["dialect"], multiprocess_mode="livesum")
 TARGET_UP = Gauge(

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from gateway.obs.logs import AUDIT_LOGGER
+from gateway.obs.logs import AUDIT_LOGGER, bounded_fields
 
 log = logging.getLogger(AUDIT_LOGGER)
 KEY = "llmgw:audit"
@@ -37,7 +37,7 @@ class AuditTrail:
             "ts": time.time(),
             "admin": who,
             "action": action,
-            **{k: v for k, v in fields.items() if v is not None},
+            **bounded_fields({k: v for k, v in fields.items() if v is not None}),
         }
         log.info("audit", extra={"fields": {"event": "audit", **{k: v for k, v in entry.items() if k != "ts"}}})
         if self.client is None:

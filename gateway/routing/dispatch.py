@@ -21,10 +21,13 @@ from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.capabilities import fit
+from gateway.routing import first_token, resume
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.dispatch")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 BACKOFF_SECONDS = 0.05
 
 
@@ -40,6 +43,7 @@ class Attempt:
     cooled: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (target, error code) of each failed try
     trace: RequestTrace | None = None  # the request's spans, when tracing is on: a span per try
+    resumed: list[resume.Resumed] = field(default_factory=list)  # continuations after a mid-stream break
 
 
 DropHook = Callable[[str, list[Feature]], None]
@@ -113,7 +117,13 @@ async def complete(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
-            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, loggable(err))
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
+            )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
@@ -152,20 +162,74 @@ async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
         await batches.aclose()  # type: ignore[attr-defined]
 
 
+def _opener(attempt: Attempt, call: Call) -> resume.Opener:
+    """Opens try ``n`` of a stream on a target: its span, and the seeds its finishes report."""
+
+    def open_on(upstream: Upstream, req: InternalRequest, n: int) -> Batches:
+        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, n
+        trace = attempt.trace
+        events = upstream.stream(req, call if trace is None else trace.calling(upstream, n, call))
+        return _seed_finishes(events, req) if req.want_seed else events
+
+    return open_on
+
+
+async def _first(events: Batches, upstream: Upstream, call: Call) -> list[StreamEvent]:
+    bound = first_token.bound(upstream, call)
+    if bound is None:
+        return await anext(events)
+    return await first_token.first_token(events, bound, upstream.name)
+
+
+def _may_resume(
+    route: Route, request: InternalRequest, call: Call, candidates: list[tuple[Upstream, InternalRequest]]
+) -> bool:
+    """The client's switch over the model's; then whether the request and a target can continue."""
+    setting = route.resume if call.resume is None else call.resume
+    return route.max_resumes > 0 and resume.applies(setting, request, [u for u, _ in candidates])
+
+
+def _resumable(
+    table: ModelTable,
+    route: Route,
+    candidates: list[tuple[Upstream, InternalRequest]],
+    i: int,
+    call: Call,
+    attempt: Attempt,
+    opened: tuple[list[StreamEvent], Batches],
+) -> tuple[list[StreamEvent], Batches]:
+    """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``)."""
+    upstream, req = candidates[i]
+    targets = [u for u, _ in candidates[i:] + candidates[:i]]
+
+    def failed(target: Upstream, err: GatewayError) -> None:
+        attempt.failed.append((target.name, err.code))
+        if attempt.trace is not None:
+            attempt.trace.call_failed(err)
+        if not getattr(target, "members", None) and err.retryable and table.failed(target, err):
+            attempt.cooled.append(target.name)
+
+    resumer = resume.Resumer(req, targets, _opener(attempt, call), call, route.max_resumes, attempt.resumed, failed)
+    resumer.tries = i + 1
+    first, events = opened
+    return first, resume.resumable(upstream, first, events, resumer)
+
+
 async def open_stream(
     table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
 ) -> tuple[list[StreamEvent], Batches]:
     """The first batch of events and the rest of the stream, from the first target that produces one."""
     candidates = _candidates(table, route, request, attempt)
+    may = _may_resume(route, request, call, candidates)
+    if may:  # the targets that can continue are asked for what makes a continuation exact
+        candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
+    open_on = _opener(attempt, call)
     for i, (upstream, req) in enumerate(candidates):
-        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
+        events = open_on(upstream, req, i + 1)
         trace = attempt.trace
-        events = upstream.stream(req, call if trace is None else trace.calling(upstream, i + 1, call))
-        if req.want_seed:
-            events = _seed_finishes(events, req)
         began = time.perf_counter()
         try:
-            first = await anext(events)
+            first = await _first(events, upstream, call)
         except (GatewayError, StopAsyncIteration) as exc:
             attempt.upstream_seconds += time.perf_counter() - began
             await events.aclose()  # type: ignore[attr-defined]
@@ -177,12 +241,18 @@ async def open_stream(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
-            log.warning(
-                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, loggable(err)
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed before the first byte (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
             )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
         table.succeeded(upstream)
-        return first, events
+        if not may:
+            return first, events
+        return _resumable(table, route, candidates, i, call, attempt, (first, events))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -18,8 +18,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import GatewayError, NoHealthyTarget, NotFound
+from gateway.core.errors import GatewayError, InvalidRequest, NoHealthyTarget, NotFound, UpstreamCredentials
 from gateway.core.records import record
+from gateway.core.request import Operation
 from gateway.core.upstream import Upstream
 
 FAILURES_TO_COOL = 3
@@ -33,13 +34,15 @@ class Health:
     failures: int = 0
     cool_until: float = 0.0
     cause: str = ""  # the last failure's message: a cooling target's 503 says what is wrong with it
+    code: str = ""  # the last failure's error code
+    hint: str = ""  # the last failure's operator hint (its address, what fixes it): /status only
 
     def available(self, now: float) -> bool:
         return now >= self.cool_until
 
     def failed(self, now: float, err: GatewayError | None = None) -> bool:
         if err is not None:
-            self.cause = err.message
+            self.cause, self.code, self.hint = err.message, err.code, err.hint
         self.failures += 1
         if self.failures >= FAILURES_TO_COOL:
             self.failures = 0
@@ -58,6 +61,9 @@ class Route:
     weights: list[float]
     upstream_model: str | None = None  # set for vendor routes built from a ``vendor/model`` name
     label: str = ""  # bounded metric label: the configured name, ``vendor/*`` or ``local``
+    resume: bool | None = None  # mid-stream resume (``routing/resume.py``): None = where a target can
+    max_resumes: int = 2
+    kind: str | None = None  # "chat" or "embedding", as configured; None: a name routed by its form
 
     def __post_init__(self) -> None:
         self.label = self.label or self.public
@@ -67,6 +73,17 @@ class Route:
 class Resolved:
     route: Route
     adapter: str | None = None
+
+
+def check_kind(route: Route, operation: Operation) -> None:
+    """A chat request to an embedding model, or the reverse, is the client's error, named."""
+    if route.kind is None or (route.kind == "embedding") == (operation is Operation.EMBEDDING):
+        return
+    if route.kind == "embedding":
+        why = f"model {route.public!r} is an embedding model: send it to /v1/embeddings"
+    else:
+        why = f"model {route.public!r} is a chat model: /v1/embeddings needs a model of kind embedding"
+    raise InvalidRequest(why, param="model")
 
 
 def _all_cooling(route: Route, health: dict[str, Health], now: float) -> NoHealthyTarget:
@@ -161,6 +178,20 @@ class ModelTable:
 
     def succeeded(self, upstream: Upstream) -> None:
         self._health(upstream).succeeded()
+
+    def noted(self, upstream: Upstream, err: GatewayError) -> None:
+        """A failed probe: its error explains the target on /status, counting no failure (only
+        requests cool a target down)."""
+        h = self._health(upstream)
+        h.cause, h.code, h.hint = err.message, err.code, err.hint
+
+    def keys_changed(self) -> list[str]:
+        """An upstream key was re-read with a new value: targets cooling because their key was refused
+        get the next request at once (refused again, they cool again). The targets released."""
+        released = [n for n, h in self.health.items() if h.cool_until and h.code == UpstreamCredentials.code]
+        for name in released:
+            self.health[name] = Health()
+        return released
 
     def public_names(self) -> list[str]:
         return sorted(self.routes)

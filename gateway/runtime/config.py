@@ -27,6 +27,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.runtime.keyfile import KeyProblem, read_key_file, usable_key
 from gateway.runtime.spend import Budget, SpendSettings, price_problem
 
 
@@ -49,6 +50,9 @@ class Timeouts(_Model):
     first_byte: Annotated[float, Field(gt=0)] = 120.0
     idle: Annotated[float, Field(gt=0)] = 60.0
     total: Annotated[float, Field(gt=0)] = 600.0
+    # a stream's first token (not its head) within this long, or the next target is tried before
+    # anything reaches the client; None: only first_byte bounds the wait
+    ttft: Annotated[float, Field(gt=0)] | None = None
     # An idle pooled upstream connection is dropped after this long: sooner than the upstream drops
     # it (uvicorn, so ``vllm serve``, after 5 s), or a request may be sent on a connection being closed.
     keepalive: Annotated[float, Field(gt=0)] = 4.0
@@ -166,6 +170,20 @@ class ModelEntry(_Model):
     name: str
     aliases: tuple[str, ...] = ()
     targets: Annotated[tuple[Target, ...], Field(min_length=1)]
+    # a stream that breaks after its first byte continues on a target that can continue it (vLLM):
+    # None = on when one of the targets can; the X-Gateway-Resume header decides per request
+    resume: bool | None = None
+    max_resumes: Annotated[int, Field(ge=0, le=16)] = 2  # continuations of one request at most
+    # what the model serves: chat (and completions, responses) or embeddings; the other is a named 400
+    kind: Literal["chat", "embedding"] = "chat"
+
+
+class ResponsesStore(_Model):
+    """Stored Responses (``store``, ``previous_response_id``): in Redis when configured, else in process."""
+
+    ttl_seconds: Annotated[float, Field(gt=0)] = 30 * 24 * 3600.0  # as OpenAI keeps them: 30 days
+    # what one team may keep, in bytes of stored JSON: past it, its oldest stored responses go first
+    max_bytes_per_team: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
 
 
 class KeyEntry(_Model):
@@ -198,6 +216,7 @@ class Team(_Model):
     limits: Limits = Limits()  # for the whole team, across replicas
     key_limits: Limits = Limits()  # for each key of the team
     deadline: Annotated[float, Field(gt=0)] | None = None  # default request deadline (s)
+    ttft: Annotated[float, Field(gt=0)] | None = None  # ceiling on every target's first-token deadline (s)
     budget: Budget | None = None  # spend of the whole team, across replicas
     key_budget: Budget | None = None  # spend of each key of the team
 
@@ -313,6 +332,7 @@ class GatewayConfig(_Model):
     admin: Admin = Admin()
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
     reload: Reload = Reload()
+    responses: ResponsesStore = ResponsesStore()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -366,17 +386,22 @@ def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapp
     for where, var in named:
         if var is not None and not environ.get(var):
             raise ConfigError(f"{source}: {where}: {_unset(var, environ)}")
+        try:
+            usable_key(environ.get(var or "", "").encode("utf-8", "surrogateescape"))
+        except KeyProblem as exc:
+            raise ConfigError(f"{source}: {where}: ${var} is not a usable key: {exc}") from None
     for m in config.models:
         for i, t in enumerate(m.targets):
             if t.api_key_file is not None:
+                where = f"{source}: models[{m.name!r}].targets[{i}].api_key_file"
                 try:
-                    empty = not Path(t.api_key_file).read_text().strip()
+                    empty = read_key_file(t.api_key_file) is None
                 except OSError as exc:
-                    raise ConfigError(
-                        f"{source}: models[{m.name!r}].targets[{i}].api_key_file: cannot read: {exc.strerror}"
-                    ) from None
+                    raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+                except KeyProblem as exc:
+                    raise ConfigError(f"{where}: not a usable key: {exc}") from None
                 if empty:
-                    raise ConfigError(f"{source}: models[{m.name!r}].targets[{i}].api_key_file: the file is empty")
+                    raise ConfigError(f"{where}: the file is empty")
     try:
         keyed = [team.id for team in config.teams if key_hashes(team, environ)]
     except ConfigError as exc:
@@ -466,16 +491,60 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
     return config
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    p = Path(path)
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is kilobytes; more is a mistake or an attack
+MAX_CONFIG_VALUES = 100_000  # values in the file once YAML's aliases are expanded
+
+
+def _values(node: yaml.Node, seen: dict[int, int]) -> int:
+    """How many values ``node`` stands for with every alias expanded, counted on the node graph (an
+    alias is the same node again), so a billion-laughs file is measured without being built."""
+    if id(node) in seen:
+        return seen[id(node)]
+    seen[id(node)] = MAX_CONFIG_VALUES + 1  # an alias of an enclosing node: a cycle is too many values
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    total = 1
+    for child in children:
+        total += _values(child, seen)
+        if total > MAX_CONFIG_VALUES:
+            break
+    seen[id(node)] = total
+    return total
+
+
+def read_yaml(p: Path) -> Any:
+    """The file's YAML: UTF-8, at most ``MAX_CONFIG_BYTES``, at most ``MAX_CONFIG_VALUES`` values with
+    aliases expanded; each refusal is one ``ConfigError`` line saying why."""
     try:
-        text = p.read_text()
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: the file is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: byte {exc.start}: the file is not UTF-8 text") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _values(node, {}) > MAX_CONFIG_VALUES:
+            raise ConfigError(f"{p}: more than {MAX_CONFIG_VALUES} values once aliases are expanded")
+        return loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "?"
         raise ConfigError(f"{p}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_config(data, str(p))
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    p = Path(path)
+    return parse_config(read_yaml(p), str(p))

@@ -23,12 +23,14 @@ class _Model(BaseModel):
 
 class Price(_Model):
     """What one model costs on one target (or on any target of it, with no ``target``), per million
-    tokens: prompt tokens, the prompt tokens the upstream served from its cache, completion tokens."""
+    tokens: prompt tokens, the prompt tokens the upstream served from its cache (``cached_input``) and
+    those it wrote to its cache (``cache_write``), completion tokens."""
 
     model: str  # the public model name, as under ``models``
     target: str | None = None  # a target's name (``provider:model`` unless it names itself)
     input: Annotated[Decimal, Field(ge=0)]
-    cached_input: Annotated[Decimal, Field(ge=0)] | None = None  # default: the input price
+    cached_input: Annotated[Decimal, Field(ge=0)] | None = None  # cache reads; default: the input price
+    cache_write: Annotated[Decimal, Field(ge=0)] | None = None  # prompt-cache writes (Anthropic's); default: input
     output: Annotated[Decimal, Field(ge=0)]
 
 

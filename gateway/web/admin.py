@@ -28,7 +28,9 @@ from typing import Annotated, Any
 import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
 
+from gateway.core.errors import GatewayError
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, usage_key
@@ -39,16 +41,25 @@ from gateway.runtime.config import GatewayConfig
 from gateway.web.reload import RELOADER
 from gateway.web.state import GATEWAY, Gateway
 
+# What Redis (keys, audit, usage and spend live there) raises when it cannot answer
+STORE_FAILURES = (RedisError, OSError, TimeoutError)
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 AUDIT_LIMIT = 1000  # entries one /admin/audit answer holds at most
 ADMIN_ID_HEX = 8  # of the admin key's SHA-256: names the credential in audit lines, reveals nothing of it
 
 
+MAX_EXPIRES_IN = 100 * 365 * 86400  # seconds: a key's lifetime is a date, never infinity or an overflow
+MAX_NAME = 200  # characters of an issued key's label
+MAX_TEAMS = 1000  # teams one issued key may serve
+
+
 class NewKey(BaseModel):
+    """Every field bounded, numbers finite: what is refused here is never stored."""
+
     model_config = ConfigDict(extra="forbid")
-    teams: Annotated[list[str], Field(min_length=1)]
-    name: str = ""
-    expires_in: Annotated[float, Field(gt=0)] | None = None
+    teams: Annotated[list[Annotated[str, Field(max_length=MAX_NAME)]], Field(min_length=1, max_length=MAX_TEAMS)]
+    name: Annotated[str, Field(max_length=MAX_NAME)] = ""
+    expires_in: Annotated[float, Field(gt=0, le=MAX_EXPIRES_IN, allow_inf_nan=False)] | None = None
 
 
 def admin_digest(config: GatewayConfig) -> str | None:
@@ -83,7 +94,12 @@ def guarded(handler: Callable[[web.Request, Gateway], Awaitable[web.Response]]) 
         presented = hex_digest(token) if token else ""
         if not hmac.compare_digest(presented, expected):
             return problem(401, "an admin key is required")
-        return await handler(request, gw)
+        try:
+            return await handler(request, gw)
+        except GatewayError as exc:  # the key store or the limits said they cannot answer
+            return problem(exc.status, str(exc))
+        except STORE_FAILURES as exc:  # Redis down or stalled: every admin path says so by name
+            return problem(503, f"the admin API's store is unavailable ({type(exc).__name__})")
 
     return wrapped
 
@@ -99,6 +115,12 @@ async def audit(request: web.Request, action: str, **fields: object) -> None:
     await request.app[GATEWAY].audit.record(who(request), action, **fields)
 
 
+IN_PROCESS_KEY = (
+    "no redis in the config: this key lives only in this gateway process; it is lost when the process "
+    "stops and unknown to other workers or replicas (docs/deployment.md#what-lives-in-redis)"
+)
+
+
 async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     try:
         spec = NewKey.model_validate_json(await request.read())
@@ -112,7 +134,10 @@ async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     await gw.auth.store.put(record)
     expires = iso_time(record.expires) if record.expires is not None else None
     await audit(request, "key.create", key_id=record.id, teams=record.teams, name=record.name or None, expires=expires)
-    return reply({"key": key, **record.public()}, 201)
+    answer = {"key": key, **record.public(), "stored": "process" if gw.config.redis is None else "redis"}
+    if gw.config.redis is None:
+        answer["warning"] = IN_PROCESS_KEY
+    return reply(answer, 201)
 
 
 async def list_keys(request: web.Request, gw: Gateway) -> web.Response:
@@ -138,11 +163,13 @@ async def teams(request: web.Request, gw: Gateway) -> web.Response:
             "limits": t.limits.model_dump(exclude_none=True),
             "key_limits": t.key_limits.model_dump(exclude_none=True),
             "deadline": t.deadline,
+            "budget": t.budget.model_dump(mode="json", exclude_none=True) if t.budget is not None else None,
+            "key_budget": t.key_budget.model_dump(mode="json", exclude_none=True) if t.key_budget is not None else None,
             "static_keys": [k.id for k in t.keys],
         }
         for t in gw.config.teams
     ]
-    return reply({"teams": out})
+    return reply({"teams": out, "currency": gw.config.spend.currency})
 
 
 async def usage(request: web.Request, gw: Gateway) -> web.Response:

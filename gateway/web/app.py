@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import PROVIDERS, HTTPUpstream
+from adapters import NATIVE, PROVIDERS, HTTPUpstream
 from backends import ENGINE_EXTRAS, ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
@@ -32,9 +32,10 @@ from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, spend, status
+from gateway.web import admin, ops, reload, responses, spend, status, stored, unrouted
+from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
-from gateway.web.routes import MODEL_LIST_PATHS, ROUTES
+from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 log = logging.getLogger("gateway")
@@ -104,12 +105,12 @@ def build_upstream(
             target,
             public,
             wire,
-            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret),
+            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, NATIVE.get(t.provider)),
             ReplicaGaugeSet(),
             redis,
             routing.pool if routing is not None else None,
         )
-    return HTTPUpstream(target, public, wire, budget, secret)
+    return HTTPUpstream(target, public, wire, budget, secret, NATIVE.get(target.provider))
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:
@@ -167,7 +168,14 @@ def build_table(config: GatewayConfig, catch_all: Target | None = None, builder:
             build.upstream(t.model_copy(update={"name": names[(entry.name, i)]}), entry.name)
             for i, t in enumerate(entry.targets)
         ]
-        route = Route(entry.name, upstreams, [t.weight for t in entry.targets])
+        route = Route(
+            entry.name,
+            upstreams,
+            [t.weight for t in entry.targets],
+            resume=entry.resume,
+            max_resumes=entry.max_resumes,
+            kind=entry.kind,
+        )
         for name in (entry.name, *entry.aliases):
             routes[name] = route
     vendors = {name: build.upstream(vendor_target(name, v), name) for name, v in config.vendors.items()}
@@ -223,6 +231,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         budget=builder.budget,
         audit=AuditTrail(client),
         routing=routing,
+        conversations=stored.build(client, config.responses),
     )
 
 
@@ -301,12 +310,15 @@ def create_app(
     reload.install(app, reload.Reloader(gw, config_path, siblings, rebuild))
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
+    app.router.add_routes(responses.routes())
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
+    app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
     ops.install(app, config)
     admin.install(app)
     app.router.add_get("/status", status.status)
     app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
+    unrouted.install(app, ROUTES)  # last: it takes every request no route above takes
     gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)
@@ -318,6 +330,8 @@ async def _drain(app: web.Application) -> None:
     then what is left is cut, each in its dialect's error (never a clean end), while the connections
     are still open; /ready says 503 meanwhile to whoever asks on an open connection."""
     gw = app[GATEWAY]
+    if gw.draining:  # drained already: ``listener.serve`` drains before it closes the connections
+        return
     gw.draining = True
     seconds = gw.config.server.drain_seconds
     in_flight = len(gw.in_flight.tasks)

@@ -40,7 +40,9 @@ async def read_body(request: web.Request) -> bytes:
             async with asyncio.timeout(seconds):
                 raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge("request body is too large") from None
+        raise PayloadTooLarge(
+            f"request body is larger than {request.client_max_size} bytes (server.max_body_bytes)"
+        ) from None
     except TimeoutError:
         raise RequestTimeout(f"request body did not arrive whole within {seconds:g} s") from None
     if encoding == "identity":
@@ -67,7 +69,7 @@ def _inflate(raw: bytes, wbits: int, limit: int) -> bytes:
     inflater = zlib.decompressobj(wbits)
     out = inflater.decompress(raw, limit + 1)  # one byte past the cap tells "too large" apart
     if len(out) > limit:
-        raise PayloadTooLarge(f"request body is larger than {limit} bytes once decoded")
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes once decoded (server.max_body_bytes)")
     if not inflater.eof:
         raise zlib.error("truncated")
     return out

@@ -19,7 +19,8 @@ import time
 from aiohttp import web
 
 from gateway.core.errors import GatewayError
-from gateway.dialects import OPENAI
+from gateway.dialects import ANTHROPIC, OPENAI
+from gateway.dialects.anthropic.render import model_list
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.obs.metrics import TARGET_UP, exposition, flush
@@ -62,8 +63,11 @@ async def probe(gw: Gateway) -> None:
     for upstream, result in zip(upstreams, results, strict=True):
         ok = not isinstance(result, BaseException)
         TARGET_UP.labels(upstream.name, upstream.provider).set(1 if ok else 0)
+        if isinstance(result, GatewayError):
+            gw.models.noted(upstream, result)
         if gw.ready.get(upstream.name) != ok:
-            log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result})")
+            hint = f"; {result.hint}" if isinstance(result, GatewayError) and result.hint else ""
+            log.info("target %s is %s", upstream.name, "reachable" if ok else f"unreachable ({result}{hint})")
         gw.ready[upstream.name] = ok
         if ok:
             # Kept through a failed probe: a name the local vLLM served still goes there (and its error
@@ -131,15 +135,19 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def list_models(request: web.Request) -> web.Response:
+    """OpenAI's list, or Anthropic's when the client sends ``anthropic-version`` (its SDKs always do)."""
     gw = request.app[GATEWAY]
     rid = request_id(request.headers)
+    dialect = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
     try:
-        token, team = credentials(OPENAI, request.headers)
+        token, team = credentials(dialect, request.headers)
         await gw.auth.authenticate(token, team)
     except GatewayError as err:
-        return error_response(OPENAI, err, rid)
-    names = dict.fromkeys([*gw.models.public_names(), *reachable(gw)])
+        return error_response(dialect, err, rid)
+    names = list(dict.fromkeys([*gw.models.public_names(), *reachable(gw)]))
     now = int(time.time())
+    if dialect is ANTHROPIC:
+        return _json(model_list(names, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))))
     data = [{"id": n, "object": "model", "created": now, "owned_by": "llm-gateway"} for n in names]
     return _json({"object": "list", "data": data})
 

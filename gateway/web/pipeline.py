@@ -1,11 +1,21 @@
-"""The request pipeline, in the order it runs:
+"""The request pipeline: one request's named steps, in the order they run.
 
-    route → choose dialect → authenticate → parse → resolve model → model access → admit (limits)
-    → call (fallbacks) → render
+    route → read → authenticate → parse → [recall] → choose → admit → call → relay | answer → settle
 
-One handler per route-table entry, built once at start-up around its ``RouteSpec``. Every error is a
-``GatewayError`` rendered in the dialect that is answering; once a stream has started, errors go out
-in-band and the stream is ended the dialect's way.
+``route`` is ``make_handler``: one handler per route-table entry, built once at start-up around its
+``RouteSpec``. Each later step is a function of one ``Exchange``, the request's context, and fills in
+its part of it: ``read`` the body and the dialect it refines, ``authenticate`` the principal, ``parse``
+the ``InternalRequest`` (``recall``: a stored Responses chain put before it), ``choose`` the model's
+route (its targets, the allow-list), ``admit`` the
+limits' plan, ``call`` the upstream through ``gateway.routing.dispatch`` (target order, feature fit,
+fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and ``settle`` the limits with the
+real usage.
+
+Errors are mapped once, at the ``edge``: every error before the first byte is a
+``GatewayError`` answered in the dialect that is answering. Once a stream has started, ``relay`` sends
+errors in-band and ends the stream the dialect's way. What does not belong here: a dialect's wire
+format (``gateway.dialects``), limits arithmetic (``gateway.limits``), target choice
+(``gateway.routing``).
 """
 
 from __future__ import annotations
@@ -13,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from random import getrandbits
+from typing import Any
 
 from aiohttp import web
 
@@ -24,13 +34,19 @@ from gateway.core.errors import GatewayError, ShuttingDown
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
-from gateway.dialects.base import Dialect, bearer_token
+from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
 from gateway.dialects.common import dumps, loads
-from gateway.routing import dispatch
+from gateway.limits.admission import Ask
+from gateway.limits.plan import Plan
+from gateway.obs.load import ModelLoad
+from gateway.obs.tracing import RequestTrace
+from gateway.policy.auth import Principal
+from gateway.routing import dispatch, resume
+from gateway.routing.table import Route, check_kind
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
-from gateway.web.record import InFlight, RequestLog
-from gateway.web.state import GATEWAY
+from gateway.web.record import FAULTS, InFlight, RequestLog
+from gateway.web.state import GATEWAY, Gateway, Generation
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
@@ -46,73 +62,212 @@ class RouteSpec:
     dialect: Dialect
     operation: Operation
     flavour: str = ""
+    kept: bool = False  # answers are stored for later requests (Responses' ``store``: ``stored.py``)
 
 
-def request_id(headers: Mapping[str, str]) -> str:
-    given = headers.get("X-Request-Id", "")
-    if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
-        return given
-    # 128 random bits, as uuid4().hex carries; from the process's generator (reseeded in each forked
-    # worker), not a getrandom() system call per request: an id needs uniqueness, not secrecy
-    return f"{getrandbits(128):032x}"
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """One request's context, as the steps fill it in: each field is set by the step named beside it
+    and read by the ones after it."""
+
+    request: web.Request
+    spec: RouteSpec
+    gw: Gateway
+    gen: Generation  # this request's config generation, whatever a reload swaps in meanwhile
+    log: RequestLog
+    dialect: Dialect  # the route's; ``read`` refines it
+    trace: RequestTrace | None  # None unless tracing is configured: then nothing of it runs
+    data: dict[str, Any] = field(init=False)  # read: the decoded body
+    principal: Principal = field(init=False)  # authenticate
+    ireq: InternalRequest = field(init=False)  # parse
+    route: Route = field(init=False)  # choose
+    load: ModelLoad | None = None  # choose: the model's levels, once it is known
+    plan: Plan | None = None  # admit
+    deadline: float | None = None  # admit
+
+    def reply_headers(self, first: dict[str, str]) -> dict[str, str]:
+        """``first``, then the request id, the gateway's overhead so far, and a soft budget gone past."""
+        log = self.log
+        headers = {**first, "X-Request-Id": log.rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+        if log.budget_exceeded:
+            headers[BUDGET_HEADER] = log.budget_exceeded
+        return headers
 
 
-def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
-    raw = headers.get(dialect.auth_header)
-    token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
-    team = headers.get(dialect.team_header) if dialect.team_header else None
-    return token, team or None
+def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
+    """Step ``route``: the handler of one route-table entry; counts its requests in flight under the
+    route's dialect (before the body refines it)."""
+    in_flight = requests.level(spec.dialect.name)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        in_flight.n += 1
+        try:
+            return await edge(begin(spec, request))
+        finally:
+            in_flight.n -= 1
+
+    return handle
 
 
-def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:
-    reply = dialect.error(err)
-    headers = {"X-Request-Id": rid, **reply.headers}
-    return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
+def begin(spec: RouteSpec, request: web.Request) -> Exchange:
+    gw = request.app[GATEWAY]
+    tracer = gw.tracer
+    trace = None if tracer is None else tracer.begin(request.headers, spec.method, spec.path, spec.operation)
+    log = RequestLog(gw.backlog, gw.access, request_id(request.headers), spec.dialect.name, trace)
+    return Exchange(request, spec, gw, gw.gen, log, spec.dialect, trace)
 
 
-async def answer(request: web.Request, resp: web.Response, log: RequestLog) -> web.Response:
-    """Sends ``resp`` now rather than after the handler returns: settling, metrics and the access log
-    (the handler's ``finally`` blocks) then run once the client has its answer, not before it."""
+async def edge(ex: Exchange) -> web.StreamResponse:
+    """Runs the steps; maps what escapes them, once, into the answer (or the log line) it calls for."""
+    gw, log = ex.gw, ex.log
+    task = asyncio.current_task()
+    assert task is not None  # aiohttp runs every handler in a task
+    gw.in_flight.began(task)
     try:
-        await resp.prepare(request)
-        await resp.write_eof()
-    except ConnectionResetError:  # the client went away before its answer
-        log.gone()
-    # aiohttp keeps a connection's last response until its next request: an idle keep-alive
-    # connection would hold the whole rendered answer (the sent bytes are the transport's now).
-    resp.body = None
-    return resp
+        return await steps(ex)
+    except GatewayError as err:
+        log.failed(err)
+        return await answer(ex, error_response(ex.dialect, err, log.rid))
+    except asyncio.CancelledError:
+        if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
+            cut = shutting_down()
+            log.failed(cut)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await answer(ex, error_response(ex.dialect, cut, log.rid))
+        elif not log.error:
+            log.gone()  # the client went away, or aiohttp cancelled the handler: nothing to answer
+        raise
+    except ConnectionResetError:
+        log.gone()  # the client went away mid-answer: nothing left to answer; the log line says so
+        raise
+    except Exception:
+        return await answer(ex, error_response(ex.dialect, internal_error(log, "serving"), log.rid))
+    finally:
+        if ex.load is not None:
+            ex.load.in_flight.n -= 1
+        gw.in_flight.ended(task)
+        log.close()
 
 
-def internal_error(log: RequestLog, doing: str) -> GatewayError:
-    """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
-    client's dialect answers a server error, without the details."""
-    logging.getLogger("gateway").exception("unexpected error %s %s", doing, log.rid)
-    err = GatewayError("internal error in the gateway")
-    log.failed(err)
+def shutting_down() -> ShuttingDown:
+    """The 503 of a request the drain will not serve; the connection it came on closes after it."""
+    err = ShuttingDown("the gateway is shutting down: retry the request")
+    err.headers["Connection"] = "close"
     return err
 
 
-async def relay(
-    request: web.Request,
-    dialect: Dialect,
-    ireq: InternalRequest,
-    opened: tuple[list[StreamEvent], AsyncIterator[list[StreamEvent]]],
-    rid: str,
-    log: RequestLog,
-) -> web.StreamResponse:
+async def steps(ex: Exchange) -> web.StreamResponse:
+    if ex.gw.draining:  # on a keep-alive connection opened before the signal: told now, not at the drain's end
+        raise shutting_down()
+    await read(ex)
+    await authenticate(ex)
+    parse(ex)
+    if ex.spec.kept:
+        await recall(ex)
+    choose(ex)
+    await admit(ex)
+    try:
+        return await call(ex)
+    finally:
+        settle(ex)
+
+
+async def read(ex: Exchange) -> None:
+    """The body, read within its caps and decoded once; its keys and the SDK's headers refine the
+    dialect (``/v1/...`` serves several SDKs)."""
+    ex.data = data = loads(await read_body(ex.request))
+    ex.dialect = ex.dialect.select(data, ex.request.headers)
+    ex.log.dialect = ex.dialect.name
+
+
+async def authenticate(ex: Exchange) -> None:
+    token, team = credentials(ex.dialect, ex.request.headers)
+    ex.principal = ex.log.principal = await ex.gen.auth.authenticate(token, team)
+
+
+def parse(ex: Exchange) -> None:
+    """The body validated by the caller's codec into one frozen ``InternalRequest``."""
+    ex.ireq = ex.dialect.parse(ex.spec.operation, ex.data, ex.spec.flavour)
+    ex.log.model = ex.ireq.model
+
+
+async def recall(ex: Exchange) -> None:
+    """A stored chain's turns put before this one's input (Responses' ``previous_response_id``)."""
+    ex.ireq = await ex.gw.conversations.recall(ex.principal.team, ex.ireq)
+
+
+async def keep(ex: Exchange) -> None:
+    """The answer stored for later requests, before the client has its end (``RouteSpec.kept``)."""
+    if ex.spec.kept:
+        await ex.gw.conversations.keep(ex.principal.team, ex.ireq)
+
+
+def choose(ex: Exchange) -> None:
+    """The model's route (its targets), counted in the model's levels; the team's allow-list; a LoRA
+    adapter named in the model name."""
+    resolved = ex.gen.models.resolve(ex.ireq.model)
+    ex.route = resolved.route
+    check_kind(resolved.route, ex.ireq.operation)
+    ex.log.model_label = resolved.route.label
+    ex.load = ex.gw.load.of(resolved.route.label)
+    ex.load.in_flight.n += 1
+    ex.gen.model_access.check(ex.principal, ex.ireq.model)
+    if resolved.adapter is not None and ex.ireq.adapter is None:
+        features = ex.ireq.features | {Feature.ADAPTER}
+        ex.ireq = dataclasses.replace(ex.ireq, adapter=resolved.adapter, features=features)
+
+
+async def admit(ex: Exchange) -> None:
+    """The request's deadline, then every applicable limit (``gateway.limits.admission``)."""
+    principal, gen, route = ex.principal, ex.gen, ex.route
+    admission = ex.gw.admission
+    ex.deadline = admission.deadline_for(principal.team, ex.ireq, gen.policies)
+    ask = Ask(
+        principal.team, principal.key_id, ex.ireq, ex.deadline, ex.load, gen.policies, route.label, route.upstreams
+    )
+    admitting = admission.admit(ask)
+    ex.plan = plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
+    if plan.over is not None:
+        ex.log.budget_exceeded = plan.over.scope
+
+
+async def call(ex: Exchange) -> web.StreamResponse:
+    """The upstream call (``gateway.routing.dispatch``: target order, feature fit, fallbacks before the
+    first byte); then the stream relayed, or the whole answer rendered."""
+    route, ireq, log = ex.route, ex.ireq, ex.log
+    headers, team = ex.request.headers, ex.gen.policies.teams.get(ex.principal.team)
+    call = Call(
+        log.rid,
+        ex.deadline,
+        route.upstream_model,
+        headers.get(SESSION_HEADER),
+        ttft=team.ttft if team is not None else None,
+        resume=resume.wanted(headers.get(resume.HEADER)),
+    )
+    if ireq.stream:
+        opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
+        log.observe(opened[0])
+        return await relay(ex, opened)
+    completion = await dispatch.complete(ex.gen.models, route, ireq, call, log.attempt)
+    log.completed(completion)
+    body = dumps(ex.dialect.render(ireq, completion))
+    await keep(ex)
+    return await answer(ex, web.Response(body=body, content_type="application/json", headers=ex.reply_headers({})))
+
+
+async def relay(ex: Exchange, opened: tuple[list[StreamEvent], AsyncIterator[list[StreamEvent]]]) -> web.StreamResponse:
+    """Step ``relay``: the stream's events encoded in the client's dialect as they come; after the
+    head has gone out, every error ends the stream in-band, the dialect's way."""
     first, events = opened
+    log = ex.log
     log.first_byte()
-    headers = {**SSE_HEADERS, "X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
-    if log.budget_exceeded:
-        headers[BUDGET_HEADER] = log.budget_exceeded
-    encoder = dialect.encoder(ireq)
-    resp = EventStream(headers=headers)  # its head leaves with the first events
-    await resp.prepare(request)
+    encoder = ex.dialect.encoder(ex.ireq)
+    resp = EventStream(headers=ex.reply_headers(SSE_HEADERS))  # its head leaves with the first events
+    await resp.prepare(ex.request)
     try:
         out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written
         if not isinstance(first, LastBatch):
-            if not (isinstance(first, SplitBatch) and request.app[GATEWAY].in_flight.busy()):
+            if not (isinstance(first, SplitBatch) and ex.gw.in_flight.busy()):
                 await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
                 out = b""
             async for batch in events:
@@ -131,6 +286,7 @@ async def relay(
                     await resp.write(out)
                     out = b""
         tail = out + encoder.end()
+        await keep(ex)
     except GatewayError as err:
         log.failed(err)
         tail = out + encoder.error(err)  # first events held for the rest of their read go first
@@ -140,13 +296,7 @@ async def relay(
         log.gone()
         return resp
     except asyncio.CancelledError:
-        if request.app[GATEWAY].draining:  # cut at the drain's end: the stream ends in error, not cleanly
-            cut = ShuttingDown("the gateway is shutting down: the stream was cut; retry the request")
-            log.failed(cut)
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await resp.write_eof(out + encoder.error(cut))
-        else:
-            log.gone()
+        await cut_short(ex, resp, out, encoder)
         raise
     except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
         tail = out + encoder.error(internal_error(log, "relaying"))
@@ -160,96 +310,74 @@ async def relay(
     return resp
 
 
-def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
-    in_flight = requests.level(spec.dialect.name)  # the route's dialect: counted before it is refined
+async def cut_short(ex: Exchange, resp: web.StreamResponse, out: bytes, encoder: StreamEncoder) -> None:
+    """A stream cancelled: cut at the drain's end (it ends in error, not cleanly), or its client gone."""
+    if not ex.gw.draining:
+        ex.log.gone()
+        return
+    cut = ShuttingDown("the gateway is shutting down: the stream was cut; retry the request")
+    ex.log.failed(cut)
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await resp.write_eof(out + encoder.error(cut))
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        gw = request.app[GATEWAY]
-        gen = gw.gen  # this request's config generation, whatever a reload swaps in meanwhile
-        rid = request_id(request.headers)
-        dialect = spec.dialect
-        tracer = gw.tracer  # None unless tracing is configured: then nothing of it runs
-        trace = None if tracer is None else tracer.begin(request.headers, spec.method, spec.path, spec.operation)
-        log = RequestLog(gw.backlog, gw.access, rid, dialect.name, trace)
-        load = None  # the model's levels, once it is known
-        in_flight.n += 1
-        task = asyncio.current_task()
-        assert task is not None  # aiohttp runs every handler in a task
-        gw.in_flight.began(task)
-        try:
-            data = loads(await read_body(request))
-            dialect = dialect.select(data, request.headers)
-            log.dialect = dialect.name
-            token, team = credentials(dialect, request.headers)
-            principal = await gen.auth.authenticate(token, team)
-            log.principal = principal
-            ireq = dialect.parse(spec.operation, data, spec.flavour)
-            log.model = ireq.model
-            resolved = gen.models.resolve(ireq.model)
-            log.model_label = resolved.route.label
-            load = gw.load.of(resolved.route.label)
-            load.in_flight.n += 1
-            gen.model_access.check(principal, ireq.model)
-            if resolved.adapter is not None and ireq.adapter is None:
-                ireq = dataclasses.replace(ireq, adapter=resolved.adapter, features=ireq.features | {Feature.ADAPTER})
-            deadline = gw.admission.deadline_for(principal.team, ireq, gen.policies)
-            route = resolved.route
-            admitting = gw.admission.admit(
-                principal.team,
-                principal.key_id,
-                ireq,
-                deadline,
-                load,
-                gen.policies,
-                model=route.label,
-                targets=route.upstreams,
-            )
-            plan = await (admitting if trace is None else trace.admitted(admitting, principal.team))
-            if plan.over is not None:
-                log.budget_exceeded = plan.over.scope
-            try:
-                call = Call(rid, deadline, resolved.route.upstream_model, request.headers.get(SESSION_HEADER))
-                if ireq.stream:
-                    opened = await dispatch.open_stream(gen.models, resolved.route, ireq, call, log.attempt)
-                    log.observe(opened[0])
-                    return await relay(request, dialect, ireq, opened, rid, log)
-                completion = await dispatch.complete(gen.models, resolved.route, ireq, call, log.attempt)
-                log.completed(completion)
-                body = dumps(dialect.render(ireq, completion))
-                headers = {"X-Request-Id": rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
-                if log.budget_exceeded:
-                    headers[BUDGET_HEADER] = log.budget_exceeded
-                return await answer(
-                    request, web.Response(body=body, content_type="application/json", headers=headers), log
-                )
-            finally:
-                prompt, completion_tokens = log.usage(plan)
-                target = log.attempt.target or ""
-                log.cost = gw.admission.release(
-                    plan, prompt, completion_tokens, log.cached_tokens, route.label, target, gen.policies.prices
-                )
-        except GatewayError as err:
-            log.failed(err)
-            return await answer(request, error_response(dialect, err, rid), log)
-        except asyncio.CancelledError:
-            if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
-                cut = ShuttingDown("the gateway is shutting down: retry the request")
-                log.failed(cut)
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await answer(request, error_response(dialect, cut, rid), log)
-            elif not log.error:
-                log.gone()  # the client went away, or aiohttp cancelled the handler: nothing to answer
-            raise
-        except ConnectionResetError:
-            log.gone()  # the client went away mid-answer: nothing left to answer; the log line says so
-            raise
-        except Exception:
-            return await answer(request, error_response(dialect, internal_error(log, "serving"), rid), log)
-        finally:
-            in_flight.n -= 1
-            if load is not None:
-                load.in_flight.n -= 1
-            gw.in_flight.ended(task)
-            log.close()
 
-    return handle
+async def answer(ex: Exchange, resp: web.Response) -> web.Response:
+    """Step ``answer``: sends ``resp`` now rather than after the handler returns: settling, metrics and
+    the access log then run once the client has its answer, not before it."""
+    if OVERHEAD_HEADER not in resp.headers:  # an error: every answer says the gateway's overhead
+        resp.headers[OVERHEAD_HEADER] = f"{ex.log.overhead() * 1000:.3f}"
+    try:
+        await resp.prepare(ex.request)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away before its answer
+        ex.log.gone()
+    # aiohttp keeps a connection's last response until its next request: an idle keep-alive
+    # connection would hold the whole rendered answer (the sent bytes are the transport's now).
+    resp.body = None
+    return resp
+
+
+def settle(ex: Exchange) -> None:
+    """The limits settled with the real usage, once the answer is out (off the request path: the
+    admission queues it); the request's cost goes to its record."""
+    plan, log = ex.plan, ex.log
+    assert plan is not None  # settle runs only after admit
+    prompt, completion_tokens = log.usage(plan)
+    target = log.attempt.target or ""
+    prices = ex.gen.policies.prices
+    log.cost = ex.gw.admission.release(
+        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices, log.cache_write_tokens
+    )
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    given = headers.get("X-Request-Id", "")
+    if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
+        return given
+    # 128 random bits, as uuid4().hex carries; from the process's generator (reseeded in each forked
+    # worker), not a getrandom() system call per request: an id needs uniqueness, not secrecy
+    return f"{getrandbits(128):032x}"
+
+
+def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    raw = headers.get(dialect.auth_header)
+    token = bearer_token(raw) if dialect.auth_header == "authorization" else raw
+    if raw is None and dialect.bearer_too:  # Anthropic's SDKs send x-api-key or, now, a bearer token
+        token = bearer_token(headers.get("authorization"))
+    team = headers.get(dialect.team_header) if dialect.team_header else None
+    return token, team or None
+
+
+def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:
+    reply = dialect.error(err)
+    headers = {"X-Request-Id": rid, **reply.headers}
+    return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
+
+
+def internal_error(log: RequestLog, doing: str) -> GatewayError:
+    """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
+    client's dialect answers a server error, without the details."""
+    FAULTS.exception(f"internal:{doing}", "unexpected error %s %s", doing, log.rid)
+    err = GatewayError("internal error in the gateway")
+    log.failed(err)
+    return err

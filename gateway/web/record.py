@@ -25,9 +25,13 @@ from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing.dispatch import Attempt
 from gateway.runtime.spend import MICROS
+from gateway.runtime.throttle import LogThrottle
 
 BACKLOG_SECONDS = 0.02
 SeriesKey = tuple[str, str, str, str, str]
+
+# Faults of ours a request can meet again and again: a traceback a period per kind, the rest counted.
+FAULTS = LogThrottle(logging.getLogger("gateway"))
 
 
 class _Series:
@@ -54,6 +58,7 @@ class RequestLog:
         "attempt",
         "backlog",
         "budget_exceeded",
+        "cache_write_tokens",
         "cached_tokens",
         "chunks",
         "completion_tokens",
@@ -61,6 +66,7 @@ class RequestLog:
         "dialect",
         "ended",
         "error",
+        "hint",
         "last_chunk",
         "logger",
         "model",
@@ -94,6 +100,7 @@ class RequestLog:
         self.model_label = "-"
         self.status = 200
         self.error: str | None = None
+        self.hint = ""  # the operator's side of the error (``GatewayError.hint``): logged, never answered
         self.ttfb: float | None = None
         self.ttft: float | None = None
         self.last_chunk = 0.0
@@ -102,6 +109,7 @@ class RequestLog:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None  # of the prompt tokens, served from the upstream's cache
+        self.cache_write_tokens: int | None = None  # of the prompt tokens, written to its prompt cache
         self.cost: int | None = None  # millionths of the currency, when priced (``Admission.release``)
         self.budget_exceeded: str | None = None  # the soft budget gone past: "team" or "key"
 
@@ -130,6 +138,7 @@ class RequestLog:
             else:
                 if isinstance(event, UsageReport):
                     self.cached_tokens = event.usage.cached_tokens
+                    self.cache_write_tokens = event.usage.cache_write_tokens
                     self.prompt_tokens = event.usage.prompt_tokens
                     self.completion_tokens = event.usage.completion_tokens
                 elif self.trace is not None:
@@ -158,6 +167,7 @@ class RequestLog:
             self.prompt_tokens = completion.usage.prompt_tokens
             self.completion_tokens = completion.usage.completion_tokens
             self.cached_tokens = completion.usage.cached_tokens
+            self.cache_write_tokens = completion.usage.cache_write_tokens
 
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
         """Tokens to settle: the upstream's own count; for a stream cut short (client gone, upstream
@@ -170,6 +180,7 @@ class RequestLog:
         if self.ttfb is None:
             self.status = err.status
         self.error = err.code
+        self.hint = err.hint
 
     def gone(self) -> None:
         self.error = "client_gone"
@@ -225,8 +236,12 @@ class RequestLog:
             "ttfb_ms": round(self.ttfb * 1000, 3) if self.ttfb is not None else None,
             "overhead_ms": round(overhead * 1000, 3),
         }
+        if self.hint:
+            fields["hint"] = self.hint
         if self.cached_tokens:
             fields["cached_tokens"] = self.cached_tokens
+        if self.cache_write_tokens:
+            fields["cache_write_tokens"] = self.cache_write_tokens
         if self.cost is not None:  # exact: the same millionths the spend counters add up
             fields["cost"] = money(self.cost)
             fields["currency"] = self.backlog.currency
@@ -234,6 +249,8 @@ class RequestLog:
             fields["dropped"] = [f.value for f in self.attempt.dropped]
         if self.attempt.failed:  # every failed try, fallbacks included: which target, and how
             fields["failures"] = [f"{target}: {code}" for target, code in self.attempt.failed]
+        if self.attempt.resumed:  # each continuation: where it broke, why, and where it went on
+            fields["resumes"] = [f"{r.broken} -> {r.target}: {r.cause} after {r.tokens}" for r in self.attempt.resumed]
         if not logs.put_line(fields):
             self.logger.info("request", extra={"fields": fields})
 
@@ -264,6 +281,9 @@ class RequestLog:
             m.COOLDOWNS.labels(target).inc()
         for target, code in self.attempt.failed:
             m.UPSTREAM_FAILURES.labels(target, code).inc()
+        for r in self.attempt.resumed:
+            m.RESUMES.labels(r.broken, r.cause).inc()
+            m.RESUME_LOST.labels(r.broken).observe(r.lost)
         for feature in self.attempt.dropped:
             m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
 
@@ -296,7 +316,7 @@ class Backlog:
             try:
                 log.emit()
             except Exception:  # one bad record must not lose the batch's other lines
-                logging.getLogger("gateway").exception("request %s could not be logged", log.rid)
+                FAULTS.exception("unlogged", "request %s could not be logged", log.rid)
 
 
 class InFlight:

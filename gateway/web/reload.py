@@ -172,6 +172,8 @@ class Reloader:
             config, restart = keep_running(config, old.config)
             if config_digest(config) == old.digest:
                 reread = gw.secrets.refresh()
+                if reread:
+                    old.models.keys_changed()
                 return Outcome("unchanged", old.version, old.digest, restart_needed=restart, keys_reread=reread)
             gen = self.rebuild(gw, config, self.path)
         except ConfigError as exc:
@@ -189,6 +191,8 @@ class Reloader:
             refused.reason = f"a new target failed to start ({type(exc).__name__}: {exc})"
             return refused
         reread = gw.secrets.refresh()
+        if reread:
+            gen.models.keys_changed()
         gw.gen = gen  # the swap: requests from here on read the new generation
         set_config_info(gen.version, gen.digest, (old.version, old.digest))
         removed = [u for k, u in old.upstreams.items() if k not in gen.upstreams]
@@ -228,7 +232,9 @@ class Reloader:
             try:
                 reread = self.gw.secrets.refresh_stale()
                 if reread:
-                    log.info("upstream key re-read", extra={"fields": {"event": "key_reread", "sources": reread}})
+                    released = self.gw.gen.models.keys_changed()
+                    fields = {"event": "key_reread", "sources": reread, "released": released or None}
+                    log.info("upstream key re-read", extra={"fields": fields})
                 if self.path and self.gw.config.reload.watch:
                     now = file_stamp(self.path)
                     if now != seen and now is not None:

@@ -32,6 +32,18 @@ td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}th{background:#f3f3
 .up{color:#08730c;font-weight:bold}.down{color:#b00020;font-weight:bold}"""
 
 
+# The metrics' model label of requests refused before a model was resolved (bad key, path, body).
+NO_MODEL = "(none: refused before a model was chosen)"
+
+
+def cell(budget: dict[str, object], column: str) -> str:
+    """A budget row's cell as a person reads it: utilisation as a percentage (the API keeps the ratio)."""
+    value = budget[column]
+    if column == "utilisation" and isinstance(value, (int, float)):
+        return f"{value * 100:.1f}%"
+    return str(value)
+
+
 def presented_key(header: str | None) -> str | None:
     if header and header.lower().startswith("basic "):
         try:
@@ -83,16 +95,22 @@ async def status(request: web.Request) -> web.Response:
     ]
     outcomes = ["ok", "client_error", "rate_limited", "upstream_error", "timeout", "cancelled"]
     model_rows = [
-        [html.escape(model), *(str(int(counts.get(o, 0))) for o in outcomes)]
+        [html.escape(NO_MODEL if model == "-" else model), *(str(int(counts.get(o, 0))) for o in outcomes)]
         for model, counts in sorted(traffic().items())
     ]
+    health = gw.gen.models.health
     health_rows = [
-        [html.escape(name), '<span class="up">up</span>' if ok else '<span class="down">down</span>']
+        [
+            html.escape(name),
+            '<span class="up">up</span>' if ok else '<span class="down">down</span>',
+            html.escape(health[name].cause) if name in health and health[name].cause else "-",
+            html.escape(health[name].hint) if name in health and health[name].hint else "-",
+        ]
         for name, ok in sorted(gw.ready.items())
     ]
     redis = "not configured (in-process limits)" if gw.redis is None else "configured"
     try:
-        budget_rows = [[html.escape(str(b[k])) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
+        budget_rows = [[html.escape(cell(b, k)) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
     except Exception:  # as usage: the page still shows what it can while Redis is down
         budget_rows = [["(unavailable while Redis is down)", *[""] * (len(BUDGET_COLUMNS) - 1)]]
     unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.gen.policies.prices.unpriced))
@@ -103,6 +121,6 @@ async def status(request: web.Request) -> web.Response:
 <h2>Usage per team (this hour)</h2>{table(["team", "requests", "prompt tokens", "completion tokens"], team_rows)}
 <h2>Spend against budget per team</h2>{table(list(BUDGET_COLUMNS), budget_rows)}{unpriced_note}
 <h2>Traffic per model (since start)</h2>{table(["model", *outcomes], model_rows)}
-<h2>Backend health</h2>{table(["target", "state"], health_rows)}
+<h2>Backend health</h2>{table(["target", "state", "last failure", "what to check (operators)"], health_rows)}
 </body></html>"""
     return web.Response(text=page, content_type="text/html")

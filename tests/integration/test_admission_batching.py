@@ -17,7 +17,7 @@ from gateway.core.request import InternalRequest, Operation
 from gateway.limits import admission as admission_module
 from gateway.limits import channel
 from gateway.limits import plan as planning
-from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import LimitValues, Plan
 from gateway.limits.store import RedisLimiter
@@ -157,8 +157,8 @@ async def test_a_request_waiting_for_a_slot_is_admitted_with_the_release(
     team = f"t-{uuid.uuid4().hex[:8]}"
     admission = Admission(Counting(client), {team: TeamPolicy(limits=LimitValues(concurrency=1))}, Settings())
     async with running(admission):
-        holder = await admission.admit(team, "k", REQUEST, None)
-        waiting = asyncio.create_task(admission.admit(team, "k", REQUEST, None))
+        holder = await admission.admit(Ask(team, "k", REQUEST))
+        waiting = asyncio.create_task(admission.admit(Ask(team, "k", REQUEST)))
         # its first admission is refused; then it waits for a slot
         await eventually(lambda: admission.waiters.size, "the second request waiting for a slot")
         admission.release(holder, 1, 1)

@@ -141,14 +141,14 @@ async def test_absent_local_vllm_says_where_and_what_to_do(started: Any) -> None
         status, answer, _ = await post(url, "/v1/completions", body)
         assert status == 502
         message = answer["error"]["message"]
-        assert local in message and "connection refused" in message
-        port = local.split(":")[2].split("/")[0]
-        assert f"vllm serve MODEL --port {port}" in message and "OPENAI_API_KEY" in message and "--config" in message
+        # the client is told which target and why; where it is and what to run is the operator's
+        # (the log line, /status: tests/unit/test_defaults.py checks that hint)
+        assert message == "target 'local-vllm' is unreachable (connection refused)"
     status, answer, headers = await post(url, "/v1/completions", body)
     assert status == 503
     assert (
         "cooling down" in answer["error"]["message"]
-        and f"last failure: target 'local-vllm' at {local}" in (answer["error"]["message"])
+        and "last failure: target 'local-vllm' is unreachable" in (answer["error"]["message"])
     )
     assert int(headers["Retry-After"]) >= 1
     status, ready = await get(url, "/ready")

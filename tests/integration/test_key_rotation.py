@@ -58,7 +58,8 @@ async def test_a_401_rereads_the_key_file_once_and_retries_with_the_new_key(serv
         key_file.write_text(OLD + "\n")
         cfg = tmp_path / "gw.yaml"
         cfg.write_text(config(upstream.url, key_file, poll=3600))
-        url, proc, log = await served(cfg)
+        gw = await served(cfg)
+        url, proc, log = gw.url, gw.proc, gw.log
         async with aiohttp.ClientSession() as session:
             status, text = await ask(session, url)
             assert status == 502 and "refused the gateway's credentials" in text

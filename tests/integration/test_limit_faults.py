@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import redis_client
-from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.backlog import Backlog
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import MAX_TOKENS, Settlement
@@ -30,6 +31,7 @@ REQUEST = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
 TEAMS = {
     "a": TeamPolicy(LimitValues(concurrency=2)),
     "b": TeamPolicy(LimitValues(rpm=1000)),
+    "c": TeamPolicy(LimitValues(rpm=4, rpm_burst=4)),
 }
 
 
@@ -65,11 +67,11 @@ async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(
     admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
         for reported in (1e20, float("inf"), -5.0, float("nan")):
-            plan = await admission.admit("a", "k1", REQUEST, None)
+            plan = await admission.admit(Ask("a", "k1", REQUEST))
             admission.release(plan, 3, reported)  # type: ignore[arg-type]  # what a lax decoder may pass
             await admission._settle_pending()
         assert limiter.up and limiter.held() == 0
-        await admission.admit("b", "k1", REQUEST, None)  # 503 before: the breaker had opened
+        await admission.admit(Ask("b", "k1", REQUEST))  # 503 before: the breaker had opened
         usage = await usage_of(peek, "a")
         assert usage["requests"] == 4 and usage["completion_tokens"] == 2 * MAX_TOKENS
         assert await peek.zcard("llmgw:{a}:conc") == 0
@@ -83,13 +85,13 @@ async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisSe
     shut, other teams are admitted, and the call's slot is still released (its usage counted as dropped)."""
     admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
-        plan = await admission.admit("a", "k1", REQUEST, None)
+        plan = await admission.admit(Ask("a", "k1", REQUEST))
         assert await peek.zcard("llmgw:{a}:conc") == 1
         dropped = metrics.USAGE_DROPPED.n
         # past the clamp: HINCRBY refuses a count beyond 64 bits
         await limiter.settle([Settlement(plan, 0, 0, 10**20)])
         assert limiter.up and limiter.held() == 1 and metrics.USAGE_DROPPED.n == dropped + 1
-        await admission.admit("b", "k1", REQUEST, None)
+        await admission.admit(Ask("b", "k1", REQUEST))
         await limiter.settle([])  # the settler's next round sends the lease release alone
         assert limiter.held() == 0 and await peek.zcard("llmgw:{a}:conc") == 0
     finally:
@@ -103,7 +105,7 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
     admission, limiter, client = admission_on(server.url, {"conc": "closed"}, timeout_ms=100)
     try:
         async with running(admission):
-            plans = [await admission.admit("a", "k1", REQUEST, None) for _ in range(2)]
+            plans = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]
             assert await peek.zcard("llmgw:{a}:conc") == 2
             # paused clients' commands wait, and are dropped with their connection when it closes
             await peek.execute_command("CLIENT", "PAUSE", "500", "ALL")
@@ -122,7 +124,7 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
             # The bound is what this test checks: soon after the pause, not at the lease TTL (30 s).
             await eventually(freed, "the slots back soon, not at the lease TTL", within=2)
             assert limiter.held() == 0
-            await admission.admit("a", "k1", REQUEST, None)
+            await admission.admit(Ask("a", "k1", REQUEST))
     finally:
         await client.aclose()
 
@@ -135,12 +137,12 @@ async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_l
     admission, limiter, client = admission_on(server.url, {})
     try:
         async with running(admission):
-            await admission.admit("a", "k1", REQUEST, None)  # connected before the outage
+            await admission.admit(Ask("a", "k1", REQUEST))  # connected before the outage
             server.stop()
             with caplog.at_level(logging.INFO, logger="gateway.limits"):
                 for _ in range(60):
                     for team in ("a", "b"):
-                        plan = await admission.admit(team, "k1", REQUEST, None)
+                        plan = await admission.admit(Ask(team, "k1", REQUEST))
                         admission.release(plan, 2, 3)
                     # a settler round in between: one batch each
                     await eventually(lambda: not admission.pending, "the settler took the batch")
@@ -184,3 +186,31 @@ async def test_held_settlements_keep_usage_whole_within_their_bound() -> None:
     assert sum(s.requests for s in held) == 25 and sum(s.completion for s in held) == 75
     assert sum(s.correction for s in held) == -25
     assert metrics.LEASES_DROPPED.n - leases == 25 - len(held)
+
+
+async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(server: RedisServer) -> None:
+    """``on_failure: open`` while Redis flaps: the slots this process holds in Redis and the rate it
+    used through Redis count against its in-process share, so the limits do not double (8 of 4
+    concurrent, 15 req/s of 10, before)."""
+    admission, limiter, client = admission_on(server.url, {})
+    try:
+        async with running(admission):
+            held = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]  # both slots, in Redis
+            used = [await admission.admit(Ask("c", "k1", REQUEST)) for _ in range(4)]  # the rate's burst
+            for plan in used:
+                admission.release(plan, 1, 1)
+            server.stop()
+            for team in ("a", "c"):  # each would have a fresh share without what Redis admitted here
+                with pytest.raises(GatewayError) as refused:
+                    await admission.admit(Ask(team, "k1", REQUEST))
+                assert refused.value.status in (429, 504), refused.value
+            assert not limiter.up  # the refusals were this process's share's, Redis being down
+            admission.release(held[0], 1, 1)  # a slot held in Redis ends: free in the share too
+
+            async def settled() -> bool:
+                return not admission.pending
+
+            await eventually(settled, "the release settled")
+            await admission.admit(Ask("a", "k1", REQUEST))
+    finally:
+        await client.aclose()

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ from tests.support.gateways import Gateways, Served
 
 ADMIN = "admin-secret-for-reload"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+BOMB = (
+    b"a0: &a0 [l, l, l, l, l, l, l, l]\n"
+    + b"".join(b"a%d: &a%d [%s]\n" % (i, i, b", ".join([b"*a%d" % (i - 1)] * 8)) for i in range(1, 10))
+    + b"models: *a9\n"
+)  # billion laughs: 8 ** 10 values once expanded
 LOAD_KEY, GONE_KEY, LIMITED_KEY, STEADY_KEY = "key-load", "key-gone", "key-limited", "key-steady"
 CLIENTS = 4
 AFTER = 15  # requests each load client sends once the reload is done
@@ -100,6 +106,17 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str, **labels: 
 
 async def answers(session: aiohttp.ClientSession, url: str, model: str, status: int) -> bool:
     return await ask(session, url, LOAD_KEY, model) == status
+
+
+async def until(done: Callable[[], Awaitable[bool]], what: str) -> None:
+    """The old name of ``eventually``, while other tests import it from here."""
+    await eventually(done, what)
+
+
+async def stopped(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The old way to stop a served gateway and read its log (``Served.stop`` now)."""
+    await Served("", proc, log).stop()
+    return await asyncio.to_thread(log.read_text)
 
 
 def log_lines(text: str) -> list[dict[str, Any]]:
@@ -198,11 +215,15 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
                 "(known: friendli, mock, octoai, openai, sgp, sgp-v4, vllm, vllm-engine)"
             )
             assert await ask(session, url, LOAD_KEY) == 200
+            for raw, reason in [(b"models: [\xff]\n", "not UTF-8"), (BOMB, "aliases are expanded")]:
+                cfg.write_bytes(raw)  # each refused by name, never as an internal error
+                async with session.post(url + "/admin/reload", headers=ADMIN_HEADERS) as r:
+                    assert r.status == 422 and reason in (await r.json())["error"]["message"]
             cfg.write_text(good + "teams: oops\n")  # the last ``teams`` wins: not a list
             proc.send_signal(signal.SIGHUP)
 
             async def refused_twice() -> bool:
-                return await metric(session, url, "gateway_config_reloads_total", result="refused") == 2
+                return await metric(session, url, "gateway_config_reloads_total", result="refused") == 4
 
             await eventually(refused_twice, "the SIGHUP reload refused")
             assert await ask(session, url, LOAD_KEY, stream=True) == 200
@@ -210,13 +231,13 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
                 entries = (await r.json())["entries"]
             assert [(e["admin"], e["action"], e["result"]) for e in entries] == [
                 ("sighup", "config.reload", "refused"),
-                (hash_key(ADMIN)[:8], "config.reload", "refused"),
+                *[(hash_key(ADMIN)[:8], "config.reload", "refused")] * 3,
             ]
-            assert "unknown provider" in entries[1]["reason"] and entries[0]["time"].endswith("Z")
+            assert "unknown provider" in entries[3]["reason"] and entries[0]["time"].endswith("Z")
             async with session.get(url + "/admin/audit") as r:
                 assert r.status == 401
         warned = [a for a in log_lines(await gw.stop()) if a.get("event") == "config_reload"]
-        assert [w["result"] for w in warned] == ["refused", "refused"] and warned[1]["by"] == "sighup"
+        assert [w["result"] for w in warned] == ["refused"] * 4 and warned[3]["by"] == "sighup"
 
 
 def put(path: Path, text: str) -> None:

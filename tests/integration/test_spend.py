@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +27,7 @@ import yaml
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
 from gateway.limits import redis_client
-from gateway.limits.admission import Admission, Settings, TeamPolicy, running
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.budgets import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
@@ -77,6 +77,11 @@ def spend_config(
     return data
 
 
+async def until(condition: Callable[[], Any]) -> None:
+    """The old name of ``eventually``, while other tests import it from here."""
+    await eventually(condition, "a condition other tests wait for")
+
+
 def cost(prompt: int, completion: int) -> int:
     return prompt * IN + completion * OUT
 
@@ -121,8 +126,8 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     url = request.getfixturevalue("redis_server").url if backend == "redis" else None
     server, _, gw = await spend_gateway(gateway, upstream, url, budget={"amount": "0.004"})
     month_end = iso(calendar("month", ZoneInfo(ZONE), time.time())[1], ZoneInfo(ZONE))
-    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00031 EUR
-    for ingress in INGRESSES:  # a worst case of 0.00391 EUR: within the budget, not within what is left
+    assert (await gw.send(OPENAI, "m", "x", False, max_tokens=10)).status == 200  # holds up to 0.00033 EUR
+    for ingress in INGRESSES:  # a worst case of 0.00393 EUR: within the budget, not within what is left
         answer = await gw.send(without_team(ingress), "m", "x", False, max_tokens=130)
         assert answer.status == 429, (ingress.name, answer.raw)
         assert b"budget of 0.004000 EUR per month" in answer.raw and month_end.encode() in answer.raw, answer.raw
@@ -130,12 +135,12 @@ async def test_a_refusal_names_the_budget_and_its_reset_in_every_dialect(
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 429
         assert resp.headers["X-Budget-Reset"] == month_end
-        assert Decimal("0.00369") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00391")
+        assert Decimal("0.00367") <= Decimal(resp.headers["X-Budget-Remaining"]) < Decimal("0.00393")
         assert int(resp.headers["Retry-After"]) >= 1
         assert (await resp.json())["error"]["type"] == "rate_limit_error"
-    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)
-    assert never.status == 429 and b"worst case (0.030010 EUR) exceeds the team's whole budget" in never.raw
-    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00031 EUR: fits
+    never = await gw.send(OPENAI, "m", "x", False, max_tokens=1000)  # "x": 3 prompt tokens at most (a BOS, a byte, a ▁)
+    assert never.status == 429 and b"worst case (0.030030 EUR) exceeds the team's whole budget" in never.raw
+    ok = await gw.send(OPENAI, "m", "x", False, max_tokens=10)  # worst case 0.00033 EUR: fits
     assert ok.status == 200
     assert len(server.requests) == 2  # nothing refused reached the upstream
 
@@ -319,13 +324,13 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
     admission, limiter, client = outage_admission(server.url, "open")
     try:
         async with running(admission):
-            await admission.admit("a", "k1", request, None, model="m", targets=targets)  # connected before the outage
-            await closed.admit("a", "k1", request, None, model="m", targets=targets)
+            await admission.admit(Ask("a", "k1", request, model="m", targets=targets))  # connected before the outage
+            await closed.admit(Ask("a", "k1", request, model="m", targets=targets))
             server.stop()
             with pytest.raises(LimitsUnavailable, match="spend cannot be checked"):
-                await closed.admit("a", "k1", request, None, model="m", targets=targets)
+                await closed.admit(Ask("a", "k1", request, model="m", targets=targets))
             for _ in range(5):
-                plan = await admission.admit("a", "k1", request, None, model="m", targets=targets)
+                plan = await admission.admit(Ask("a", "k1", request, model="m", targets=targets))
                 assert admission.release(plan, 3, 7, 0, "m", "up") == cost(3, 7)
             assert not limiter.up
             await eventually(lambda: limiter.held() == 5 and not admission.pending, "five held, none pending")
@@ -395,7 +400,7 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
     if backend != "local":
         url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server").url
     budget = {"amount": "0.05", "period": "rolling", "window_seconds": 3600}
-    key_budget = {"tokens": 80, "period": "week"}
+    key_budget = {"tokens": 200, "period": "week"}
     _, team, gw = await spend_gateway(
         gateway, upstream, url, backend == "cluster", budget=budget, key_budget=key_budget
     )
@@ -420,8 +425,8 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
         f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
     )
     assert spent_row in page, page  # the failed request's worst case went back too
-    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=60)  # tokens: past the key's 80
-    assert refused.status == 429 and "the key's budget of 80 tokens per week" in refused.body["error"]["message"]
+    refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=160)  # tokens: past the key's 200
+    assert refused.status == 429 and "the key's budget of 200 tokens per week" in refused.body["error"]["message"]
 
 
 async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: aioredis.Redis) -> None:
@@ -430,8 +435,8 @@ async def test_a_rolling_budget_sums_its_slices_and_drops_older_fields(client: a
     team, day = f"t-{uuid.uuid4().hex[:8]}", 86400
     budget = Budget(tokens=100, period="rolling", window_seconds=12 * day)  # slices of a day
     limits = plan_layout(team, "k1", LimitValues(), LimitValues(), tuple(rules(budget, ZoneInfo(ZONE), "EUR")))
-    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=9))
-    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case: 95 of 100
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=7))
+    first = planned(team, "k1", limits, request, new_lease())  # 10 tokens' worst case (a prompt of 3): 95 of 100
     window = first.windows[0]
     assert window is not None
     starts = [int(f.split(":")[0]) for f in window.fields]
@@ -466,9 +471,9 @@ async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisSe
         return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
 
     try:
-        await admission.admit("a", "k1", request, None)  # loads the script
+        await admission.admit(Ask("a", "k1", request))  # loads the script
         before = await calls()
-        plans = [await admission.admit("a", "k1", request, None) for _ in range(10)]
+        plans = [await admission.admit(Ask("a", "k1", request)) for _ in range(10)]
         assert await calls() - before == 10
         assert all(len(p.checks) == 5 and p.spent for p in plans)
     finally:

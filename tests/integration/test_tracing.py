@@ -205,3 +205,30 @@ async def test_a_stream_broken_after_its_first_byte_is_a_failed_request_span(
     assert attrs(server)["http.response.status_code"] == 200 and attrs(server)["error.type"] == "upstream_failed"
     assert server.status.code == Status.STATUS_CODE_ERROR
     assert [e.name for e in server.events] == ["first_token"]
+
+
+async def test_a_resumed_stream_is_one_trace_with_a_span_per_attempt(
+    gateway: GatewayFactory, upstream: Any, receiver: tuple[Receiver, str]
+) -> None:
+    """A stream broken mid-answer and continued elsewhere (``routing/resume.py``): the broken try's
+    span failed, the continuation's is the next attempt, both children of the one server span."""
+    got, endpoint = receiver
+    broken = await upstream("vllm", faults="[[fault:reset_after=2]]")
+    live = await upstream("vllm")
+    targets = [target(broken, "vllm", weight=1e6, name="first"), target(live, "vllm", weight=1e-6, name="second")]
+    gw = await gateway(config([{"name": "m", "targets": targets}], tracing={"endpoint": endpoint}))
+    body = {"model": "m", "prompt": "x", "max_tokens": 8, "stream": True}
+    async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
+        answer = await resp.text()
+    assert resp.status == 200 and '"error"' not in answer and answer.rstrip().endswith("[DONE]"), answer
+    await gw.server.close()
+    (server,) = (s for s in got.spans if s.kind == Span.SPAN_KIND_SERVER)
+    first, second = sorted(
+        (s for s in got.spans if s.kind == Span.SPAN_KIND_CLIENT), key=lambda s: s.start_time_unix_nano
+    )
+    assert {s.trace_id for s in got.spans} == {server.trace_id}
+    assert {first.parent_span_id, second.parent_span_id} == {server.span_id}
+    assert attrs(first)["gateway.target"] == "first" and first.status.code == Status.STATUS_CODE_ERROR
+    assert attrs(second)["gateway.target"] == "second" and attrs(second)["gateway.attempt"] == 2
+    assert second.status.code != Status.STATUS_CODE_ERROR and first.end_time_unix_nano <= second.start_time_unix_nano
+    assert "error.type" not in attrs(server) and attrs(server)["gateway.attempts"] == 2

@@ -30,8 +30,12 @@ KEY = "gw-test-0123456789abcdef"
 TEAM = "team1"
 OTHER_TEAM = "team2"
 MODEL = "tiny"
+DEAD_MODEL = "dead"
+CLAUDE_MODEL = "claude"  # on the fake upstream's Anthropic wire
+ANTHROPIC_KEY = "sk-ant-fake-upstream-key"
+ANTHROPIC_KEY_ENV = "SDK_TIER_ANTHROPIC_KEY"
 START_TIMEOUT = 30.0
-ENVS_TIMEOUT = 1800.0  # a cold build of all seven venvs takes a minute or two; a slow index, longer
+ENVS_TIMEOUT = 1800.0  # a cold build of all eight venvs takes a minute or two; a slow index, longer
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
@@ -124,7 +128,10 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     eventually_blocking(healthy, f"the gateway's /health 200 (its output: {log})", within=START_TIMEOUT)
 
 
-def gateway_config(upstream_url: str) -> str:
+def gateway_config(upstream_url: str, claude_url: str) -> str:
+    """``tiny`` on the fake upstream; ``CLAUDE_MODEL`` on the fake's Anthropic wire (its key from the
+    environment, as a deployment gives it); ``DEAD_MODEL`` on a port nothing listens on (it cools down
+    after three failures: the overloaded cases)."""
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     return f"""models:
   - name: {MODEL}
@@ -132,6 +139,17 @@ def gateway_config(upstream_url: str) -> str:
       - provider: openai
         base_url: {upstream_url}
         model: {MODEL}
+  - name: {CLAUDE_MODEL}
+    targets:
+      - provider: anthropic
+        base_url: {claude_url}
+        model: {CLAUDE_MODEL}
+        api_key_env: {ANTHROPIC_KEY_ENV}
+  - name: {DEAD_MODEL}
+    targets:
+      - provider: openai
+        base_url: http://127.0.0.1:{free_port()}/v1
+        model: {DEAD_MODEL}
 teams:
   - id: {TEAM}
     keys:
@@ -146,7 +164,7 @@ teams:
 def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """The fake upstream and a gateway in front of it, for the whole session."""
     tmp = tmp_path_factory.mktemp("sdk-gateway")
-    env = clean_env(PYTHONUNBUFFERED="1")
+    env = clean_env(PYTHONUNBUFFERED="1", **{ANTHROPIC_KEY_ENV: ANTHROPIC_KEY})
     files: list[IO[bytes]] = []
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -168,9 +186,21 @@ def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
         procs.append(upstream)
         upstream_url = wait_ready_line(upstream, up_out, up_err)
+        claude_out, claude_out_f = log_file("anthropic.out")
+        claude_err, claude_err_f = log_file("anthropic.err")
+        fake_anthropic = [sys.executable, "-m", "tests.fakes.upstream", "--port", "0", "--kind", "anthropic"]
+        claude = subprocess.Popen(
+            [*fake_anthropic, "--model", CLAUDE_MODEL, "--api-key", ANTHROPIC_KEY],
+            cwd=ROOT,
+            stdout=claude_out_f,
+            stderr=claude_err_f,
+            env=env,
+        )
+        procs.append(claude)
+        claude_url = wait_ready_line(claude, claude_out, claude_err)
 
         config = tmp / "gateway.yaml"
-        config.write_text(gateway_config(upstream_url))
+        config.write_text(gateway_config(upstream_url, claude_url))
         port = free_port()
         log, log_f = log_file("gateway.log")
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1"]

@@ -135,7 +135,8 @@ VALUE_SETS = {
     "defaults": (),  # HPA, PDB and ServiceMonitor on, Redis, no keys (the config names none)
     "fixed-replicas": ("autoscaling.enabled=false", "replicas=5", "pdb.enabled=false", "serviceMonitor.enabled=false"),
     "redis-cluster": ("redis.url=rediss://redis-cluster:6379", "redis.cluster=true", "workers=2"),
-    "no-redis": ("redis.url=",),
+    "no-redis": ("redis.enabled=false",),
+    "redis-ephemeral": ("redis.persistence.enabled=false",),
     "secret-refs": (*KEYED, f"secrets.env={json.dumps(SECRET_REFS)}"),
     "secret-values": (
         *KEYED,
@@ -154,6 +155,8 @@ VALUE_SETS = {
     "key-files": (f"secrets.files={json.dumps(KEY_FILES)}",),
 }
 METRICS_VAR = "LLM_GATEWAY_METRICS_TOKEN"
+# The admin key the chart generates when no Secret gives it (secrets.generateAdminKey), as key_refs shows it.
+GENERATED_ADMIN = {"LLM_GATEWAY_ADMIN_KEY": {"name": "gw-llm-gateway-admin", "key": "LLM_GATEWAY_ADMIN_KEY"}}
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -171,10 +174,20 @@ def render(*overrides: str, release: str = "gw", apis: tuple[str, ...] = ()) -> 
         "template", release, str(CHART), *flags(overrides), *(a for api in apis for a in ("--api-versions", api))
     )
     assert out.returncode == 0, out.stderr
-    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    by_kind = {d["kind"]: d for d in docs}
-    assert len(by_kind) == len(docs), "one manifest per kind"
-    return by_kind
+    return by_kind([d for d in yaml.safe_load_all(out.stdout) if d], release)
+
+
+def by_kind(docs: list[dict[str, Any]], release: str = "gw") -> dict[str, dict[str, Any]]:
+    """The gateway's own objects by kind; the others (the release's Redis, the generated admin key)
+    by kind and the suffix their name adds: ``Service/redis``, ``Secret/admin``."""
+    gateway = f"{release}-llm-gateway"[:63].rstrip("-")
+    out = {}
+    for d in docs:
+        name = d["metadata"]["name"]
+        suffix = name.removeprefix(gateway[:57].rstrip("-") + "-") if name != gateway else ""
+        out[f"{d['kind']}/{suffix}" if suffix else d["kind"]] = d
+    assert len(out) == len(docs), "one manifest per kind and name"
+    return out
 
 
 def validate(manifest: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import pytest
 from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest, Operation
 from gateway.dialects import DIALECTS
-from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy
 from gateway.limits.limiter import MAX_TOKENS, tokens
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
@@ -42,7 +42,7 @@ def test_usage_figures_are_clamped(reported: object, settled: int | None) -> Non
 async def test_absurd_usage_reaches_the_store_clamped() -> None:
     limiter = LocalLimiter()
     admission = Admission(limiter, ONE_SLOT, Settings())
-    plan = await admission.admit("t", "k", REQUEST, None)
+    plan = await admission.admit(Ask("t", "k", REQUEST))
     admission.release(plan, float("inf"), 1e20)  # type: ignore[arg-type]  # what a lax decoder may pass
     (settlement,) = admission.pending
     assert (settlement.prompt, settlement.completion) == (MAX_TOKENS, MAX_TOKENS)
@@ -53,9 +53,9 @@ async def test_absurd_usage_reaches_the_store_clamped() -> None:
 async def test_waiting_out_the_admission_timeout_is_a_deadline_not_a_refusal(team_deadline: float | None) -> None:
     teams = {"t": TeamPolicy(LimitValues(concurrency=1), deadline=team_deadline)}
     admission = Admission(LocalLimiter(), teams, Settings(admission_timeout=0.1))
-    await admission.admit("t", "k", REQUEST, admission.deadline_for("t", REQUEST))
+    await admission.admit(Ask("t", "k", REQUEST, admission.deadline_for("t", REQUEST)))
     with pytest.raises(DeadlineExceeded) as caught:
-        await admission.admit("t", "k", REQUEST, admission.deadline_for("t", REQUEST))
+        await admission.admit(Ask("t", "k", REQUEST, admission.deadline_for("t", REQUEST)))
     err = caught.value
     assert err.headers == {"X-RateLimit-Limit-Concurrency": "1"}
     statuses = {name: dialect.error(err).status for name, dialect in DIALECTS.items()}
@@ -64,6 +64,6 @@ async def test_waiting_out_the_admission_timeout_is_a_deadline_not_a_refusal(tea
 
 async def test_no_wait_configured_is_a_refusal() -> None:
     admission = Admission(LocalLimiter(), ONE_SLOT, Settings(admission_timeout=0))
-    await admission.admit("t", "k", REQUEST, None)
+    await admission.admit(Ask("t", "k", REQUEST))
     with pytest.raises(RateLimited):
-        await admission.admit("t", "k", REQUEST, None)
+        await admission.admit(Ask("t", "k", REQUEST))

@@ -179,3 +179,53 @@ def test_embedded_default_uses_environment() -> None:
     assert set(config.vendors) == {"openai"} and config.auth == "none" and local.base_url == "http://127.0.0.1:9/v1"
     keyed, _ = embedded({"LLM_GATEWAY_API_KEY": "k"})
     assert keyed.auth == "keys" and keyed.vendors == {}
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """Billion laughs: ``width ** levels`` values once its aliases are expanded, a few hundred bytes."""
+    lines = [f"a0: &a0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "\n".join([*lines, f"models: *a{levels}"]) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (alias_bomb(), "values once aliases are expanded"),
+        ("a: &a [*a]\nmodels: *a\n", "values once aliases are expanded"),  # an alias of itself
+        ("models: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ],
+    ids=["billion-laughs", "cycle", "deep"],
+)
+def test_a_yaml_bomb_is_refused_before_it_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, reason: str
+) -> None:
+    """The file is measured on YAML's node graph: nothing of the expanded document is built."""
+    built: list[object] = []
+    monkeypatch.setattr("yaml.SafeLoader.construct_document", lambda self, node: built.append(node))
+    with pytest.raises(ConfigError, match=reason):
+        load_config(write(tmp_path, text))
+    assert built == []
+
+
+def test_anchors_and_aliases_within_the_bound_still_load(tmp_path: Path) -> None:
+    target = "&t {provider: openai, base_url: 'http://127.0.0.1:9', api_key_env: HOME}"
+    text = f"models:\n  - {{name: a, targets: [{target}]}}\n  - {{name: b, targets: [*t]}}\n"
+    config = load_config(write(tmp_path, text))
+    assert [m.targets[0].provider for m in config.models] == ["openai", "openai"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"models: []\nteams: [\xff\xfe]\n", "byte 19: the file is not UTF-8 text"),
+        (b"models: []\n#" + b"x" * (5 * 1024 * 1024), "larger than 4 MiB"),
+    ],
+    ids=["not-utf8", "huge"],
+)
+def test_a_file_that_is_no_config_text_is_refused_in_one_line(tmp_path: Path, raw: bytes, reason: str) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(ConfigError, match=reason) as caught:
+        load_config(path)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(str(path))

@@ -221,3 +221,40 @@ def test_promtool_fires_the_routing_alerts_where_they_mean_something(tmp_path: P
     assert promtool, "promtool (Debian's prometheus package) is required; scripts/test installs it"
     out = subprocess.run([promtool, "test", "rules", "routing_test.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def dockerfile_extras() -> list[set[str]]:
+    """The extras each pip step of the Dockerfile names for the gateway (``.[a,b]``, ``llm-gateway[a,b]``)."""
+    steps = re.findall(r"^RUN pip (?:wheel|install) .*$", (DEPLOY / "Dockerfile").read_text(), re.M)
+    return [set(re.search(r"(?:\.|llm-gateway)\[([a-z,-]+)\]", s)[1].split(",")) for s in steps]  # type: ignore[index]
+
+
+def test_the_image_carries_the_extras_configs_need() -> None:
+    """A config with ``tracing`` or a pool's ``balance.kv_events`` starts in the image: both stages
+    name both extras (the install from the built wheels only, so none is left out), and each module
+    ``check-config`` asks for is provided by a package those extras require."""
+    import importlib.metadata
+    import tomllib
+
+    from gateway.cli import KV_EVENTS_MODULES, TRACING_MODULES
+
+    build, install = dockerfile_extras()
+    assert build == install == {"tracing", "kv-events"}
+    assert "--no-index --find-links /wheels" in (DEPLOY / "Dockerfile").read_text()
+    extras = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    dists = importlib.metadata.packages_distributions()
+    for extra, modules in (("tracing", TRACING_MODULES), ("kv-events", KV_EVENTS_MODULES)):
+        required = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in extras[extra]}
+        for module in modules:
+            top = module.split(".")[0]
+            provided = {d.lower() for d in dists.get(top, [])}
+            assert provided & required, f"{module} ({provided}) is in no package of the {extra} extra ({required})"
+
+
+def test_compose_keeps_redis_on_a_volume_append_only() -> None:
+    """Issued keys and spend live only in Redis (docs/deployment.md#what-lives-in-redis)."""
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    command = compose["services"]["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    (data,) = compose["services"]["redis"]["volumes"]
+    assert data.endswith(":/data") and data.partition(":")[0] in compose["volumes"]  # a named volume

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -68,6 +69,9 @@ def test_defaults_deploy_stateless_replicas_with_everything_around_them() -> Non
         "HorizontalPodAutoscaler",
         "PodDisruptionBudget",
         "ServiceMonitor",
+        "Secret/admin",  # the generated admin key
+        "Service/redis",  # the release's own Redis, persistent
+        "StatefulSet/redis",
     }
     deployment = m["Deployment"]
     assert "replicas" not in deployment["spec"]  # the HPA owns the count
@@ -198,16 +202,65 @@ def test_the_image_is_the_documented_build_of_the_charts_version() -> None:
     assert build and build[2] == chart["appVersion"], "README.md: the build command, tagged with appVersion"
     assert f"docker push {build[1]}:{build[2]}" in readme
     assert f"--set image.repository={build[1]}" in readme
+    docs = (DEPLOY.parent / "docs" / "deployment.md").read_text()  # the documented install names it too
+    (install,) = re.findall(r"^helm install .*$", docs, re.M)
+    assert f"--set image.repository={build[1]}" in install and f"docker push {build[1]}:{build[2]}" in docs
+
+
+def test_the_committed_values_schema_is_the_generated_one() -> None:
+    """``config`` is checked against the gateway's own config schema: regenerate with
+    ``llm-gateway config-schema --chart deploy/helm/llm-gateway/values.schema.json``."""
+    from gateway.cli import schemas
+    from gateway.runtime.schema import chart_schema, dumps
+
+    committed = (CHART / "values.schema.json").read_text()
+    assert committed == dumps(chart_schema(json.loads(committed), schemas()))
+
+
+BAD_CONFIGS = {  # what check-config refuses, and the field Helm's schema check names for it
+    "unknown-key": ({"models": [{"name": "m", "targets": [{"provider": "mock"}]}], "modles": []}, "modles"),
+    "no-base-url": ({"models": [{"name": "m", "targets": [{"provider": "vllm"}]}]}, "config.models.0.targets.0"),
+    "unknown-provider": ({"models": [{"name": "m", "targets": [{"provider": "vlm"}]}]}, "targets.0.provider"),
+    "bad-url": (
+        {"models": [{"name": "m", "targets": [{"provider": "vllm", "base_url": "vllm:8000"}]}]},
+        "targets.0.base_url",
+    ),
+    "key-twice": (
+        {"models": [{"name": "m", "targets": [{"provider": "mock"}]}], "teams": [{"id": "t", "keys": [{"id": "k"}]}]},
+        "config.teams.0.keys.0",
+    ),
+    "negative-rpm": (
+        {"models": [{"name": "m", "targets": [{"provider": "mock"}]}], "teams": [{"id": "t", "limits": {"rpm": 0}}]},
+        "config.teams.0.limits.rpm",
+    ),
+}
+
+
+@pytest.mark.parametrize(("config", "field"), BAD_CONFIGS.values(), ids=BAD_CONFIGS.keys())
+def test_a_config_check_config_refuses_fails_the_render(config: dict[str, object], field: str, tmp_path: Path) -> None:
+    from gateway.cli import main
+
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": config}))
+    config_file = tmp_path / "gateway.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    assert main(["check-config", str(config_file)]) == 2  # the gateway refuses it...
+    out = helm("template", "gw", str(CHART), "-f", str(values))
+    assert out.returncode != 0 and field in out.stderr, out.stderr  # ...and so does Helm, naming the field
 
 
 def test_the_rendered_config_carries_redis_and_the_limit_shares() -> None:
-    cfg = gateway_config(render())
-    assert cfg["redis"] == {"url": "redis://redis:6379/0", "cluster": False}
+    m = render()
+    cfg = gateway_config(m)
+    assert cfg["redis"] == {"url": "redis://gw-llm-gateway-redis:6379/0", "cluster": False}  # the release's own
+    assert m["Service/redis"]["metadata"]["name"] == "gw-llm-gateway-redis"
     assert cfg["limits"]["replicas"] == 12  # the HPA's maximum times 1 worker: fail-open shares never exceed a limit
-    assert cfg["models"][0]["name"] == "llama-8b"  # the rest is .Values.config as given
+    assert cfg["models"][0]["name"] == "demo"  # the rest is .Values.config as given
+    yours = render("redis.url=redis://my-redis:6379/0")  # a Redis of yours: the release runs none
+    assert gateway_config(yours)["redis"]["url"] == "redis://my-redis:6379/0" and "StatefulSet/redis" not in yours
     cluster = gateway_config(render("redis.url=redis://c:6379", "redis.cluster=true", "workers=2"))
     assert cluster["redis"] == {"url": "redis://c:6379", "cluster": True} and cluster["limits"]["replicas"] == 24
-    fixed = gateway_config(render("autoscaling.enabled=false", "replicas=4", "redis.url="))
+    fixed = gateway_config(render("autoscaling.enabled=false", "replicas=4", "redis.enabled=false"))
     assert "redis" not in fixed and fixed["limits"]["replicas"] == 4
     assert render("autoscaling.enabled=false", "replicas=4")["Deployment"]["spec"]["replicas"] == 4
 
@@ -262,3 +315,29 @@ def test_the_validators_reject_a_misspelt_field() -> None:
     scaled["spec"]["triggers"][0]["metadata"]["threshold"] = 24  # KEDA takes strings only
     with pytest.raises(jsonschema.ValidationError):
         validate(scaled)
+
+
+def notes(tmp_path: Path, *overrides: str) -> str:
+    """NOTES.txt as ``helm install`` prints it: rendered here through a copy of the chart that turns it
+    into a template's output (``helm template`` leaves NOTES.txt out)."""
+    chart = tmp_path / f"chart{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(CHART, chart)
+    text = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}' + text + "{{- end -}}")
+    (chart / "templates" / "notes.yaml").write_text('notes: {{ include "notes" . | toJson }}\n')
+    out = helm("template", "gw", str(chart), "--show-only", "templates/notes.yaml", *flags(overrides))
+    assert out.returncode == 0, out.stderr
+    shown: str = yaml.safe_load(out.stdout)["notes"]
+    return shown
+
+
+def test_the_notes_say_how_to_read_the_generated_admin_key(tmp_path: Path) -> None:
+    m = render()
+    (var,) = m["Secret/admin"]["stringData"]
+    text = notes(tmp_path)
+    name = m["Secret/admin"]["metadata"]["name"]
+    assert f"get secret {name} -o jsonpath='{{.data.{var}}}' | base64 -d" in text
+    assert "keys create --team default" in text
+    assert "-admin" not in notes(tmp_path, "secrets.values.LLM_GATEWAY_ADMIN_KEY=mine")
+    assert "No Redis" in notes(tmp_path, "redis.enabled=false")

@@ -11,6 +11,7 @@ import pytest
 from gateway.runtime.config import parse_config
 from tests.unit.helm_chart import (
     CHART,
+    GENERATED_ADMIN,
     KEYED,
     KEYED_TEAMS,
     METRICS_VAR,
@@ -27,7 +28,9 @@ from tests.unit.helm_chart import (
 
 
 def test_only_the_keys_the_config_names_are_required() -> None:
-    assert key_refs(render()) == {}  # the default config names no key; the admin key is optional
+    # the default config names no key; the admin key is optional, generated when none is given
+    assert key_refs(render()) == GENERATED_ADMIN
+    assert key_refs(render("secrets.generateAdminKey=false")) == {}
     existing = key_refs(render(*VALUE_SETS["existing-secret"]))
     assert existing == {
         "FRIENDLI_TOKEN": {"name": "gw-keys", "key": "FRIENDLI_TOKEN"},
@@ -45,7 +48,7 @@ def test_the_chart_writes_given_keys_into_its_own_secret() -> None:
     secret = m["Secret"]
     assert secret["stringData"] == {"FRIENDLI_TOKEN": "f1", "SGP_API_KEY": "s1", "OPS_KEY": "o1"}
     name = secret["metadata"]["name"]
-    assert key_refs(m) == {var: {"name": name, "key": var} for var in secret["stringData"]}
+    assert key_refs(m) == {var: {"name": name, "key": var} for var in secret["stringData"]} | GENERATED_ADMIN
     # a changed key rolls the pods, as a changed config does
     changed = render(*VALUE_SETS["secret-values"], "secrets.values.OPS_KEY=o2")
     annotation = "checksum/secret"
@@ -99,7 +102,7 @@ def test_a_metrics_token_value_reaches_the_pods_and_the_scrape_from_the_charts_s
     secret = m["Secret"]
     assert secret["stringData"] == {METRICS_VAR: "m1"}
     ref = {"name": secret["metadata"]["name"], "key": METRICS_VAR}
-    assert key_refs(m) == {METRICS_VAR: ref}  # not optional: the pod never starts open by mistake
+    assert key_refs(m) == {METRICS_VAR: ref} | GENERATED_ADMIN  # not optional: the pod never starts open by mistake
     assert scrape_auth(m) == {"type": "Bearer", "credentials": ref}
     assert needed_from_outside(m) == set()
     # a new token rolls the pods, as a changed key does
@@ -124,14 +127,15 @@ def test_a_metrics_token_in_a_secret_of_yours_is_read_by_reference() -> None:
     # required, unlike the admin key gw-keys may lack: a pod without it would serve the names to anyone
     assert needed_from_outside(m) == {("Secret", "gw-metrics")}
     keyed = render("metrics.existingSecret=gw-keys", "metrics.existingSecretKey=metrics", apis=MONITORING)
-    assert key_refs(keyed) == {METRICS_VAR: {"name": "gw-keys", "key": "metrics"}}
+    assert key_refs(keyed) == {METRICS_VAR: {"name": "gw-keys", "key": "metrics"}} | GENERATED_ADMIN
     assert scrape_auth(keyed)["credentials"] == {"name": "gw-keys", "key": "metrics"}
 
 
 def test_the_metrics_token_goes_in_the_variable_the_config_names() -> None:
     m = render("metrics.token=m1", "config.server.metrics_token_env=OPS_METRICS_TOKEN", apis=MONITORING)
     assert parse_config(gateway_config(m)).server.metrics_token_env == "OPS_METRICS_TOKEN"
-    assert set(key_refs(m)) == {"OPS_METRICS_TOKEN"} and m["Secret"]["stringData"] == {"OPS_METRICS_TOKEN": "m1"}
+    assert set(key_refs(m)) == {"OPS_METRICS_TOKEN", *GENERATED_ADMIN}
+    assert m["Secret"]["stringData"] == {"OPS_METRICS_TOKEN": "m1"}
     assert scrape_auth(m)["credentials"]["key"] == "OPS_METRICS_TOKEN"
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,11 @@ TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+
+
+async def until(condition: Callable[[], Any]) -> None:
+    """The old name of ``eventually``, while other tests import it from here."""
+    await eventually(condition, "a condition other tests wait for")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 
 from gateway.obs import logs
+from gateway.policy.audit import AuditTrail
 
 CANARY = "PROMPT-CANARY-7f3a"
 
@@ -70,3 +71,34 @@ def test_a_chained_exception_message_is_capped_in_every_link(log: tuple[io.Strin
     text = out.getvalue()
     assert "ValueError" in text and "RuntimeError" in text
     assert len(text) < 2 * logs.MAX_EXCEPTION_MESSAGE + 4000
+
+
+HUGE = "k" * 1_000_000
+
+
+@pytest.mark.parametrize(
+    "value",
+    [HUGE, [HUGE] * 3, ["t"] * 100_000, {"a": {"b": {"c": {"d": {"e": HUGE}}}}}, {str(i): i for i in range(10_000)}],
+    ids=["string", "strings", "list", "deep", "mapping"],
+)
+async def test_every_structured_field_is_bounded_audit_and_request_lines_alike(
+    log: tuple[io.StringIO, logs.LogWriter], value: object
+) -> None:
+    """A 1 MB key name made a 1 MB audit line: any field, through ``logging`` or a whole request line,
+    comes out within a bound whatever its size or shape."""
+    await AuditTrail().record("admin", "key.create", key_id="k", name=value)
+    logs.put_line({"ts": 0.0, "level": "info", "logger": logs.ACCESS_LOGGER, "event": "request", "model": value})
+    out, writer = log
+    writer.stop()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    bound = 3 * logs.MAX_ITEMS * (logs.MAX_FIELD + 100)
+    assert all(len(line) < bound for line in lines), [len(line) for line in lines]
+    assert "more" in out.getvalue()
+
+
+async def test_an_audit_entry_as_listed_is_bounded_too() -> None:
+    trail = AuditTrail()
+    await trail.record("admin", "key.create", name=HUGE)
+    (entry,) = await trail.recent(1)
+    assert len(entry["name"]) < logs.MAX_FIELD + 100

@@ -3,8 +3,9 @@ requests' usage settles as one sum per usage hash and key per settler round."""
 
 from __future__ import annotations
 
+from gateway.core.prompt import bound
 from gateway.core.request import InternalRequest, Operation
-from gateway.limits.admission import Admission, Settings, TeamPolicy
+from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy
 from gateway.limits.limiter import Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
@@ -25,10 +26,10 @@ async def test_requests_without_limits_settle_as_one_sum_per_key() -> None:
     admission = Admission(limiter, {"capped": TeamPolicy(limits=LimitValues(rpm=1000))}, Settings())
     request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
     for key, prompt, completion in [("k1", 3, 5), ("k1", 4, None), ("k2", 1, 1)]:
-        plan = await admission.admit("free", key, request, None)
-        assert not plan.checks and plan.prompt_estimate == 11
+        plan = await admission.admit(Ask("free", key, request))
+        assert not plan.checks and plan.prompt_estimate == bound(request) > 40
         admission.release(plan, prompt, completion)
-    capped = await admission.admit("capped", "k1", request, None)
+    capped = await admission.admit(Ask("capped", "k1", request))
     assert capped.checks
     admission.release(capped, 2, 2)
     await admission._settle_pending()
@@ -43,7 +44,7 @@ async def test_requests_without_limits_settle_as_one_sum_per_key() -> None:
 
 async def test_a_plan_is_released_once() -> None:
     admission = Admission(Recording(), {}, Settings())
-    plan = await admission.admit("free", "k1", InternalRequest(Operation.COMPLETION, model="m"), None)
+    plan = await admission.admit(Ask("free", "k1", InternalRequest(Operation.COMPLETION, model="m")))
     admission.release(plan, 1, 1)
     admission.release(plan, 1, 1)
     assert admission.usage[(plan.usage_key, "k1", "", "")][1] == [1, 1, 1, 0]  # requests, tokens, cost

@@ -26,6 +26,7 @@ JSON = Any
 
 class FriendliDialect:
     auth_header = "authorization"
+    bearer_too = False
     team_header = "x-friendli-team"
 
     def __init__(self, *, legacy: bool) -> None:

@@ -24,6 +24,7 @@ JSON = Any
 class OctoAIDialect:
     name = "octoai"
     auth_header = "authorization"
+    bearer_too = False
     team_header = None
 
     def select(self, body: dict[str, JSON], headers: Any) -> OctoAIDialect:

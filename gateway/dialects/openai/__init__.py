@@ -30,6 +30,7 @@ JSON = Any
 class OpenAIDialect:
     name = "openai"
     auth_header = "authorization"
+    bearer_too = False
     team_header = "openai-organization"
 
     def __init__(self, friendli: Dialect, octoai: Dialect) -> None:

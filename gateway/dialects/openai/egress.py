@@ -28,6 +28,7 @@ from gateway.core.response import (
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, usage_from
+from gateway.dialects.openai import embeddings
 from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
     VLLM_FEATURES,
@@ -155,7 +156,7 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
     # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
     # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
     # none, whose chunks the client gets as they are.
-    return token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
+    return token_ids and (req.want_token_ids or req.resumable or (not req.sampling.echo and req.relay != STREAM_FORMAT))
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
@@ -202,6 +203,12 @@ def finish_from(value: JSON) -> FinishReason | None:
     return "stop"  # vendor-specific reasons (vLLM "repetition", ...) are normal stops
 
 
+def stop_string(choice: JSON) -> str | None:
+    """vLLM's ``stop_reason``: the stop string that ended a choice (a token id is no string)."""
+    reason = choice.get("stop_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam: bool = False) -> Completion:
     """``prompt_logprobs``: the answer's prompt logprobs open each choice's logprobs (OctoAI's
     ``loglikelihood``); ``beam``: vLLM's beams, best first, become the one answer (Friendli 2024)."""
@@ -235,6 +242,7 @@ def decode(data: JSON, operation: Operation, prompt_logprobs: bool = False, beam
                 role,
                 tools,
                 reasoning,
+                stop_string(c),
             )
         )
     return Completion(
@@ -423,7 +431,7 @@ class ChunkDecoder:
             reason = finish_from(c.get("finish_reason"))
             if reason is not None:
                 self.finished = True
-                events.append(Finish(index, reason, c.get("seed")))
+                events.append(Finish(index, reason, c.get("seed"), stop_string(c)))
         if data.get("usage") is not None:  # most chunks carry none, or null
             self.usage = usage_from(data["usage"]) or self.usage
         return events
@@ -453,7 +461,7 @@ class OpenAIWire:
     extras: frozenset[Feature] = frozenset()
 
     def path(self, operation: Operation) -> str:
-        return "/chat/completions" if operation is Operation.CHAT else "/completions"
+        return PATHS[operation]
 
     def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
         headers = dict(request.extra_headers or {})
@@ -464,6 +472,8 @@ class OpenAIWire:
         return headers
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
+        if request.operation is Operation.EMBEDDING:
+            return embeddings.encode(request, model)
         if self.token_ids:
             vllm_ranges(request)
         body = encode(request, model, token_ids=self.token_ids)
@@ -479,6 +489,8 @@ class OpenAIWire:
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        if request.operation is Operation.EMBEDDING:
+            return embeddings.decode(data, len(request.prompts))
         s = request.sampling
         return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
 
@@ -488,5 +500,7 @@ class OpenAIWire:
         return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids), echoed)
 
 
-OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
-VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)
+PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}
+EMBEDDING_FEATURES = frozenset({F.EMBEDDING, F.DIMENSIONS})
+OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES | EMBEDDING_FEATURES)
+VLLM_WIRE = OpenAIWire(VLLM_FEATURES | EMBEDDING_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)

@@ -23,6 +23,7 @@ JSON = Any
 
 class SGPDialect:
     auth_header = "x-api-key"
+    bearer_too = False
     team_header = "x-selected-account-id"
 
     def __init__(self, name: str, logprobs: str) -> None:

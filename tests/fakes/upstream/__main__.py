@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     fast.add_argument("--chunks", type=int, default=64, help="token chunks per stream (default 64)")
     fast.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first chunk")
     fast.add_argument("--gap-ms", type=float, default=0.0, help="delay between chunks")
+    fast.add_argument("--vllm-chunks", action="store_true", help="streams in vLLM's chunks, not OpenAI's")
     fast.add_argument("--no-uvloop", action="store_true", help="asyncio's own loop even if uvloop is installed")
     a = p.parse_args(argv)
     if not a.fast:
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             runner = uvloop.run
     ready = f"READY http://{a.host}:{a.port}/v1"
-    runner(serve_fast(a.host, a.port, Settings(a.chunks, a.ttft_ms / 1000, a.gap_ms / 1000), ready))
+    runner(serve_fast(a.host, a.port, Settings(a.chunks, a.ttft_ms / 1000, a.gap_ms / 1000, a.vllm_chunks), ready))
 
 
 main()

@@ -75,10 +75,13 @@ class CompletionRequest(Knobs):
 
 class ChatRequest(Knobs):
     messages: list[ChatMessage]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = 0
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
 
 
 class TokenizeRequest(_Lenient):

@@ -7,6 +7,12 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``reset_after=3`` streams three token chunks, then drops the connection (no ``[DONE]``); on a
   non-streaming request it drops the connection instead of answering.
 * ``error_after=2`` streams two token chunks, then vLLM's in-stream error event (after the 200).
+* ``stall_after=2`` streams two token chunks, then sends nothing more until the client hangs up (a
+  stalled or SIGSTOPped server: the connection stays open).
+* ``first_token=S`` sends the response head at once, then waits S seconds before the first event
+  (a server that is up but slow to its first token).
+* ``truncate`` answers a whole body cut in the middle: its ``Content-Length`` promised the whole,
+  then the connection drops (``truncate=chunked``: a chunked body that stops without its last chunk).
 * ``hang_before=S`` waits S seconds before answering.
 * ``hang_between=S`` and ``slow=S`` (the same delay) wait S seconds before every stream event after the
   first, ``[DONE]`` included; a non-streaming answer waits S per token.
@@ -17,6 +23,10 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
   engine's; a prober's timeout is what ends the wait.
 * ``cached=N`` is no fault: the usage reports N of the prompt tokens as served from a prefix cache
   (``prompt_tokens_details.cached_tokens``, as OpenAI and vLLM report them).
+* ``cache_write=N`` is no fault either: an Anthropic-wire usage reports N prompt tokens written to its
+  prompt cache (``cache_creation_input_tokens``).
+* ``tool=NAME`` makes a chat offered tools call NAME (not the first); ``tool_arg=TEXT`` gives each of
+  its required string arguments that text (not the answer's first word).
 * ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
   add ``id=x`` to tell two otherwise equal markers apart.
 """
@@ -33,7 +43,8 @@ from tests.fakes.upstream.jobs import message_text
 FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
-    | {"burst", "id", "cached", "probes_hang", "end_after"}
+    | {"burst", "id", "cached", "cache_write", "tool", "tool_arg", "stall_after", "first_token", "truncate"}
+    | {"probes_hang", "end_after"}
 )
 
 
@@ -48,6 +59,12 @@ class Faults:
     gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
     burst: bool = False
     cached: int = 0
+    cache_write: int = 0
+    tool: str | None = None
+    tool_arg: str | None = None
+    stall_after: int | None = None
+    first_token: float = 0.0
+    truncate: str | None = None  # "length" (a Content-Length the body falls short of) or "chunked"
     probes_hang: bool = False
     end_after: float = 0.0
 
@@ -80,6 +97,12 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
             burst="burst" in fields,
             cached=int(fields.get("cached") or 0),
+            cache_write=int(fields.get("cache_write") or 0),
+            tool=fields.get("tool"),
+            tool_arg=fields.get("tool_arg"),
+            stall_after=int(fields["stall_after"]) if "stall_after" in fields else None,
+            first_token=float(fields.get("first_token") or 0),
+            truncate=(fields["truncate"] or "length") if "truncate" in fields else None,
             probes_hang="probes_hang" in fields,
             end_after=float(fields.get("end_after") or 0),
         )

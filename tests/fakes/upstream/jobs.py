@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.fakes.upstream.bodies import (
@@ -24,11 +27,18 @@ from tests.fakes.upstream.model import (
     MAX_MODEL_LEN,
     VOCAB_SIZE,
     Choice,
+    Sampling,
+    Step,
     TokenLogprob,
     Vocabulary,
     generate,
     token_logprob,
+    tokenize,
 )
+
+# The token strings every fake server has seen, shared as replicas of one model share a tokenizer:
+# a prompt of token ids that one server's answer ended (a resumed stream) reads the same on another.
+SHARED_VOCABULARY = Vocabulary()
 
 
 @dataclass
@@ -38,7 +48,7 @@ class Engine:
     models: tuple[str, ...]
     strict_models: bool = False  # unknown models answer 404 (vLLM) rather than being served anyway
     context: int = MAX_MODEL_LEN
-    vocab: Vocabulary = field(default_factory=Vocabulary)
+    vocab: Vocabulary = field(default_factory=lambda: SHARED_VOCABULARY)
 
     def check_model(self, model: str | None) -> None:
         if self.strict_models and model is not None and model not in self.models:
@@ -54,6 +64,14 @@ class Prompt:
     @property
     def answer_key(self) -> str:
         return self.key or self.text
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The one tool call a chat answer makes instead of text (``tool_job``)."""
+
+    id: str
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +93,8 @@ class Job:
     prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
     seed: int | None = None
     cached: int = 0  # prompt tokens reported as served from a prefix cache (the ``cached`` marker)
+    cache_written: int = 0  # prompt tokens reported as written to a prompt cache (``cache_write``)
+    tool_call: ToolCall | None = None  # the answer calls this tool; its steps are the arguments' pieces
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.n]
@@ -88,6 +108,32 @@ class Job:
         return usage
 
 
+class Memory:
+    """The prompts recently answered, shared by every fake server (replicas of one model share its
+    weights): a prompt that is an earlier prompt followed by the start of its answer (a stream resumed
+    elsewhere: vLLM's completion from prompt plus the tokens sent, or a chat's partial assistant
+    message with ``continue_final_message``) is answered with the rest of that answer, as a
+    deterministic model would continue it."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.prompts: deque[Prompt] = deque(maxlen=size)
+
+    def answer(self, p: Prompt, s: Sampling, index: int) -> Choice:
+        for earlier in reversed(self.prompts):
+            if len(p.text) > len(earlier.text) and p.text.startswith(earlier.text):
+                rest = p.text[len(earlier.text) :]
+                k = len(tokenize(rest))
+                whole = generate(earlier.answer_key, len(earlier.ids), replace(s, max_tokens=s.max_tokens + k), index)
+                if "".join(step.text for step in whole.steps[:k]) == rest and len(whole.steps) > k:
+                    return Choice(whole.steps[k:])
+        if p not in self.prompts:
+            self.prompts.append(p)
+        return generate(p.answer_key, len(p.ids), s, index)
+
+
+MEMORY = Memory()
+
+
 def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, request_id: str, **extra: Any) -> Job:
     n = 1 if req.n is None else req.n
     requested: int | None = req.max_tokens
@@ -96,9 +142,7 @@ def make_job(engine: Engine, req: Knobs, prompts: list[Prompt], id_prefix: str, 
         requested = req.max_completion_tokens or req.max_tokens
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     samplings = [build_sampling(req, len(p.ids), requested, logprobs, engine.context) for p in prompts]
-    choices = tuple(
-        generate(p.answer_key, len(p.ids), s, j) for p, s in zip(prompts, samplings, strict=True) for j in range(n)
-    )
+    choices = tuple(MEMORY.answer(p, s, j) for p, s in zip(prompts, samplings, strict=True) for j in range(n))
     options = req.stream_options or StreamOptions()
     return Job(
         id=f"{id_prefix}-{request_id}",
@@ -142,8 +186,15 @@ def message_text(content: str | list[dict[str, Any]] | None) -> str:
     return content or ""
 
 
-def render_chat(messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-    """The fake's chat template: ``<|role|>`` then the text, one message a line."""
+def render_chat(
+    messages: Sequence[ChatMessage], add_generation_prompt: bool = True, continue_final_message: bool = False
+) -> str:
+    """The fake's chat template: ``<|role|>`` then the text, one message a line; a final message to
+    continue is left open, as the generation prompt would have opened its answer (``<|role|>``, then
+    its text as the model wrote it)."""
+    if continue_final_message and messages:
+        *messages, last = messages
+        return render_chat(messages, False) + f"<|{last.role}|>" + message_text(last.content)
     lines = "".join(f"<|{m.role}|> {message_text(m.content)}\n" for m in messages)
     return lines + ("<|assistant|>" if add_generation_prompt else "")
 
@@ -165,13 +216,60 @@ def prompt_logprobs(vocab: Vocabulary, prompt: Prompt, k: int) -> tuple[TokenLog
     return (TokenLogprob(first, None, ()), *(token_logprob(t, i + 1, k, frozenset()) for i, t in enumerate(rest)))
 
 
-def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
+def chat_job(engine: Engine, body: JSON, request_id: str, tool: str | None = None, tool_arg: str = "") -> Job:
+    """``tool``, ``tool_arg``: the ``tool`` and ``tool_arg`` markers (the tool to call, its strings)."""
     req = parse(ChatRequest, body)
     check_request_level(req)
     engine.check_model(req.model)
-    text = render_chat(req.messages, req.add_generation_prompt)
+    if req.continue_final_message and (req.add_generation_prompt or not req.messages):
+        # vLLM's check (serving_chat): the two ask for different things
+        raise invalid("Cannot set both `continue_final_message` and `add_generation_prompt` to True.", None)
+    text = render_chat(req.messages, req.add_generation_prompt, req.continue_final_message)
     role = "assistant" if req.add_generation_prompt or not req.messages else req.messages[-1].role
     last = req.messages[-1] if req.messages else None
     echo = message_text(last.content) if req.echo and last is not None and last.role == role else ""
+    if req.continue_final_message:
+        return make_job(engine, req, [Prompt(text, engine.vocab.encode(text))], "chatcmpl", request_id, role=role)
     prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
-    return make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
+    job = make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
+    return tool_job(job, req, last, tool, tool_arg)
+
+
+def chosen_tool(req: ChatRequest, name: str | None = None) -> dict[str, Any] | None:
+    """The tool a model with vLLM's auto tool choice would call: the named one (``tool_choice``, or the
+    ``tool`` marker's), else the first."""
+    if not req.tools or req.tool_choice == "none":
+        return None
+    functions = [t.get("function") or {} for t in req.tools]
+    if isinstance(req.tool_choice, dict):
+        name = (req.tool_choice.get("function") or {}).get("name")
+    if name is not None:
+        return next((f for f in functions if f.get("name") == name), None)
+    return functions[0]
+
+
+def tool_arguments(fn: dict[str, Any], word: str) -> str:
+    """Arguments that fit the tool's schema: its required properties (all, when it names none), each
+    string the answer's first word, each number 1, each boolean true."""
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    required = params.get("required") or list(props)
+    values = {"string": word, "integer": 1, "number": 1, "boolean": True}
+    return json.dumps({n: values.get(p.get("type")) for n, p in props.items() if isinstance(p, dict) and n in required})
+
+
+def tool_job(job: Job, req: ChatRequest, last: ChatMessage | None, name: str | None = None, word: str = "") -> Job:
+    """A chat with tools whose last message is the user's calls a tool (a tool's result gets text),
+    streaming the arguments in three pieces; ``n`` is 1 in such requests. ``name`` and ``word``: the
+    ``tool`` and ``tool_arg`` markers' choice of tool and of its string arguments."""
+    fn = chosen_tool(req, name)
+    if fn is None or last is None or last.role != "user":
+        return job
+    args = tool_arguments(fn, word or (job.choices[0].text.split() or ["x"])[0])
+    cuts = [0, len(args) // 3, 2 * len(args) // 3, len(args)]
+    pieces = [args[a:b] for a, b in itertools.pairwise(cuts)]
+    steps = tuple(
+        Step(i, piece, "tool_calls" if i == len(pieces) - 1 else None, None, None) for i, piece in enumerate(pieces)
+    )
+    call = ToolCall(f"call_{job.id[-8:]}", str(fn.get("name") or ""))
+    return replace(job, choices=(Choice(steps),), tool_call=call)

@@ -18,14 +18,38 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
      Pods × workers, with the HPA's maximum: the shares never add up to more than the limit. */}}
 {{- define "gw.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
-{{- if .Values.redis.url -}}
-{{- $_ := set $cfg "redis" (dict "url" .Values.redis.url "cluster" .Values.redis.cluster) -}}
+{{- with include "gw.redisUrl" . -}}
+{{- $_ := set $cfg "redis" (dict "url" . "cluster" $.Values.redis.cluster) -}}
 {{- end -}}
 {{- $limits := default dict $cfg.limits -}}
 {{- $pods := ternary .Values.autoscaling.maxReplicas .Values.replicas .Values.autoscaling.enabled -}}
 {{- $_ := set $limits "replicas" (mul $pods .Values.workers) -}}
 {{- $_ := set $cfg "limits" $limits -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Whether the release runs its own Redis: asked for, and no Redis of yours named. */}}
+{{- define "gw.ownRedis" -}}{{ if and .Values.redis.enabled (not .Values.redis.url) }}true{{ end }}{{- end -}}
+
+{{/* The Redis the gateway uses: yours (redis.url), the release's own, or none (empty). */}}
+{{- define "gw.redisUrl" -}}
+{{- if .Values.redis.url -}}{{ .Values.redis.url }}
+{{- else if include "gw.ownRedis" . -}}{{ printf "redis://%s-redis:6379/0" (include "gw.name" . | trunc 57 | trimSuffix "-") }}
+{{- end -}}
+{{- end -}}
+
+{{/* The admin key's variable when the chart generates the key (none of secrets.env, secrets.values or
+     secrets.existingSecret gives it, and secrets.generateAdminKey), else empty. */}}
+{{- define "gw.generatedAdminVar" -}}
+{{- $vars := include "gw.keyVars" . | fromJson -}}
+{{- $s := .Values.secrets -}}
+{{- if and $s.generateAdminKey (not $s.existingSecret) -}}
+{{- range $var, $_ := $vars.optional -}}
+{{- $given := hasKey $s.values $var -}}
+{{- range $s.env }}{{ if eq .name $var }}{{ $given = true }}{{ end }}{{ end -}}
+{{- if not $given }}{{ $var }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The environment variables the config names for keys, as JSON {"required": {VAR: where},
@@ -87,6 +111,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $ref = dict "name" $.Values.secrets.existingSecret "key" $var -}}
 {{- if $optional }}{{ $_ := set $ref "optional" true }}{{ end -}}
 {{- end -}}
+{{- if and (not $ref) (eq $var (include "gw.generatedAdminVar" $)) -}}
+{{- $ref = dict "name" (printf "%s-admin" (include "gw.name" $ | trunc 57 | trimSuffix "-")) "key" $var -}}
+{{- end -}}
 {{- if and (not $ref) (not $optional) -}}
 {{- fail (printf "%s names %s: give it in secrets.values.%s, or a Secret holding it (secrets.existingSecret, or secrets.env)" (get $vars.required $var) $var $var) -}}
 {{- end -}}
@@ -133,4 +160,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $data := deepCopy .Values.secrets.values -}}
 {{- if .Values.metrics.token }}{{ $_ := set $data (include "gw.metricsVar" .) .Values.metrics.token }}{{ end -}}
 {{- if $data }}{{ toJson $data }}{{ end -}}
+{{- end -}}
+
+{{/* The release's own Redis pods: a name of their own, so the gateway's Service never selects them. */}}
+{{- define "gw.redisSelector" -}}
+app.kubernetes.io/name: llm-gateway-redis
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}

@@ -67,6 +67,12 @@ def chat_body(job: Job) -> JSON:
     for i, c in enumerate(job.choices):
         message: JSON = {"role": job.role, "content": job.echo_text + c.text, "refusal": None, "annotations": None}
         message |= {"audio": None, "function_call": None, "tool_calls": [], "reasoning": None}
+        if job.tool_call is not None:
+            call = {"id": job.tool_call.id, "type": "function"}
+            message |= {
+                "content": None,
+                "tool_calls": [call | {"function": {"name": job.tool_call.name, "arguments": c.text}}],
+            }
         choices.append(
             {
                 "index": i,
@@ -144,7 +150,12 @@ def chat_chunks(job: Job) -> Iterator[Chunk]:
             if step.logprob is not None and job.logprobs is not None
             else None
         )
-        choice = {"index": i, "delta": {"content": step.text}, "logprobs": lp, "finish_reason": step.finish_reason}
+        delta: JSON = {"content": step.text}
+        if job.tool_call is not None:  # vLLM's tool parsers: id, type and name on the call's first delta
+            fn = {"name": job.tool_call.name, "arguments": step.text} if pos == 0 else {"arguments": step.text}
+            head = {"id": job.tool_call.id, "type": "function"} if pos == 0 else {}
+            delta = {"tool_calls": [{"index": 0, **head, "function": fn}]}
+        choice = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": step.finish_reason}
         choice |= {"stop_reason": step.stop_reason} if step.finish_reason else {}
         yield chunk(job, obj, choice | {"token_ids": [step.token_id] if job.token_ids else None}, pos + 1)
     yield from usage_chunk(job, obj)

@@ -1,0 +1,229 @@
+"""Anthropic Messages bodies → the internal request (a chat request, OpenAI-shaped inside).
+
+Every piece of prompt text goes into the request, so the pre-request token estimate counts it: the
+system blocks become one system message, ``tool_result`` blocks become tool messages (their text; an
+error result's text marked as such), images become image parts of the user message, tool schemas
+become the request's tools. Previous turns' thinking blocks are left out, as Anthropic's own models
+leave them out. ``cache_control`` marks are accepted and, for targets other than Anthropic, ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_core import to_json
+
+from gateway.core.errors import InvalidRequest
+from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
+from gateway.dialects.anthropic.schema import (
+    PLATFORM_FIELDS,
+    Block,
+    CountTokensBody,
+    ImageBlock,
+    MessageParam,
+    MessagesBody,
+    TextBlock,
+    Tool,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from gateway.dialects.common import FeatureSet, stop_list, validate
+
+JSON = Any
+
+# Betas whose effect the gateway gives on every target: prompt caching's marks are accepted (and kept
+# for Anthropic targets), tool arguments stream as the upstream writes them, tool definitions need no
+# other wire format. Any other beta is refused by name: it changes what Anthropic answers.
+HONOURED_BETAS = frozenset(
+    {"prompt-caching-2024-07-31", "fine-grained-tool-streaming-2025-05-14", "token-efficient-tools-2025-02-19"}
+)
+ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
+
+
+def unhonoured_betas(headers: Mapping[str, str]) -> str:
+    """The ``anthropic-beta`` values only Anthropic's platform can honour, comma-separated."""
+    betas = (b.strip() for b in headers.get("anthropic-beta", "").split(","))
+    return ",".join(b for b in betas if b and b not in HONOURED_BETAS)
+
+
+def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
+    """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
+    by name, with the reason, by every other target."""
+    if betas:
+        fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {betas.split(',')[0]}")
+    for name, why in PLATFORM_FIELDS.items():
+        if name in data:
+            fs.use(Feature.ANTHROPIC_NATIVE, f"{name} ({why})")
+
+
+def text_of(blocks: Sequence[TextBlock]) -> str:
+    return "\n\n".join(b.text for b in blocks)
+
+
+def image_part(block: ImageBlock) -> dict[str, JSON]:
+    src = block.source
+    url = src.url if src.type == "url" else f"data:{src.media_type};base64,{src.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _non_empty(blocks: Sequence[Block], where: str) -> None:
+    if not blocks:
+        raise InvalidRequest(f"'{where}' must not be empty", param=where)
+    for j, b in enumerate(blocks):
+        if isinstance(b, TextBlock) and not b.text:
+            raise InvalidRequest(f"'{where}[{j}].text' must not be empty", param=f"{where}[{j}].text")
+
+
+def tool_message(block: ToolResultBlock) -> tuple[ChatMessage, list[dict[str, JSON]]]:
+    """A tool result as a tool message, and its images (a tool message holds text only on OpenAI's
+    wire: they follow it in a user message)."""
+    content = block.content
+    if isinstance(content, list):
+        text = text_of([p for p in content if isinstance(p, TextBlock)])
+        images = [image_part(p) for p in content if isinstance(p, ImageBlock)]
+    else:
+        text, images = content or "", []
+    if block.is_error:
+        text = ERROR_PREFIX + text
+    return ChatMessage(role="tool", content=text, tool_call_id=block.tool_use_id), images
+
+
+def tool_call(block: ToolUseBlock) -> dict[str, JSON]:
+    arguments = to_json(block.input).decode()
+    return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
+
+
+def user_messages(blocks: Sequence[Block], where: str) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    parts: list[dict[str, JSON]] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, ToolResultBlock):
+            msg, images = tool_message(b)
+            out.append(msg)
+            parts += images
+        elif isinstance(b, TextBlock):
+            parts.append({"type": "text", "text": b.text})
+        elif isinstance(b, ImageBlock):
+            parts.append(image_part(b))
+        else:
+            raise InvalidRequest(f"'{where}[{j}]': a '{b.type}' block belongs to an assistant turn", param=where)
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        content = "\n\n".join(p["text"] for p in parts) if only_text else tuple(parts)
+        out.append(ChatMessage(role="user", content=content))
+    return out
+
+
+def assistant_message(blocks: Sequence[Block], where: str) -> ChatMessage:
+    texts: list[str] = []
+    calls: list[dict[str, JSON]] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif isinstance(b, ToolUseBlock):
+            calls.append(tool_call(b))
+        elif b.type in ("image", "tool_result"):
+            raise InvalidRequest(f"'{where}[{j}]': a '{b.type}' block belongs to a user turn", param=where)
+    return ChatMessage(role="assistant", content="".join(texts) or None, tool_calls=tuple(calls) or None)
+
+
+def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:
+    out: list[ChatMessage] = []
+    if system:
+        out.append(ChatMessage(role="system", content=system if isinstance(system, str) else text_of(system)))
+    for i, m in enumerate(params):
+        where = f"messages[{i}].content"
+        _non_empty(m.content, where)
+        if m.role == "user":
+            out += user_messages(m.content, where)
+        else:
+            out.append(assistant_message(m.content, where))
+    return tuple(out)
+
+
+def function(tool: Tool, i: int, fs: FeatureSet) -> dict[str, JSON]:
+    if tool.type not in (None, "custom"):
+        # Anthropic runs it: its body goes to Anthropic targets as it came; other targets refuse it
+        fs.use(Feature.ANTHROPIC_NATIVE, f"tools[{i}] (server tool '{tool.type}', run only by Anthropic)")
+        return {"type": "function", "function": {"name": tool.name, "parameters": {"type": "object"}}}
+    if tool.input_schema is None:
+        raise InvalidRequest(f"'tools[{i}].input_schema' is required", param=f"tools[{i}].input_schema")
+    fn: dict[str, JSON] = {"name": tool.name, "parameters": tool.input_schema}
+    if tool.description is not None:
+        fn["description"] = tool.description
+    return {"type": "function", "function": fn}
+
+
+def tool_choice(choice: ToolChoice | None) -> JSON:
+    if choice is None or choice.type == "auto":
+        return "auto" if choice is not None else None
+    if choice.type == "any":
+        return "required"
+    if choice.type == "none":
+        return "none"
+    if not choice.name:
+        raise InvalidRequest("'tool_choice.name' is required when its type is 'tool'", param="tool_choice.name")
+    return {"type": "function", "function": {"name": choice.name}}
+
+
+def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
+    thinking = b.thinking if b.thinking is not None and b.thinking.type != "disabled" else None
+    fs.use(Feature.THINKING, "thinking", thinking)
+    if not b.tools and thinking is None:
+        if b.tool_choice is not None and b.tool_choice.type in ("any", "tool"):
+            raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
+        return None
+    fs.use(Feature.TOOLS, "tools", b.tools)
+    choice = b.tool_choice
+    parallel = False if choice is not None and choice.disable_parallel_tool_use else None
+    return ChatOptions(
+        tools=tuple(function(t, i, fs) for i, t in enumerate(b.tools)) if b.tools else None,
+        tool_choice=tool_choice(choice) if b.tools else None,
+        parallel_tool_calls=parallel if b.tools else None,
+        reasoning={"thinking": thinking.model_dump(exclude_none=True)} if thinking is not None else None,
+    )
+
+
+def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
+    fs = FeatureSet()
+    platform_only(data, betas, fs)
+    b = validate(MessagesBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
+    top_k = b.top_k if b.top_k not in (None, -1) else None
+    fs.use(Feature.TOP_K, "top_k", top_k is not None)
+    stop = stop_list(b.stop_sequences, "stop_sequences", cap=None)
+    fs.use(Feature.STOP, "stop_sequences", stop)
+    if any(not s for s in stop):
+        raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
+    chat = chat_options(b, fs)
+    stream = bool(b.stream)
+    return InternalRequest(
+        operation=Operation.CHAT,
+        model=b.model,
+        messages=messages(b.system, b.messages),
+        sampling=Sampling(max_tokens=b.max_tokens, temperature=b.temperature, top_p=b.top_p, top_k=top_k, stop=stop),
+        chat=chat,
+        stream=stream,
+        stream_usage=stream,
+        user=b.metadata.user_id if b.metadata is not None else None,
+        extra_headers={"anthropic-beta": betas} if betas else None,
+        native=data,
+        features=fs.frozen(),
+        fields=fs.fields,
+    )
+
+
+def parse_count(data: dict[str, JSON]) -> InternalRequest:
+    """A count_tokens body: the request it would be, with no answer asked for."""
+    fs = FeatureSet()
+    b = validate(CountTokensBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
+    return InternalRequest(
+        operation=Operation.CHAT,
+        model=b.model,
+        messages=messages(b.system, b.messages),
+        sampling=Sampling(max_tokens=1),
+        chat=chat_options(b, fs),
+        features=fs.frozen(),
+        fields=fs.fields,
+    )

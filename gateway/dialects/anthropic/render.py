@@ -1,0 +1,233 @@
+"""Internal answers → Anthropic's Messages answers: a whole ``message``, the named-event stream, and the
+error envelope.
+
+The stream is the sequence the Anthropic SDK's accumulator expects (``lib/streaming/_messages.py``):
+``message_start``, a ``ping``, then per content block ``content_block_start`` / ``_delta`` (``text_delta``,
+``input_json_delta``, ``thinking_delta``) / ``_stop``, one block open at a time, then ``message_delta``
+(stop reason, stop sequence, usage) and ``message_stop``; an error after the first byte is an ``error``
+event. Input tokens are known only when the upstream reports usage at the end: ``message_start``
+carries 0 and ``message_delta`` the real figures (its usage fields are cumulative, and the SDK takes
+each one it is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+
+from gateway.core.errors import GatewayError, UpstreamMalformed
+from gateway.core.request import InternalRequest
+from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.dialects.base import ErrorReply, retry_headers
+
+JSON = Any
+
+# Anthropic's error types by status (its "Errors" page); 503 and its own 529 are ``overloaded_error``.
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def error_object(err: GatewayError) -> dict[str, JSON]:
+    kind = ERROR_TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+# Anthropic answers "overloaded" with its own 529, which its SDKs raise as ``OverloadedError`` and retry.
+OVERLOADED = 529
+
+
+def anthropic_error(err: GatewayError) -> ErrorReply:
+    status = OVERLOADED if err.status == 503 else err.status
+    return ErrorReply(status, error_object(err), retry_headers(err))
+
+
+def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
+    if choice_reason == "length":
+        return "max_tokens"
+    if choice_reason == "tool_calls":
+        return "tool_use"
+    if choice_reason == "content_filter":
+        return "refusal"
+    return "stop_sequence" if stop_sequence is not None else "end_turn"
+
+
+def usage_json(usage: Usage | None) -> dict[str, JSON]:
+    """Anthropic counts cache reads and writes apart from ``input_tokens``; only Anthropic targets report
+    cache writes."""
+    u = usage or Usage()
+    cached, written = u.cached_tokens or 0, u.cache_write_tokens or 0
+    return {
+        "input_tokens": max(0, u.prompt_tokens - cached - written),
+        "output_tokens": u.completion_tokens,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def tool_input(arguments: str) -> JSON:
+    try:
+        value = pydantic_core.from_json(arguments or "{}")
+    except ValueError:
+        raise UpstreamMalformed("upstream tool call arguments are not JSON") from None
+    if not isinstance(value, dict):
+        raise UpstreamMalformed("upstream tool call arguments are not a JSON object")
+    return value
+
+
+def tool_block(call: JSON) -> dict[str, JSON]:
+    fn = call.get("function") or {}
+    return {
+        "type": "tool_use",
+        "id": call.get("id") or "",
+        "name": fn.get("name") or "",
+        "input": tool_input(fn.get("arguments") or ""),
+    }
+
+
+def content(choice: Choice) -> list[dict[str, JSON]]:
+    blocks: list[dict[str, JSON]] = []
+    if choice.reasoning:
+        blocks.append({"type": "thinking", "thinking": choice.reasoning, "signature": ""})
+    if choice.text or not choice.tool_calls:
+        blocks.append({"type": "text", "text": choice.text})
+    blocks += [tool_block(call) for call in choice.tool_calls or ()]
+    return blocks
+
+
+def render(req: InternalRequest, c: Completion) -> dict[str, JSON]:
+    choice = c.choices[0] if c.choices else Choice(index=0)
+    return {
+        "id": c.id,
+        "type": "message",
+        "role": "assistant",
+        "model": c.model,
+        "content": content(choice),
+        "stop_reason": stop_reason(choice.finish_reason, choice.stop_sequence),
+        "stop_sequence": choice.stop_sequence,
+        "usage": usage_json(c.usage),
+    }
+
+
+def event(name: str, data: JSON) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + pydantic_core.to_json(data) + b"\n\n"
+
+
+PING = event("ping", {"type": "ping"})
+
+
+class MessagesEncoder:
+    """Internal stream events → Anthropic's named events. Holds which block is open (text, tool use or
+    thinking; the upstream's tool-call index for a tool) so a change of kind closes it and opens the next."""
+
+    def __init__(self, req: InternalRequest) -> None:
+        self.index = -1  # the open block's index; -1: none yet
+        self.open: tuple[str, int] | None = None  # ("text" | "thinking" | "tool", upstream tool index)
+        self.reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.usage: Usage | None = None
+        self.started = False
+
+    def _block(self, kind: str, tool: int, start: JSON) -> bytes:
+        out = self._close()
+        self.index += 1
+        self.open = (kind, tool)
+        return out + event(
+            "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": start}
+        )
+
+    def _close(self) -> bytes:
+        if self.open is None:
+            return b""
+        self.open = None
+        return event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+
+    def _delta(self, delta: JSON) -> bytes:
+        return event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def _tool(self, call: JSON) -> bytes:
+        fn = call.get("function") or {}
+        tool = int(call.get("index", 0))
+        out = b""
+        if self.open != ("tool", tool) or call.get("id"):
+            start: JSON = {"type": "tool_use", "id": call.get("id") or "", "name": fn.get("name") or "", "input": {}}
+            out = self._block("tool", tool, start)
+        if fn.get("arguments"):
+            out += self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})
+        return out
+
+    def _content(self, ev: Delta) -> bytes:
+        out = b""
+        if ev.reasoning:
+            if self.open is None or self.open[0] != "thinking":
+                out += self._block("thinking", 0, {"type": "thinking", "thinking": "", "signature": ""})
+            out += self._delta({"type": "thinking_delta", "thinking": ev.reasoning})
+        if ev.text:
+            if self.open is None or self.open[0] != "text":
+                out += self._block("text", 0, {"type": "text", "text": ""})
+            out += self._delta({"type": "text_delta", "text": ev.text})
+        for call in ev.tool_calls:
+            out += self._tool(call)
+        return out
+
+    def _start(self, ev: StreamStart) -> bytes:
+        self.started = True
+        message: JSON = {
+            "id": ev.id,
+            "type": "message",
+            "role": "assistant",
+            "model": ev.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return event("message_start", {"type": "message_start", "message": message}) + PING
+
+    def event(self, ev: StreamEvent) -> bytes:
+        if isinstance(ev, Delta):
+            return self._content(ev) if ev.index == 0 else b""
+        if isinstance(ev, Finish):
+            if ev.index == 0:
+                self.reason, self.stop_sequence = ev.reason, ev.stop_sequence
+            return b""
+        if isinstance(ev, UsageReport):
+            self.usage = ev.usage
+            return b""
+        if isinstance(ev, StreamStart):
+            return self._start(ev)
+        raise TypeError("an Anthropic stream is never relayed as it came")  # relay is None in its requests
+
+    def end(self) -> bytes:
+        out = self._close()
+        if self.index < 0:  # an empty answer still has its one (empty) text block
+            out += self._block("text", 0, {"type": "text", "text": ""}) + self._close()
+        delta = {"stop_reason": stop_reason(self.reason, self.stop_sequence), "stop_sequence": self.stop_sequence}
+        out += event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage_json(self.usage)})
+        return out + event("message_stop", {"type": "message_stop"})
+
+    def error(self, err: GatewayError) -> bytes:
+        return event("error", error_object(err))
+
+
+def model_list(names: list[str], created: str) -> dict[str, JSON]:
+    """``GET /v1/models`` as Anthropic lists models (one page: the gateway's list is short)."""
+    data = [{"type": "model", "id": n, "display_name": n, "created_at": created} for n in names]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": names[0] if names else None,
+        "last_id": names[-1] if names else None,
+    }

@@ -1,0 +1,350 @@
+"""Mid-stream resume: a streamed answer that breaks after its first byte (a reset, an error event, a
+stall past the idle bound) continues on the next target or replica that can continue it, from exactly
+where it stopped, and the client sees one stream: no token repeated or lost, one finish, usage summed.
+
+How an answer is continued (vLLM's OpenAI server, ``CONTINUERS``):
+
+* from token ids where the stream carried the output's (a stream that may resume asks vLLM for them):
+  the prompt's ids (the request's own, or the target's ``/tokenize``, a chat's through its template)
+  and the output's, as a completion whose events continue the client's stream, so the continuation
+  is the unbroken run's token for token;
+* else from text: a completion's prompt plus the text sent; a chat's messages plus the partial
+  assistant message, with ``continue_final_message: true`` and ``add_generation_prompt: false`` (also
+  a chat that names no ``max_tokens``, whose length a completion would cut to vLLM's default); on
+  Anthropic's API, the partial message as its prefill.
+
+``max_tokens`` and ``min_tokens`` shrink by the tokens sent; sampling and seeds are carried. The
+continuation's own usage counts the sent tokens as prompt: they are moved back to the completion, so
+every completion token counts once and the prompt is billed once. What cannot be continued faithfully
+(several choices, echo, a suffix, beams, structured outputs, tools or reasoning, a target that cannot
+continue, such as OpenAI's API) keeps the break: the client gets the in-band error, never a finish.
+
+The seam: ``dispatch.open_stream`` hands a stream that may resume to ``resumable``, with a ``Resumer``
+that opens a continuation on a given target. Streams that may not resume are not wrapped at all.
+
+What does not belong here: the choice of targets before the first byte (``dispatch``), the HTTP of a
+target (``adapters``), any wire format (a relayed chunk is read back by its target's ``replay``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
+from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
+from gateway.core.response import Delta, Finish, StreamEvent, StreamStart, UsageReport
+from gateway.core.upstream import Call, Upstream
+from gateway.runtime.throttle import LogThrottle
+
+log = logging.getLogger("gateway.resume")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
+Batches = AsyncIterator[list[StreamEvent]]
+HEADER = "X-Gateway-Resume"  # per request: "on" or "off", over the model's setting
+# How each provider's servers continue an answer: vLLM's OpenAI-compatible server takes a completion's
+# prompt as token ids and a chat's ``continue_final_message`` (shared/reference/vllm.md §3); Anthropic's
+# Messages API continues a final assistant turn, its prefill (chat only).
+CONTINUERS = {"vllm": "vllm", "anthropic": "prefill"}
+# What a continuation cannot carry faithfully: a structured output or a tool call restarts its grammar,
+# an echo or suffix would repeat, beams and several choices are not one sequence.
+NOT_CONTINUABLE = frozenset(
+    {
+        Feature.JSON_OBJECT,
+        Feature.JSON_SCHEMA,
+        Feature.REGEX,
+        Feature.CHOICE,
+        Feature.GRAMMAR,
+        Feature.TOOLS,
+        Feature.REASONING,
+        Feature.ECHO,
+        Feature.SUFFIX,
+        Feature.BEAM_SEARCH,
+        Feature.BEST_OF,
+        Feature.N,
+        Feature.BATCH_PROMPT,
+        Feature.SEED_PER_CHOICE,
+        Feature.FORCED_OUTPUT,
+        Feature.EMBEDDING_REPLACEMENT,
+        Feature.PREDICTION,
+        Feature.AUDIO,
+        Feature.OUTPUT_LOGITS,
+    }
+)
+VLLM_COMPLETION_DEFAULT = 16  # vLLM's max_tokens for a completion that names none
+
+
+def wanted(header: str | None) -> bool | None:
+    """The client's ``X-Gateway-Resume``: on, off, or None (absent or unreadable: the model decides)."""
+    if header is None:
+        return None
+    value = header.strip().lower()
+    return True if value in ("on", "1", "true") else False if value in ("off", "0", "false") else None
+
+
+def can_continue(upstream: Upstream, request: InternalRequest | None = None) -> bool:
+    how = CONTINUERS.get(upstream.provider)
+    return how is not None and (how == "vllm" or request is None or request.operation is Operation.CHAT)
+
+
+def applies(setting: bool | None, request: InternalRequest, upstreams: Sequence[Upstream]) -> bool:
+    """Whether a stream of ``request`` is wrapped to resume: the switch (the client's header over the
+    model's; unset, on where a target can continue), and a request one sequence can continue."""
+    if setting is False or request.features & NOT_CONTINUABLE or request.choice_count != 1:
+        return False
+    if request.sampling.structured is not None or request.sampling.echo or request.sampling.beam is not None:
+        return False
+    return any(can_continue(u, request) for u in upstreams)
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the client was sent of the answer, read back when a break happens (relayed chunks by
+    the target that sent them: ``replay``)."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    tokens: int = 0  # chunks that carried a token: the count when the stream had no ids
+    ids_complete: bool = True  # every token chunk carried its id
+    finished: bool = False
+    stuck: str | None = None  # why the answer cannot be continued (a tool call in progress...)
+
+    def add(self, event: StreamEvent) -> None:
+        if isinstance(event, Delta):
+            if event.tool_calls or event.reasoning:
+                self.stuck = "a tool call or reasoning was in progress"
+            if event.text or event.token_ids:
+                self.text += event.text
+                self.tokens += max(1, len(event.token_ids))
+                if event.token_ids:
+                    self.token_ids += event.token_ids
+                else:
+                    self.ids_complete = False
+        elif isinstance(event, Finish):
+            self.finished = True
+
+    @property
+    def sent(self) -> int:
+        """Completion tokens the client has."""
+        return len(self.token_ids) if self.ids_complete and self.token_ids else self.tokens
+
+
+Replay = Callable[[InternalRequest, list[bytes]], list[StreamEvent]]
+
+
+def read_back(
+    batches: list[list[StreamEvent]], replay: Replay | None, request: InternalRequest, before: Progress | None
+) -> Progress:
+    """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
+    progress = Progress() if before is None else dataclasses.replace(before, token_ids=list(before.token_ids))
+    for batch in batches:
+        relayed = [ev for ev in batch if isinstance(ev, bytes)]
+        if relayed:
+            if replay is None:
+                progress.stuck = "relayed chunks that its target cannot read back"
+                return progress
+            for ev in replay(request, relayed):
+                progress.add(ev)
+        for ev in batch:
+            if not isinstance(ev, bytes):
+                progress.add(ev)
+    return progress
+
+
+def _less(value: int | None, sent: int) -> int | None:
+    return None if value is None else max(1, value - sent)
+
+
+def continuation(
+    request: InternalRequest, progress: Progress, prompt_ids: Sequence[int] | None, how: str = "vllm"
+) -> InternalRequest:
+    """The request that continues ``request`` after ``progress`` on a target that continues ``how``
+    (``CONTINUERS``): the sampling carried, the lengths shrunk by what was sent; ``prompt_ids``: the
+    prompt's tokens, when the output's ids are known."""
+    sent = progress.sent
+    s = request.sampling
+    max_tokens = s.max_tokens
+    if max_tokens is None and request.operation is Operation.COMPLETION:
+        max_tokens = VLLM_COMPLETION_DEFAULT
+    sampling = dataclasses.replace(
+        s,
+        max_tokens=_less(max_tokens, sent),
+        min_tokens=None if s.min_tokens is None else max(0, s.min_tokens - sent) or None,
+        prompt_logprobs=None,
+    )
+    if request.operation is Operation.CHAT and how == "prefill":
+        if progress.text != progress.text.rstrip():
+            # Anthropic refuses a prefill that ends in whitespace, and one without it changes the text
+            raise UpstreamFailed("the answer stopped after whitespace, which a prefill cannot end with")
+        partial = ChatMessage("assistant", progress.text)
+        return dataclasses.replace(request, messages=(*request.messages, partial), sampling=sampling)
+    chat = request.operation is Operation.CHAT
+    if prompt_ids is not None and progress.ids_complete and progress.token_ids and not (chat and s.max_tokens is None):
+        # the prompt (a chat's through its template) and the output as token ids: a completion, decoded
+        # (not relayed: its chunks are a completion's) into the events of the client's own stream
+        ids = (*prompt_ids, *progress.token_ids)
+        return dataclasses.replace(
+            request,
+            operation=Operation.COMPLETION,
+            prompts=(ids,),
+            messages=(),
+            chat=None,
+            sampling=sampling,
+            relay=None if request.operation is Operation.CHAT else request.relay,
+            features=request.features | {Feature.TOKEN_PROMPT},
+        )
+    if request.operation is Operation.CHAT:
+        partial = ChatMessage("assistant", progress.text)
+        extra: Mapping[str, object] = {
+            **(request.extra_body or {}),
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+        }
+        features = request.features | {Feature.EXTRA_BODY}
+        return dataclasses.replace(
+            request, messages=(*request.messages, partial), sampling=sampling, extra_body=extra, features=features
+        )
+    prompt = request.prompts[0]
+    if isinstance(prompt, tuple):  # token ids, but the output's ids are unknown: nothing exact to send
+        raise UpstreamFailed("the answer's token ids are unknown: it cannot be continued from its prompt's ids")
+    return dataclasses.replace(request, prompts=(prompt + progress.text,), sampling=sampling)
+
+
+def stitched(events: list[StreamEvent], sent: int) -> list[StreamEvent]:
+    """A continuation's events as the rest of the client's stream: no second identity or role, and
+    its usage with the sent tokens moved from prompt back to completion."""
+    out: list[StreamEvent] = []
+    for ev in events:
+        if isinstance(ev, StreamStart):
+            continue
+        if isinstance(ev, Delta) and ev.role is not None:
+            ev = dataclasses.replace(ev, role=None)
+            if not (ev.text or ev.token_ids or ev.logprobs or ev.tool_calls or ev.reasoning):
+                continue
+        elif isinstance(ev, UsageReport):
+            u = ev.usage
+            moved = min(sent, u.prompt_tokens)
+            ev = UsageReport(
+                dataclasses.replace(
+                    u, prompt_tokens=u.prompt_tokens - moved, completion_tokens=u.completion_tokens + moved
+                )
+            )
+        out.append(ev)
+    return out
+
+
+@dataclass(slots=True)
+class Resumed:
+    """One continuation, for logs, metrics and the scorecard."""
+
+    broken: str  # the target that broke
+    target: str  # the one that continued
+    cause: str  # the break's error code
+    lost: float  # seconds from the break to the continuation's first event
+    tokens: int  # completion tokens the client had at the break
+
+
+Opener = Callable[[Upstream, InternalRequest, int], Batches]  # (target, request, try number) → its stream
+
+
+@dataclass(slots=True)
+class Resumer:
+    """What ``resumable`` needs of dispatch: the targets in the order to try, the request as first
+    sent, how to open a stream on a target, and where to record each continuation."""
+
+    request: InternalRequest
+    targets: list[Upstream]  # in the order to try; a broken pool is tried again first (another replica)
+    open: Opener
+    call: Call
+    max_resumes: int
+    record: list[Resumed]
+    failed: Callable[[Upstream, GatewayError], None]  # the break counted against the target's health
+    tries: int = 1
+
+    async def resume(
+        self, broken: Upstream, err: GatewayError, progress: Progress
+    ) -> tuple[Upstream, Batches, list[StreamEvent]]:
+        """A continuation's stream and its first events, from the first target that opens one; the
+        break's error when none can."""
+        began = time.perf_counter()
+        again = [broken] if len(getattr(broken, "members", ())) > 1 else []
+        for upstream in again + [t for t in self.targets if t is not broken]:
+            if len(self.record) >= self.max_resumes or not self._time_left():
+                break
+            if not can_continue(upstream, self.request):
+                continue
+            try:
+                ids = await self._prompt_ids(upstream, progress)
+                req = continuation(self.request, progress, ids, CONTINUERS[upstream.provider])
+            except GatewayError:
+                continue
+            self.tries += 1
+            events = self.open(upstream, req, self.tries)
+            try:
+                first = await anext(events)
+            except (GatewayError, StopAsyncIteration) as exc:
+                await events.aclose()  # type: ignore[attr-defined]
+                why = exc.code if isinstance(exc, GatewayError) else "closed"
+                throttled.warning(
+                    f"continuation:{upstream.name}",
+                    "continuation on %s failed before its first byte (%s)",
+                    upstream.name,
+                    why,
+                )
+                if isinstance(exc, UpstreamRejected):
+                    break  # the continuation itself was refused: another target would refuse it too
+                continue
+            lost = time.perf_counter() - began
+            self.record.append(Resumed(broken.name, upstream.name, err.code, lost, progress.sent))
+            log.info(
+                "stream resumed on %s after %d tokens (%s at %s)", upstream.name, progress.sent, err.code, broken.name
+            )
+            return upstream, events, first
+        raise err
+
+    def _time_left(self) -> bool:
+        left = self.call.remaining()
+        return left is None or left > 0
+
+    async def _prompt_ids(self, upstream: Upstream, progress: Progress) -> tuple[int, ...] | None:
+        req = self.request
+        if CONTINUERS[upstream.provider] != "vllm" or not (progress.ids_complete and progress.token_ids):
+            return None
+        prompt = req.prompts[0] if req.operation is Operation.COMPLETION else None
+        if isinstance(prompt, tuple):
+            return prompt
+        tokenize: Callable[[InternalRequest, Call], Awaitable[list[int]]] | None = getattr(upstream, "prompt_ids", None)
+        if tokenize is None:
+            return None
+        try:
+            return tuple(await tokenize(req, self.call))
+        except GatewayError:
+            return None  # the text continues it then
+
+
+async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batches, resumer: Resumer) -> Batches:
+    """``events`` (after ``first``, already with the client) as one stream that survives breaks."""
+    sent: list[list[StreamEvent]] = [first]
+    current, source, before = events, upstream, None
+    offset = 0  # completion tokens sent before the current target's part
+    while True:
+        try:
+            async for batch in current:
+                sent.append(batch)
+                yield batch if not offset else stitched(batch, offset)
+            return
+        except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
+            await current.aclose()  # type: ignore[attr-defined]
+            raise
+        except GatewayError as err:
+            await current.aclose()  # type: ignore[attr-defined]
+            progress = read_back(sent, getattr(source, "replay", None), resumer.request, before)
+            if progress.finished or progress.stuck is not None:
+                raise
+            resumer.failed(source, err)
+            source, current, head = await resumer.resume(source, err, progress)
+            sent, before, offset = [head], progress, progress.sent
+            if out := stitched(head, offset):
+                yield out

@@ -1,0 +1,261 @@
+"""Anthropic Messages in: ``/v1/messages`` over real sockets in front of every kind of fake upstream,
+whole and streamed, with the exact event order of Anthropic's stream; tools both ways, stop sequences,
+the error envelope and its types, ``count_tokens`` and the Anthropic-shaped model list.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.fakes import upstream as fake
+from tests.integration.conftest import Gateway, GatewayFactory, config, target
+from tests.integration.dialect_clients import KEY
+
+JSON = Any
+PROMPT = "Say something deterministic"
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "Content-Type": "application/json"}
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def events(raw: bytes) -> list[tuple[str, JSON]]:
+    """An Anthropic stream as (event name, data) pairs; every event is named and its name repeats its
+    data's type."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: ") and len(lines) == 2, block
+        name, data = lines[0][7:], json.loads(lines[1][6:])
+        assert data["type"] == name
+        out.append((name, data))
+    return out
+
+
+def folded(evs: list[tuple[str, JSON]]) -> JSON:
+    """What the SDK's accumulator makes of a stream, checking the order it relies on."""
+    names = [n for n, _ in evs]
+    assert names[:2] == ["message_start", "ping"], names
+    assert names[-2:] == ["message_delta", "message_stop"], names
+    message = evs[0][1]["message"]
+    blocks: list[JSON] = []
+    open_index = None
+    for name, data in evs[2:-2]:
+        if name == "content_block_start":
+            assert open_index is None and data["index"] == len(blocks)
+            open_index = data["index"]
+            blocks.append(dict(data["content_block"]) | {"json": ""})
+        elif name == "content_block_delta":
+            assert data["index"] == open_index
+            delta, block = data["delta"], blocks[open_index]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            else:
+                assert delta["type"] == "input_json_delta"
+                block["json"] += delta["partial_json"]
+        else:
+            assert name == "content_block_stop" and data["index"] == open_index
+            open_index = None
+    assert open_index is None
+    for b in blocks:
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(b["json"])
+        del b["json"]
+    delta = evs[-2][1]
+    return message | {"content": blocks, **delta["delta"], "usage": delta["usage"]}
+
+
+async def post(gw: Gateway, body: JSON, headers: dict[str, str] = HEADERS, path: str = "/v1/messages") -> Any:
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        return resp.status, dict(resp.headers), await resp.read()
+
+
+async def answer(gw: Gateway, body: JSON, stream: bool) -> JSON:
+    status, headers, raw = await post(gw, body | {"stream": stream})
+    assert status == 200, raw
+    if stream:
+        assert headers["Content-Type"].startswith("text/event-stream")
+        return folded(events(raw))
+    return json.loads(raw)
+
+
+def body(**fields: JSON) -> JSON:
+    return {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": PROMPT}], **fields}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("kind", list(fake.KINDS))
+async def test_cell(gateway: GatewayFactory, upstream: Any, kind: str, stream: bool) -> None:
+    server = await upstream(kind)
+    gw = await gateway(config([{"name": "m", "targets": [target(server, kind)]}]))
+    got = await answer(gw, body(system=[{"type": "text", "text": "Be brief."}]), stream)
+    sent = server.requests[-1].body
+    assert got["type"] == "message" and got["role"] == "assistant"
+    text = "".join(fake.tokenize(fake.expected(PROMPT, 4, seed=sent.get("seed"))))
+    assert got["content"] == [{"type": "text", "text": text}]
+    assert got["stop_reason"] == "max_tokens" and got["stop_sequence"] is None
+    usage = got["usage"]
+    assert usage["output_tokens"] == 4 and usage["input_tokens"] > 0
+    assert usage["cache_read_input_tokens"] == 0 and usage["cache_creation_input_tokens"] == 0
+    assert sent["max_tokens"] == 4
+    messages = sent.get("messages")
+    if kind == "anthropic":  # the client's body went as it came (but the model)
+        assert sent["system"] == [{"type": "text", "text": "Be brief."}] and sent["model"] == "up-model"
+    elif messages is not None:  # chat wires: the system blocks are the system message
+        assert messages[0] == {"role": "system", "content": "Be brief."}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_tool_round_trip(gateway: GatewayFactory, upstream: Any, stream: bool) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    first = await answer(gw, body(max_tokens=50, tools=[WEATHER], tool_choice={"type": "any"}), stream)
+    sent = server.requests[-1].body
+    assert sent["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": WEATHER["input_schema"]}
+            | {"description": WEATHER["description"]},
+        }
+    ]
+    assert sent["tool_choice"] == "required"
+    assert first["stop_reason"] == "tool_use"
+    (call,) = [b for b in first["content"] if b["type"] == "tool_use"]
+    assert call["name"] == "get_weather" and set(call["input"]) == {"city"}
+    history = [
+        {"role": "user", "content": PROMPT},
+        {"role": "assistant", "content": first["content"]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "sunny", "is_error": False}],
+        },
+    ]
+    second = await answer(gw, body(messages=history, tools=[WEATHER]), stream)
+    assert second["stop_reason"] == "max_tokens" and second["content"][0]["type"] == "text"
+    sent = server.requests[-1].body["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == call["id"]
+    assert json.loads(sent[1]["tool_calls"][0]["function"]["arguments"]) == call["input"]
+    assert sent[2] == {"role": "tool", "content": "sunny", "tool_call_id": call["id"]}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_stop_sequence_named(gateway: GatewayFactory, upstream: Any, stream: bool) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    words = fake.tokenize(fake.expected(PROMPT, 8))
+    stop = words[2].strip()
+    got = await answer(gw, body(max_tokens=8, stop_sequences=[stop]), stream)
+    assert server.requests[-1].body["stop"] == [stop]
+    assert got["stop_reason"] == "stop_sequence" and got["stop_sequence"] == stop
+    assert stop not in got["content"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    ("marker", "status", "kind"),
+    [
+        ("[[fault:status=429,retry_after=3]]", 429, "rate_limit_error"),
+        ("[[fault:status=400]]", 400, "invalid_request_error"),
+        ("[[fault:status=404]]", 404, "not_found_error"),
+        ("[[fault:status=500]]", 502, "api_error"),
+    ],
+)
+async def test_upstream_errors_in_envelope(
+    gateway: GatewayFactory, upstream: Any, marker: str, status: int, kind: str
+) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    got_status, headers, raw = await post(gw, body(messages=[{"role": "user", "content": marker}]))
+    assert got_status == status, raw
+    assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": json.loads(raw)["error"]["message"]}}
+    if status == 429:
+        assert headers["Retry-After"] == "3"
+
+
+async def test_gateway_errors_in_envelope(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    cases = [
+        (body(), {**HEADERS, "x-api-key": "wrong"}, 401, "authentication_error"),
+        (body(), {**HEADERS, "anthropic-workspace-id": "team2"}, 403, "permission_error"),
+        (body(model="nope"), HEADERS, 404, "not_found_error"),
+        ({k: v for k, v in body().items() if k != "max_tokens"}, HEADERS, 400, "invalid_request_error"),
+        (body(container="c1"), HEADERS, 400, "invalid_request_error"),
+        (body(top_k=3), HEADERS, 400, "invalid_request_error"),  # top_k is not OpenAI's... but vLLM's
+        (body(thinking={"type": "enabled", "budget_tokens": 1024}), HEADERS, 400, "invalid_request_error"),
+        (body(), {**HEADERS, "anthropic-beta": "context-1m-2025-08-07"}, 400, "invalid_request_error"),
+        (body(tools=[{"type": "web_search_20250305", "name": "web_search"}]), HEADERS, 400, "invalid_request_error"),
+    ]
+    for req, headers, status, kind in cases:
+        got, _, raw = await post(gw, req, headers)
+        err = json.loads(raw)
+        if req.get("top_k") and got == 200:  # a vLLM target serves top_k: not an error there
+            continue
+        assert (got, err["type"], err["error"]["type"]) == (status, "error", kind), (req, headers, raw)
+    # the message names what was refused
+    _, _, raw = await post(gw, body(), {**HEADERS, "anthropic-beta": "context-1m-2025-08-07"})
+    assert "context-1m-2025-08-07" in json.loads(raw)["error"]["message"]
+    _, _, raw = await post(gw, body(thinking={"type": "enabled", "budget_tokens": 1024}))
+    assert "'thinking'" in json.loads(raw)["error"]["message"]
+
+
+async def test_bearer_key_and_honoured_beta(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    headers = {
+        "Authorization": f"Bearer {KEY}",
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "fine-grained-tool-streaming-2025-05-14",
+    }
+    status, _, raw = await post(gw, body(), headers)
+    assert status == 200, raw
+    async with gw.session.get(gw.url + "/metrics") as resp:
+        assert 'dialect="anthropic"' in await resp.text()
+
+
+async def test_count_tokens_counts_every_part(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    path = "/v1/messages/count_tokens"
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    status, _, raw = await post(gw, base, path=path)
+    assert status == 200, raw
+    small = json.loads(raw)["input_tokens"]
+    big_system = base | {"system": "x" * 4000}
+    status, _, raw = await post(gw, big_system, path=path)
+    assert json.loads(raw)["input_tokens"] >= small + 900
+    assert not server.requests  # answered by the gateway alone
+    status, _, raw = await post(gw, base, {**HEADERS, "x-api-key": "wrong"}, path=path)
+    assert status == 401 and json.loads(raw)["error"]["type"] == "authentication_error"
+    status, _, raw = await post(gw, base | {"model": "nope"}, path=path)
+    assert status == 404 and json.loads(raw)["error"]["type"] == "not_found_error"
+
+
+async def test_models_in_anthropic_shape(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    async with gw.session.get(gw.url + "/v1/models", headers=HEADERS) as resp:
+        got = await resp.json()
+    assert got["has_more"] is False and got["first_id"] == "m"
+    assert got["data"][0]["type"] == "model" and got["data"][0]["id"] == "m"
+    async with gw.session.get(gw.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}) as resp:
+        assert (await resp.json())["object"] == "list"  # OpenAI's shape without anthropic-version
+    async with gw.session.get(gw.url + "/v1/models", headers={**HEADERS, "x-api-key": "bad"}) as resp:
+        assert resp.status == 401 and (await resp.json())["error"]["type"] == "authentication_error"
+
+
+async def test_stream_error_after_start_is_an_error_event(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    req = body(max_tokens=8, messages=[{"role": "user", "content": "go [[fault:error_after=2]]"}], stream=True)
+    status, _, raw = await post(gw, req)
+    assert status == 200
+    evs = events(raw)
+    assert [n for n, _ in evs[:2]] == ["message_start", "ping"]
+    assert evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "api_error"

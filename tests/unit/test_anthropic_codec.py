@@ -1,0 +1,330 @@
+"""The Anthropic codec alone: a Messages body's parts in the internal request (every prompt text where
+the token estimate counts it), and the stream encoder's block bookkeeping."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, UpstreamFailed
+from gateway.core.request import Feature
+from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
+from gateway.dialects import ANTHROPIC
+from gateway.dialects.anthropic.parse import parse, unhonoured_betas
+from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error
+from gateway.limits.plan import estimate_prompt
+
+JSON = Any
+
+
+def body(**fields: JSON) -> JSON:
+    return {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def test_prompt_parts_all_reach_the_request() -> None:
+    req = parse(
+        body(
+            system=[
+                {"type": "text", "text": "rule one"},
+                {"type": "text", "text": "rule two", "cache_control": {"type": "ephemeral"}},
+            ],
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                    ],
+                },
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "secret", "signature": "s"},
+                        {"type": "text", "text": "calling"},
+                        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_1",
+                            "content": [{"type": "text", "text": "boom"}],
+                            "is_error": True,
+                        },
+                        {"type": "text", "text": "and?"},
+                    ],
+                },
+            ],
+            tools=[{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+            tool_choice={"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+            metadata={"user_id": "u1"},
+        )
+    )
+    system, user, assistant, tool, last = req.messages
+    assert (system.role, system.content) == ("system", "rule one\n\nrule two")
+    assert user.content == (
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    )
+    assert assistant.content == "calling" and "secret" not in json.dumps(assistant.content)
+    assert assistant.tool_calls == (
+        {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}},
+    )
+    assert (tool.role, tool.content, tool.tool_call_id) == ("tool", "Error: boom", "toolu_1")
+    assert (last.role, last.content) == ("user", "and?")
+    assert req.chat is not None and req.chat.tools == (
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "description": "d"}},
+    )
+    assert (
+        req.chat.tool_choice == {"type": "function", "function": {"name": "f"}}
+        and req.chat.parallel_tool_calls is False
+    )
+    assert req.user == "u1" and req.features == {Feature.TOOLS}
+
+
+def test_long_system_and_tool_results_raise_the_estimate() -> None:
+    small = estimate_prompt(parse(body()))
+    assert estimate_prompt(parse(body(system="x" * 4000))) >= small + 900
+    result = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "y" * 4000}]}]
+    assert estimate_prompt(parse(body(messages=result))) >= small + 900
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"max_tokens": None}, "max_tokens"),
+        ({"temperature": 1.5}, "temperature"),
+        ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0]"),
+        ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
+        ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f", "input_schema": {}}]}, "tool_choice.name"),
+        ({"stop_sequences": [""]}, "stop_sequences"),
+    ],
+)
+def test_refusals_name_the_field(fields: JSON, named: str) -> None:
+    data = {k: v for k, v in (body() | fields).items() if v is not None}
+    with pytest.raises(InvalidRequest) as err:
+        parse(data)
+    assert named in err.value.message
+
+
+def test_thinking_and_platform_features_are_named_features() -> None:
+    req = parse(body(thinking={"type": "enabled", "budget_tokens": 1024}))
+    assert Feature.THINKING in req.features and req.field_name(Feature.THINKING) == "thinking"
+    assert Feature.THINKING not in parse(body(thinking={"type": "disabled"})).features
+    assert (
+        unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"}) == ""
+    )
+    betas = unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"})
+    assert betas == "interleaved-thinking-2025-05-14"
+    req = parse(body(), betas)
+    assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta interleaved-thinking-2025-05-14"
+    assert req.extra_headers == {"anthropic-beta": betas}
+    server = parse(body(tools=[{"type": "web_search_20250305", "name": "web_search"}]))
+    assert server.field_name(Feature.ANTHROPIC_NATIVE).startswith("tools[0] (server tool 'web_search_20250305'")
+    assert parse(body(container="c")).field_name(Feature.ANTHROPIC_NATIVE).startswith("container (")
+    assert parse(body(container="c")).native == body(container="c")  # for an Anthropic target, as it came
+
+
+def decode(raw: bytes) -> list[tuple[str, JSON]]:
+    out = []
+    for block in raw.decode().strip().split("\n\n"):
+        name, data = block.split("\n")
+        out.append((name[7:], json.loads(data[6:])))
+    return out
+
+
+def test_encoder_opens_one_block_at_a_time() -> None:
+    req = parse(body(stream=True))
+    enc = MessagesEncoder(req)
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}
+    raw = b"".join(
+        [
+            enc.event(StreamStart("id1", 0, "m")),
+            enc.event(Delta(0, "Hel", role="assistant")),
+            enc.event(Delta(0, "lo")),
+            enc.event(Delta(0, tool_calls=(call,))),
+            enc.event(Delta(0, tool_calls=({"index": 0, "function": {"arguments": ":1}"}},))),
+            enc.event(Delta(0, tool_calls=({"index": 1, "id": "c2", "function": {"name": "g", "arguments": "{}"}},))),
+            enc.event(Finish(0, "tool_calls")),
+            enc.event(UsageReport(Usage(10, 5, cached_tokens=4))),
+            enc.end(),
+        ]
+    )
+    evs = decode(raw)
+    assert [n for n, _ in evs] == [
+        "message_start", "ping",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_stop",
+        "message_delta", "message_stop",
+    ]  # fmt: skip
+    assert evs[6][1]["content_block"] == {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+    assert [e[1]["delta"]["partial_json"] for e in evs[7:9]] == ['{"a"', ":1}"]
+    assert evs[10][1]["index"] == 2
+    assert evs[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert evs[-2][1]["usage"] == {
+        "input_tokens": 6, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 4
+    }  # fmt: skip
+
+
+def test_empty_answer_has_one_empty_text_block() -> None:
+    enc = MessagesEncoder(parse(body(stream=True)))
+    raw = enc.event(StreamStart("id1", 0, "m")) + enc.event(Finish(0, "stop")) + enc.end()
+    names = [n for n, _ in decode(raw)]
+    assert names == [
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+
+
+def test_errors_in_anthropics_envelope() -> None:
+    limited = RateLimited("slow down", retry_after=2.5)
+    reply = anthropic_error(limited)
+    assert (reply.status, reply.body["error"]["type"], reply.headers["Retry-After"]) == (429, "rate_limit_error", "3")
+    assert ANTHROPIC.error(UpstreamFailed("x")).body == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "x"},
+    }
+
+
+def test_gateway_503_is_anthropics_529_overloaded() -> None:
+    reply = ANTHROPIC.error(NoHealthyTarget("all cooling"))
+    assert (reply.status, reply.body["error"]["type"]) == (529, "overloaded_error")
+
+
+# --- the egress side: the internal request as a Messages body, and Anthropic's answers back --------
+
+
+def test_egress_encodes_what_anthropic_requires() -> None:
+    from gateway.core.request import ChatMessage, ChatOptions, InternalRequest, Operation, Sampling
+    from gateway.dialects.anthropic.egress import encode
+
+    req = InternalRequest(
+        Operation.CHAT,
+        "m",
+        messages=(
+            ChatMessage("system", "s1"),
+            ChatMessage("user", ({"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}},)),
+            ChatMessage("user", "more"),
+            ChatMessage(
+                "assistant",
+                None,
+                tool_calls=({"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},),
+            ),
+            ChatMessage("tool", "42", tool_call_id="c1"),
+        ),
+        sampling=Sampling(stop=("END",), temperature=0.5),
+        chat=ChatOptions(
+            tools=({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},),
+            tool_choice="auto",
+            parallel_tool_calls=False,
+        ),
+        user="u",
+    )
+    body = encode(req, "claude")
+    assert body["system"] == "s1" and body["max_tokens"] == 4096 and body["stop_sequences"] == ["END"]
+    assert [t["role"] for t in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][0]["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"}},
+        {"type": "text", "text": "more"},
+    ]
+    assert body["messages"][1]["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]
+    assert body["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "c1", "content": "42"}]
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert body["metadata"] == {"user_id": "u"} and body["temperature"] == 0.5
+
+
+def test_egress_reads_anthropics_stream() -> None:
+    from gateway.core.response import Accumulator
+    from gateway.dialects.anthropic.egress import EventReader
+
+    reader = EventReader()
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "model": "claude",
+                "usage": {
+                    "input_tokens": 5,
+                    "cache_read_input_tokens": 2,
+                    "cache_creation_input_tokens": 1,
+                    "output_tokens": 1,
+                },
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "ping"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+        },
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"a":'}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 7},
+        },
+        {"type": "message_stop"},
+    ]
+    acc = Accumulator()
+    for ev in events:
+        acc.extend(reader.decode(ev))
+    acc.extend(reader.finish())
+    done = acc.completion()
+    (choice,) = done.choices
+    assert choice.text == "Hi" and choice.finish_reason == "tool_calls" and reader.finished
+    args = "".join(c["function"]["arguments"] for c in choice.tool_calls or ())
+    assert args == '{"a":1}' and (choice.tool_calls or [])[0]["id"] == "toolu_1"
+    assert done.usage == Usage(8, 7, cached_tokens=2, cache_write_tokens=1)
+
+
+def test_egress_refuses_what_has_no_anthropic_form() -> None:
+    from gateway.core.request import ChatMessage, InternalRequest, Operation, Sampling
+    from gateway.dialects.anthropic.egress import encode
+
+    with pytest.raises(InvalidRequest, match="presence_penalty"):
+        encode(
+            InternalRequest(
+                Operation.CHAT, "m", messages=(ChatMessage("user", "x"),), sampling=Sampling(presence_penalty=1)
+            ),
+            "c",
+        )
+    bad_args = ChatMessage("assistant", None, tool_calls=({"id": "c", "function": {"name": "f", "arguments": "[1]"}},))
+    with pytest.raises(InvalidRequest, match=r"messages\[0\]\.tool_calls\[0\]\.function\.arguments"):
+        encode(InternalRequest(Operation.CHAT, "m", messages=(bad_args,)), "c")
+
+
+def test_cache_writes_are_priced_apart() -> None:
+    from decimal import Decimal
+
+    from gateway.limits.prices import PriceTable
+    from gateway.runtime.spend import Price, SpendSettings
+
+    price = Price(
+        model="c", input=Decimal(3), cached_input=Decimal("0.3"), cache_write=Decimal("3.75"), output=Decimal(15)
+    )
+    table = PriceTable.of(SpendSettings(prices=(price,)))
+    rate = table.rate("c", "t")
+    assert rate is not None
+    # 100 prompt tokens: 50 fresh, 30 read from the cache, 20 written to it; 10 completion tokens
+    assert rate.cost(100, 30, 10, 20) == 50 * 3 + 9 + 75 + 150
+    assert rate.cost(100, 30, 10) == 70 * 3 + 9 + 150  # no writes: as before
+    plain = PriceTable.of(SpendSettings(prices=(Price(model="c", input=Decimal(3), output=Decimal(15)),))).rate(
+        "c", "t"
+    )
+    assert plain is not None and plain.cost(100, 0, 0, 20) == 300  # cache_write defaults to input

@@ -1,0 +1,97 @@
+"""The gateway's Responses and embeddings in front of the real vLLM engine (CPU): a Responses request,
+whole and streamed, translated to vLLM's chat and answered as the same chat request is; an embeddings
+request to the tiny model served as an embedding model (``--runner pooling --convert embed``), the
+vectors as vLLM computes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
+from tests.vllm.conftest import VLLM, running_vllm
+from tests.vllm.server import DEFAULT_ARGS
+
+pytestmark = pytest.mark.vllm
+KEY = "gw-vllm-responses-key"
+BEARER = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def vllm_embedder(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> Iterator[VLLM]:
+    """The tiny model as an embedding model: vLLM pools its last hidden state."""
+    log = tmp_path_factory.mktemp("vllm-embed") / "vllm.log"
+    with running_vllm(log, extra=(*DEFAULT_ARGS, "--runner", "pooling", "--convert", "embed")) as server:
+        yield server
+
+
+async def gateway(models: list[dict[str, Any]]) -> tuple[TestServer, str]:
+    cfg = parse_config({"models": models, "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}]})
+    server = TestServer(create_app(cfg), host="127.0.0.1")
+    await server.start_server()
+    return server, str(server.make_url(""))
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with session.post(url, json=body, headers=BEARER) as resp:
+        raw = await resp.read()
+        if resp.content_type == "text/event-stream":
+            return resp.status, [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")]
+        return resp.status, json.loads(raw)
+
+
+async def test_responses_on_real_vllm(vllm_server: VLLM, session: aiohttp.ClientSession) -> None:
+    server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
+    try:
+        ask = {"model": "tiny", "temperature": 0}
+        chat = {**ask, "messages": [{"role": "user", "content": "the quick brown fox"}], "max_tokens": 8}
+        status, expected = await post(session, url + "/v1/chat/completions", chat)
+        assert status == 200, expected
+        body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
+        status, whole = await post(session, url + "/v1/responses", body)
+        assert status == 200, whole
+        text = "".join(p["text"] for item in whole["output"] if item["type"] == "message" for p in item["content"])
+        assert text == expected["choices"][0]["message"]["content"]
+        assert whole["usage"]["input_tokens"] == expected["usage"]["prompt_tokens"]
+        assert whole["usage"]["output_tokens"] == expected["usage"]["completion_tokens"]
+        status, events = await post(session, url + "/v1/responses", {**body, "stream": True})
+        assert status == 200, events
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        assert "".join(deltas) == text and len(deltas) > 1  # the engine's tokens as they came
+        assert events[-1]["type"] in ("response.completed", "response.incomplete")
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    finally:
+        await server.close()
+
+
+async def test_embeddings_on_real_vllm(vllm_embedder: VLLM, session: aiohttp.ClientSession) -> None:
+    target = {"provider": "vllm", "base_url": vllm_embedder.url, "model": vllm_embedder.model}
+    server, url = await gateway([{"name": "embed", "kind": "embedding", "targets": [target]}])
+    try:
+        texts = ["the quick brown fox", "jumps over"]
+        status, answer = await post(session, url + "/v1/embeddings", {"model": "embed", "input": texts})
+        assert status == 200, answer
+        direct = {"model": vllm_embedder.model, "input": texts}
+        async with session.post(vllm_embedder.url + "/embeddings", json=direct) as resp:
+            assert resp.status == 200, await resp.text()
+            own = await resp.json()
+        assert len(answer["data"]) == len(own["data"]) == 2
+        for mine, theirs in zip(answer["data"], own["data"], strict=True):
+            assert mine["embedding"] == pytest.approx(theirs["embedding"], rel=1e-5, abs=1e-6)
+        assert answer["usage"]["prompt_tokens"] == own["usage"]["prompt_tokens"] > 0
+        status, ids = await post(session, url + "/v1/embeddings", {"model": "embed", "input": [[1, 2, 3]]})
+        assert status == 200 and len(ids["data"][0]["embedding"]) == len(answer["data"][0]["embedding"]), ids
+    finally:
+        await server.close()
