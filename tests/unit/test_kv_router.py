@@ -204,13 +204,13 @@ async def test_the_events_decisions_and_the_fallbacks_are_counted_apart(model_di
     assert scrape.decisions("events", "cached") == 1 and scrape.decisions("local", "new") == 1
 
 
-async def until(condition: Callable[[], bool]) -> None:
+async def until(condition: Callable[[], bool], polls: int = 3000) -> None:
     """Waits for what the subscriber task does in the background (the guard only stops a hang)."""
-    for _ in range(3000):
+    for _ in range(polls):
         if condition():
             return
         await asyncio.sleep(0.01)
-    raise AssertionError("not reached in 30 s")
+    raise AssertionError(f"not reached in {polls / 100:g} s")
 
 
 @pytest.fixture
