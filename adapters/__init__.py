@@ -9,7 +9,7 @@ also the metric label and log field for its targets. A new vendor is a new ``Wir
 from __future__ import annotations
 
 from adapters.http import HTTPUpstream
-from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
+from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE, VLLM_MESSAGES_WIRE
 from gateway.dialects.base import Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
@@ -26,10 +26,13 @@ PROVIDERS: dict[str, Wire] = {
     "octoai": OCTOAI_WIRE,
     "anthropic": ANTHROPIC_WIRE,
 }
+# A provider's path for a client's own body in another dialect (``InternalRequest.native``): tried
+# first, translated through ``PROVIDERS`` once the upstream answers 404 for it.
+NATIVE: dict[str, Wire] = {"vllm": VLLM_MESSAGES_WIRE}
 
 
 def build(target: Target, public_model: str) -> HTTPUpstream:
-    return HTTPUpstream(target, public_model, PROVIDERS[target.provider])
+    return HTTPUpstream(target, public_model, PROVIDERS[target.provider], native=NATIVE.get(target.provider))
 
 
-__all__ = ["PROVIDERS", "HTTPUpstream", "build"]
+__all__ = ["NATIVE", "PROVIDERS", "HTTPUpstream", "build"]

@@ -185,6 +185,16 @@ SHAPE_ERRORS = (
 )
 
 
+def _route_missing(raw: bytes | bytearray) -> bool:
+    """A 404 for the path itself (a server without the route: FastAPI's ``{"detail": "Not Found"}``),
+    not one the route's own handler gave (an Anthropic error envelope: an unknown model)."""
+    try:
+        data = pydantic_core.from_json(raw)
+    except ValueError:
+        return True
+    return not (isinstance(data, dict) and data.get("type") == "error")
+
+
 def malformed(name: str, exc: BaseException) -> UpstreamMalformed:
     why = str(exc)[:120] if isinstance(exc, UpstreamMalformed) else f"{type(exc).__name__}: {str(exc)[:80]}"
     return UpstreamMalformed(f"target '{name}' answered in an unexpected shape ({why})")
@@ -200,11 +210,15 @@ class HTTPUpstream:
         wire: Wire,
         budget: MemoryBudget | None = None,
         secret: Secret | None = None,
+        native: Wire | None = None,
     ) -> None:
         self.target = target
         # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
         self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
         self.wire = wire
+        # A client's own body (``InternalRequest.native``) goes to the upstream's path for its dialect
+        # while the upstream serves it; the first 404 for that path turns this target to ``wire``.
+        self.native = native
         self.model = target.model or public_model
         self._name = target.name or f"{target.provider}:{self.model}"
         features = wire.features | frozenset(Feature(f) for f in target.extra_features)
@@ -284,25 +298,46 @@ class HTTPUpstream:
             return req, model
         raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
-    async def _post(self, req: InternalRequest, call: Call) -> aiohttp.ClientResponse:
-        """Send the request and wait for the response head; the caller bounds the wait (first byte)."""
+    def wire_for(self, req: InternalRequest) -> Wire:
+        """The wire ``req`` goes out in: the native one for a client's own body, while served."""
+        return self.native if self.native is not None and req.native is not None else self.wire
+
+    async def _post(self, req: InternalRequest, call: Call) -> tuple[aiohttp.ClientResponse, Wire]:
+        """Send the request and wait for the response head; the caller bounds the wait (first byte).
+        Also the wire it went out in, which reads the answer."""
         req, model = self._prepare(req, call)
-        path = self.wire.path(req.operation)
-        body = self.wire.encode(req, model)
+        wire = self.wire_for(req)
+        resp = await self._post_in(wire, req, call, model)
+        if wire is not self.wire and resp.status == 404:
+            try:
+                raw = await _body(resp, self.name, self.budget)
+            finally:
+                resp.release()
+            if not _route_missing(raw):
+                message, param = upstream_message(raw)
+                raise UpstreamRejected(f"upstream rejected the request: {message}", status=404, param=param)
+            self.native = None  # paid once: this target's later requests go translated from the start
+            wire = self.wire
+            resp = await self._post_in(wire, req, call, model)
+        return await self._checked(resp), wire
+
+    async def _post_in(self, wire: Wire, req: InternalRequest, call: Call, model: str) -> aiohttp.ClientResponse:
+        path = wire.path(req.operation)
+        body = wire.encode(req, model)
         url, data = self.target.base_url + path, pydantic_core.to_json(body)
         key = self.secret.value
         if key is None and self.secret.problem is not None:
             raise UpstreamCredentials(f"target '{self.name}' has no usable key ({self.secret.problem})")
-        resp = await self._send(url, data, self._headers(key, req, call))
+        resp = await self._send(url, data, self._headers(key, req, call, wire))
         if resp.status in (401, 403) and self.secret.renewed(key):
             # The key was rotated under us (a Secret mount updated before our poll saw it): once more
             # with the key the source holds now, before the refusal is reported.
             resp.release()
-            resp = await self._send(url, data, self._headers(self.secret.value, req, call))
-        return await self._checked(resp)
+            resp = await self._send(url, data, self._headers(self.secret.value, req, call, wire))
+        return resp
 
-    def _headers(self, key: str | None, req: InternalRequest, call: Call) -> dict[str, str]:
-        headers = self.wire.headers(key, self.target.team, req)
+    def _headers(self, key: str | None, req: InternalRequest, call: Call, wire: Wire) -> dict[str, str]:
+        headers = wire.headers(key, self.target.team, req)
         headers["Content-Type"] = "application/json"
         headers["X-Request-Id"] = call.request_id
         if call.trace:
@@ -361,7 +396,7 @@ class HTTPUpstream:
         try:
             self._wheel = wheel = on_loop(self._wheel)
             with Bound(call.hop(self.target.timeouts.first_byte), wheel) as bound:
-                resp = await self._post(request, call)
+                resp, wire = await self._post(request, call)
                 headers_in = True
                 bound.reschedule(call.hop(self.target.timeouts.total))
                 try:
@@ -379,7 +414,7 @@ class HTTPUpstream:
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' answered with invalid JSON") from None
         try:
-            return self.wire.decode(data, request)
+            return wire.decode(data, request)
         except SHAPE_ERRORS as exc:
             raise malformed(self.name, exc) from None
 
@@ -389,13 +424,14 @@ class HTTPUpstream:
         watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining(), wheel)
         try:
             with watch:
-                resp = await self._post(request, call)
+                resp, wire = await self._post(request, call)
         except TimeoutError:
             raise call.timed_out(self.name, "no response headers in time") from None
         drain_whole(resp.content)
         watch.reading(resp.content)
         parser = SSEParser()
-        decoder = self.wire.reader(request)
+        decoder = wire.reader(request)
+        sentinel = wire.done_sentinel
         relaying = decoder.relaying  # set for the stream: not asked again per read
         clock, read, same_shape = watch.loop.time, resp.content.readany, decoder.same_shape
         fast = relaying  # and the parser holds nothing of an event: a read may be a token's whole event
@@ -427,8 +463,8 @@ class HTTPUpstream:
                     batch: list[StreamEvent] = []
                     try:
                         if piece:
-                            done = self._take(piece, parser, decoder, batch)
-                        elif not (done := self._read(parser.close(), decoder, batch)):
+                            done = self._take(piece, parser, decoder, batch, sentinel)
+                        elif not (done := self._read(parser.close(), decoder, batch, sentinel)):
                             if not decoder.finished or resp.content.exception() is not None:
                                 raise UpstreamFailed(f"target '{self.name}' ended the stream early")
                             # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
@@ -458,7 +494,14 @@ class HTTPUpstream:
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()
 
-    def _take(self, chunk: bytes, parser: SSEParser, decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
+    def _take(
+        self,
+        chunk: bytes,
+        parser: SSEParser,
+        decoder: ChunkReader,
+        batch: list[StreamEvent],
+        sentinel: bool | None = None,
+    ) -> bool:
         """One network read into ``batch``; True when the stream's end was seen. Relaying, the chunks
         the read opens with go out as one frame (once the stream's first event, its identity, has
         been decoded: ``_first_apart`` gives it a read of its own), and only the rest is parsed."""
@@ -469,13 +512,18 @@ class HTTPUpstream:
                 chunk = chunk[run[1] :]
         if not chunk:
             return False
-        done = self._read(parser.feed(chunk), decoder, batch)
+        done = self._read(parser.feed(chunk), decoder, batch, sentinel)
         if parser.pending > MAX_EVENT_BYTES:
             raise UpstreamFailed(f"target '{self.name}' sent a stream event of more than {MAX_EVENT_BYTES} bytes")
         return done
 
-    def _read(self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent]) -> bool:
-        """Decode one network read's events into ``batch``; True when the stream's end was seen."""
+    def _read(
+        self, events: list[Event], decoder: ChunkReader, batch: list[StreamEvent], sentinel: bool | None = None
+    ) -> bool:
+        """Decode one network read's events into ``batch``; True when the stream's end was seen.
+        ``sentinel``: the stream's wire ends with ``[DONE]`` (default: the target's own wire's)."""
+        if sentinel is None:
+            sentinel = self.wire.done_sentinel
         relaying = decoder.relaying  # most decoded streams never relay: no call per chunk to learn it
         for event in events:
             data = event.data
@@ -486,7 +534,7 @@ class HTTPUpstream:
                     continue
             elif event.event == "error":
                 raise UpstreamFailed(f"target '{self.name}' stream error: {data[:300].decode('utf-8', 'replace')}")
-            if data == b"[DONE]" and self.wire.done_sentinel:
+            if data == b"[DONE]" and sentinel:
                 batch += decoder.finish()
                 return True
             batch += decoder.decode(self._chunk(data))
@@ -505,7 +553,7 @@ class HTTPUpstream:
     def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
         """Chunks this target's stream relayed as they came, read back as events: what the client
         has of a stream that broke (``gateway/routing/resume.py``)."""
-        decoder, parser = self.wire.reader(dataclasses.replace(request, relay=None)), SSEParser()
+        decoder, parser = self.wire_for(request).reader(dataclasses.replace(request, relay=None)), SSEParser()
         events: list[StreamEvent] = []
         for raw in relayed:
             for event in parser.feed(raw):
@@ -526,7 +574,7 @@ class HTTPUpstream:
             body["prompt"] = req.prompts[0]
         try:
             async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
-                headers = self._headers(self.secret.value, req, call)
+                headers = self._headers(self.secret.value, req, call, self.wire)
                 async with self.session.post(url, json=body, headers=headers, allow_redirects=False) as resp:
                     if resp.status != 200:
                         raise UpstreamFailed(f"target '{self.name}': /tokenize answered {resp.status}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import PROVIDERS, HTTPUpstream
+from adapters import NATIVE, PROVIDERS, HTTPUpstream
 from backends import ENGINE_EXTRAS, ENGINES
 from backends.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
@@ -105,12 +105,12 @@ def build_upstream(
             target,
             public,
             wire,
-            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret),
+            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, NATIVE.get(t.provider)),
             ReplicaGaugeSet(),
             redis,
             routing.pool if routing is not None else None,
         )
-    return HTTPUpstream(target, public, wire, budget, secret)
+    return HTTPUpstream(target, public, wire, budget, secret, NATIVE.get(target.provider))
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:

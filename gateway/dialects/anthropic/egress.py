@@ -322,14 +322,17 @@ class AnthropicWire:
     features: frozenset[Feature] = FEATURES
     extras: frozenset[Feature] = frozenset()
     done_sentinel: bool = False  # the stream ends with message_stop and the connection's end
+    # A vLLM replica's /v1/messages: its base URL ends in /v1 (OpenAI's convention), and it takes the
+    # key as ``Authorization: Bearer``.
+    bearer: bool = False
 
     def path(self, operation: Operation) -> str:
-        return "/v1/messages"
+        return "/messages" if self.bearer else "/v1/messages"
 
     def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
         headers = {"anthropic-version": VERSION}
         if key:
-            headers["x-api-key"] = key
+            headers["Authorization" if self.bearer else "x-api-key"] = f"Bearer {key}" if self.bearer else key
         if request.extra_headers and "anthropic-beta" in request.extra_headers:
             headers["anthropic-beta"] = request.extra_headers["anthropic-beta"]
         return headers
@@ -345,3 +348,5 @@ class AnthropicWire:
 
 
 ANTHROPIC_WIRE = AnthropicWire()
+# An Anthropic client's own body to a vLLM replica that serves /v1/messages (vLLM 0.32 does).
+VLLM_MESSAGES_WIRE = AnthropicWire(bearer=True)

@@ -1,0 +1,84 @@
+"""Messages requests to a ``vllm`` target: to the replica's own /v1/messages where it serves it (here
+the Anthropic fake behind a front that routes /v1/messages to it and the rest to the vLLM fake), else
+translated to chat after one 404 for the path, remembered for the target."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.front import Front, front
+from tests.integration.conftest import Gateway, GatewayFactory, config, target
+from tests.integration.dialect_clients import KEY, frames
+
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+BODY = {"model": "tiny", "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 6}
+
+
+@pytest.fixture
+async def fakes(upstream: Any) -> AsyncIterator[tuple[Any, Any]]:
+    yield await upstream("anthropic"), await upstream("vllm", models=("up-model",))
+
+
+async def behind(gateway: GatewayFactory, fr: Front, vllm: Any) -> Gateway:
+    return await gateway(config([{"name": "tiny", "targets": [{**target(vllm, "vllm"), "base_url": fr.url + "/v1"}]}]))
+
+
+async def messages(gw: Gateway, body: dict[str, Any]) -> tuple[int, bytes]:
+    async with gw.session.post(gw.url + "/v1/messages", json=body, headers=HEADERS) as resp:
+        return resp.status, await resp.read()
+
+
+def folded(raw: bytes) -> tuple[list[str], str, str | None]:
+    """A Messages stream: its event types, its text, its stop reason."""
+    kinds, text, stop = [], "", None
+    for data in frames(raw):
+        event = json.loads(data)
+        kinds.append(event["type"])
+        text += (event.get("delta") or {}).get("text") or ""
+        stop = (event.get("delta") or {}).get("stop_reason") or stop
+    return kinds, text, stop
+
+
+async def test_served_messages_go_native(gateway: GatewayFactory, fakes: tuple[Any, Any]) -> None:
+    anthropic, vllm = fakes
+    async with front({"/v1/messages": anthropic.origin, "/v1": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, {**BODY, "top_k": 3})
+        assert status == 200, raw
+        whole = json.loads(raw)
+        sent = anthropic.requests[-1]
+        assert sent.body == {**BODY, "top_k": 3, "model": "up-model"}  # the client's body as it came
+        assert sent.headers["authorization"] == "Bearer upstream-key"  # vLLM's way, not x-api-key
+        assert whole["type"] == "message" and whole["stop_reason"] == "max_tokens"
+        assert whole["usage"]["output_tokens"] == 6 and whole["content"][0]["type"] == "text"
+        status, raw = await messages(gw, {**BODY, "stream": True})
+        assert status == 200, raw
+        kinds, text, stop = folded(raw)
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
+        assert text == whole["content"][0]["text"] and stop == "max_tokens"
+        assert not vllm.requests and not fr.missing
+        # a 404 the route itself gives (Anthropic's envelope) is the client's error, not a missing route
+        status, raw = await messages(gw, {**BODY, "messages": [{"role": "user", "content": "[[fault:status=404]]"}]})
+        assert status == 404 and json.loads(raw)["type"] == "error", raw
+        assert (await messages(gw, BODY))[0] == 200 and len(anthropic.requests) == 4 and not vllm.requests
+
+
+async def test_unserved_messages_are_translated_after_one_404(gateway: GatewayFactory, fakes: tuple[Any, Any]) -> None:
+    anthropic, vllm = fakes
+    async with front({"/v1/chat": vllm.origin, "/v1/models": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, BODY)
+        assert status == 200, raw
+        whole = json.loads(raw)
+        assert whole["type"] == "message" and whole["stop_reason"] == "max_tokens"
+        assert vllm.requests[-1].path.endswith("/chat/completions")
+        status, raw = await messages(gw, {**BODY, "stream": True})
+        kinds, text, stop = folded(raw)
+        assert status == 200 and text == whole["content"][0]["text"] and stop == "max_tokens"
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+        assert fr.missing == ["/v1/messages"]  # paid once for the target
+        assert len(vllm.requests) == 2 and not anthropic.requests

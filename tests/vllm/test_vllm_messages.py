@@ -1,0 +1,91 @@
+"""Anthropic Messages to real vLLM (CPU) through the gateway: vLLM's own /v1/messages, and the same
+requests translated to chat for a replica that does not serve the path (a front that 404s it); both
+answer greedily with the same text, whole and streamed, in Anthropic's shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
+from tests.fakes.front import front
+from tests.vllm.conftest import VLLM
+
+pytestmark = pytest.mark.vllm
+KEY = "gw-vllm-key"
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+BODY = {"messages": [{"role": "user", "content": "the quick brown fox"}], "max_tokens": 8, "temperature": 0}
+
+
+@pytest.fixture
+async def gw(vllm_server: VLLM) -> AsyncIterator[tuple[str, aiohttp.ClientSession, list[str]]]:
+    """Model ``native`` straight at vLLM; ``translated`` through a front with only the chat route."""
+    origin = vllm_server.url.removesuffix("/v1")
+    async with front({"/v1/chat": origin, "/v1/models": origin}) as fr:
+        cfg = parse_config(
+            {
+                "models": [
+                    {"name": "native", "targets": [{"provider": "vllm", "base_url": vllm_server.url, "model": "tiny"}]},
+                    {
+                        "name": "translated",
+                        "targets": [{"provider": "vllm", "base_url": fr.url + "/v1", "model": "tiny"}],
+                    },
+                ],
+                "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
+            }
+        )
+        server = TestServer(create_app(cfg), host="127.0.0.1")
+        await server.start_server()
+        async with aiohttp.ClientSession() as session:
+            yield str(server.make_url("")), session, fr.missing
+        await server.close()
+
+
+async def post(url: str, session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[int, bytes, str]:
+    async with session.post(url + "/v1/messages", json=body, headers=HEADERS) as resp:
+        return resp.status, await resp.read(), resp.content_type
+
+
+def events(raw: bytes) -> list[tuple[str, Any]]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n") if line)
+        if lines:
+            out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+@pytest.mark.parametrize("model", ["native", "translated"])
+async def test_messages_whole_and_streamed(gw: tuple[str, aiohttp.ClientSession, list[str]], model: str) -> None:
+    url, session, missing = gw
+    status, raw, _ = await post(url, session, {**BODY, "model": model})
+    assert status == 200, raw
+    whole = json.loads(raw)
+    assert whole["type"] == "message" and whole["role"] == "assistant"
+    assert whole["stop_reason"] == "max_tokens" and whole["stop_sequence"] is None
+    assert whole["usage"]["input_tokens"] > 0 and whole["usage"]["output_tokens"] == 8
+    assert [b["type"] for b in whole["content"]] == ["text"] and whole["content"][0]["text"]
+    status, raw, kind = await post(url, session, {**BODY, "model": model, "stream": True})
+    assert status == 200 and kind == "text/event-stream", raw
+    seq = events(raw)
+    names = [name for name, _ in seq]
+    assert names[:3] == ["message_start", "ping", "content_block_start"]  # Anthropic's order
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert all(data["type"] == name for name, data in seq)
+    text = "".join(d["delta"]["text"] for n, d in seq if n == "content_block_delta")
+    assert text == whole["content"][0]["text"]  # greedy: the stream says what the whole answer said
+    assert seq[-2][1]["delta"]["stop_reason"] == "max_tokens" and seq[-2][1]["usage"]["output_tokens"] == 8
+    assert missing == ([] if model == "native" else ["/v1/messages"])  # the 404 paid once per target
+
+
+async def test_native_and_translated_agree(gw: tuple[str, aiohttp.ClientSession, list[str]]) -> None:
+    url, session, _ = gw
+    answers = [json.loads((await post(url, session, {**BODY, "model": m}))[1]) for m in ("native", "translated")]
+    assert answers[0]["content"] == answers[1]["content"]
+    assert answers[0]["usage"] == answers[1]["usage"]
