@@ -9,6 +9,7 @@ also the metric label and log field for its targets. A new vendor is a new ``Wir
 from __future__ import annotations
 
 from adapters.http import HTTPUpstream
+from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.dialects.base import Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
@@ -23,6 +24,7 @@ PROVIDERS: dict[str, Wire] = {
     "sgp": SGP5_WIRE,
     "sgp-v4": SGP4_WIRE,
     "octoai": OCTOAI_WIRE,
+    "anthropic": ANTHROPIC_WIRE,
 }
 
 

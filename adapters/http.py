@@ -22,6 +22,7 @@ from adapters.watch import StreamIdle, StreamWatch
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    Overloaded,
     UpstreamCredentials,
     UpstreamFailed,
     UpstreamMalformed,
@@ -104,7 +105,7 @@ async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -
             if length > MAX_ANSWER_BYTES:
                 raise _too_large(name)
             if not share.grow(length):
-                raise _over_budget(name, f"{length} bytes", budget)
+                raise _over_budget(name, f"{length} bytes", budget, share.size)
             buf, pos = bytearray(length), 0
             with memoryview(buf) as view:
                 while pos < length and (chunk := await resp.content.readany()):
@@ -118,7 +119,7 @@ async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -
             if len(buf) + len(chunk) > MAX_ANSWER_BYTES:
                 raise _too_large(name)
             if not share.grow(len(chunk)):
-                raise _over_budget(name, f"over {len(buf)} bytes", budget)
+                raise _over_budget(name, f"over {len(buf)} bytes", budget, share.size)
             buf += chunk
         return buf
 
@@ -127,13 +128,17 @@ def _too_large(name: str) -> UpstreamFailed:
     return UpstreamFailed(f"target '{name}' answered with more than {MAX_ANSWER_BYTES} bytes")
 
 
-def _over_budget(name: str, size: str, budget: MemoryBudget) -> UpstreamFailed:
-    err = UpstreamFailed(
-        f"target '{name}' answered with {size}, past what is left of the budget for answers read at once "
-        f"(server.max_buffered_bytes: {budget.held} of {budget.limit} bytes in use)"
-    )
-    # Not retried: another target draws on the same budget, and a failure counted against this one
-    # would cool a healthy target (three in a burst) and refuse every request to it for a while.
+def _over_budget(name: str, size: str, budget: MemoryBudget, own: int) -> GatewayError:
+    """An answer the process-wide answer buffer cannot take now (``own``: what this read holds of it).
+    With other answers holding part of it, this process's condition (``Overloaded``, 503, retry
+    shortly). With nothing else held, the answer alone is past the whole buffer: no retry here will fit
+    it (502, not retried)."""
+    where = f"server.max_buffered_bytes: {budget.held} of {budget.limit} bytes in use"
+    if budget.held > own:
+        return Overloaded(f"the gateway is holding too many answers to read this one now ({where}); retry shortly")
+    err = UpstreamFailed(f"target '{name}' answered with {size}, more than the gateway may hold at once ({where})")
+    # Not retried: another target's answer would draw on the same buffer; nor counted against this
+    # target, which would cool a healthy one.
     err.retryable = False
     return err
 
@@ -523,7 +528,8 @@ class HTTPUpstream:
         try:
             headers = self.wire.headers(self.secret.value, self.target.team, PROBE_REQUEST)
             async with self.session.get(
-                self.target.base_url + self.wire.path(Operation.COMPLETION).replace("completions", "models"),
+                # the list beside the generation path: /v1/completions → /v1/models, /v1/messages too
+                self.target.base_url + self.wire.path(Operation.COMPLETION).rsplit("/", 1)[0] + "/models",
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=3),
                 allow_redirects=False,  # the probe carries the wire's key headers too

@@ -18,7 +18,10 @@ import logging
 import time
 from typing import Any
 
+from gateway.runtime.throttle import LogThrottle
+
 log = logging.getLogger("gateway.replicas")
+throttled = LogThrottle(log)  # lines a Redis in trouble can cause per batch: one a period
 KEEP_TIMEOUT = 2.0  # seconds one release or renewal call may take: a stalled Redis only delays them
 RETRY_SECONDS = 0.1  # how soon failed releases are sent again (a lease left behind skews its replica's load)
 
@@ -124,4 +127,5 @@ class Leases:
                 self._gone[:0] = [g for g in gone if now - g[2] < self.lease_ms / 1000]
                 if not isinstance(exc, Exception):
                     raise
-                log.warning("shared in-flight counts: %d releases, %d renewals failed (%r)", len(gone), len(live), exc)
+                what = "shared in-flight counts: %d releases, %d renewals failed (%r)"
+                throttled.warning("keep", what, len(gone), len(live), exc)

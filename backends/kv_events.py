@@ -34,6 +34,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from gateway.core.pool_report import NO_REPORT, FeedReport
 from gateway.runtime.config import KvEvents
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.kv_events")
 ROOT = 0  # the parent of a prompt's first block
@@ -77,6 +78,10 @@ class KVEventBatch(msgspec.Struct, array_like=True):
 
 
 DECODER = msgspec.msgpack.Decoder(KVEventBatch)
+# What applying a decoded batch raises on values of the right type but out of any engine's range (a
+# token id of 2**64 - 1 does not fit the chain hash's int64 blocks; a block size of 0 or below).
+BAD_VALUES = (OverflowError, ValueError, TypeError, ZeroDivisionError)
+RESTART_SECONDS = 1.0  # a subscriber that failed is started again after this long
 
 
 def chain_hashes(tokens: list[int], block_size: int, parent: int = ROOT) -> list[int]:
@@ -144,24 +149,41 @@ class ReplicaView:
         """Batches before ``seq`` were not seen (a replay can fetch them)."""
         return self._next_seq is not None and seq > self._next_seq
 
-    def receive(self, seq: int, batch: KVEventBatch | None, replayed: bool = False) -> None:
+    def receive(self, seq: int, batch: KVEventBatch | None, replayed: bool = False) -> bool:
         """One published batch (``None``: it did not decode). A batch other than the next one means
         some were missed: what they said is unknown, so the view starts again from this one. A live
-        batch that a replay already applied is skipped."""
+        batch that a replay already applied is skipped. False when the batch could not be taken (it
+        did not decode, a negative sequence number, a value no engine sends): the view starts again
+        and the sequence with it."""
+        if seq < 0:  # vLLM counts from 0; a negative number is no batch of its (a replay's end marker)
+            self._lost()
+            self._next_seq = None
+            return False
         if self._replayed_from is not None and self._replayed_from <= seq < (self._next_seq or 0) and not replayed:
-            return
+            return True
         if batch is None or (self._next_seq is not None and seq != self._next_seq):
-            self.gaps += 1
-            self.feed.gap()
-            self.clear()
-            self._replayed_from = None
+            self._lost()
         if replayed and self._replayed_from is None:
             self._replayed_from = seq
         self._next_seq = seq + 1
-        if batch is not None:
+        if batch is None:
+            return False
+        try:
             for event in batch.events:
                 self.apply(event)
-            self.feed.held(len(self._ours))
+        except BAD_VALUES:  # a token id past 64 bits, a block size of 0: what was applied is suspect too
+            self._lost()
+            return False
+        self.feed.held(len(self._ours))
+        return True
+
+    def _lost(self) -> None:
+        """What the view holds can no longer be trusted: emptied, and counted as a gap."""
+        self.gaps += 1
+        self.feed.gap()
+        self.clear()
+        self._replayed_from = None
+        self.block_size = None  # learnt again from the next stored block: the view is empty anyway
 
     def apply(self, event: BlockStored | BlockRemoved | AllBlocksCleared) -> None:
         if isinstance(event, BlockStored):
@@ -183,6 +205,8 @@ class ReplicaView:
             return
         if event.group_idx not in (None, 0) or (event.extra_keys and any(k for k in event.extra_keys)):
             return
+        if event.block_size < 1:
+            raise ValueError("block size below 1")
         if self.block_size is None:
             self.block_size = event.block_size
         if event.block_size != self.block_size:
@@ -263,7 +287,29 @@ class PoolEvents:
         async with asyncio.TaskGroup() as group:
             for endpoint, replay, view in zip(self.endpoints, self.replays, self.views, strict=True):
                 assert endpoint is not None  # the config gives endpoints or port
-                group.create_task(_Subscriber(self, self._ctx, endpoint, replay, view).run())
+                group.create_task(self._keep(_Subscriber(self, self._ctx, endpoint, replay, view)))
+
+    async def _keep(self, sub: _Subscriber) -> None:
+        """One replica's subscriber, started again if it fails: a fault of one feed must not end the
+        others (they share this task group), nor leave its view live on a dead reader."""
+        while True:
+            try:
+                await sub.run()
+            except Exception as exc:
+                while isinstance(exc, ExceptionGroup):  # the subscriber's own task group: say what failed in it
+                    exc = exc.exceptions[0]
+                sub.view.connected = False
+                sub.view.restart()
+                sub.view.feed.connected(False)
+                sub.throttle.error(
+                    "failed",
+                    "kv events of %s from %s: the reader failed (%s); started again in %.0f s",
+                    self.name,
+                    sub.endpoint,
+                    type(exc).__name__,
+                    RESTART_SECONDS,
+                )
+                await asyncio.sleep(RESTART_SECONDS)
 
 
 class _Subscriber:
@@ -279,6 +325,7 @@ class _Subscriber:
         self.replay = replay
         self.view = view
         self.lock = asyncio.Lock()
+        self.throttle = LogThrottle(log)  # a publisher can send a bad batch a millisecond: a line a period
 
     async def run(self) -> None:
         sock = self.ctx.socket(zmq.SUB)
@@ -325,17 +372,21 @@ class _Subscriber:
                 start, gaps = self.view.next_seq, self.view.gaps
                 if start is not None and self.view.missed(seq):
                     await self._replay(start, seq)
-                self.view.receive(seq, batch)
-            if self.view.gaps != gaps:
+                taken = self.view.receive(seq, batch)
+            if not taken and batch is not None:
+                what = "kv events of %s from %s: batch %d not taken (sequence or values out of range); view emptied"
+                self.throttle.warning("bad", what, self.pool.name, self.endpoint, seq)
+            elif self.view.gaps != gaps and batch is not None:
                 what = "kv events of %s from %s: batches lost before %d; its view starts again"
-                log.warning(what, self.pool.name, self.endpoint, seq)
+                self.throttle.warning("lost", what, self.pool.name, self.endpoint, seq)
 
     def _decode(self, seq_bytes: bytes, payload: bytes) -> tuple[int, KVEventBatch | None]:
         seq = int.from_bytes(seq_bytes, "big", signed=True)
         try:
             return seq, DECODER.decode(payload)
         except msgspec.MsgspecError as exc:
-            log.warning("kv events of %s from %s: undecodable batch %d (%s)", self.pool.name, self.endpoint, seq, exc)
+            what = "kv events of %s from %s: undecodable batch %d (%s)"
+            self.throttle.warning("undecodable", what, self.pool.name, self.endpoint, seq, str(exc)[:200])
             return seq, None
 
     async def _replay(self, start: int, before: int | None) -> None:

@@ -25,8 +25,10 @@ from backends.prefix_index import LocalRouter, SharedRouter
 from backends.prompt_tokens import PromptTokens, prompt_chars
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import ConfigError, KvEvents, Target
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.kv_events")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 INLINE_CHARS = 4096  # longer prompts are tokenized on a thread (about 1 µs a token: benchmarks/kv_events.py)
 
 
@@ -117,7 +119,7 @@ class EventsRouter:
         try:
             tokens = await self.tokens(request)
         except Exception:  # the events only ever improve a choice: never fail a request over them
-            log.exception("tokenizing for kv-events routing failed; routed without them")
+            throttled.exception("tokenizing", "tokenizing for kv-events routing failed; routed without them")
             return None
         if tokens is None:
             return None

@@ -38,8 +38,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from backends.balance import HOME, Balancer, Plan, outcome
 from backends.inflight import KEEP_TIMEOUT, Leases, inflight_key
 from gateway.core.request import InternalRequest
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.replicas")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 RETRY_SECONDS = 2.0  # how long a failed Redis call keeps the shared index out
 # How long a slow one does: a few requests' time, not seconds. Slow answers come in bursts when the
 # gateway's own event loop stalls (on a crowded host the limits' Redis calls time out in the same
@@ -282,7 +284,8 @@ class SharedRouter:
             if lease:  # the script may have run after all: its lease must not count until it runs out
                 self.leases.forget(lease, count_keys)
             why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.warning(
+            throttled.warning(
+                "unavailable",
                 "shared prefix index unavailable (%s after %.0f ms); local routing for %.2g s",
                 why,
                 (now - began) * 1000,

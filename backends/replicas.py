@@ -32,11 +32,13 @@ from gateway.core.response import Completion, StreamEvent
 from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
+from gateway.runtime.throttle import LogThrottle
 
 if TYPE_CHECKING:
     from backends.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 # Makes one replica's upstream: (its target, the public model name, the wire it speaks).
 MemberFactory = Callable[[Target, str, Wire], Upstream]
 # A replica whose scrapes time out is busy, not gone, until it has been silent this long (and this many
@@ -226,9 +228,8 @@ class ReplicaPool:
         state = self.states[i]
         state.cool_until = time.monotonic() + FAILURE_COOLDOWN
         self.balancer.prefixes.forget(i)
-        log.warning(
-            "replica %s failed before the first byte (%s: %s); trying another", state.label, err.code, err.message
-        )
+        what = "replica %s failed before the first byte (%s: %s); trying another"
+        throttled.warning(f"failed:{state.label}", what, state.label, err.code, err.message)
 
     def _broke(self, i: int, err: GatewayError) -> None:
         """A replica's stream broke after its first byte: passed over for a while, so that a resumed
@@ -236,7 +237,9 @@ class ReplicaPool:
         state = self.states[i]
         state.cool_until = time.monotonic() + FAILURE_COOLDOWN
         self.balancer.prefixes.forget(i)
-        log.warning("replica %s broke off a stream (%s: %s)", state.label, err.code, err.message)
+        throttled.warning(
+            f"broke:{state.label}", "replica %s broke off a stream (%s: %s)", state.label, err.code, err.message
+        )
 
     def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
         """Relayed chunks read back (every replica speaks the target's wire)."""

@@ -106,6 +106,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stream", action="store_true", help="64-chunk streams instead of whole answers")
     p.add_argument("--redis", action="store_true", help="the gateway with Redis-backed team limits (a private server)")
     p.add_argument("--no-yardstick", action="store_true")
+    p.add_argument(
+        "--provider",
+        default="openai",
+        choices=("openai", "vllm"),
+        help="the target's provider (vllm: streams may resume)",
+    )
+    p.add_argument("--resume", choices=("on", "off"), help="the model's mid-stream resume switch (default: unset)")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=300)
     return p.parse_args(argv)
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 procs, "yardstick", args, f"http://127.0.0.1:{port}", OPENAI, a, out
             )
         config = out / "gateway.yaml"
-        config.write_text(gateway_config(up_port, redis_url))
+        config.write_text(gateway_config(up_port, redis_url, a.provider, a.resume))
         for dialect in dialects:
             port = free_port()
             args = [PY, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]

@@ -362,12 +362,19 @@ def soak(load: Load, profile: Profile, url: str, probe: Probe, requests: int, rp
 # --- the gateway's config ----------------------------------------------------------------------------
 
 
-def gateway_config(upstream_port: int, redis_url: str | None) -> str:
+def gateway_config(
+    upstream_port: int, redis_url: str | None, provider: str = "openai", resume: str | None = None
+) -> str:
+    """The config under test; ``provider`` and ``resume`` (on, off) set its one target's provider and
+    its model's mid-stream resume switch (``benchmarks.instructions``)."""
     text = (BENCH / "gateway.yaml").read_text()
     text = text.replace("UPSTREAM_PORT", str(upstream_port)).replace(
         "KEY_SHA256", hashlib.sha256(KEY.encode()).hexdigest()
     )
     data = yaml.safe_load(text)
+    data["models"][0]["targets"][0]["provider"] = provider
+    if resume is not None:
+        data["models"][0]["resume"] = resume == "on"
     if redis_url:
         data["redis"] = {"url": redis_url}
         # every limit kind, a money budget among them, far above the load: each admission runs the

@@ -264,6 +264,13 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}", file=sys.stderr)
             return 2
         config = config.model_copy(update={"server": server})
+    if catch_all is not None:
+        from gateway.runtime.defaults import open_refusal
+
+        refusal = open_refusal(config, host, args.allow_open)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            return 2
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
@@ -418,6 +425,12 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--workers", type=int, help="processes sharing the port (default: config server.workers, else 1)")
     s.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="let the embedded default (no --config) serve without a key on an address beyond loopback "
+        "(default: refused unless LLM_GATEWAY_API_KEY is set)",
+    )
+    s.add_argument(
         "--drain-seconds",
         type=float,
         help="on SIGTERM, how long requests in flight may run on (default: LLM_GATEWAY_DRAIN_SECONDS, "
@@ -455,7 +468,12 @@ def parser() -> argparse.ArgumentParser:
     h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
     admin = argparse.ArgumentParser(add_help=False)
-    admin.add_argument("--url", default="http://127.0.0.1:8080", help="a running gateway (default: %(default)s)")
+    admin.add_argument(
+        "--url",
+        help="a running gateway (default: LLM_GATEWAY_URL, else --config's server.host and server.port, "
+        "else http://127.0.0.1:8080)",
+    )
+    admin.add_argument("--config", help="the gateway's config file, for its address (default: none)")
     admin.add_argument("--admin-key", help="the admin key (default: LLM_GATEWAY_ADMIN_KEY)")
     admin.add_argument(
         "--json", action="store_true", help="print the gateway's JSON answer, for scripts (default: a table)"

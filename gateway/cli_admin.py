@@ -23,7 +23,7 @@ def admin_call(
     if not key:
         print("error: give --admin-key or set LLM_GATEWAY_ADMIN_KEY", file=sys.stderr)
         return 2
-    url = args.url.rstrip("/")
+    url = admin_url(args).rstrip("/")
     try:
         resp = httpx.request(method, url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10)
     except httpx.HTTPError as exc:
@@ -42,6 +42,27 @@ def admin_call(
         print(f"error: {said or f'{url}{path} answered HTTP {resp.status_code}, not the admin API'}", file=sys.stderr)
         return 1
     return answer
+
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def admin_url(args: argparse.Namespace) -> str:
+    """The gateway to call: ``--url``, else ``LLM_GATEWAY_URL``, else ``server.host``/``server.port`` of
+    ``--config``, else the default address ``serve`` listens on."""
+    if args.url:
+        return str(args.url)
+    if os.environ.get("LLM_GATEWAY_URL"):
+        return os.environ["LLM_GATEWAY_URL"]
+    if getattr(args, "config", None):
+        import yaml
+
+        with open(args.config) as f:
+            server = (yaml.safe_load(f) or {}).get("server") or {}
+        host = str(server.get("host", "127.0.0.1"))
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # a wildcard bind, reached on loopback
+        return f"http://{f'[{host}]' if ':' in host else host}:{server.get('port', 8080)}"
+    return DEFAULT_URL
 
 
 def iso(seconds: float | None, none: str = "-") -> str:
@@ -114,6 +135,16 @@ def render_revoked(answer: dict[str, Any]) -> str:
     return f"revoked key {answer['id']} (teams: {', '.join(answer['teams'])})"
 
 
+def budget(b: dict[str, Any] | None, currency: str) -> str:
+    """A budget as ``teams list`` shows it: ``10 USD/month hard``, ``1000000 tokens/day soft``."""
+    if not b:
+        return "-"
+    amounts = [f"{b['amount']} {currency}" if b.get("amount") is not None else ""]
+    amounts.append(f"{b['tokens']} tokens" if b.get("tokens") else "")
+    period = f"{b['window_seconds']}s" if b.get("period") == "rolling" else b.get("period", "month")
+    return f"{' + '.join(a for a in amounts if a)}/{period} {b.get('mode', 'hard')}"
+
+
 def render_teams(answer: dict[str, Any]) -> str:
     rows = [
         [
@@ -122,11 +153,14 @@ def render_teams(answer: dict[str, Any]) -> str:
             pairs(t.get("limits") or {}),
             pairs(t.get("key_limits") or {}),
             f"{t['deadline']:g} s" if t.get("deadline") is not None else "-",
+            budget(t.get("budget"), answer.get("currency", "")),
+            budget(t.get("key_budget"), answer.get("currency", "")),
             ",".join(t.get("static_keys") or []) or "-",
         ]
         for t in answer.get("teams", [])
     ]
-    return table(["TEAM", "MODELS", "LIMITS", "KEY LIMITS", "DEADLINE", "STATIC KEYS"], rows) if rows else "no teams"
+    heads = ["TEAM", "MODELS", "LIMITS", "KEY LIMITS", "DEADLINE", "BUDGET", "KEY BUDGET", "STATIC KEYS"]
+    return table(heads, rows) if rows else "no teams"
 
 
 def render_usage(answer: dict[str, Any]) -> str:
@@ -166,7 +200,10 @@ def keys_cmd(args: argparse.Namespace) -> int:
         body: dict[str, Any] = {"teams": args.team, "name": args.name or ""}
         if args.expires_in:
             body["expires_in"] = args.expires_in
-        return show(args, admin_call(args, "POST", "/admin/keys", body), render_new_key)
+        answer = admin_call(args, "POST", "/admin/keys", body)
+        if isinstance(answer, dict) and answer.get("warning"):
+            print(f"warning: {answer['warning']}", file=sys.stderr)  # beside the key, in --json too
+        return show(args, answer, render_new_key)
     if args.action == "revoke":
         return show(args, admin_call(args, "DELETE", f"/admin/keys/{args.id}"), render_revoked)
     return show(args, admin_call(args, "GET", "/admin/keys"), render_keys)

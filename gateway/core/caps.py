@@ -52,6 +52,7 @@ MAX_SCALE = 100.0
 # list nested in one (a batch of token-id prompts) shares its cap.
 LIST_CAPS: dict[str, int] = {
     "prompt": MAX_TOKEN_IDS,
+    "input": MAX_TOKEN_IDS,  # embeddings: texts or token ids (a Responses input's items: ``MAX_ITEMS``, by its schema)
     "tokens": MAX_TOKEN_IDS,
     "stop_token_ids": MAX_TOKEN_IDS,
     "eos_token": MAX_TOKEN_IDS,
@@ -64,5 +65,5 @@ LIST_CAPS: dict[str, int] = {
 }
 # Fields whose integers are token ids: checked for range in one pass, before the schema sees them.
 TOKEN_ID_FIELDS = frozenset(
-    {"prompt", "tokens", "stop_token_ids", "eos_token", "forced_output_tokens", "token_index_to_replace"}
+    {"prompt", "input", "tokens", "stop_token_ids", "eos_token", "forced_output_tokens", "token_index_to_replace"}
 )

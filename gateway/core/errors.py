@@ -15,6 +15,7 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── PayloadTooLarge     413
     │   └── RequestTimeout      408    the body did not arrive whole in time
     ├── RateLimited             429    a limit refused admission (carries retry_after)
+    ├── Overloaded              503    this process cannot hold the answer now (its answer buffer is full)
     ├── DeadlineExceeded        504    the request's deadline expired, waiting for a slot too (Friendli: 429)
     └── UpstreamError                  the upstream's answer, split in two:
         ├── UpstreamRejected    4xx    it refused the request: the client's status is kept
@@ -104,6 +105,19 @@ class RateLimited(GatewayError):
         self.retry_after = retry_after
 
 
+class Overloaded(GatewayError):
+    """This process's condition, not the target's: the answer could not be held while others fill the
+    answer buffer. Not tried on another target (whose answer draws on the same buffer) and no target
+    cools down for it; the client is told to retry shortly."""
+
+    status = 503
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.headers["Retry-After"] = f"{retry_after:g}"
+
+
 class DeadlineExceeded(GatewayError):
     status = 504
     code = "deadline_exceeded"
@@ -168,3 +182,11 @@ class RequestTimeout(RequestError):
 
     status = 408
     code = "request_timeout"
+
+
+class StoreUnavailable(GatewayError):
+    """The store a request's state lives in (stored Responses, in Redis) could not be reached."""
+
+    status = 503
+    code = "store_unavailable"
+    retryable = True

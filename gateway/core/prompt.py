@@ -49,7 +49,7 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # ``sampling`` is counted for its ``suffix`` (the text after the insertion) and ``structured`` (a
 # schema some upstreams describe in the prompt); its other fields steer generation only.
 COUNTED: dict[type, frozenset[str]] = {
-    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling"}),
+    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native"}),
     ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
     ChatOptions: frozenset({"tools", "tool_choice", "reasoning"}),
     Sampling: frozenset({"suffix", "structured"}),
@@ -70,8 +70,11 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "want_seed",
             "seed_drawn",
             "relay",
+            "resumable",
             "features",
             "fields",
+            "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``
+            "reply",  # what the client's dialect echoes in its answer; never sent upstream
         ]
     ),
     ChatMessage: frozenset(),
@@ -199,4 +202,8 @@ def bound(request: InternalRequest) -> int:
         total += structured_tokens(sampling.structured)
     if request.extra_body:
         total += json_tokens(request.extra_body)
+    if request.native is not None:
+        # The client's body, sent whole to a target of its own vendor (fields the gateway does not
+        # model included): the bound is the larger of the two, whichever the chosen target is sent.
+        total = max(total, CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native))
     return total

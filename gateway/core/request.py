@@ -25,6 +25,7 @@ PromptItem = str | tuple[int, ...]
 class Operation(StrEnum):
     COMPLETION = "completion"
     CHAT = "chat"
+    EMBEDDING = "embedding"
 
 
 class Feature(StrEnum):
@@ -73,8 +74,13 @@ class Feature(StrEnum):
     PREDICTION = "prediction"
     REASONING = "reasoning"
     THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
+    # What only Anthropic's own platform serves (server tools, its betas and platform fields): the
+    # Anthropic client's body goes to an Anthropic target as it came (``InternalRequest.native``).
+    ANTHROPIC_NATIVE = "anthropic_native"
     EXTRA_BODY = "extra_body"
     EXTRA_HEADERS = "extra_headers"
+    EMBEDDING = "embedding"  # vectors, not text: only targets that serve an embeddings API
+    DIMENSIONS = "dimensions"  # an embedding's length chosen by the client
 
 
 StructuredKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
@@ -159,6 +165,14 @@ class ChatOptions:
 
 
 @record
+class EmbeddingOptions:
+    """An embeddings request's own controls (its inputs are ``InternalRequest.prompts``)."""
+
+    dimensions: int | None = None
+    base64: bool = False  # the client's vectors as base64 little-endian float32 (OpenAI's encoding_format)
+
+
+@record
 class EmbeddingReplacement:
     positions: tuple[int, ...]
     values: tuple[float, ...]  # flattened rows, len = len(positions) * hidden size
@@ -188,8 +202,19 @@ class InternalRequest:
     # The stream format in which the client's dialect takes an upstream's content chunks as they came
     # (e.g. "openai"), when the upstream speaks it too; None: every chunk is decoded and re-encoded.
     relay: str | None = None
+    # The stream may be resumed mid-answer on another target (``routing/resume.py``): an upstream that
+    # can return the output's token ids is asked for them, so a continuation is exact; a client whose
+    # dialect shows none never sees them.
+    resumable: bool = False
+    # The client's body as it came, for a target of the client's own vendor that takes it whole (an
+    # Anthropic client to an Anthropic target: fields the gateway does not model pass through).
+    native: Mapping[str, JSON] | None = None
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)
+    embedding: EmbeddingOptions | None = None  # an embeddings request
+    # What the client's dialect needs again to render its answer and nothing else reads (the Responses
+    # dialect's echoed fields, its response id): opaque here, never sent upstream.
+    reply: Any = None
 
     def field_name(self, feature: Feature) -> str:
         return self.fields.get(feature, feature.value)

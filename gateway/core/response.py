@@ -62,6 +62,7 @@ class Completion:
     choices: list[Choice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    embeddings: list[list[float]] | None = None  # an embeddings answer: one vector per input, in order
 
 
 # --- stream events -----------------------------------------------------------------------------

@@ -204,6 +204,9 @@ def _not_finite(path: str) -> InvalidRequest:
     return InvalidRequest(f"'{path}': numbers must be finite", param=path)
 
 
+TEXT_OR_IDS = frozenset({"prompt", "input"})
+
+
 class _Check:
     """One walk over a parsed body: every list and map within its cap, every float finite, token-id
     lists homogeneous, in range and within the request's total. It runs before the schema, whose
@@ -234,8 +237,9 @@ class _Check:
             raise _too_many(path, cap)
         if key in caps.TOKEN_ID_FIELDS and node:
             first = type(node[0])
-            # a prompt may be text, a batch of texts or of token lists; every other list here holds ids
-            if first is not int and not (key == "prompt" and first in (str, list) and not path.endswith("]")):
+            # a prompt or an input may be text, a batch of texts or of token lists (a Responses input: items);
+            # every other list here holds ids
+            if first is not int and not (key in TEXT_OR_IDS and first in (str, list, dict) and not path.endswith("]")):
                 raise InvalidRequest(f"'{path}[0]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
             if len(set(map(type, node))) > 1:  # C loops: a long token list is walked here twice
                 i = next(i for i, v in enumerate(node) if type(v) is not first)

@@ -104,6 +104,13 @@ class FailoverLimiter:
     backlog: Backlog = field(default_factory=Backlog)
     outage: Outage = field(default_factory=Outage)
 
+    # Some rate or concurrency limit fails open: this process's share of it is enforced here during an
+    # outage, so what Redis admits for this process is mirrored here (``LocalLimiter.record``).
+    policy_open: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy_open = any(self.policy.get(kind, "open") == "open" for kind in ("rpm", "tpm", "conc"))
+
     @property
     def up(self) -> bool:
         return time.monotonic() >= self.down_until
@@ -132,6 +139,8 @@ class FailoverLimiter:
                     self._failed(exc)
             else:
                 self._answered(len(self.backlog))
+                if result is None and self.policy_open:  # mirrored: a fail-open share must know it
+                    self.local.record(plan, lease_ttl_ms)
                 return result
         closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
         outage = self.outage
@@ -154,6 +163,9 @@ class FailoverLimiter:
         for s in local:
             self.via_local.discard(s.plan.lease)
         await self.local.settle(local)
+        if self.policy_open:
+            for s in remote:
+                self.local.released(s.plan)
         if local:  # the team's usage is counted in Redis all the same, once it answers
             # (and their spend, whole: Redis's budgets never held a reservation for them)
             remote += [
@@ -204,7 +216,10 @@ class FailoverLimiter:
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         remote = [p for p in plans if p.lease not in self.via_local]
-        await self.local.renew([p for p in plans if p.lease in self.via_local], lease_ttl_ms)
+        # the mirrored leases of requests Redis admitted too (``record``): renewing one absent is a no-op
+        await self.local.renew(
+            plans if self.policy_open else [p for p in plans if p.lease in self.via_local], lease_ttl_ms
+        )
         if remote and self.up:
             try:
                 await self.redis.renew(remote, lease_ttl_ms)

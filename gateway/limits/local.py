@@ -82,6 +82,27 @@ class LocalLimiter:
             plan.spent = tuple(spent)
         return None
 
+    def record(self, plan: Plan, lease_ttl_ms: int) -> None:
+        """What another store (Redis) admitted for this process, mirrored without a refusal: should
+        that store fail open, this process's share starts from what it already holds and used, not
+        from zero (else the share and the leases held in Redis would both count as free). A rate is
+        mirrored up to a full bucket at most, so a busy process is not held back past one window."""
+        now = time.monotonic() * 1000
+        for c in plan.checks:
+            limit = self._limit(c)
+            if c.kind == "rpm":
+                period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
+                self.values[c.key] = min(max(self.values.get(c.key, 0.0), now) + period, now + burst * period)
+            elif c.kind == "tpm":
+                self.buckets[c.key] = (max(0.0, self._level(c.key, limit, now) - plan.estimate), now)
+            elif c.kind == "conc":
+                self.leases.setdefault(c.key, {})[plan.lease] = now + lease_ttl_ms
+
+    def released(self, plan: Plan) -> None:
+        """A mirrored (``record``) request ended: its concurrency slots are free here too."""
+        for key in plan.concurrency_keys:
+            self.leases.get(key, {}).pop(plan.lease, None)
+
     def _spend(self, key: str, window: Window, amount: int) -> None:
         fields = self.spends.setdefault(key, {})
         fields[window.add] = fields.get(window.add, 0) + amount

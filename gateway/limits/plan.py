@@ -13,7 +13,7 @@ from random import getrandbits
 
 from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
-from gateway.core.request import InternalRequest
+from gateway.core.request import InternalRequest, Operation
 from gateway.limits.prices import Rate
 from gateway.limits.spend import Rule, Window
 
@@ -151,7 +151,9 @@ def estimate_prompt(request: InternalRequest) -> int:
 
 def estimate_tokens(request: InternalRequest, prompt: int) -> int:
     """The prompt's estimate plus the most the answer may use, for every choice generated (``best_of``
-    generates that many, and each is billed)."""
+    generates that many, and each is billed); an embedding's answer is vectors: no tokens."""
+    if request.operation is Operation.EMBEDDING:
+        return prompt
     sampling = request.sampling
     most = sampling.max_tokens or sampling.max_total_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
     return prompt + most * max(1, len(request.prompts)) * max(sampling.n, sampling.best_of or 1)

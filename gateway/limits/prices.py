@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.limits")
+MAX_UNPRICED = 10_000  # (model, target) pairs remembered as said
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,11 @@ class PriceTable:
         """The target's own price, else the model's; None (said once) when neither is configured."""
         found = self.rates.get((model, target)) or self.rates.get((model, None))
         if found is None and (model, target) not in self.unpriced:
+            if len(self.unpriced) >= MAX_UNPRICED:  # a catch-all's model names are the clients' choice
+                self.unpriced.clear()
             self.unpriced.add((model, target))
-            log.warning("no price for model %r on target %r: its spend is not counted", model, target)
+            what = "no price for model %r on target %r: its spend is not counted"
+            throttled.warning(f"no-price:{target}", what, model, target)
         return found
 
     def worst(self, model: str, targets: tuple[str, ...]) -> Rate | None:

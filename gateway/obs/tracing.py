@@ -16,7 +16,10 @@ the event loop. What does not belong here: metrics (``metrics.py``) and log line
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
+import threading
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,8 +37,11 @@ if TYPE_CHECKING:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 T = TypeVar("T")
+log = logging.getLogger("gateway.tracing")
+EXPORT_SECONDS = 5.0  # one export's HTTP call to the collector
+CLOSE_SECONDS = 2.0  # what shutting down waits for the last spans, whatever the collector does
 # gen_ai.operation.name's well-known values (semantic conventions, GenAI spans)
-OPERATION = {Operation.CHAT: "chat", Operation.COMPLETION: "text_completion"}
+OPERATION = {Operation.CHAT: "chat", Operation.COMPLETION: "text_completion", Operation.EMBEDDING: "embeddings"}
 
 
 class Tracer:
@@ -56,8 +62,10 @@ class Tracer:
         self.provider: TracerProvider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(settings.sampling_ratio)),
             resource=Resource.create({"service.name": settings.service_name}),
+            shutdown_on_exit=False,  # ``close`` does it, bounded; an exit hook would wait on the collector unbounded
         )
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint)))
+        exporter = OTLPSpanExporter(endpoint=settings.endpoint, timeout=EXPORT_SECONDS)
+        self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer: OTelTracer = self.provider.get_tracer("llm-gateway")
         self.propagator: TraceContextTextMapPropagator = TraceContextTextMapPropagator()
         self.trace = trace  # the API module: span kinds, statuses, contexts
@@ -73,8 +81,25 @@ class Tracer:
         return RequestTrace(self, span, name)
 
     async def close(self) -> None:
-        """Exports what is left; the exporter's HTTP call blocks, so off the loop."""
-        await asyncio.to_thread(self.provider.shutdown)
+        """Exports what is left, for at most ``CLOSE_SECONDS``: a collector that accepts and never
+        answers must not hold the process's exit past its grace period. The exporter's HTTP call
+        blocks, so it runs off the loop, in a daemon thread that exit does not wait for (a worker
+        of ``asyncio.to_thread`` would be joined at exit)."""
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+
+        def shut() -> None:
+            try:
+                self.provider.shutdown()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop ended first: nobody waits any more
+                    loop.call_soon_threadsafe(done.set)
+
+        threading.Thread(target=shut, name="tracing-shutdown", daemon=True).start()
+        try:
+            await asyncio.wait_for(done.wait(), CLOSE_SECONDS)
+        except TimeoutError:
+            log.warning("the trace collector took more than %g s: the last spans were not exported", CLOSE_SECONDS)
 
 
 class RequestTrace:

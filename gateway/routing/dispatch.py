@@ -24,8 +24,10 @@ from gateway.policy.capabilities import fit
 from gateway.routing import first_token, resume
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.dispatch")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 BACKOFF_SECONDS = 0.05
 
 
@@ -115,7 +117,13 @@ async def complete(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise
-            log.warning("target %s failed (%s: %s); falling back", upstream.name, err.code, loggable(err))
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
+            )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
@@ -173,6 +181,14 @@ async def _first(events: Batches, upstream: Upstream, call: Call) -> list[Stream
     return await first_token.first_token(events, bound, upstream.name)
 
 
+def _may_resume(
+    route: Route, request: InternalRequest, call: Call, candidates: list[tuple[Upstream, InternalRequest]]
+) -> bool:
+    """The client's switch over the model's; then whether the request and a target can continue."""
+    setting = route.resume if call.resume is None else call.resume
+    return route.max_resumes > 0 and resume.applies(setting, request, [u for u, _ in candidates])
+
+
 def _resumable(
     table: ModelTable,
     route: Route,
@@ -182,12 +198,9 @@ def _resumable(
     attempt: Attempt,
     opened: tuple[list[StreamEvent], Batches],
 ) -> tuple[list[StreamEvent], Batches]:
-    """The stream of candidate ``i``, able to continue elsewhere after a break where that applies."""
+    """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``)."""
     upstream, req = candidates[i]
-    setting = route.resume if call.resume is None else call.resume
     targets = [u for u, _ in candidates[i:] + candidates[:i]]
-    if route.max_resumes == 0 or not resume.applies(setting, req, targets):
-        return opened
 
     def failed(target: Upstream, err: GatewayError) -> None:
         attempt.failed.append((target.name, err.code))
@@ -207,6 +220,9 @@ async def open_stream(
 ) -> tuple[list[StreamEvent], Batches]:
     """The first batch of events and the rest of the stream, from the first target that produces one."""
     candidates = _candidates(table, route, request, attempt)
+    may = _may_resume(route, request, call, candidates)
+    if may:  # the targets that can continue are asked for what makes a continuation exact
+        candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
     open_on = _opener(attempt, call)
     for i, (upstream, req) in enumerate(candidates):
         events = open_on(upstream, req, i + 1)
@@ -225,12 +241,18 @@ async def open_stream(
                 attempt.cooled.append(upstream.name)
             if _give_up(err, len(candidates) - i - 1, call):
                 raise err from None
-            log.warning(
-                "target %s failed before the first byte (%s: %s); falling back", upstream.name, err.code, loggable(err)
+            throttled.warning(
+                f"fallback:{upstream.name}",
+                "target %s failed before the first byte (%s: %s); falling back",
+                upstream.name,
+                err.code,
+                loggable(err),
             )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
         table.succeeded(upstream)
+        if not may:
+            return first, events
         return _resumable(table, route, candidates, i, call, attempt, (first, events))
     raise AssertionError("unreachable")  # pragma: no cover

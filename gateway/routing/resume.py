@@ -8,7 +8,7 @@ How an answer is continued (vLLM's OpenAI server, ``CONTINUERS``):
   carried them) the prompt goes as token ids too (the request's own, or the target's ``/tokenize``),
   so the continuation is the unbroken run's; without them, as text.
 * a chat: the messages plus the partial assistant message, with ``continue_final_message: true`` and
-  ``add_generation_prompt: false``.
+  ``add_generation_prompt: false``; on Anthropic's API, the partial message as its prefill.
 
 ``max_tokens`` and ``min_tokens`` shrink by the tokens sent; sampling and seeds are carried. The
 continuation's own usage counts the sent tokens as prompt: they are moved back to the completion, so
@@ -35,13 +35,16 @@ from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
 from gateway.core.response import Delta, Finish, StreamEvent, StreamStart, UsageReport
 from gateway.core.upstream import Call, Upstream
+from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.resume")
+throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
 Batches = AsyncIterator[list[StreamEvent]]
 HEADER = "X-Gateway-Resume"  # per request: "on" or "off", over the model's setting
-# Providers whose servers continue an answer as this module asks (vLLM's OpenAI-compatible server:
-# a completion's prompt as token ids, and chat's ``continue_final_message``; shared/reference/vllm.md §3).
-CONTINUERS = frozenset({"vllm"})
+# How each provider's servers continue an answer: vLLM's OpenAI-compatible server takes a completion's
+# prompt as token ids and a chat's ``continue_final_message`` (shared/reference/vllm.md §3); Anthropic's
+# Messages API continues a final assistant turn, its prefill (chat only).
+CONTINUERS = {"vllm": "vllm", "anthropic": "prefill"}
 # What a continuation cannot carry faithfully: a structured output or a tool call restarts its grammar,
 # an echo or suffix would repeat, beams and several choices are not one sequence.
 NOT_CONTINUABLE = frozenset(
@@ -78,8 +81,9 @@ def wanted(header: str | None) -> bool | None:
     return True if value in ("on", "1", "true") else False if value in ("off", "0", "false") else None
 
 
-def can_continue(upstream: Upstream) -> bool:
-    return upstream.provider in CONTINUERS
+def can_continue(upstream: Upstream, request: InternalRequest | None = None) -> bool:
+    how = CONTINUERS.get(upstream.provider)
+    return how is not None and (how == "vllm" or request is None or request.operation is Operation.CHAT)
 
 
 def applies(setting: bool | None, request: InternalRequest, upstreams: Sequence[Upstream]) -> bool:
@@ -89,7 +93,7 @@ def applies(setting: bool | None, request: InternalRequest, upstreams: Sequence[
         return False
     if request.sampling.structured is not None or request.sampling.echo or request.sampling.beam is not None:
         return False
-    return any(can_continue(u) for u in upstreams)
+    return any(can_continue(u, request) for u in upstreams)
 
 
 @dataclass(slots=True)
@@ -150,9 +154,12 @@ def _less(value: int | None, sent: int) -> int | None:
     return None if value is None else max(1, value - sent)
 
 
-def continuation(request: InternalRequest, progress: Progress, prompt_ids: Sequence[int] | None) -> InternalRequest:
-    """The request that continues ``request`` after ``progress``: the sampling carried, the lengths
-    shrunk by what was sent; ``prompt_ids``: the prompt's tokens, when the output's ids are known."""
+def continuation(
+    request: InternalRequest, progress: Progress, prompt_ids: Sequence[int] | None, how: str = "vllm"
+) -> InternalRequest:
+    """The request that continues ``request`` after ``progress`` on a target that continues ``how``
+    (``CONTINUERS``): the sampling carried, the lengths shrunk by what was sent; ``prompt_ids``: the
+    prompt's tokens, when the output's ids are known."""
     sent = progress.sent
     s = request.sampling
     max_tokens = s.max_tokens
@@ -164,6 +171,12 @@ def continuation(request: InternalRequest, progress: Progress, prompt_ids: Seque
         min_tokens=None if s.min_tokens is None else max(0, s.min_tokens - sent) or None,
         prompt_logprobs=None,
     )
+    if request.operation is Operation.CHAT and how == "prefill":
+        if progress.text != progress.text.rstrip():
+            # Anthropic refuses a prefill that ends in whitespace, and one without it changes the text
+            raise UpstreamFailed("the answer stopped after whitespace, which a prefill cannot end with")
+        partial = ChatMessage("assistant", progress.text)
+        return dataclasses.replace(request, messages=(*request.messages, partial), sampling=sampling)
     if request.operation is Operation.CHAT:
         partial = ChatMessage("assistant", progress.text)
         extra: Mapping[str, object] = {
@@ -247,10 +260,11 @@ class Resumer:
         for upstream in again + [t for t in self.targets if t is not broken]:
             if len(self.record) >= self.max_resumes or not self._time_left():
                 break
-            if not can_continue(upstream):
+            if not can_continue(upstream, self.request):
                 continue
             try:
-                req = continuation(self.request, progress, await self._prompt_ids(upstream, progress))
+                ids = await self._prompt_ids(upstream, progress)
+                req = continuation(self.request, progress, ids, CONTINUERS[upstream.provider])
             except GatewayError:
                 continue
             self.tries += 1
@@ -260,7 +274,12 @@ class Resumer:
             except (GatewayError, StopAsyncIteration) as exc:
                 await events.aclose()  # type: ignore[attr-defined]
                 why = exc.code if isinstance(exc, GatewayError) else "closed"
-                log.warning("continuation on %s failed before its first byte (%s)", upstream.name, why)
+                throttled.warning(
+                    f"continuation:{upstream.name}",
+                    "continuation on %s failed before its first byte (%s)",
+                    upstream.name,
+                    why,
+                )
                 if isinstance(exc, UpstreamRejected):
                     break  # the continuation itself was refused: another target would refuse it too
                 continue

@@ -18,8 +18,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import GatewayError, NoHealthyTarget, NotFound, UpstreamCredentials
+from gateway.core.errors import GatewayError, InvalidRequest, NoHealthyTarget, NotFound, UpstreamCredentials
 from gateway.core.records import record
+from gateway.core.request import Operation
 from gateway.core.upstream import Upstream
 
 FAILURES_TO_COOL = 3
@@ -61,6 +62,7 @@ class Route:
     label: str = ""  # bounded metric label: the configured name, ``vendor/*`` or ``local``
     resume: bool | None = None  # mid-stream resume (``routing/resume.py``): None = where a target can
     max_resumes: int = 2
+    kind: str | None = None  # "chat" or "embedding", as configured; None: a name routed by its form
 
     def __post_init__(self) -> None:
         self.label = self.label or self.public
@@ -70,6 +72,17 @@ class Route:
 class Resolved:
     route: Route
     adapter: str | None = None
+
+
+def check_kind(route: Route, operation: Operation) -> None:
+    """A chat request to an embedding model, or the reverse, is the client's error, named."""
+    if route.kind is None or (route.kind == "embedding") == (operation is Operation.EMBEDDING):
+        return
+    if route.kind == "embedding":
+        why = f"model {route.public!r} is an embedding model: send it to /v1/embeddings"
+    else:
+        why = f"model {route.public!r} is a chat model: /v1/embeddings needs a model of kind embedding"
+    raise InvalidRequest(why, param="model")
 
 
 def _all_cooling(route: Route, health: dict[str, Health], now: float) -> NoHealthyTarget:

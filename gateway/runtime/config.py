@@ -174,6 +174,16 @@ class ModelEntry(_Model):
     # None = on when one of the targets can; the X-Gateway-Resume header decides per request
     resume: bool | None = None
     max_resumes: Annotated[int, Field(ge=0, le=16)] = 2  # continuations of one request at most
+    # what the model serves: chat (and completions, responses) or embeddings; the other is a named 400
+    kind: Literal["chat", "embedding"] = "chat"
+
+
+class ResponsesStore(_Model):
+    """Stored Responses (``store``, ``previous_response_id``): in Redis when configured, else in process."""
+
+    ttl_seconds: Annotated[float, Field(gt=0)] = 30 * 24 * 3600.0  # as OpenAI keeps them: 30 days
+    # what one team may keep, in bytes of stored JSON: past it, its oldest stored responses go first
+    max_bytes_per_team: Annotated[int, Field(gt=0)] = 64 * 1024 * 1024
 
 
 class KeyEntry(_Model):
@@ -322,6 +332,7 @@ class GatewayConfig(_Model):
     admin: Admin = Admin()
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
     reload: Reload = Reload()
+    responses: ResponsesStore = ResponsesStore()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

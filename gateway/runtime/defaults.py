@@ -15,6 +15,7 @@ What does not belong here: how a config file is read (``config.py``), how target
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 
@@ -46,6 +47,32 @@ def embedded(env: Mapping[str, str] | None = None) -> tuple[GatewayConfig, Targe
     return config, local
 
 
+LOOPBACK_NAMES = ("localhost",)
+
+
+def beyond_loopback(host: str) -> bool:
+    """Whether listening on ``host`` reaches beyond this machine: any address but a loopback one
+    (``""``, ``0.0.0.0`` and ``::`` are every interface)."""
+    if host in LOOPBACK_NAMES:
+        return False
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return True  # a host name: whatever it resolves to, not known to be loopback
+
+
+def open_refusal(config: GatewayConfig, host: str, allow_open: bool) -> str | None:
+    """Why the embedded default will not listen on ``host``: open access (no ``LLM_GATEWAY_API_KEY``)
+    beyond loopback would serve, and spend the vendor keys of, anyone who reaches it. None: it may."""
+    if config.auth != "none" or allow_open or not beyond_loopback(host):
+        return None
+    return (
+        f"error: --host {host or '(every interface)'} reaches beyond this machine and the embedded default "
+        "has no key: set LLM_GATEWAY_API_KEY (clients send it as a Bearer token), serve a config file with "
+        "teams and keys, or add --allow-open to serve anyone who reaches it"
+    )
+
+
 def announcement(config: GatewayConfig, local: Target, host: str, port: int) -> list[str]:
     """The start-up lines of the embedded default: where each model name goes, and two ready-to-paste
     first requests (curl, and the openai SDK)."""
@@ -69,8 +96,9 @@ def announcement(config: GatewayConfig, local: Target, host: str, port: int) -> 
     body = '{"model": "demo", "messages": [{"role": "user", "content": "Hello!"}]}'
     lines.append(f"try it: curl -s {base}/chat/completions -H 'Content-Type: application/json'{header} -d '{body}'")
     key = 'os.environ["LLM_GATEWAY_API_KEY"]' if auth else '"none"'
-    lines.append(
-        f'or with the openai SDK: OpenAI(base_url="{base}", api_key={key}).chat.completions.create('
-        'model="demo", messages=[{"role": "user", "content": "Hello!"}], stream=True)'
+    call = (
+        f'OpenAI(base_url="{base}", api_key={key}).chat.completions.create('
+        'model="demo", messages=[{"role": "user", "content": "Hello!"}]).choices[0].message.content'
     )
+    lines.append(f"or with the openai SDK: python -c 'import os; from openai import OpenAI; print({call})'")
     return lines

@@ -115,6 +115,12 @@ async def audit(request: web.Request, action: str, **fields: object) -> None:
     await request.app[GATEWAY].audit.record(who(request), action, **fields)
 
 
+IN_PROCESS_KEY = (
+    "no redis in the config: this key lives only in this gateway process; it is lost when the process "
+    "stops and unknown to other workers or replicas (docs/deployment.md#what-lives-in-redis)"
+)
+
+
 async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     try:
         spec = NewKey.model_validate_json(await request.read())
@@ -128,7 +134,10 @@ async def create_key(request: web.Request, gw: Gateway) -> web.Response:
     await gw.auth.store.put(record)
     expires = iso_time(record.expires) if record.expires is not None else None
     await audit(request, "key.create", key_id=record.id, teams=record.teams, name=record.name or None, expires=expires)
-    return reply({"key": key, **record.public()}, 201)
+    answer = {"key": key, **record.public(), "stored": "process" if gw.config.redis is None else "redis"}
+    if gw.config.redis is None:
+        answer["warning"] = IN_PROCESS_KEY
+    return reply(answer, 201)
 
 
 async def list_keys(request: web.Request, gw: Gateway) -> web.Response:
@@ -154,11 +163,13 @@ async def teams(request: web.Request, gw: Gateway) -> web.Response:
             "limits": t.limits.model_dump(exclude_none=True),
             "key_limits": t.key_limits.model_dump(exclude_none=True),
             "deadline": t.deadline,
+            "budget": t.budget.model_dump(mode="json", exclude_none=True) if t.budget is not None else None,
+            "key_budget": t.key_budget.model_dump(mode="json", exclude_none=True) if t.key_budget is not None else None,
             "static_keys": [k.id for k in t.keys],
         }
         for t in gw.config.teams
     ]
-    return reply({"teams": out})
+    return reply({"teams": out, "currency": gw.config.spend.currency})
 
 
 async def usage(request: web.Request, gw: Gateway) -> web.Response:

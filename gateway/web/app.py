@@ -32,7 +32,7 @@ from gateway.routing.table import ModelTable, Route
 from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, spend, status
+from gateway.web import admin, ops, reload, responses, spend, status, stored
 from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
@@ -174,6 +174,7 @@ def build_table(config: GatewayConfig, catch_all: Target | None = None, builder:
             [t.weight for t in entry.targets],
             resume=entry.resume,
             max_resumes=entry.max_resumes,
+            kind=entry.kind,
         )
         for name in (entry.name, *entry.aliases):
             routes[name] = route
@@ -230,6 +231,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         budget=builder.budget,
         audit=AuditTrail(client),
         routing=routing,
+        conversations=stored.build(client, config.responses),
     )
 
 
@@ -308,6 +310,7 @@ def create_app(
     reload.install(app, reload.Reloader(gw, config_path, siblings, rebuild))
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
+    app.router.add_routes(responses.routes())
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)
     app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
@@ -326,6 +329,8 @@ async def _drain(app: web.Application) -> None:
     then what is left is cut, each in its dialect's error (never a clean end), while the connections
     are still open; /ready says 503 meanwhile to whoever asks on an open connection."""
     gw = app[GATEWAY]
+    if gw.draining:  # drained already: ``listener.serve`` drains before it closes the connections
+        return
     gw.draining = True
     seconds = gw.config.server.drain_seconds
     in_flight = len(gw.in_flight.tasks)

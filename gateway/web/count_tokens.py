@@ -1,7 +1,8 @@
 """``POST /v1/messages/count_tokens``: Anthropic's prompt-size question, answered from the request the
-body would be, with the estimate admission reserves by (``limits.plan.estimate_prompt``): every
-message, system block, tool result and tool schema is in that request. No upstream is called, so no
-limit is charged; the key, the team and the model's allow-list are checked as for a generation.
+body would be, with the bound admission reserves by (``limits.plan.estimate_prompt``, an upper bound:
+a token per byte): every message, system block, tool result and tool schema is in that request. No
+upstream is called, so no limit is charged; the key, the team and the model's allow-list are checked
+as for a generation.
 """
 
 from __future__ import annotations

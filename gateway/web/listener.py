@@ -193,9 +193,11 @@ def guarded_factory(factory: Factory, clients: ClientConnections) -> Factory:
 async def serve(
     app: web.Application, host: str, port: int, *, per_client: int, total: int | None, idle_timeout: float
 ) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, then shut down as ``web.run_app`` does: the listener
-    closes at once, the app's ``on_shutdown`` drains requests in flight, connections close, the app's
-    clean-up runs. ``total`` None: as many connections as the descriptor limit carries."""
+    """Serve ``app`` until SIGINT or SIGTERM, then shut down: the listener closes at once, the app's
+    ``on_shutdown`` drains requests in flight while every connection stays open (a request on a
+    keep-alive connection gets its 503 at once, rather than no answer until the drain ends, which is
+    what ``web.run_app`` gives: it closes the connections' handlers first), then connections close and
+    the app's clean-up runs. ``total`` None: as many connections as the descriptor limit carries."""
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -221,6 +223,7 @@ async def serve(
     finally:
         if listener is not None:
             listener.close()
+            await app.shutdown()  # the drain; ``cleanup`` runs ``on_shutdown`` again, which finds it done
         await runner.cleanup()
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)

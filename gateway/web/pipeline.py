@@ -1,11 +1,12 @@
 """The request pipeline: one request's named steps, in the order they run.
 
-    route → read → authenticate → parse → choose → admit → call → relay | answer → settle
+    route → read → authenticate → parse → [recall] → choose → admit → call → relay | answer → settle
 
 ``route`` is ``make_handler``: one handler per route-table entry, built once at start-up around its
 ``RouteSpec``. Each later step is a function of one ``Exchange``, the request's context, and fills in
 its part of it: ``read`` the body and the dialect it refines, ``authenticate`` the principal, ``parse``
-the ``InternalRequest``, ``choose`` the model's route (its targets, the allow-list), ``admit`` the
+the ``InternalRequest`` (``recall``: a stored Responses chain put before it), ``choose`` the model's
+route (its targets, the allow-list), ``admit`` the
 limits' plan, ``call`` the upstream through ``gateway.routing.dispatch`` (target order, feature fit,
 fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and ``settle`` the limits with the
 real usage.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from random import getrandbits
@@ -42,10 +42,10 @@ from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing import dispatch, resume
-from gateway.routing.table import Route
+from gateway.routing.table import Route, check_kind
 from gateway.runtime.aiohttp_tuning import EventStream
 from gateway.web.body import read_body
-from gateway.web.record import InFlight, RequestLog
+from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -62,6 +62,7 @@ class RouteSpec:
     dialect: Dialect
     operation: Operation
     flavour: str = ""
+    kept: bool = False  # answers are stored for later requests (Responses' ``store``: ``stored.py``)
 
 
 @dataclass(slots=True, eq=False)
@@ -129,7 +130,7 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         return await answer(ex, error_response(ex.dialect, err, log.rid))
     except asyncio.CancelledError:
         if gw.draining and not log.error and log.ttfb is None:  # cut at the drain's end, nothing sent yet
-            cut = ShuttingDown("the gateway is shutting down: retry the request")
+            cut = shutting_down()
             log.failed(cut)
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await answer(ex, error_response(ex.dialect, cut, log.rid))
@@ -148,10 +149,21 @@ async def edge(ex: Exchange) -> web.StreamResponse:
         log.close()
 
 
+def shutting_down() -> ShuttingDown:
+    """The 503 of a request the drain will not serve; the connection it came on closes after it."""
+    err = ShuttingDown("the gateway is shutting down: retry the request")
+    err.headers["Connection"] = "close"
+    return err
+
+
 async def steps(ex: Exchange) -> web.StreamResponse:
+    if ex.gw.draining:  # on a keep-alive connection opened before the signal: told now, not at the drain's end
+        raise shutting_down()
     await read(ex)
     await authenticate(ex)
     parse(ex)
+    if ex.spec.kept:
+        await recall(ex)
     choose(ex)
     await admit(ex)
     try:
@@ -179,11 +191,23 @@ def parse(ex: Exchange) -> None:
     ex.log.model = ex.ireq.model
 
 
+async def recall(ex: Exchange) -> None:
+    """A stored chain's turns put before this one's input (Responses' ``previous_response_id``)."""
+    ex.ireq = await ex.gw.conversations.recall(ex.principal.team, ex.ireq)
+
+
+async def keep(ex: Exchange) -> None:
+    """The answer stored for later requests, before the client has its end (``RouteSpec.kept``)."""
+    if ex.spec.kept:
+        await ex.gw.conversations.keep(ex.principal.team, ex.ireq)
+
+
 def choose(ex: Exchange) -> None:
     """The model's route (its targets), counted in the model's levels; the team's allow-list; a LoRA
     adapter named in the model name."""
     resolved = ex.gen.models.resolve(ex.ireq.model)
     ex.route = resolved.route
+    check_kind(resolved.route, ex.ireq.operation)
     ex.log.model_label = resolved.route.label
     ex.load = ex.gw.load.of(resolved.route.label)
     ex.load.in_flight.n += 1
@@ -227,6 +251,7 @@ async def call(ex: Exchange) -> web.StreamResponse:
     completion = await dispatch.complete(ex.gen.models, route, ireq, call, log.attempt)
     log.completed(completion)
     body = dumps(ex.dialect.render(ireq, completion))
+    await keep(ex)
     return await answer(ex, web.Response(body=body, content_type="application/json", headers=ex.reply_headers({})))
 
 
@@ -261,6 +286,7 @@ async def relay(ex: Exchange, opened: tuple[list[StreamEvent], AsyncIterator[lis
                     await resp.write(out)
                     out = b""
         tail = out + encoder.end()
+        await keep(ex)
     except GatewayError as err:
         log.failed(err)
         tail = out + encoder.error(err)  # first events held for the rest of their read go first
@@ -349,7 +375,7 @@ def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Respons
 def internal_error(log: RequestLog, doing: str) -> GatewayError:
     """A fault of ours, logged with its traceback (called in an ``except`` block) and answered as the
     client's dialect answers a server error, without the details."""
-    logging.getLogger("gateway").exception("unexpected error %s %s", doing, log.rid)
+    FAULTS.exception(f"internal:{doing}", "unexpected error %s %s", doing, log.rid)
     err = GatewayError("internal error in the gateway")
     log.failed(err)
     return err

@@ -25,9 +25,13 @@ from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing.dispatch import Attempt
 from gateway.runtime.spend import MICROS
+from gateway.runtime.throttle import LogThrottle
 
 BACKLOG_SECONDS = 0.02
 SeriesKey = tuple[str, str, str, str, str]
+
+# Faults of ours a request can meet again and again: a traceback a period per kind, the rest counted.
+FAULTS = LogThrottle(logging.getLogger("gateway"))
 
 
 class _Series:
@@ -301,7 +305,7 @@ class Backlog:
             try:
                 log.emit()
             except Exception:  # one bad record must not lose the batch's other lines
-                logging.getLogger("gateway").exception("request %s could not be logged", log.rid)
+                FAULTS.exception("unlogged", "request %s could not be logged", log.rid)
 
 
 class InFlight:

@@ -8,7 +8,7 @@ OpenAI SDK, friendli-client, the Friendli container SDK and both OctoAI SDKs; th
 from __future__ import annotations
 
 from gateway.core.request import Operation
-from gateway.dialects import ANTHROPIC, FRIENDLI, OPENAI, SGP_V4, SGP_V5
+from gateway.dialects import ANTHROPIC, EMBEDDINGS, FRIENDLI, OPENAI, RESPONSES, SGP_V4, SGP_V5
 from gateway.web.pipeline import RouteSpec
 
 C, CHAT = Operation.COMPLETION, Operation.CHAT
@@ -25,6 +25,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v5/completions", SGP_V5, C),
     RouteSpec("POST", "/v5/chat/completions", SGP_V5, CHAT),
     RouteSpec("POST", "/v1/messages", ANTHROPIC, CHAT),
+    RouteSpec("POST", "/v1/responses", RESPONSES, CHAT, kept=True),
+    RouteSpec("POST", "/v1/embeddings", EMBEDDINGS, Operation.EMBEDDING),
 )
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # Anthropic's: answered by the gateway's estimate
 

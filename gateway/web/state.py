@@ -26,9 +26,10 @@ from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
 from gateway.routing.table import ModelTable
 from gateway.runtime.budget import MemoryBudget
-from gateway.runtime.config import GatewayConfig, Server
+from gateway.runtime.config import GatewayConfig, ResponsesStore, Server
 from gateway.runtime.secrets import Secrets
 from gateway.web.record import Backlog, InFlight
+from gateway.web.stored import Conversations, LocalStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class Gateway:
     load: Load = field(default_factory=Load)  # per-model levels for autoscalers
     routing: Routing = field(default_factory=Routing)  # replica pools' decisions and KV-events feeds
     tracer: Tracer | None = None  # set when the config has a tracing section
+    conversations: Conversations = field(default_factory=lambda: Conversations(LocalStore(ResponsesStore())))
     draining: bool = False  # set on shutdown: /ready says 503, requests cut at the drain's end say why
 
     # The current generation's parts, for readers outside a request (probes, admin, status).

@@ -1,6 +1,8 @@
 """The memory that non-streamed upstream answers hold while they are read is bounded for the whole
-process (``server.max_buffered_bytes``): a burst of big answers gets some 502s in the client's dialect
-naming the budget, never a 500, and the process's peak memory stays bounded. Every answer's share of
+process (``server.max_buffered_bytes``): a burst of big answers gets some 503s (this process's
+condition: retry shortly, no fallback, no target cooled) in the client's dialect naming the budget,
+never a 500; an answer bigger than the whole budget is a 502, not retried; and the process's peak
+memory stays bounded. Every answer's share of
 the budget comes back however its read ends (whole, broken off, cancelled), so later requests are
 served."""
 
@@ -110,7 +112,7 @@ async def ask(gw: Any) -> tuple[int, Any]:
     body = {"model": "m", "prompt": "hi", "max_tokens": 4}
     async with gw.session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
         if resp.status != 200:
-            return resp.status, await resp.json()
+            return resp.status, {**await resp.json(), "retry_after": resp.headers.get("Retry-After")}
         size = 0
         async for chunk in resp.content.iter_any():
             size += len(chunk)
@@ -133,12 +135,13 @@ async def test_a_burst_of_big_answers_stays_within_the_budget(gw: Any, big: tupl
     got = await asyncio.gather(*(ask(gw) for _ in range(BURST)))
     growth = peak_rss() - before
     print(f"peak RSS growth {growth / MIB:.0f} MiB; statuses {sorted(s for s, _ in got)}")
-    assert {status for status, _ in got} == {200, 502}, got
+    assert {status for status, _ in got} == {200, 503}, got
     for status, reply in got:
         if status == 200:
             assert reply > TEXT
-        else:  # OpenAI's envelope, naming the setting
-            assert reply["error"]["code"] == "upstream_failed" and "max_buffered_bytes" in reply["error"]["message"]
+        else:  # OpenAI's envelope, naming the setting; retry shortly
+            assert reply["error"]["code"] == "overloaded" and "max_buffered_bytes" in reply["error"]["message"]
+            assert reply["retry_after"] == "1"
     # Read within the budget, two answers are held at once, and those served are decoded and rendered
     # (a few copies each): 140-190 MiB here. Unbounded, all eight were, twice over while joined: 700+.
     assert growth < 14 * TEXT, growth
@@ -163,3 +166,33 @@ async def test_a_read_broken_off_or_cancelled_gives_its_share_back(
     with contextlib.suppress(asyncio.CancelledError):
         await asking
     await until(lambda: budget.held == 0)
+
+
+async def test_a_full_buffer_falls_back_nowhere_and_cools_no_target(
+    gateway: GatewayFactory, big: tuple[BigUpstream, TestServer]
+) -> None:
+    """Two targets behind one model: the answers the full buffer refused are not asked of the other
+    target (its answer would draw on the same buffer, and the first's tokens are spent), and neither
+    target is benched for this process's condition."""
+    upstream, server = big
+    upstream.together = BURST
+    base = str(server.make_url("/v1"))
+    target = {"provider": "openai", "base_url": base, "api_key_env": UPSTREAM_KEY_ENV}
+    models = [{"name": "m", "targets": [{**target, "name": "a"}, {**target, "name": "b"}]}]
+    gw = await gateway(config(models, server={"max_buffered_bytes": BUDGET}))
+    got = await asyncio.gather(*(ask(gw) for _ in range(BURST)))
+    assert 503 in {status for status, _ in got} and upstream.arrived == BURST  # no second try
+    health = gw.server.app[GATEWAY].models.health
+    assert all(not h.cool_until and not h.failures for h in health.values()), health
+
+
+async def test_an_answer_past_the_whole_budget_is_a_502_not_retried(
+    gateway: GatewayFactory, big: tuple[BigUpstream, TestServer]
+) -> None:
+    base = str(big[1].make_url("/v1"))
+    models = [{"name": "m", "targets": [{"provider": "openai", "base_url": base, "api_key_env": UPSTREAM_KEY_ENV}]}]
+    gw = await gateway(config(models, server={"max_buffered_bytes": TEXT // 2}))
+    status, reply = await ask(gw)
+    assert status == 502 and reply["error"]["code"] == "upstream_failed", reply
+    assert "more than the gateway may hold at once" in reply["error"]["message"]
+    assert big[0].arrived == 1

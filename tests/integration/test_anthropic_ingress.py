@@ -106,7 +106,9 @@ async def test_cell(gateway: GatewayFactory, upstream: Any, kind: str, stream: b
     assert usage["cache_read_input_tokens"] == 0 and usage["cache_creation_input_tokens"] == 0
     assert sent["max_tokens"] == 4
     messages = sent.get("messages")
-    if messages is not None:  # chat wires: the system blocks are the system message
+    if kind == "anthropic":  # the client's body went as it came (but the model)
+        assert sent["system"] == [{"type": "text", "text": "Be brief."}] and sent["model"] == "up-model"
+    elif messages is not None:  # chat wires: the system blocks are the system message
         assert messages[0] == {"role": "system", "content": "Be brief."}
 
 

@@ -48,6 +48,9 @@ async def wait_healthy(url: str, proc: subprocess.Popen[bytes], limit: float = 2
     raise AssertionError("gateway did not become healthy")
 
 
+PACED = "auth: none\nmodels:\n  - name: m\n    targets: [{provider: mock, engine: {tokens_per_second: 20}}]\n"
+
+
 @pytest.fixture
 async def serve() -> AsyncIterator[Any]:
     procs: list[subprocess.Popen[bytes]] = []
@@ -190,9 +193,7 @@ async def test_sigterm_drains_streams_and_cuts_the_rest_in_their_dialect(serve: 
     """SIGTERM: the listener closes at once; a stream that ends within the drain period ends cleanly; one
     that would run past it is cut there with the dialect's in-band error, never a clean end."""
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(
-        "auth: none\nmodels:\n  - name: m\n    targets: [{provider: mock, engine: {tokens_per_second: 20}}]\n"
-    )
+    cfg.write_text(PACED)
     url, proc = await serve(["--config", str(cfg), "--drain-seconds", "3"], {})
     async with aiohttp.ClientSession() as session:
 
@@ -217,6 +218,48 @@ async def test_sigterm_drains_streams_and_cuts_the_rest_in_their_dialect(serve: 
     with pytest.raises(aiohttp.ClientConnectionError):  # the listener closed with the signal
         async with aiohttp.ClientSession() as session, session.get(url + "/ready"):
             pass
+
+
+async def test_a_request_on_a_keep_alive_connection_during_the_drain_gets_503_at_once(
+    serve: Any, tmp_path: Path
+) -> None:
+    """A connection opened before SIGTERM stays open through the drain: a request on it is answered 503
+    ``shutting_down`` in its dialect (and the connection closed after it) while a stream still holds the
+    drain, rather than no answer until the drain ends."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(PACED)
+    url, proc = await serve(["--config", str(cfg), "--drain-seconds", "60"], {})
+    async with (
+        aiohttp.ClientSession() as streams,
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1)  # one connection, kept alive: never a new one
+        ) as kept,
+    ):
+        async with kept.get(url + "/ready") as resp:
+            assert resp.status == 200
+        started = asyncio.Event()
+
+        async def hold() -> None:
+            body = {"model": "m", "prompt": "drain", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+            async with streams.post(url + "/v1/completions", json=body) as resp:
+                await resp.content.readline()
+                started.set()
+                await resp.content.read()
+
+        holding = asyncio.create_task(hold())  # 100 s at 20 tokens/s: it holds the whole drain
+        await asyncio.wait_for(started.wait(), 30)
+        proc.send_signal(signal.SIGTERM)
+        while True:  # on the kept connection, until the drain has begun
+            async with kept.get(url + "/ready") as resp:
+                if resp.status == 503:
+                    break
+        body = {"model": "m", "prompt": "late", "max_tokens": 4}
+        async with kept.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 503 and resp.headers["Connection"] == "close"
+            assert (await resp.json())["error"]["code"] == "shutting_down"
+        assert not holding.done()  # answered while the drain still runs: at once, not at its end
+        proc.kill()
+        await asyncio.gather(holding, return_exceptions=True)
 
 
 def cli(args: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -368,7 +411,8 @@ async def test_admin_actions_are_audited_and_the_cli_shows_tables_or_json(serve:
     assert row.startswith(issued["id"]) and "ci bot" in row and " t,u " in row and row.endswith("active")
     assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +never ", row), row
     as_json = await asyncio.to_thread(cli, ["keys", "list", "--url", url, "--json"], admin_env)
-    assert json.loads(as_json.stdout)["keys"] == [{k: v for k, v in issued.items() if k != "key"}]
+    public = {k: v for k, v in issued.items() if k not in ("key", "stored", "warning")}  # said once, at issue
+    assert json.loads(as_json.stdout)["keys"] == [public]
     revoked = await asyncio.to_thread(cli, ["keys", "revoke", issued["id"], "--url", url], admin_env)
     assert revoked.stdout == f"revoked key {issued['id']} (teams: t, u)\n", revoked.stderr
     wrong = await asyncio.to_thread(cli, ["keys", "list", "--url", url], {"LLM_GATEWAY_ADMIN_KEY": "not-it"})

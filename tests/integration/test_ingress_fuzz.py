@@ -15,6 +15,7 @@ import asyncio
 import http.client
 import json
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,20 +25,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.dialects import ANTHROPIC, FRIENDLI, OPENAI, SGP_V4, SGP_V5
+from gateway.dialects import ANTHROPIC, EMBEDDINGS, FRIENDLI, OPENAI, RESPONSES, SGP_V4, SGP_V5
 from gateway.dialects.anthropic import CountTokensBody, MessagesBody
 from gateway.dialects.base import Dialect
 from gateway.dialects.friendli.schema import FriendliChatBody, FriendliCompletionBody
 from gateway.dialects.octoai import OctoChatBody, OctoExtras
+from gateway.dialects.openai.embeddings import EmbeddingsBody
 from gateway.dialects.openai.schema import CompletionBody, OpenAIChatBody
+from gateway.dialects.responses.schema import ResponsesBody
 from gateway.dialects.sgp import SGPChatBody, SGPCompletionBody
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BEARER, KEY
+from tests.integration.test_responses import scripted_target, scripted_upstream
 
 JSON = Any
 ANSWER_TIMEOUT = 20.0  # seconds: a hang, not a slow answer, on a busy machine
-# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 12,000-request
-# acceptance run over the twelve paths (CONTRIBUTING.md).
+# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 14,000-request
+# acceptance run over the fourteen paths (CONTRIBUTING.md).
 EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "60"))
 OPENAI_H = {**BEARER, "Content-Type": "application/json"}
 FRIENDLI_H = {**OPENAI_H, "X-Friendli-Team": "team1"}
@@ -73,7 +77,15 @@ PATHS = [
     Path("/v5/chat/completions", SGP_H, SGP_V5, True, CHAT_FIELDS),
     Path("/v1/messages", ANTHROPIC_H, ANTHROPIC, True, names(MessagesBody)),
     Path("/v1/messages/count_tokens", ANTHROPIC_H, ANTHROPIC, True, names(CountTokensBody)),
+    Path("/v1/responses", OPENAI_H, RESPONSES, True, names(ResponsesBody)),
+    Path("/v1/embeddings", OPENAI_H, EMBEDDINGS, False, names(EmbeddingsBody)),
 ]
+# The valid body each path's hostile fields are laid over, where it is not a completion or a chat.
+BASES: dict[str, dict[str, JSON]] = {
+    "/v1/messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/responses": {"model": "m", "input": "hi", "max_output_tokens": 4},
+    "/v1/embeddings": {"model": "e", "input": ["hi", "there"]},
+}
 
 
 class Raw:
@@ -161,7 +173,9 @@ def encode(body: JSON) -> bytes:
 
 
 def base(p: Path) -> dict[str, JSON]:
-    body: dict[str, JSON] = {"model": "m"} if p.path.endswith("count_tokens") else {"model": "m", "max_tokens": 4}
+    if p.path in BASES:
+        return BASES[p.path]
+    body: dict[str, JSON] = {"model": "m", "max_tokens": 4}
     return body | ({"messages": [{"role": "user", "content": "hi"}]} if p.chat else {"prompt": "hi"})
 
 
@@ -265,9 +279,11 @@ def exchange(url: str, p: Path, raw: bytes) -> tuple[int, bytes]:
 
 
 @pytest.fixture
-async def gw(gateway: GatewayFactory, upstream: Any) -> Any:
+async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
     server = await upstream("openai")
-    return await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    async with scripted_upstream() as embedder:  # an embedding model's upstream
+        embedding = {"name": "e", "kind": "embedding", "targets": [scripted_target(embedder)]}
+        yield await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}, embedding]))
 
 
 @pytest.mark.parametrize("p", PATHS, ids=lambda p: p.path)

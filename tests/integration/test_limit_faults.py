@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import redis_client
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
@@ -30,6 +31,7 @@ REQUEST = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
 TEAMS = {
     "a": TeamPolicy(LimitValues(concurrency=2)),
     "b": TeamPolicy(LimitValues(rpm=1000)),
+    "c": TeamPolicy(LimitValues(rpm=4, rpm_burst=4)),
 }
 
 
@@ -193,3 +195,31 @@ async def test_held_settlements_keep_usage_whole_within_their_bound() -> None:
     assert sum(s.requests for s in held) == 25 and sum(s.completion for s in held) == 75
     assert sum(s.correction for s in held) == -25
     assert metrics.LEASES_DROPPED.n - leases == 25 - len(held)
+
+
+async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(server: RedisServer) -> None:
+    """``on_failure: open`` while Redis flaps: the slots this process holds in Redis and the rate it
+    used through Redis count against its in-process share, so the limits do not double (8 of 4
+    concurrent, 15 req/s of 10, before)."""
+    admission, limiter, client = admission_on(server.url, {})
+    try:
+        async with running(admission):
+            held = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]  # both slots, in Redis
+            used = [await admission.admit(Ask("c", "k1", REQUEST)) for _ in range(4)]  # the rate's burst
+            for plan in used:
+                admission.release(plan, 1, 1)
+            server.stop()
+            for team in ("a", "c"):  # each would have a fresh share without what Redis admitted here
+                with pytest.raises(GatewayError) as refused:
+                    await admission.admit(Ask(team, "k1", REQUEST))
+                assert refused.value.status in (429, 504), refused.value
+            assert not limiter.up  # the refusals were this process's share's, Redis being down
+            admission.release(held[0], 1, 1)  # a slot held in Redis ends: free in the share too
+
+            async def settled() -> bool:
+                return not admission.pending
+
+            assert await until(settled, 5)
+            await admission.admit(Ask("a", "k1", REQUEST))
+    finally:
+        await client.aclose()

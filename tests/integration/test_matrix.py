@@ -35,14 +35,17 @@ async def test_cell(gateway: GatewayFactory, upstream: Any, ingress: Ingress, ki
         assert answer.done == ingress.done, answer.raw[-80:]
     assert sent["model"] == "up-model" and sent["max_tokens"] == 4
     assert not any(k.startswith("guided_") for k in sent)
-    if kind.startswith("sgp"):
+    if kind.startswith("sgp") or kind == "anthropic":
         assert server.requests[-1].headers["x-api-key"] == "upstream-key"
+        assert kind != "anthropic" or server.requests[-1].headers["anthropic-version"] == "2023-06-01"
     else:
         assert server.requests[-1].headers["authorization"] == "Bearer upstream-key"
     assert all(KEY_FRAGMENT not in v for v in server.requests[-1].headers.values())
-    if ingress.name.startswith("friendli") and (not stream or ingress.name == "friendli2024"):
+    if kind == "anthropic":  # Anthropic takes no seed: a drawn one is taken off (tests/unit/test_seeds.py)
+        assert "seed" not in sent, sent
+    elif ingress.name.startswith("friendli") and (not stream or ingress.name == "friendli2024"):
         # Friendli reports the seed used; the client gave none, so the gateway drew one and sent it
-        # (every kind here takes a seed; tests/unit/test_seeds.py has one that does not)
+        # (every other kind here takes a seed)
         assert isinstance(sent.get("seed"), int), sent
     elif ingress.name == "friendli":  # today's stream chunks report no seed: none is drawn for them
         assert "seed" not in sent, sent

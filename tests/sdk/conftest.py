@@ -30,6 +30,9 @@ TEAM = "team1"
 OTHER_TEAM = "team2"
 MODEL = "tiny"
 DEAD_MODEL = "dead"
+CLAUDE_MODEL = "claude"  # on the fake upstream's Anthropic wire
+ANTHROPIC_KEY = "sk-ant-fake-upstream-key"
+ANTHROPIC_KEY_ENV = "SDK_TIER_ANTHROPIC_KEY"
 START_TIMEOUT = 30.0
 ENVS_TIMEOUT = 1800.0  # a cold build of all eight venvs takes a minute or two; a slow index, longer
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
@@ -130,9 +133,10 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     pytest.fail(f"gateway /health not 200 within {START_TIMEOUT:.0f} s ({last})\ngateway output:\n{tail(log)}")
 
 
-def gateway_config(upstream_url: str) -> str:
-    """``tiny`` on the fake upstream; ``DEAD_MODEL`` on a port nothing listens on (it cools down after
-    three failures: the overloaded cases)."""
+def gateway_config(upstream_url: str, claude_url: str) -> str:
+    """``tiny`` on the fake upstream; ``CLAUDE_MODEL`` on the fake's Anthropic wire (its key from the
+    environment, as a deployment gives it); ``DEAD_MODEL`` on a port nothing listens on (it cools down
+    after three failures: the overloaded cases)."""
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     return f"""models:
   - name: {MODEL}
@@ -140,6 +144,12 @@ def gateway_config(upstream_url: str) -> str:
       - provider: openai
         base_url: {upstream_url}
         model: {MODEL}
+  - name: {CLAUDE_MODEL}
+    targets:
+      - provider: anthropic
+        base_url: {claude_url}
+        model: {CLAUDE_MODEL}
+        api_key_env: {ANTHROPIC_KEY_ENV}
   - name: {DEAD_MODEL}
     targets:
       - provider: openai
@@ -159,7 +169,7 @@ teams:
 def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """The fake upstream and a gateway in front of it, for the whole session."""
     tmp = tmp_path_factory.mktemp("sdk-gateway")
-    env = clean_env(PYTHONUNBUFFERED="1")
+    env = clean_env(PYTHONUNBUFFERED="1", **{ANTHROPIC_KEY_ENV: ANTHROPIC_KEY})
     files: list[IO[bytes]] = []
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -181,9 +191,21 @@ def gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
         procs.append(upstream)
         upstream_url = wait_ready_line(upstream, up_out, up_err)
+        claude_out, claude_out_f = log_file("anthropic.out")
+        claude_err, claude_err_f = log_file("anthropic.err")
+        fake_anthropic = [sys.executable, "-m", "tests.fakes.upstream", "--port", "0", "--kind", "anthropic"]
+        claude = subprocess.Popen(
+            [*fake_anthropic, "--model", CLAUDE_MODEL, "--api-key", ANTHROPIC_KEY],
+            cwd=ROOT,
+            stdout=claude_out_f,
+            stderr=claude_err_f,
+            env=env,
+        )
+        procs.append(claude)
+        claude_url = wait_ready_line(claude, claude_out, claude_err)
 
         config = tmp / "gateway.yaml"
-        config.write_text(gateway_config(upstream_url))
+        config.write_text(gateway_config(upstream_url, claude_url))
         port = free_port()
         log, log_f = log_file("gateway.log")
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1"]

@@ -12,7 +12,7 @@ from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, Up
 from gateway.core.request import Feature
 from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
 from gateway.dialects import ANTHROPIC
-from gateway.dialects.anthropic.parse import check_betas, parse
+from gateway.dialects.anthropic.parse import parse, unhonoured_betas
 from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error
 from gateway.limits.plan import estimate_prompt
 
@@ -98,10 +98,8 @@ def test_long_system_and_tool_results_raise_the_estimate() -> None:
     [
         ({"max_tokens": None}, "max_tokens"),
         ({"temperature": 1.5}, "temperature"),
-        ({"container": "x"}, "container"),
         ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0]"),
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]"),
         ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
         ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f", "input_schema": {}}]}, "tool_choice.name"),
         ({"stop_sequences": [""]}, "stop_sequences"),
@@ -114,13 +112,22 @@ def test_refusals_name_the_field(fields: JSON, named: str) -> None:
     assert named in err.value.message
 
 
-def test_thinking_is_a_feature_and_betas_are_refused_by_name() -> None:
+def test_thinking_and_platform_features_are_named_features() -> None:
     req = parse(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert Feature.THINKING in req.features and req.field_name(Feature.THINKING) == "thinking"
     assert Feature.THINKING not in parse(body(thinking={"type": "disabled"})).features
-    check_betas({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"})
-    with pytest.raises(InvalidRequest, match="interleaved-thinking-2025-05-14"):
-        check_betas({"anthropic-beta": "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"})
+    assert (
+        unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"}) == ""
+    )
+    betas = unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"})
+    assert betas == "interleaved-thinking-2025-05-14"
+    req = parse(body(), betas)
+    assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta interleaved-thinking-2025-05-14"
+    assert req.extra_headers == {"anthropic-beta": betas}
+    server = parse(body(tools=[{"type": "web_search_20250305", "name": "web_search"}]))
+    assert server.field_name(Feature.ANTHROPIC_NATIVE).startswith("tools[0] (server tool 'web_search_20250305'")
+    assert parse(body(container="c")).field_name(Feature.ANTHROPIC_NATIVE).startswith("container (")
+    assert parse(body(container="c")).native == body(container="c")  # for an Anthropic target, as it came
 
 
 def decode(raw: bytes) -> list[tuple[str, JSON]]:
@@ -192,3 +199,111 @@ def test_errors_in_anthropics_envelope() -> None:
 def test_gateway_503_is_anthropics_529_overloaded() -> None:
     reply = ANTHROPIC.error(NoHealthyTarget("all cooling"))
     assert (reply.status, reply.body["error"]["type"]) == (529, "overloaded_error")
+
+
+# --- the egress side: the internal request as a Messages body, and Anthropic's answers back --------
+
+
+def test_egress_encodes_what_anthropic_requires() -> None:
+    from gateway.core.request import ChatMessage, ChatOptions, InternalRequest, Operation, Sampling
+    from gateway.dialects.anthropic.egress import encode
+
+    req = InternalRequest(
+        Operation.CHAT,
+        "m",
+        messages=(
+            ChatMessage("system", "s1"),
+            ChatMessage("user", ({"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}},)),
+            ChatMessage("user", "more"),
+            ChatMessage(
+                "assistant",
+                None,
+                tool_calls=({"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},),
+            ),
+            ChatMessage("tool", "42", tool_call_id="c1"),
+        ),
+        sampling=Sampling(stop=("END",), temperature=0.5),
+        chat=ChatOptions(
+            tools=({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},),
+            tool_choice="auto",
+            parallel_tool_calls=False,
+        ),
+        user="u",
+    )
+    body = encode(req, "claude")
+    assert body["system"] == "s1" and body["max_tokens"] == 4096 and body["stop_sequences"] == ["END"]
+    assert [t["role"] for t in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][0]["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"}},
+        {"type": "text", "text": "more"},
+    ]
+    assert body["messages"][1]["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]
+    assert body["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "c1", "content": "42"}]
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert body["metadata"] == {"user_id": "u"} and body["temperature"] == 0.5
+
+
+def test_egress_reads_anthropics_stream() -> None:
+    from gateway.core.response import Accumulator
+    from gateway.dialects.anthropic.egress import EventReader
+
+    reader = EventReader()
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "model": "claude",
+                "usage": {
+                    "input_tokens": 5,
+                    "cache_read_input_tokens": 2,
+                    "cache_creation_input_tokens": 1,
+                    "output_tokens": 1,
+                },
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "ping"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+        },
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"a":'}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 7},
+        },
+        {"type": "message_stop"},
+    ]
+    acc = Accumulator()
+    for ev in events:
+        acc.extend(reader.decode(ev))
+    acc.extend(reader.finish())
+    done = acc.completion()
+    (choice,) = done.choices
+    assert choice.text == "Hi" and choice.finish_reason == "tool_calls" and reader.finished
+    args = "".join(c["function"]["arguments"] for c in choice.tool_calls or ())
+    assert args == '{"a":1}' and (choice.tool_calls or [])[0]["id"] == "toolu_1"
+    assert done.usage == Usage(8, 7, cached_tokens=2, cache_write_tokens=1)
+
+
+def test_egress_refuses_what_has_no_anthropic_form() -> None:
+    from gateway.core.request import ChatMessage, InternalRequest, Operation, Sampling
+    from gateway.dialects.anthropic.egress import encode
+
+    with pytest.raises(InvalidRequest, match="presence_penalty"):
+        encode(
+            InternalRequest(
+                Operation.CHAT, "m", messages=(ChatMessage("user", "x"),), sampling=Sampling(presence_penalty=1)
+            ),
+            "c",
+        )
+    bad_args = ChatMessage("assistant", None, tool_calls=({"id": "c", "function": {"name": "f", "arguments": "[1]"}},))
+    with pytest.raises(InvalidRequest, match=r"messages\[0\]\.tool_calls\[0\]\.function\.arguments"):
+        encode(InternalRequest(Operation.CHAT, "m", messages=(bad_args,)), "c")

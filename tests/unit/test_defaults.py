@@ -56,3 +56,69 @@ def test_cool_down_names_its_cause() -> None:
         models.order(route)
     assert "last failure: target 'local-vllm' at http://x is unreachable (refused)" in caught.value.message
     assert int(caught.value.headers["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "gateway.example"])
+def test_the_open_default_refuses_an_address_beyond_loopback(
+    host: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a key the embedded default answers anyone: beyond loopback, with OPENAI_API_KEY set, an
+    open relay spending the key. ``serve`` exits before listening with one line saying how to proceed."""
+    from gateway.cli import main
+
+    monkeypatch.delenv("LLM_GATEWAY_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    assert main(["serve", "--host", host, "--port", "1"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --host ") and "LLM_GATEWAY_API_KEY" in line and "--allow-open" in line
+
+
+def test_a_key_loopback_or_allow_open_lets_the_default_serve() -> None:
+    from gateway.runtime.defaults import open_refusal
+
+    config, _ = embedded({})
+    assert open_refusal(config, "0.0.0.0", allow_open=False) is not None
+    assert open_refusal(config, "0.0.0.0", allow_open=True) is None
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert open_refusal(config, loopback, allow_open=False) is None
+    keyed, _ = embedded({"LLM_GATEWAY_API_KEY": "k"})
+    assert open_refusal(keyed, "0.0.0.0", allow_open=False) is None
+
+
+def test_the_printed_openai_line_runs_and_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    """The SDK line, pasted as printed, runs a whole (not streamed) completion and prints its text; the
+    openai package is replaced by one that records the call."""
+    import shlex
+    import sys
+    import types
+
+    calls: list[dict[str, object]] = []
+
+    class Completions:
+        def create(self, **kwargs: object) -> object:
+            calls.append(kwargs)
+            message = types.SimpleNamespace(content="the answer")
+            return types.SimpleNamespace(choices=[types.SimpleNamespace(message=message)])
+
+    class OpenAI:
+        def __init__(self, base_url: str, api_key: str) -> None:
+            self.chat = types.SimpleNamespace(completions=Completions())
+
+    config, local = embedded({})
+    (line,) = [x for x in announcement(config, local, "127.0.0.1", 8080) if "openai SDK" in x]
+    words = shlex.split(line.partition(": ")[2])
+    assert words[:2] == ["python", "-c"]
+    fake = types.ModuleType("openai")
+    fake.OpenAI = OpenAI  # type: ignore[attr-defined]
+    saved = sys.modules.get("openai")
+    sys.modules["openai"] = fake
+    try:
+        exec(words[2], {})
+    finally:
+        if saved is not None:
+            sys.modules["openai"] = saved
+        else:
+            del sys.modules["openai"]
+    assert capsys.readouterr().out == "the answer\n"
+    (call,) = calls
+    assert call["model"] == "demo" and "stream" not in call

@@ -4,7 +4,7 @@ and Claude Code send them.
 The bodies are in ``schema``, their parsing in ``parse``, answers and errors in ``render``; this module
 builds the dialect from them. The key comes as ``x-api-key`` or, as current SDKs send it,
 ``Authorization: Bearer``; ``anthropic-version`` is accepted as given, and an ``anthropic-beta`` the
-gateway cannot honour is refused by name.
+gateway cannot honour elsewhere is sent on to Anthropic targets and refused by name by the others.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Completion
-from gateway.dialects.anthropic.parse import check_betas, parse, parse_count
+from gateway.dialects.anthropic.parse import parse, parse_count, unhonoured_betas
 from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error, render
 from gateway.dialects.anthropic.schema import CountTokensBody, MessagesBody
 from gateway.dialects.base import ErrorReply, StreamEncoder
@@ -29,12 +29,16 @@ class AnthropicDialect:
     bearer_too = True  # current SDKs send the key as Authorization: Bearer
     team_header = "anthropic-workspace-id"  # Anthropic's workspace: the gateway's team
 
+    def __init__(self, betas: str = "") -> None:
+        self.betas = betas  # this request's betas that only Anthropic honours
+
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> AnthropicDialect:
-        check_betas(headers)
-        return self
+        """Itself, or for a request with betas only Anthropic honours, a dialect that carries them."""
+        betas = unhonoured_betas(headers)
+        return AnthropicDialect(betas) if betas else self
 
     def parse(self, operation: Operation, body: dict[str, JSON], flavour: str) -> InternalRequest:
-        return parse_count(body) if flavour == "count_tokens" else parse(body)
+        return parse_count(body) if flavour == "count_tokens" else parse(body, self.betas)
 
     def render(self, request: InternalRequest, completion: Completion) -> JSON:
         return render(request, completion)

@@ -17,7 +17,7 @@ from pydantic_core import to_json
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
 from gateway.dialects.anthropic.schema import (
-    REFUSED_FIELDS,
+    PLATFORM_FIELDS,
     Block,
     CountTokensBody,
     ImageBlock,
@@ -42,16 +42,20 @@ HONOURED_BETAS = frozenset(
 ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
 
 
-def check_betas(headers: Mapping[str, str]) -> None:
-    for beta in (b.strip() for b in headers.get("anthropic-beta", "").split(",")):
-        if beta and beta not in HONOURED_BETAS:
-            raise InvalidRequest(f"anthropic-beta '{beta}' is not supported by the gateway", param="anthropic-beta")
+def unhonoured_betas(headers: Mapping[str, str]) -> str:
+    """The ``anthropic-beta`` values only Anthropic's platform can honour, comma-separated."""
+    betas = (b.strip() for b in headers.get("anthropic-beta", "").split(","))
+    return ",".join(b for b in betas if b and b not in HONOURED_BETAS)
 
 
-def refuse_platform_fields(data: dict[str, JSON]) -> None:
-    for name, why in REFUSED_FIELDS.items():
+def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
+    """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
+    by name, with the reason, by every other target."""
+    if betas:
+        fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {betas.split(',')[0]}")
+    for name, why in PLATFORM_FIELDS.items():
         if name in data:
-            raise InvalidRequest(f"'{name}' is not supported: {why}", param=name)
+            fs.use(Feature.ANTHROPIC_NATIVE, f"{name} ({why})")
 
 
 def text_of(blocks: Sequence[TextBlock]) -> str:
@@ -139,11 +143,11 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
     return tuple(out)
 
 
-def function(tool: Tool, i: int) -> dict[str, JSON]:
+def function(tool: Tool, i: int, fs: FeatureSet) -> dict[str, JSON]:
     if tool.type not in (None, "custom"):
-        raise InvalidRequest(
-            f"'tools[{i}]': server tool '{tool.type}' runs only on Anthropic's platform", param=f"tools[{i}].type"
-        )
+        # Anthropic runs it: its body goes to Anthropic targets as it came; other targets refuse it
+        fs.use(Feature.ANTHROPIC_NATIVE, f"tools[{i}] (server tool '{tool.type}', run only by Anthropic)")
+        return {"type": "function", "function": {"name": tool.name, "parameters": {"type": "object"}}}
     if tool.input_schema is None:
         raise InvalidRequest(f"'tools[{i}].input_schema' is required", param=f"tools[{i}].input_schema")
     fn: dict[str, JSON] = {"name": tool.name, "parameters": tool.input_schema}
@@ -175,17 +179,17 @@ def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
     choice = b.tool_choice
     parallel = False if choice is not None and choice.disable_parallel_tool_use else None
     return ChatOptions(
-        tools=tuple(function(t, i) for i, t in enumerate(b.tools)) if b.tools else None,
+        tools=tuple(function(t, i, fs) for i, t in enumerate(b.tools)) if b.tools else None,
         tool_choice=tool_choice(choice) if b.tools else None,
         parallel_tool_calls=parallel if b.tools else None,
         reasoning={"thinking": thinking.model_dump(exclude_none=True)} if thinking is not None else None,
     )
 
 
-def parse(data: dict[str, JSON]) -> InternalRequest:
-    refuse_platform_fields(data)
-    b = validate(MessagesBody, data)
+def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     fs = FeatureSet()
+    platform_only(data, betas, fs)
+    b = validate(MessagesBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
     top_k = b.top_k if b.top_k not in (None, -1) else None
     fs.use(Feature.TOP_K, "top_k", top_k is not None)
     stop = stop_list(b.stop_sequences, "stop_sequences", cap=None)
@@ -203,6 +207,8 @@ def parse(data: dict[str, JSON]) -> InternalRequest:
         stream=stream,
         stream_usage=stream,
         user=b.metadata.user_id if b.metadata is not None else None,
+        extra_headers={"anthropic-beta": betas} if betas else None,
+        native=data,
         features=fs.frozen(),
         fields=fs.fields,
     )
@@ -210,9 +216,8 @@ def parse(data: dict[str, JSON]) -> InternalRequest:
 
 def parse_count(data: dict[str, JSON]) -> InternalRequest:
     """A count_tokens body: the request it would be, with no answer asked for."""
-    refuse_platform_fields(data)
-    b = validate(CountTokensBody, data)
     fs = FeatureSet()
+    b = validate(CountTokensBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
     return InternalRequest(
         operation=Operation.CHAT,
         model=b.model,

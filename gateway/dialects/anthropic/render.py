@@ -65,14 +65,14 @@ def stop_reason(choice_reason: str | None, stop_sequence: str | None) -> str:
 
 
 def usage_json(usage: Usage | None) -> dict[str, JSON]:
-    """Anthropic counts cache reads apart from ``input_tokens``; cache writes are reported by Anthropic
-    targets only."""
+    """Anthropic counts cache reads and writes apart from ``input_tokens``; only Anthropic targets report
+    cache writes."""
     u = usage or Usage()
-    cached = u.cached_tokens or 0
+    cached, written = u.cached_tokens or 0, u.cache_write_tokens or 0
     return {
-        "input_tokens": max(0, u.prompt_tokens - cached),
+        "input_tokens": max(0, u.prompt_tokens - cached - written),
         "output_tokens": u.completion_tokens,
-        "cache_creation_input_tokens": u.cache_write_tokens or 0,
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": cached,
     }
 

@@ -148,9 +148,10 @@ class MessagesBody(CountTokensBody):
     service_tier: Literal["auto", "standard_only"] | None = None
 
 
-# Request fields of Anthropic's API that the gateway does not serve, and why: refused by name with the
-# reason (any other unknown field is refused as unknown).
-REFUSED_FIELDS: dict[str, str] = {
+# Request fields only Anthropic's platform serves, and why: the body goes to Anthropic targets as it
+# came; every other target refuses them by name with the reason (any other unknown field is refused
+# as unknown, by every target).
+PLATFORM_FIELDS: dict[str, str] = {
     "container": "code-execution containers run only on Anthropic's platform",
     "mcp_servers": "remote MCP servers are called only by Anthropic's platform",
     "output_config": "not served by the gateway",

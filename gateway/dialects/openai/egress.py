@@ -28,6 +28,7 @@ from gateway.core.response import (
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, usage_from
+from gateway.dialects.openai import embeddings
 from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
     VLLM_FEATURES,
@@ -155,7 +156,7 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
     # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
     # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
     # none, whose chunks the client gets as they are.
-    return token_ids and (req.want_token_ids or (not req.sampling.echo and req.relay != STREAM_FORMAT))
+    return token_ids and (req.want_token_ids or req.resumable or (not req.sampling.echo and req.relay != STREAM_FORMAT))
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
@@ -460,7 +461,7 @@ class OpenAIWire:
     extras: frozenset[Feature] = frozenset()
 
     def path(self, operation: Operation) -> str:
-        return "/chat/completions" if operation is Operation.CHAT else "/completions"
+        return PATHS[operation]
 
     def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
         headers = dict(request.extra_headers or {})
@@ -471,6 +472,8 @@ class OpenAIWire:
         return headers
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
+        if request.operation is Operation.EMBEDDING:
+            return embeddings.encode(request, model)
         if self.token_ids:
             vllm_ranges(request)
         body = encode(request, model, token_ids=self.token_ids)
@@ -486,6 +489,8 @@ class OpenAIWire:
         return body
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
+        if request.operation is Operation.EMBEDDING:
+            return embeddings.decode(data, len(request.prompts))
         s = request.sampling
         return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
 
@@ -495,5 +500,7 @@ class OpenAIWire:
         return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids), echoed)
 
 
-OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES)
-VLLM_WIRE = OpenAIWire(VLLM_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)
+PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}
+EMBEDDING_FEATURES = frozenset({F.EMBEDDING, F.DIMENSIONS})
+OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES | EMBEDDING_FEATURES)
+VLLM_WIRE = OpenAIWire(VLLM_FEATURES | EMBEDDING_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)

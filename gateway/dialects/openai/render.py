@@ -119,7 +119,9 @@ def render(style: Style, req: InternalRequest, c: Completion) -> dict[str, JSON]
     return out
 
 
-def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) -> Retouch | None:
+def retouch_for(
+    style: Style, start: StreamStart, want_usage: bool, chat: bool, want_ids: bool = True
+) -> Retouch | None:
     """What relayed chunks of the upstream that began with ``start`` need to be in ``style``: what
     the decoded path would write (it writes the first chunk's identity on every chunk); None: they are
     written as they came."""
@@ -133,9 +135,11 @@ def retouch_for(style: Style, start: StreamStart, want_usage: bool, chat: bool) 
     if not want_usage or style.usage_on_last_chunk:
         drops = (without_key(b"usage", b"null"),)
     token_ids = style.token_ids and start.token_ids
-    if not (drops or fingerprint or token_ids or chat):
+    # ids the upstream was asked for only for the gateway's own use (a stream that may resume)
+    hide_ids = start.token_ids and not want_ids
+    if not (drops or fingerprint or token_ids or chat or hide_ids):
         return None
-    return Retouch(drops, head, token_ids, fingerprint, kept, reasoning=chat)
+    return Retouch(drops, head, token_ids, fingerprint, kept, reasoning=chat, hide_ids=hide_ids)
 
 
 class ChunkEncoder:
@@ -272,7 +276,7 @@ class ChunkEncoder:
             head["system_fingerprint"] = ev.system_fingerprint or self.style.fingerprint or None
         self.head = head
         self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
-        self.retouch = retouch_for(self.style, ev, self.want_usage, self.chat)
+        self.retouch = retouch_for(self.style, ev, self.want_usage, self.chat, self.want_ids)
 
     def _shaped(self, shape: tuple[bytes, bytes]) -> None:
         """How the Tokens of ``shape`` (head, tail) are retouched: as the head and tail alone are. The

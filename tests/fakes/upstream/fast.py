@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar, cast
 
 from tests.fakes.upstream.errors import ApiError
 from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job
-from tests.fakes.upstream.wire import openai
+from tests.fakes.upstream.wire import openai, vllm
 
 PROMPT: Final = "Say hello"
 K = TypeVar("K")
@@ -89,12 +89,12 @@ class Answers:
         self.chunks = chunks
         self._engine = Engine(("tiny",))
         self._whole: dict[tuple[bool, str], bytes] = {}
-        self._streams: dict[tuple[bool, str, bool], Stream] = {}
+        self._streams: dict[tuple[bool, str, bool, bool], Stream] = {}
 
-    def _job(self, chat: bool, model: str, tokens: int, usage: bool | None) -> Job:
+    def _job(self, chat: bool, model: str, tokens: int, usage: bool | None, ids: bool = False) -> Job:
         """The model's answer to the benchmark's prompt: ``tokens`` long (EOS ignored); a stream if
-        ``usage`` is not None."""
-        body: dict[str, Any] = {"model": model, "max_tokens": tokens, "ignore_eos": True}
+        ``usage`` is not None; with vLLM's ``return_token_ids`` if ``ids``."""
+        body: dict[str, Any] = {"model": model, "max_tokens": tokens, "ignore_eos": True, "return_token_ids": ids}
         if usage is not None:
             body |= {"stream": True, "stream_options": {"include_usage": usage}}
         if chat:
@@ -108,13 +108,15 @@ class Answers:
             keep(self._whole, (chat, model), hit)
         return hit
 
-    def stream(self, chat: bool, model: str, usage: bool) -> Stream:
-        hit = self._streams.get((chat, model, usage))
+    def stream(self, chat: bool, model: str, usage: bool, ids: bool = False) -> Stream:
+        """A stream in OpenAI's chunks; with ``ids`` (vLLM's ``return_token_ids``), in vLLM's."""
+        hit = self._streams.get((chat, model, usage, ids))
         if hit is None:
-            chunks = openai.chunks(self._job(chat, model, self.chunks, usage), chat)
+            job = self._job(chat, model, self.chunks, usage, ids)
+            chunks = vllm.WIRE.chunks(job, chat) if ids else openai.chunks(job, chat)
             frames = tuple(http_chunk(b"data: " + _dumps(c.payload) + b"\n\n") for c in chunks)
             hit = Stream(frames, DONE, b"".join(frames) + DONE)
-            keep(self._streams, (chat, model, usage), hit)
+            keep(self._streams, (chat, model, usage, ids), hit)
         return hit
 
 
@@ -253,7 +255,7 @@ class HttpProtocol(asyncio.Protocol):
                 return None
             options = data.get("stream_options")
             usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            stream = answers.stream(chat, model, usage)
+            stream = answers.stream(chat, model, usage, bool(data.get("return_token_ids")))
             if self.settings.ttft or self.settings.gap:
                 return stream
             self.send(sse_head(close) + stream.joined)

@@ -19,6 +19,10 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``burst`` writes the whole stream at once, as a busy upstream's reads arrive.
 * ``cached=N`` is no fault: the usage reports N of the prompt tokens as served from a prefix cache
   (``prompt_tokens_details.cached_tokens``, as OpenAI and vLLM report them).
+* ``cache_write=N`` is no fault either: an Anthropic-wire usage reports N prompt tokens written to its
+  prompt cache (``cache_creation_input_tokens``).
+* ``tool=NAME`` makes a chat offered tools call NAME (not the first); ``tool_arg=TEXT`` gives each of
+  its required string arguments that text (not the answer's first word).
 * ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
   add ``id=x`` to tell two otherwise equal markers apart.
 """
@@ -35,7 +39,7 @@ from tests.fakes.upstream.jobs import message_text
 FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
-    | {"burst", "id", "cached", "stall_after", "first_token", "truncate"}
+    | {"burst", "id", "cached", "cache_write", "tool", "tool_arg", "stall_after", "first_token", "truncate"}
 )
 
 
@@ -50,6 +54,9 @@ class Faults:
     gap: float = 0.0  # hang_between + slow: seconds before every stream event after the first
     burst: bool = False
     cached: int = 0
+    cache_write: int = 0
+    tool: str | None = None
+    tool_arg: str | None = None
     stall_after: int | None = None
     first_token: float = 0.0
     truncate: str | None = None  # "length" (a Content-Length the body falls short of) or "chunked"
@@ -83,6 +90,9 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             gap=float(fields.get("hang_between") or 0) + float(fields.get("slow") or 0),
             burst="burst" in fields,
             cached=int(fields.get("cached") or 0),
+            cache_write=int(fields.get("cache_write") or 0),
+            tool=fields.get("tool"),
+            tool_arg=fields.get("tool_arg"),
             stall_after=int(fields["stall_after"]) if "stall_after" in fields else None,
             first_token=float(fields.get("first_token") or 0),
             truncate=(fields["truncate"] or "length") if "truncate" in fields else None,

@@ -93,6 +93,7 @@ class Job:
     prompt_logprobs: tuple[tuple[TokenLogprob | None, ...], ...] = ()
     seed: int | None = None
     cached: int = 0  # prompt tokens reported as served from a prefix cache (the ``cached`` marker)
+    cache_written: int = 0  # prompt tokens reported as written to a prompt cache (``cache_write``)
     tool_call: ToolCall | None = None  # the answer calls this tool; its steps are the arguments' pieces
 
     def prompt_of(self, index: int) -> Prompt:
@@ -215,7 +216,8 @@ def prompt_logprobs(vocab: Vocabulary, prompt: Prompt, k: int) -> tuple[TokenLog
     return (TokenLogprob(first, None, ()), *(token_logprob(t, i + 1, k, frozenset()) for i, t in enumerate(rest)))
 
 
-def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
+def chat_job(engine: Engine, body: JSON, request_id: str, tool: str | None = None, tool_arg: str = "") -> Job:
+    """``tool``, ``tool_arg``: the ``tool`` and ``tool_arg`` markers (the tool to call, its strings)."""
     req = parse(ChatRequest, body)
     check_request_level(req)
     engine.check_model(req.model)
@@ -230,35 +232,40 @@ def chat_job(engine: Engine, body: JSON, request_id: str) -> Job:
         return make_job(engine, req, [Prompt(text, engine.vocab.encode(text))], "chatcmpl", request_id, role=role)
     prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
     job = make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
-    return tool_job(job, req, last)
+    return tool_job(job, req, last, tool, tool_arg)
 
 
-def chosen_tool(req: ChatRequest) -> dict[str, Any] | None:
-    """The tool a model with vLLM's auto tool choice would call: the named one, else the first."""
+def chosen_tool(req: ChatRequest, name: str | None = None) -> dict[str, Any] | None:
+    """The tool a model with vLLM's auto tool choice would call: the named one (``tool_choice``, or the
+    ``tool`` marker's), else the first."""
     if not req.tools or req.tool_choice == "none":
         return None
     functions = [t.get("function") or {} for t in req.tools]
     if isinstance(req.tool_choice, dict):
         name = (req.tool_choice.get("function") or {}).get("name")
+    if name is not None:
         return next((f for f in functions if f.get("name") == name), None)
     return functions[0]
 
 
 def tool_arguments(fn: dict[str, Any], word: str) -> str:
-    """Arguments that fit the tool's schema: each string property the answer's first word, each number 1."""
-    props = (fn.get("parameters") or {}).get("properties") or {}
+    """Arguments that fit the tool's schema: its required properties (all, when it names none), each
+    string the answer's first word, each number 1, each boolean true."""
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    required = params.get("required") or list(props)
     values = {"string": word, "integer": 1, "number": 1, "boolean": True}
-    return json.dumps({name: values.get(p.get("type")) for name, p in props.items() if isinstance(p, dict)})
+    return json.dumps({n: values.get(p.get("type")) for n, p in props.items() if isinstance(p, dict) and n in required})
 
 
-def tool_job(job: Job, req: ChatRequest, last: ChatMessage | None) -> Job:
+def tool_job(job: Job, req: ChatRequest, last: ChatMessage | None, name: str | None = None, word: str = "") -> Job:
     """A chat with tools whose last message is the user's calls a tool (a tool's result gets text),
-    streaming the arguments in three pieces; ``n`` is 1 in such requests."""
-    fn = chosen_tool(req)
+    streaming the arguments in three pieces; ``n`` is 1 in such requests. ``name`` and ``word``: the
+    ``tool`` and ``tool_arg`` markers' choice of tool and of its string arguments."""
+    fn = chosen_tool(req, name)
     if fn is None or last is None or last.role != "user":
         return job
-    word = (job.choices[0].text.split() or ["x"])[0]
-    args = tool_arguments(fn, word)
+    args = tool_arguments(fn, word or (job.choices[0].text.split() or ["x"])[0])
     cuts = [0, len(args) // 3, 2 * len(args) // 3, len(args)]
     pieces = [args[a:b] for a, b in itertools.pairwise(cuts)]
     steps = tuple(

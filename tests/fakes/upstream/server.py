@@ -21,6 +21,7 @@ from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job, ren
 from tests.fakes.upstream.wire import WIRES, Chunk, Wire
 
 POLL_SECONDS: Final = 0.02
+GENERATION_PATHS: Final = ("/completions", "/messages")
 STALL_SECONDS: Final = 3600.0  # ``stall_after``: longer than any test waits
 JSON = dict[str, Any]
 
@@ -94,7 +95,7 @@ def try_json(raw: bytes) -> Any:
 @web.middleware
 async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Generation requests, refused ones included (probes of /models or /health are not recorded)."""
-    if request.path.endswith("/completions"):
+    if request.path.endswith(GENERATION_PATHS):
         raw = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         recorded = RecordedRequest(request.method, request.path, headers, try_json(raw), raw)
@@ -120,7 +121,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors into the wire's envelope; in-flight and hung-up counts for generation requests."""
     state = request.app[STATE]
-    counted = request.path.endswith("/completions")
+    counted = request.path.endswith(GENERATION_PATHS)
     state.active += int(counted)
     try:
         return await handler(request)
@@ -158,7 +159,7 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
         for n, item in enumerate(chunks):
             await pause(request, faults.gap if n else faults.first_token)
             sent.append(wire.dumps(item.payload).encode())
-            event = b"data: " + sent[-1] + b"\n\n"
+            event = (b"event: " + item.event.encode() + b"\n" if item.event else b"") + b"data: " + sent[-1] + b"\n\n"
             if faults.burst:
                 held.append(event)
             else:
@@ -176,7 +177,8 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
         if faults.error_after is not None:
             # vLLM's create_streaming_error_response: the error envelope as one more event, then [DONE].
             error = ApiError(500, "fake upstream: injected stream error")
-            held.append(b"data: " + wire.dumps(wire.error(error)).encode() + b"\n\n")
+            named = b"event: error\n" if wire.error_event else b""  # Anthropic's stream names its error
+            held.append(named + b"data: " + wire.dumps(wire.error(error)).encode() + b"\n\n")
         if wire.done:
             held.append(b"data: [DONE]\n\n")
         await response.write(b"".join(held))
@@ -202,7 +204,8 @@ async def truncated(request: web.Request, body: bytes, how: str) -> web.StreamRe
 def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
-        wire, chat = state.wire, request.path.endswith("/chat/completions")
+        wire = state.wire
+        chat = request.path.endswith(wire.chat_path)
         body = await json_body(request)
         faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
         await pause(request, faults.hang_before)
@@ -211,9 +214,13 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
         if faults.status is not None:
             raise faults.injected()
         # vLLM bases the response id on X-Request-Id when the client sends one.
-        job = build(state.engine, wire.read(body), request.headers.get("X-Request-Id") or uuid.uuid4().hex)
-        if faults.cached:
-            job = replace(job, cached=faults.cached)
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        if chat and faults.tool is not None:
+            job = chat_job(state.engine, wire.read(body), rid, faults.tool, faults.tool_arg or "")
+        else:
+            job = build(state.engine, wire.read(body), rid)
+        if faults.cached or faults.cache_write:
+            job = replace(job, cached=faults.cached, cache_written=faults.cache_write)
         if job.stream:
             return await stream(request, faults, wire.chunks(job, chat))
         await pause(request, faults.gap * max(len(c.steps) for c in job.choices))
@@ -298,7 +305,7 @@ def create_app(
             web.get("/metrics", metrics),
             *(web.get(prefix + "/models", list_models) for prefix in routes),
             web.post(wire.prefix + "/completions", generation_handler(completion_job)),
-            web.post(wire.prefix + "/chat/completions", generation_handler(chat_job)),
+            web.post(wire.prefix + wire.chat_path, generation_handler(chat_job)),
             web.post("/tokenize", tokenize_endpoint),
             web.post("/detokenize", detokenize_endpoint),
         ]

@@ -88,6 +88,8 @@ def overloaded():
             create(model=a.dead_model)
         except anthropic.APIStatusError as exc:
             seen.append([type(exc).__name__, exc.status_code])
+            if isinstance(exc, anthropic.OverloadedError):
+                break  # cooling down (already, on a second run in the same gateway's life)
     return {"seen": seen}
 
 

@@ -4,11 +4,21 @@ own codecs: nothing here imports the gateway."""
 
 from typing import Final
 
-from tests.fakes.upstream.wire import friendli, octoai, openai, sgp, vllm
+from tests.fakes.upstream.wire import anthropic, friendli, octoai, openai, sgp, vllm
 from tests.fakes.upstream.wire.base import Chunk, Wire
 
 WIRES: Final = {
-    w.name: w for w in (vllm.WIRE, openai.WIRE, friendli.WIRE, friendli.WIRE_2024, sgp.WIRE, sgp.WIRE_V4, octoai.WIRE)
+    w.name: w
+    for w in (
+        vllm.WIRE,
+        openai.WIRE,
+        friendli.WIRE,
+        friendli.WIRE_2024,
+        sgp.WIRE,
+        sgp.WIRE_V4,
+        octoai.WIRE,
+        anthropic.WIRE,
+    )
 }
 
 __all__ = ["WIRES", "Chunk", "Wire"]

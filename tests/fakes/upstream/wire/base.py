@@ -20,6 +20,7 @@ compact: Final = functools.partial(json.dumps, separators=(",", ":"), ensure_asc
 class Chunk:
     payload: JSON
     is_token: bool  # counts towards ``reset_after`` and ``error_after``
+    event: str | None = None  # the SSE event name (Anthropic names every event); None: data only
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class Wire:
     strict_models: bool = False  # unknown models answer 404 (vLLM) rather than being served anyway
     context: int = 131_072  # the served model's context length: vLLM's stand-in is small, vendors' large
     headers: tuple[tuple[str, str], ...] = field(default=())  # added to every answer
+    chat_path: str = "/chat/completions"  # the chat route under ``prefix`` (Anthropic: /messages)
+    error_event: bool = False  # an in-stream error is an ``event: error`` (Anthropic), not a data line
 
 
 def openai_error(exc: ApiError, kind: str = "invalid_request_error", code: object = None) -> JSON:

@@ -1,0 +1,345 @@
+"""Responses request bodies → the internal (chat) request, and input items → chat messages.
+
+Every target is reached through chat (docs/dialects.md, "OpenAI Responses"): ``input`` items become
+messages (``function_call`` an assistant's tool call, ``function_call_output`` a tool message),
+``instructions`` a system message first, function tools chat tools. Item types and tools a chat
+target cannot take (hosted tools, files, ``item_reference``, items of server-side tools) are refused
+naming the item and its type; nothing is dropped unsaid. ``reasoning`` items are kept (in the stored
+conversation) but not sent: a chat target takes no reasoning input.
+
+The parsed turn (``Turn``) rides on the request as its ``reply``: what the answer echoes, the
+response id, this turn's input items (with ids, as ``input_items`` lists them) and, for stores,
+what came before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from random import getrandbits
+from typing import Any
+
+from gateway.core.errors import InvalidRequest
+from gateway.core.request import (
+    ChatMessage,
+    ChatOptions,
+    Feature,
+    InternalRequest,
+    Operation,
+    Sampling,
+    StructuredOutput,
+)
+from gateway.dialects.common import FeatureSet, validate
+from gateway.dialects.responses.schema import ResponsesBody, TextConfig
+
+JSON = Any
+HOSTED_TOOLS = "served by OpenAI itself: a gateway target reached through chat has none"
+# Top-level fields naming server-side features the gateway does not model, and why.
+REFUSED = {
+    "background": "background responses are not served by this gateway (they need a job queue)",
+    "conversation": "conversation objects are not served by this gateway: chain with 'previous_response_id'",
+    "prompt": "stored prompt templates are not served by this gateway: send 'input' and 'instructions'",
+    "max_tool_calls": "'max_tool_calls' bounds hosted tools, which this gateway does not serve",
+    "top_logprobs": "logprobs are not served on /v1/responses by this gateway: use /v1/chat/completions",
+}
+PLATFORM = ("service_tier", "safety_identifier", "prompt_cache_key")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{getrandbits(192):048x}"
+
+
+@dataclass(slots=True, eq=False)
+class Turn:
+    """One Responses request as its answer and its store need it again (``InternalRequest.reply``)."""
+
+    id: str
+    created_at: int
+    echo: dict[str, JSON]  # the request's fields the response object repeats
+    input_items: list[JSON]  # this turn's input, each item with an id
+    instructions: str | None = None
+    store: bool = True
+    previous: str | None = None  # previous_response_id
+    history: list[JSON] = field(default_factory=list)  # the items of the chain before this turn
+    final: dict[str, JSON] | None = None  # the response object, once rendered (whole, or at a stream's end)
+
+
+def _need(item: dict[str, JSON], key: str, kind: type | tuple[type, ...], at: str) -> Any:
+    value = item.get(key)
+    if not isinstance(value, kind):
+        what = "a string" if kind is str else "given"
+        raise InvalidRequest(f"'{at}.{key}' must be {what}", param=f"{at}.{key}")
+    return value
+
+
+def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
+    """The text of a content string or list of text parts (``kinds``: the part types read as text)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"'{at}' must be a string or a list of content parts", param=at)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in kinds:
+            kind = part.get("type") if isinstance(part, dict) else None
+            raise InvalidRequest(f"'{at}[{j}].type' {kind!r} is not one of {list(kinds)}", param=f"{at}[{j}].type")
+        texts.append(_need(part, "text" if part["type"] != "refusal" else "refusal", str, f"{at}[{j}]"))
+    return "".join(texts)
+
+
+def _user_content(content: JSON, at: str) -> str | tuple[JSON, ...]:
+    """A user, system or developer message's content as chat content: text alone stays a string."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"'{at}' must be a string or a list of content parts", param=at)
+    parts: list[JSON] = []
+    for j, part in enumerate(content):
+        here = f"{at}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_text":
+            parts.append({"type": "text", "text": _need(part, "text", str, here)})
+        elif kind == "input_image":
+            if part.get("file_id") is not None:
+                raise InvalidRequest(f"'{here}.file_id': files are not served by this gateway", param=f"{here}.file_id")
+            image: dict[str, JSON] = {"url": _need(part, "image_url", str, here)}
+            if part.get("detail") is not None:
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise InvalidRequest(
+                f"'{here}.type' {kind!r} is not supported by this gateway (input_text, input_image)",
+                param=f"{here}.type",
+            )
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return tuple(parts)
+
+
+def normalize(raw: str | list[JSON]) -> list[JSON]:
+    """The request's ``input`` as items, each with its type and an id (``input_items`` lists them):
+    a string is one user message. Each item is checked here, naming it."""
+    if isinstance(raw, str):
+        return [{"type": "message", "id": new_id("msg"), "role": "user", "content": [_text_part(raw)]}]
+    items = []
+    for i, item in enumerate(raw):
+        at = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"'{at}' must be an object", param=at)
+        kind = item.get("type", "message")
+        out = dict(item)
+        out["type"] = kind
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise InvalidRequest(
+                    f"'{at}.role' {role!r} is not one of user, system, developer, assistant", param=f"{at}.role"
+                )
+            content = item.get("content")
+            if role == "assistant":
+                _text_of(content, f"{at}.content", ("output_text", "refusal", "input_text"))
+            else:
+                _user_content(content, f"{at}.content")
+            if isinstance(content, str):
+                out["content"] = [_text_part(content, "output_text" if role == "assistant" else "input_text")]
+            out.setdefault("id", new_id("msg"))
+        elif kind == "function_call":
+            for key in ("call_id", "name", "arguments"):
+                _need(item, key, str, at)
+            out.setdefault("id", new_id("fc"))
+        elif kind == "function_call_output":
+            _need(item, "call_id", str, at)
+            output = item.get("output")
+            _text_of(output, f"{at}.output", ("input_text", "output_text"))
+            out.setdefault("id", new_id("fco"))
+        elif kind == "reasoning":
+            if not isinstance(item.get("summary", []), list):
+                raise InvalidRequest(f"'{at}.summary' must be a list", param=f"{at}.summary")
+            out.setdefault("id", new_id("rs"))
+        else:
+            raise InvalidRequest(
+                f"'{at}.type' {kind!r} is not served by this gateway: its targets are reached through chat "
+                "(message, function_call, function_call_output and reasoning items are)",
+                param=f"{at}.type",
+            )
+        items.append(out)
+    return items
+
+
+def _text_part(text: str, kind: str = "input_text") -> dict[str, JSON]:
+    return {"type": kind, "text": text} if kind == "input_text" else {"type": kind, "text": text, "annotations": []}
+
+
+def to_messages(items: list[JSON]) -> list[ChatMessage]:
+    """Checked items (``normalize``, or a stored conversation's) → chat messages. A function call
+    joins the assistant message before it (chat puts an answer's text and tool calls in one)."""
+    out: list[ChatMessage] = []
+    for i, item in enumerate(items):
+        kind = item["type"]
+        at = f"input[{i}]"
+        if kind == "message":
+            role = item["role"]
+            if role == "assistant":
+                text = _text_of(item["content"], f"{at}.content", ("output_text", "refusal", "input_text"))
+                out.append(ChatMessage("assistant", text))
+            else:
+                out.append(ChatMessage("system" if role == "developer" else role, _user_content(item["content"], at)))
+        elif kind == "function_call":
+            call = {"id": item["call_id"], "type": "function"}
+            call["function"] = {"name": item["name"], "arguments": item["arguments"]}
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                out[-1] = replace(last, tool_calls=(*(last.tool_calls or ()), call))
+            else:
+                out.append(ChatMessage("assistant", None, tool_calls=(call,)))
+        elif kind == "function_call_output":
+            text = _text_of(item["output"], f"{at}.output", ("input_text", "output_text"))
+            out.append(ChatMessage("tool", text, tool_call_id=item["call_id"]))
+        # reasoning: kept in the stored conversation; a chat target takes no reasoning input
+    return out
+
+
+def _tools(tools: list[JSON] | None) -> tuple[JSON, ...] | None:
+    if not tools:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type")
+        at = f"tools[{i}]"
+        if kind != "function":
+            raise InvalidRequest(f"'{at}.type' {kind!r}: hosted tools are {HOSTED_TOOLS}", param=f"{at}.type")
+        function = {"name": _need(tool, "name", str, at)}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                function[key] = tool[key]
+        out.append({"type": "function", "function": function})
+    return tuple(out)
+
+
+def _tool_choice(choice: str | dict[str, JSON] | None) -> JSON:
+    if choice is None or isinstance(choice, str):
+        if choice not in (None, "auto", "none", "required"):
+            raise InvalidRequest(f"'tool_choice' {choice!r} is not one of auto, none, required", param="tool_choice")
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": _need(choice, "name", str, "tool_choice")}}
+    raise InvalidRequest(f"'tool_choice.type' {kind!r}: only function tools are served here", param="tool_choice.type")
+
+
+def _format(text: TextConfig | None, fs: FeatureSet) -> StructuredOutput | None:
+    fmt = (text.format if text is not None else None) or {"type": "text"}
+    if text is not None and text.verbosity is not None:
+        raise InvalidRequest("'text.verbosity' is not served by this gateway's chat targets", param="text.verbosity")
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise InvalidRequest("'text.format.schema' must be a JSON schema object", param="text.format.schema")
+        fs.use(Feature.JSON_SCHEMA, "text.format")
+        return StructuredOutput("json_schema", fmt["schema"])
+    if kind == "json_object":
+        fs.use(Feature.JSON_OBJECT, "text.format")
+        return StructuredOutput("json_object")
+    if kind == "text":
+        return None
+    raise InvalidRequest(
+        f"'text.format.type' {kind!r} is not one of text, json_object, json_schema", param="text.format.type"
+    )
+
+
+def _refuse_unmodelled(b: ResponsesBody) -> None:
+    for name, why in REFUSED.items():
+        value = getattr(b, name)
+        if value is not None and not (name == "background" and value is False):
+            raise InvalidRequest(f"'{name}': {why}", param=name)
+    if b.include:
+        raise InvalidRequest(f"'include' {b.include[0]!r} is not served by this gateway", param="include")
+
+
+def _echo(b: ResponsesBody) -> dict[str, JSON]:
+    """The request's fields as the response object repeats them (OpenAI's defaults where not given)."""
+    effort, summary = (b.reasoning.effort, b.reasoning.summary) if b.reasoning else (None, None)
+    return {
+        "instructions": b.instructions,
+        "max_output_tokens": b.max_output_tokens,
+        "metadata": dict(b.metadata or {}),
+        "parallel_tool_calls": True if b.parallel_tool_calls is None else b.parallel_tool_calls,
+        "previous_response_id": b.previous_response_id,
+        "reasoning": {
+            "effort": effort,
+            "summary": summary,
+        },
+        "store": True if b.store is None else b.store,
+        "temperature": 1.0 if b.temperature is None else b.temperature,
+        "text": {"format": (b.text.format if b.text and b.text.format else {"type": "text"})},
+        "tool_choice": b.tool_choice if b.tool_choice is not None else "auto",
+        "tools": list(b.tools or []),
+        "top_p": 1.0 if b.top_p is None else b.top_p,
+        "truncation": b.truncation or "disabled",
+        "user": b.user,
+        "background": False,
+        "service_tier": b.service_tier or "default",
+    }
+
+
+def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
+    b = validate(ResponsesBody, data)
+    _refuse_unmodelled(b)
+    fs = FeatureSet()
+    items = normalize(b.input)
+    turn = Turn(
+        id=new_id("resp"),
+        created_at=created_at,
+        echo=_echo(b),
+        input_items=items,
+        instructions=b.instructions,
+        store=b.store is not False,
+        previous=b.previous_response_id,
+    )
+    tools = _tools(b.tools)
+    fs.use(Feature.TOOLS, "tools", tools)
+    choice = _tool_choice(b.tool_choice)
+    fs.use(Feature.TOOLS, "tool_choice", choice not in (None, "none", "auto") and not tools)
+    reasoning = {"reasoning_effort": b.reasoning.effort} if b.reasoning and b.reasoning.effort else None
+    fs.use(Feature.REASONING, "reasoning.effort", reasoning)
+    extra = {name: getattr(b, name) for name in PLATFORM if getattr(b, name) is not None}
+    for name in extra:
+        fs.use(Feature.EXTRA_BODY, name)
+    sampling = Sampling(
+        max_tokens=b.max_output_tokens, temperature=b.temperature, top_p=b.top_p, structured=_format(b.text, fs)
+    )
+    stream = bool(b.stream)
+    if b.stream_options is not None and not stream:
+        raise InvalidRequest("'stream_options' is only allowed when 'stream' is true", param="stream_options")
+    return InternalRequest(
+        operation=Operation.CHAT,
+        model=b.model,
+        messages=conversation(turn),
+        sampling=sampling,
+        chat=ChatOptions(
+            tools=tools,
+            tool_choice=choice if tools else None,
+            parallel_tool_calls=b.parallel_tool_calls if tools else None,
+            reasoning=reasoning,
+        ),
+        stream=stream,
+        stream_usage=stream,  # the completed event carries usage
+        user=b.user,
+        extra_body=extra or None,
+        features=fs.frozen(),
+        fields=fs.fields,
+        reply=turn,
+    )
+
+
+def conversation(turn: Turn) -> tuple[ChatMessage, ...]:
+    """The chat messages of a turn: its instructions, the chain before it, its input."""
+    head = [ChatMessage("system", turn.instructions)] if turn.instructions is not None else []
+    return tuple(head + to_messages(turn.history + turn.input_items))
+
+
+def with_history(request: InternalRequest, history: list[JSON]) -> InternalRequest:
+    """``request`` continuing a stored chain: ``history`` (its items, oldest first) goes before this
+    turn's input. (Instructions are not carried over from the previous response, as OpenAI does.)"""
+    turn: Turn = request.reply
+    turn.history = history
+    return replace(request, messages=conversation(turn))

@@ -1,0 +1,65 @@
+"""Claude Code (npm ``@anthropic-ai/claude-code``, its native binary) in print mode, pointed at the
+gateway with ``ANTHROPIC_BASE_URL`` and a gateway key, over a scripted upstream: the fake's Anthropic
+wire, whose ``tool`` marker makes the first answer call Claude Code's Bash tool with ``ls``. The task
+completes in two turns, and the second request carries the command's output as the tool's result.
+
+The binary is looked for at ``$CLAUDE_CODE_BIN``, then ``.claude-code/`` (``npm install --prefix
+.claude-code @anthropic-ai/claude-code``, which needs the npm registry once; it runs offline after);
+without it the test is skipped, saying so. Claude Code sends betas and ``thinking`` that only Anthropic
+serves, so its target is an ``anthropic`` one (the body passes through); a vLLM or OpenAI target
+refuses them by name (docs/dialects.md#claude-code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = Path(
+    os.environ.get("CLAUDE_CODE_BIN")
+    or ROOT / ".claude-code" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+)
+RUN_TIMEOUT = 120.0
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
+async def test_claude_code_completes_a_one_tool_task(gateway: GatewayFactory, upstream: Any, tmp_path: Path) -> None:
+    server = await upstream("anthropic")
+    model = {"name": "claude-sonnet-4-5", "targets": [target(server, "anthropic")]}
+    gw = await gateway(config([model]))
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gw.url.rstrip("/"),
+        "ANTHROPIC_AUTH_TOKEN": KEY,
+        "ANTHROPIC_MODEL": "claude-sonnet-4-5",
+        "ANTHROPIC_SMALL_FAST_MODEL": "claude-sonnet-4-5",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    prompt = "List the files here [[fault:tool=Bash,tool_arg=ls]]"
+    argv = [str(BINARY), "-p", prompt, "--allowedTools", "Bash", "--output-format", "json"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=work, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result["is_error"] is False and result["num_turns"] == 2, (result, err.decode()[-3000:])
+    first, second = (r for r in server.requests if r.path == "/v1/messages")
+    assert first.headers["x-api-key"] == "upstream-key"  # the gateway's key, never Claude Code's
+    assert "claude-code-20250219" in first.headers["anthropic-beta"]  # passed through to Anthropic
+    results = [b for b in second.body["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert results and "hello.txt" in json.dumps(results[0]["content"])

@@ -1,0 +1,122 @@
+"""The pure parts of mid-stream resume (``gateway/routing/resume.py``): which requests may resume, what
+the client was sent, the continuation's request, and its events stitched into the client's stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
+from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
+from gateway.routing import resume
+
+
+@dataclass
+class Target:
+    provider: str
+    name: str = "t"
+    features: frozenset[Feature] = field(default_factory=frozenset)
+
+
+COMPLETION = InternalRequest(
+    Operation.COMPLETION, "m", prompts=("say",), sampling=Sampling(max_tokens=10, min_tokens=4, seeds=(7,)), stream=True
+)
+CHAT = InternalRequest(
+    Operation.CHAT, "m", messages=(ChatMessage("user", "hi"),), sampling=Sampling(max_tokens=10), stream=True
+)
+VLLM, OPENAI, ANTHROPIC = Target("vllm"), Target("openai"), Target("anthropic")
+
+
+def sent(*pieces: tuple[str, tuple[int, ...]]) -> resume.Progress:
+    return resume.read_back([[Delta(0, text, ids) for text, ids in pieces]], None, COMPLETION, None)
+
+
+def test_who_may_resume() -> None:
+    assert resume.applies(None, COMPLETION, [OPENAI, VLLM])  # unset: on where a target can continue
+    assert not resume.applies(None, COMPLETION, [OPENAI])  # OpenAI's API cannot continue
+    assert not resume.applies(False, COMPLETION, [VLLM])  # switched off
+    assert not resume.applies(None, COMPLETION, [ANTHROPIC])  # a prefill continues chats only
+    assert resume.applies(None, CHAT, [ANTHROPIC])
+    for feature in (Feature.TOOLS, Feature.JSON_SCHEMA, Feature.N, Feature.ECHO, Feature.REASONING):
+        assert not resume.applies(True, _with(CHAT, features=frozenset({feature})), [VLLM])
+    structured = _with(CHAT, sampling=Sampling(structured=StructuredOutput("json_object")))
+    assert not resume.applies(True, structured, [VLLM])
+
+
+def _fields(req: InternalRequest) -> dict[str, object]:
+    return {name: getattr(req, name) for name in req.__dataclass_fields__}
+
+
+def _with(req: InternalRequest, **changes: object) -> InternalRequest:
+    return InternalRequest(**{**_fields(req), **changes})
+
+
+@pytest.mark.parametrize(
+    ("header", "want"), [("on", True), ("OFF", False), (" 0 ", False), ("true", True), ("maybe", None), (None, None)]
+)
+def test_the_header_reads_on_off_or_nothing(header: str | None, want: bool | None) -> None:
+    assert resume.wanted(header) is want
+
+
+def test_a_completion_continues_from_the_prompt_and_the_ids_sent() -> None:
+    progress = sent((" a", (5,)), (" b", (6,)))
+    cont = resume.continuation(COMPLETION, progress, (1, 2))
+    assert cont.prompts == ((1, 2, 5, 6),) and Feature.TOKEN_PROMPT in cont.features
+    assert cont.sampling.max_tokens == 8 and cont.sampling.min_tokens == 2 and cont.sampling.seeds == (7,)
+
+
+def test_without_ids_a_text_prompt_continues_from_text_and_an_ids_prompt_cannot() -> None:
+    progress = sent((" a", ()), (" b", ()))
+    assert progress.sent == 2 and not progress.ids_complete
+    assert resume.continuation(COMPLETION, progress, (1, 2)).prompts == ("say a b",)
+    with pytest.raises(Exception, match="token ids are unknown"):
+        resume.continuation(_with(COMPLETION, prompts=((1, 2),)), progress, None)
+
+
+def test_a_chat_continues_its_partial_message() -> None:
+    progress = sent((" a", ()), (" b", ()))
+    cont = resume.continuation(CHAT, progress, None)
+    assert cont.messages[-1] == ChatMessage("assistant", " a b") and cont.sampling.max_tokens == 8
+    assert cont.extra_body == {"continue_final_message": True, "add_generation_prompt": False}
+    prefill = resume.continuation(CHAT, progress, None, "prefill")
+    assert prefill.messages[-1] == ChatMessage("assistant", " a b") and prefill.extra_body is None
+    with pytest.raises(Exception, match="whitespace"):
+        resume.continuation(CHAT, sent((" a ", ())), None, "prefill")
+
+
+def test_a_vllm_completion_without_max_tokens_keeps_vllm_s_default_in_all() -> None:
+    cont = resume.continuation(_with(COMPLETION, sampling=Sampling()), sent((" a", (5,))), (1,))
+    assert cont.sampling.max_tokens == resume.VLLM_COMPLETION_DEFAULT - 1
+
+
+def test_tool_calls_or_a_finish_are_seen() -> None:
+    tools = resume.read_back([[Delta(0, "", (), tool_calls=({"id": "x"},))]], None, CHAT, None)
+    assert tools.stuck is not None
+    done = resume.read_back([[Delta(0, " a", (5,)), Finish(0, "stop")]], None, CHAT, None)
+    assert done.finished
+
+
+def test_the_continuation_is_stitched_into_one_stream() -> None:
+    events = [
+        StreamStart("id2", 1, "m"),
+        Delta(0, "", (), role="assistant"),
+        Delta(0, " c", (7,), role="assistant"),
+        Finish(0, "length"),
+        UsageReport(Usage(prompt_tokens=12, completion_tokens=8)),
+    ]
+    assert resume.stitched(events, 2) == [
+        Delta(0, " c", (7,)),
+        Finish(0, "length"),
+        UsageReport(Usage(prompt_tokens=10, completion_tokens=10)),  # the sent tokens billed once, as output
+    ]
+
+
+def test_relayed_chunks_are_read_back_by_their_target() -> None:
+    def replay(req: InternalRequest, relayed: list[bytes]) -> list[object]:
+        assert relayed == [b"data: x\n\n"]
+        return [Delta(0, " r", (9,))]
+
+    progress = resume.read_back([[b"data: x\n\n", Delta(0, " d", (3,))]], replay, COMPLETION, sent((" a", (5,))))
+    assert (progress.text, progress.token_ids, progress.sent) == (" a r d", [5, 9, 3], 3)
+    assert resume.read_back([[b"data: x\n\n"]], None, COMPLETION, None).stuck is not None
