@@ -230,6 +230,7 @@ async def processes(tmp_path: Path) -> AsyncIterator[Any]:
         return [x for x in lines if x.get("event") == "request"]
 
     start.stop = stop  # type: ignore[attr-defined]
+    start.procs = procs  # type: ignore[attr-defined]  # (process, its log), in start order
     yield start
     for proc, _ in procs:
         if proc.poll() is None:
