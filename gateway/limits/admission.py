@@ -217,7 +217,7 @@ class Admission:
                 ADMITTED.n += 1
                 if began != time.monotonic():
                     ADMISSION_WAITS.observe(time.monotonic() - began)
-                if plan.concurrency_keys:
+                if plan.concurrency_keys or plan.layout.budgets:  # renewed while it runs
                     self.live[plan.lease] = plan
                 if plan.spent:
                     self.spend.admitted(plan)

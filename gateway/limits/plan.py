@@ -86,15 +86,47 @@ class Plan:
         """What this request puts under ``check``: its burst (rpm), token estimate (tpm) or lease (conc)."""
         return check.burst if check.kind == "rpm" else str(self.estimate) if check.kind == "tpm" else self.lease
 
-    def budget(self, i: int, check: Check) -> list[object]:
+    def budget(self, i: int, check: Check, held: object = None) -> list[object]:
         """Budget check ``i``'s element of the scripts' argument: kind, limit, this request's worst
         case, the window's fields, the field it adds to, soft (1/0), the oldest start kept, the TTL,
-        and whether it counts money (1) or tokens (0)."""
+        whether it counts money (1) or tokens (0), and the reservation it holds (``held``: a
+        settlement's list of the reservations it takes back instead)."""
         rule, win = check.rule, self.windows[i]
         assert rule is not None and win is not None
         money = rule.unit == "m"
         want = self.cost_estimate if money else self.estimate
-        return ["bud", check.limit, want, list(win.fields), win.add, int(rule.soft), win.oldest, win.ttl, int(money)]
+        mine = self.held(i, check) if held is None else held
+        return [
+            "bud",
+            check.limit,
+            want,
+            list(win.fields),
+            win.add,
+            int(rule.soft),
+            win.oldest,
+            win.ttl,
+            int(money),
+            mine,
+        ]
+
+    def held(self, i: int, check: Check) -> str:
+        """The reservation this request holds under budget check ``i``, as the scripts name it
+        (``<lease>|<field>|<worst case>``, the amount the holder's expiry takes back); "" for none."""
+        rule, win = check.rule, self.windows[i]
+        assert rule is not None and win is not None
+        want = self.cost_estimate if rule.unit == "m" else self.estimate
+        return f"{self.lease}|{win.add}|{want}" if want > 0 else ""
+
+    def renewals(self) -> tuple[list[str], list[str]]:
+        """The sorted sets this request holds a member of, and the members: its concurrency leases and
+        its budgets' reservations (RENEW keeps them from expiring while it runs)."""
+        keys, members = list(self.layout.concurrency_keys), [self.lease] * len(self.layout.concurrency_keys)
+        if self.layout.budgets:
+            for i, c in enumerate(self.checks):
+                if c.kind == "bud" and (member := self.held(i, c)):
+                    keys.append(f"{c.key}:held")
+                    members.append(member)
+        return keys, members
 
 
 def new_lease() -> str:

@@ -14,11 +14,16 @@ as the triples. Limit kinds:
 * ``conc`` a sorted set of leases scored by expiry (ms); ``param`` is the lease id; a lease not
   renewed within its TTL (a crashed gateway) stops counting.
 * ``bud``  a budget (``gateway.limits.spend``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
-  money]``; the window's fields summed plus ``want`` (the worst case) must fit ``limit``, then ``want``
-  is added to field ``add``. A soft budget admits anyway. An admission with budgets answers
-  ``{0 | 2, i, 0, spent_1, ...}`` (2: soft budget ``i`` went past its limit; per limit, a budget's
-  spend with this request's worst case, 0 for the other kinds) and a budget's refusal
-  ``{1, i, -2, room}``. Budgets are never admitted ahead.
+  money, held]``; the window's fields summed plus ``want`` (the worst case) must fit ``limit``, then
+  ``want`` is added to field ``add``. A soft budget admits anyway. The reservation is also held as
+  ``held`` (``<lease>|<field>|<want>``), a member of the sorted set ``<key>:held`` scored by its expiry
+  (ms), renewed while the request runs (RENEW); an admission first takes back every reservation whose
+  holder stopped renewing it (a gateway that died), so a budget's room returns within the lease TTL.
+  Settlement adds the real cost and takes back the reservations it names (``held``: a list there)
+  that are still held: each reservation leaves exactly once, by settlement or by expiry. An
+  admission with budgets answers ``{0 | 2, i, 0, spent_1, ...}`` (2: soft budget ``i`` went past its
+  limit; per limit, a budget's spend with this request's worst case, 0 for the other kinds) and a
+  budget's refusal ``{1, i, -2, room}``. Budgets are never admitted ahead.
 
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
 ``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
@@ -62,6 +67,28 @@ BUDGET = (
     """local function spend(key, fieldname, amount, ttl)
   if amount ~= 0 then redis.call('HINCRBY', key, fieldname, amount) end
   redis.call('EXPIRE', key, ttl)
+end
+local function hold(key, member, ttl_ms, keep)
+  if member == '' then return end
+  local held = key .. ':held'
+  redis.call('ZADD', held, now + ttl_ms, member)
+  redis.call('EXPIRE', held, keep)
+end
+local function reclaim(key)
+  local held = key .. ':held'
+  local gone = redis.call('ZRANGEBYSCORE', held, '-inf', now, 'LIMIT', 0, 256)
+  for _, m in ipairs(gone) do
+    local f, amount = string.match(m, '^[^|]*|(.+)|(%d+)$')
+    if f and redis.call('HEXISTS', key, f) == 1 then redis.call('HINCRBY', key, f, '-' .. amount) end
+  end
+  if #gone > 0 then redis.call('ZREM', held, unpack(gone)) end
+end
+local function release(key, members)
+  local back = 0
+  for _, m in ipairs(members) do
+    if redis.call('ZREM', key .. ':held', m) == 1 then back = back + tonumber(string.match(m, '(%d+)$')) end
+  end
+  return back
 end
 local function prune(key, oldest)
   if redis.call('HLEN', key) > """
@@ -115,6 +142,7 @@ for i = 1, n do
     end
     state[i] = level
   elseif kind == 'bud' then
+    reclaim(KEYS[i])
     local want, used = tonumber(param), 0
     for _, v in ipairs(redis.call('HMGET', KEYS[i], unpack(a[i][4]))) do used = used + (tonumber(v) or 0) end
     if used + want > limit then
@@ -145,6 +173,7 @@ for i = 1, n do
     put_level(KEYS[i], state[i] - units * tonumber(param))
   elseif kind == 'bud' then
     spend(KEYS[i], a[i][5], tonumber(param), a[i][8])
+    hold(KEYS[i], a[i][10], ttl, a[i][8])
     prune(KEYS[i], a[i][7])
   elseif ahead > 0 then
     local members = {}
@@ -171,9 +200,9 @@ return marks or {0}
 # KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
 # admitted (a concurrency triple's param: one lease, or a list of the leases of every request
 # settled together), then the correction (actual - estimate) tokens, requests, prompt and completion
-# counts for usage, the key id, and the usage bucket's TTL (s); then, with budgets or prices, the
-# budgets' corrections (money, tokens: real - reserved), the cost, and the model and target it is
-# counted under (none: unpriced).
+# counts for usage, the key id, and the usage bucket's TTL (s); then, with budgets or prices, what the
+# requests really spent (money, tokens; a budget triple's last element: the reservations to take back),
+# the cost, and the model and target it is counted under (none: unpriced).
 SETTLE = (
     PRELUDE
     + BUCKET
@@ -186,7 +215,8 @@ for i = 1, n do
   if kind == 'tpm' and correction ~= 0 then
     put_level(KEYS[i], refilled(KEYS[i], limit) - correction)
   elseif kind == 'bud' then
-    spend(KEYS[i], a[i][5], a[i][9] == 1 and money or spent_tokens, a[i][8])
+    local real = a[i][9] == 1 and money or spent_tokens
+    spend(KEYS[i], a[i][5], real - release(KEYS[i], a[i][10]), a[i][8])
   elseif kind == 'conc' then
     if type(param) == 'table' then
       for j = 1, #param, 1000 do
@@ -250,11 +280,13 @@ return 0
 """
 )
 
-# KEYS: concurrency keys; ARGV: lease id, TTL (ms). Keeps leases of live requests from expiring.
+# KEYS: concurrency keys and budgets' ``<key>:held`` sets; ARGV: the TTL (ms), then the member each
+# holds (a lease id, a budget's reservation). Keeps the leases and reservations of live requests from
+# expiring; one already taken back stays gone (XX).
 RENEW = (
     CLOCK
     + """for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[1]), ARGV[i + 1])
 end
 return 0
 """

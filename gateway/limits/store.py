@@ -44,15 +44,23 @@ def call_error(exc: BaseException) -> bool:
     return str(exc).split(" ", 1)[0] not in _UNAVAILABLE_CODES
 
 
-def _args(plan: Plan, *extra: str | int, leases: list[str] | None = None) -> bytes:
-    """ARGV[1] (``scripts``): a [kind, limit, param] triple per check, then ``extra``; ``leases``: the
-    concurrency param of settlements merged into one call."""
-    triples = [
-        plan.budget(i, c)
-        if c.kind == "bud"
-        else [c.kind, c.limit, leases if leases is not None and c.kind == "conc" else plan.param(c)]
-        for i, c in enumerate(plan.checks)
-    ]
+def _args(plan: Plan, *extra: str | int, settled: list[Settlement] | None = None) -> bytes:
+    """ARGV[1] (``scripts``): a [kind, limit, param] triple per check, then ``extra``; ``settled``: the
+    settlements merged into one call, whose leases and budget reservations it releases (a lease-only
+    settlement's reservation is left to expire: the request's cost may have been settled already)."""
+    if settled is None:
+        triples = [
+            plan.budget(i, c) if c.kind == "bud" else [c.kind, c.limit, plan.param(c)]
+            for i, c in enumerate(plan.checks)
+        ]
+        return pydantic_core.to_json([*triples, *extra])
+    triples = []
+    for i, c in enumerate(plan.checks):
+        if c.kind == "bud":
+            held = [m for s in settled if s.requests and (m := s.plan.held(i, c))]
+            triples.append(plan.budget(i, c, held))
+        else:
+            triples.append([c.kind, c.limit, [s.plan.lease for s in settled] if c.kind == "conc" else plan.param(c)])
     return pydantic_core.to_json([*triples, *extra])
 
 
@@ -94,18 +102,19 @@ def _give_back_args(reserve: Reserve) -> bytes:
 Failed = tuple[list[Settlement], Exception]  # the settlements of a script call that failed, and its error
 
 
-def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[str] | None, list[Settlement]]]:
+def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]]:
     """Settlements of the same keys (one team key's requests), summed into one script call: token
-    corrections, usage and spend add up, and the concurrency leases go in one list; last, the
-    settlements summed (to keep if the call fails). A settlement per request cost more CPU under load
-    (argument JSON, the call's packing and reply) than the rest of its limits (docs/performance.md)."""
-    groups: dict[Group, tuple[Settlement, list[int], list[str], list[Settlement]]] = {}
+    corrections, usage and spend add up; with it, the settlements summed (whose leases and
+    reservations it releases, and to keep if the call fails). A settlement per request cost more CPU
+    under load (argument JSON, the call's packing and reply) than the rest of its limits
+    (docs/performance.md)."""
+    groups: dict[Group, tuple[Settlement, list[int], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
         same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, plan.windows)
         group = groups.get(same)
         if group is None:
-            group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [], [])
+            group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [])
         totals = group[1]
         totals[0] += s.correction
         totals[1] += s.requests
@@ -115,27 +124,22 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[str] | None,
             totals[4] += s.money
             totals[5] += s.spent_tokens
             totals[6] += s.cost
-        if plan.layout.concurrency_keys:
-            group[2].append(plan.lease)
-        group[3].append(s)
+        group[2].append(s)
     return [
-        (
-            Settlement(first.plan, t[0], t[2], t[3], t[1], t[4], t[5], t[6], first.model, first.target),
-            leases if first.plan.layout.concurrency_keys else None,
-            summed,
-        )
-        for first, t, leases, summed in groups.values()
+        (Settlement(first.plan, t[0], t[2], t[3], t[1], t[4], t[5], t[6], first.model, first.target), summed)
+        for first, t, summed in groups.values()
     ]
 
 
-def _settle_args(s: Settlement, leases: list[str] | None) -> bytes:
-    """SETTLE's argument (``scripts``): the budgets' part only when a budget or a price is involved."""
+def _settle_args(s: Settlement, settled: list[Settlement]) -> bytes:
+    """SETTLE's argument (``scripts``): the budgets' part only when a budget or a price is involved:
+    what the requests really spent (money, tokens), since the script takes back their reservations."""
     plan = s.plan
     base = (s.correction, s.requests, s.prompt, s.completion, plan.key_id, USAGE_TTL_SECONDS)
     if not (plan.layout.budgets or s.model):
-        return _args(plan, *base, leases=leases)
-    spend = (s.money, s.spent_tokens, s.cost, *((s.model, s.target) if s.model else ()))
-    return _args(plan, *base, *spend, leases=leases)
+        return _args(plan, *base, settled=settled)
+    spend = (s.cost, s.prompt + s.completion, s.cost, *((s.model, s.target) if s.model else ()))
+    return _args(plan, *base, *spend, settled=settled)
 
 
 class RedisLimiter:
@@ -337,7 +341,7 @@ class RedisLimiter:
         """Settle ``items``; answers the ones whose script call failed (the settlements it summed)
         with its error: the others are settled, so only those may be sent again."""
         merged = _merged(items)
-        calls = [((*s.plan.layout.keys, s.plan.usage_key), _settle_args(s, leases)) for s, leases, _ in merged]
+        calls = [((*s.plan.layout.keys, s.plan.usage_key), _settle_args(s, summed)) for s, summed in merged]
         failed: list[Failed] = []
         if self.cluster:
             # keys of different teams live on different nodes: one call each, and once Redis failed
@@ -345,12 +349,12 @@ class RedisLimiter:
             outage: Exception | None = None
             for (keys, args), group in zip(calls, merged, strict=True):
                 if outage is not None:
-                    failed.append((group[2], outage))
+                    failed.append((group[1], outage))
                     continue
                 try:
                     await self._run(self._settle, keys, args)
                 except Exception as exc:
-                    failed.append((group[2], exc))
+                    failed.append((group[1], exc))
                     outage = None if call_error(exc) else exc
             return failed
         # one round trip for all, shared with admissions under load (the channel holds them briefly)
@@ -359,14 +363,14 @@ class RedisLimiter:
             try:  # every reply is awaited, so none is left unretrieved
                 await self._reply(self._settle, keys, args, future)
             except Exception as exc:
-                failed.append((group[2], exc))
+                failed.append((group[1], exc))
         return failed
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:
-            keys = plan.concurrency_keys
+            keys, members = plan.renewals()
             if keys:
-                await self._renew(keys=list(keys), args=[plan.lease, lease_ttl_ms])
+                await self._renew(keys=keys, args=[lease_ttl_ms, *members])
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
         """Hashes of counters, in one round trip (a month of hourly buckets is hundreds of them)."""

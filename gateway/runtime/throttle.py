@@ -54,7 +54,10 @@ class LogThrottle:
         if held:
             message += f" ({held} more like it in the last %.0f s)"
             args = (*args, now - (last or now))
-        self.logger.log(level, message, *args, exc_info=exc_info)
+        if exc_info:
+            self.logger.log(level, message, *args, exc_info=True)
+        else:
+            self.logger.log(level, message, *args)
         return True
 
     def warning(self, kind: str, message: str, *args: object) -> bool:

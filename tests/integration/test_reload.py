@@ -212,7 +212,7 @@ async def test_a_broken_config_is_refused_and_the_old_one_serves_on(served: Any,
             assert refused["result"] == "refused" and refused["version"] == 1
             assert refused["error"]["message"] == (
                 f"{cfg}: models['m'].targets[0]: unknown provider 'nope' "
-                "(known: friendli, mock, octoai, openai, sgp, sgp-v4, vllm, vllm-engine)"
+                "(known: anthropic, friendli, mock, octoai, openai, sgp, sgp-v4, vllm, vllm-engine)"
             )
             assert await ask(session, url, LOAD_KEY) == 200
             for raw, reason in [(b"models: [\xff]\n", "not UTF-8"), (BOMB, "aliases are expanded")]:

@@ -42,7 +42,7 @@ from gateway.runtime.spend import Budget, Price, SpendSettings
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
 from tests.support import eventually
-from tests.support.gateways import Gateways
+from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisCluster, RedisServer
 
 OPENAI = BY_NAME["openai"]
@@ -192,6 +192,28 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
     assert received <= usage["completion_tokens"] < natural
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"]) > 0
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
+
+
+@pytest.fixture
+async def processes(gateways: Gateways) -> Any:
+    """The old launcher's face over ``gateways``, while other tests use it: ``await processes(cfg)`` is
+    a served gateway's URL, ``processes.procs`` its (process, log) pairs, ``processes.stop()`` their
+    request log lines."""
+    started: list[Served] = []
+
+    async def start(cfg: Path) -> str:
+        started.append(await gateways.start("--config", str(cfg), *LOCAL_JSON, env={UPSTREAM_KEY_ENV: "upstream-key"}))
+        start.procs.append((started[-1].proc, started[-1].log))  # type: ignore[attr-defined]
+        return started[-1].url
+
+    def stop() -> list[dict[str, Any]]:
+        for gw in started:
+            gw.stop_blocking()
+        return [x for gw in started for x in gw.log_lines() if x.get("event") == "request"]
+
+    start.procs = []  # type: ignore[attr-defined]
+    start.stop = stop  # type: ignore[attr-defined]
+    return start
 
 
 async def test_three_processes_hold_one_budget_exactly_and_the_report_adds_up(

@@ -44,8 +44,9 @@ TEMPLATE = (
 )
 
 
-async def until(condition: Callable[[], Any]) -> None:
-    """The old name of ``eventually``, while other tests import it from here."""
+async def until(condition: Callable[[], Any], polls: int = 0) -> None:
+    """The old name of ``eventually``, while other tests import it from here (``polls``: ignored, the
+    bound being a hang guard)."""
     await eventually(condition, "a condition other tests wait for")
 
 
