@@ -22,11 +22,20 @@ from gateway.runtime.config import hash_key
 from tests.fakes import upstream as fake
 from tests.integration.conftest import serve as serve  # the fixture, where other tests import it from
 from tests.support import eventually
-from tests.support.gateways import ROOT
+from tests.support.gateways import ROOT, Served
 from tests.support.gateways import free_port as free_port  # the old names, while other tests import them here
 from tests.support.gateways import wait_healthy as wait_healthy
 
 K = 20
+
+
+def end(proc: subprocess.Popen[bytes]) -> None:
+    """The old way to stop a started gateway (``Served.stop_blocking`` now), while tests call it here;
+    its pipes, if any, closed."""
+    Served("", proc, Path(os.devnull)).stop_blocking()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 PACED = "auth: none\nmodels:\n  - name: m\n    targets: [{provider: mock, engine: {tokens_per_second: 20}}]\n"
