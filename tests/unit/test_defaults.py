@@ -129,7 +129,7 @@ def test_an_unreachable_target_tells_the_client_which_and_the_operator_where_and
     client (no address, no command), a hint for the operator that fits where the target was defined."""
     import aiohttp
 
-    from adapters.http import unreachable
+    from adapters.failures import unreachable
     from gateway.runtime.config import Target
 
     refused = aiohttp.ClientConnectorError(None, ConnectionRefusedError(111, "Connection refused"))  # type: ignore[arg-type]
