@@ -24,7 +24,7 @@ def fake_path(tmp_path: Path, apt_status: int, have: tuple[str, ...] = ()) -> di
     scripts = {
         "apt-get": f'echo "apt-get $*" >> {calls}\nexit {apt_status}\n',
         "sudo": f'echo "sudo $*" >> {calls}\n[ "$1" = -n ] && shift\nexec "$@"\n',
-        **{tool: "exit 0\n" for tool in have},
+        **dict.fromkeys(have, "exit 0\n"),
     }
     for name, body in scripts.items():
         (bin_ / name).write_text("#!/bin/bash\n" + body)
