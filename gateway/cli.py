@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, TextIO
 from gateway.cli_admin import keys_cmd, spend_cmd, teams_cmd
 from gateway.obs.logs import FORMATS, LEVELS
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, check_environment, hash_key, load_config
+from gateway.runtime.resolved import report
 
 log = logging.getLogger("gateway")
 
@@ -377,6 +378,7 @@ def check_config(args: argparse.Namespace) -> int:
             print(f"  team {team.id}: key {key.id} ({source})")
     if config.auth == "none":
         print("  auth: none (open access)")
+    print("\n".join(report(config)))
     return 0
 
 

@@ -103,6 +103,16 @@ class LocalLimiter:
         for key in plan.concurrency_keys:
             self.leases.get(key, {}).pop(plan.lease, None)
 
+    def handed_over(self, plan: Plan, mirrored: bool) -> None:
+        """A request admitted here is counted in Redis now (``failover``): its budgets' worst case
+        leaves this process's sums, as Redis holds it; its slots stay as a mirror's (``record``) where
+        this process mirrors what Redis admits, and leave otherwise."""
+        for i, c in enumerate(plan.checks):
+            if c.kind == "bud" and c.rule is not None and (window := plan.windows[i]) is not None:
+                self._spend(c.key, window, -(plan.cost_estimate if c.rule.unit == "m" else plan.estimate))
+        if not mirrored:
+            self.released(plan)
+
     def _spend(self, key: str, window: Window, amount: int) -> None:
         fields = self.spends.setdefault(key, {})
         fields[window.add] = fields.get(window.add, 0) + amount

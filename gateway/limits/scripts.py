@@ -197,6 +197,38 @@ return marks or {0}
 """
 )
 
+# KEYS and ARGV[1]: an admission's. A request admitted in process while Redis was out (``on_failure:
+# open``) and still running when it answers again, added as ADMIT would have applied it, unchecked (it
+# is running already): its concurrency lease, its token estimate taken from the bucket (which may go
+# into debt), its budgets' worst case added and held, renewed and settled like any other. So the
+# limits count it until it ends, and a budget is not walked past across an outage. An arrival is not
+# added: the process's share counted it. A reservation already held (the same call sent twice) is
+# not added again.
+ADOPT = (
+    PRELUDE
+    + BUCKET
+    + BUDGET
+    + """local n = #KEYS
+local ttl = tonumber(a[n + 1])
+for i = 1, n do
+  local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
+  if kind == 'bud' then
+    reclaim(KEYS[i])
+    if a[i][10] == '' or not redis.call('ZSCORE', KEYS[i] .. ':held', a[i][10]) then
+      spend(KEYS[i], a[i][5], tonumber(param), a[i][8])
+      hold(KEYS[i], a[i][10], ttl, a[i][8])
+    end
+  elseif kind == 'tpm' then
+    put_level(KEYS[i], refilled(KEYS[i], limit) - tonumber(param))
+  elseif kind == 'conc' then
+    redis.call('ZADD', KEYS[i], now + ttl, tostring(param))
+    redis.call('PEXPIRE', KEYS[i], ttl * 2)
+  end
+end
+return 0
+"""
+)
+
 # KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
 # admitted (a concurrency triple's param: one lease, or a list of the leases of every request
 # settled together), then the correction (actual - estimate) tokens, requests, prompt and completion

@@ -14,6 +14,7 @@ long, lines past ``MAX_PENDING`` are counted and dropped rather than held withou
 Two formats (``FORMATS``), one line per record either way: JSON for collectors, and text for a person
 at a terminal (time, level, logger, message, then the record's fields as ``key=value``). Both stamp
 ``ts`` as ISO 8601 UTC with milliseconds, made by the writer thread from the float the record carries,
+and ``pid``, the process that wrote it (``--workers N`` share one stderr),
 and both keep a record's message capped and its traceback free of a request's content
 (``SafeFormatter``); the text format also escapes control characters, so that no message can start a
 line of its own, and indents a traceback's lines under its record.
@@ -29,6 +30,7 @@ import itertools
 import json
 import logging
 import logging.handlers
+import os
 import re
 import sys
 import threading
@@ -101,17 +103,17 @@ def _value(value: object) -> str:
     return one_line(pydantic_core.to_json(value, fallback=str).decode())  # lists, dicts: compact JSON
 
 
-_HEAD = frozenset({"ts", "level", "logger", "msg", "exc"})  # placed by ``text_line`` itself
+_HEAD = frozenset({"ts", "level", "logger", "pid", "msg", "exc"})  # placed by ``text_line`` itself
 
 
 def text_line(fields: dict[str, Any]) -> str:
-    """A record's fields as one text line: time, level, logger and message, then the other fields as
+    """A record's fields as one text line: time, level, logger[pid] and message, then the other fields as
     ``key=value`` (absent ones left out), then the traceback's lines, indented."""
     ts = fields.get("ts")
     head = [
         iso_time(ts) if isinstance(ts, float | int) else str(ts or iso_time(time.time())),
         str(fields.get("level", "info")).upper().ljust(7),
-        str(fields.get("logger", "-")),
+        str(fields.get("logger", "-")) + (f"[{fields['pid']}]" if "pid" in fields else ""),  # syslog's logger[pid]
     ]
     message = fields.get("msg")
     if message is None:
@@ -262,6 +264,8 @@ class LogWriter:
         self.sink, self.stream = sink, stream
         self.line = text_line if fmt == "text" else json_line
         self.stopping = False
+        # each line says which process wrote it: with --workers N, N processes share one stderr
+        self.pid = os.getpid()
         self.thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
 
     def start(self) -> None:
@@ -277,13 +281,17 @@ class LogWriter:
 
     def _line(self, item: object) -> str:
         if isinstance(item, logging.LogRecord):
-            return self.line(record_fields(item))
-        if isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
-            return self.line(bounded_fields(item))
-        raise TypeError(f"not a log line: {type(item).__name__}")
+            fields = record_fields(item)
+        elif isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
+            fields = bounded_fields(item)
+        else:
+            raise TypeError(f"not a log line: {type(item).__name__}")
+        fields["pid"] = self.pid
+        return self.line(fields)
 
     def _own(self, level: str, message: str) -> str:
-        return self.line({"ts": time.time(), "level": level, "logger": "gateway.logs", "msg": message})
+        fields = {"ts": time.time(), "level": level, "logger": "gateway.logs", "msg": message, "pid": self.pid}
+        return self.line(fields)
 
     def _drain(self) -> None:
         pending, sink = self.sink.lines, self.sink

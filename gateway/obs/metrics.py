@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
 from typing import Literal
 
 from prometheus_client import (
@@ -28,6 +29,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Metric,
     generate_latest,
 )
 from prometheus_client import multiprocess as mp
@@ -182,12 +184,32 @@ def outcome(status: int, error: str | None) -> str:
     return "client_error"
 
 
+class _InForce:
+    """The workers' files, less the config versions no longer in force: a worker's file keeps a
+    series it ``remove``d (at 0), so without this ``gateway_config_info`` would grow a series per
+    worker and reload."""
+
+    def __init__(self) -> None:
+        self.files = mp.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.files.collect():  # type: ignore[no-untyped-call]
+            if family.name == "gateway_config_info":
+                family.samples = [s for s in family.samples if s.value != 0]
+            yield family
+
+
+def registry() -> CollectorRegistry:
+    """What /metrics and /status read: this process's registry, or every worker's files."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    files = CollectorRegistry()
+    files.register(_InForce())
+    return files
+
+
 def exposition() -> tuple[bytes, str]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    return generate_latest(registry()), CONTENT_TYPE_LATEST
 
 
 # --- tallies ------------------------------------------------------------------------------------

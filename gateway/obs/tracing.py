@@ -72,6 +72,12 @@ class Tracer:
         self.tracer: OTelTracer = self.provider.get_tracer("llm-gateway")
         self.propagator: TraceContextTextMapPropagator = TraceContextTextMapPropagator()
         self.trace = trace  # the API module: span kinds, statuses, contexts
+        log.info(
+            "tracing on: spans to %s (OTLP/HTTP), service %s, %g%% of the traces begun here sampled",
+            settings.endpoint,
+            settings.service_name,
+            settings.sampling_ratio * 100,
+        )
 
     def begin(self, headers: Mapping[str, str], method: str, path: str, operation: Operation) -> RequestTrace:
         """A request's server span, child of the client's ``traceparent`` when it sent one."""

@@ -17,8 +17,11 @@ exists is checked where the providers are known (``gateway.web.app.check_target`
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,6 +36,15 @@ from gateway.runtime.spend import Budget, SpendSettings, price_problem
 
 class ConfigError(Exception):
     pass
+
+
+class _Placed(ValueError):
+    """A cross-field check's failure at a path of its own (``teams[2].id``), where pydantic would
+    place it at the validator's model."""
+
+    def __init__(self, loc: tuple[int | str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 def _http_url(value: str) -> str:
@@ -336,15 +348,19 @@ class GatewayConfig(_Model):
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
-        seen: set[str] = set()
-        for m in self.models:
+        first: dict[str, int] = {}
+        for i, m in enumerate(self.models):
             for name in (m.name, *m.aliases):
-                if name in seen:
-                    raise ValueError(f"model name {name!r} is declared twice")
-                seen.add(name)
-        teams = [t.id for t in self.teams]
-        if len(teams) != len(set(teams)):
-            raise ValueError("team ids must be unique")
+                if name in first:
+                    where = "" if first[name] == i else f"; first at models[{first[name]}]"
+                    raise _Placed(("models", i), f"model name {name!r} is declared twice{where}")
+                first[name] = i
+        teams: dict[str, int] = {}
+        for i, team in enumerate(self.teams):
+            if team.id in teams:
+                message = f"team id {team.id!r} is declared twice; first at teams[{teams[team.id]}]"
+                raise _Placed(("teams", i, "id"), message)
+            teams[team.id] = i
         return self
 
 
@@ -433,11 +449,45 @@ def _path(loc: tuple[int | str, ...], data: Any) -> str:
     return "".join(parts)
 
 
+def _section(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The config section (a pydantic model) that holds the key at ``loc``, found by walking the
+    field types from the top: a list item's type under an index, a mapping's value type under a key."""
+    node: Any = GatewayConfig
+    for part in loc[:-1]:
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            node = None if field is None else field.annotation
+        else:
+            args = [a for a in typing.get_args(node) if a is not Ellipsis]
+            node = args[-1] if args else None  # tuple[X, ...] → X; dict[K, V] → V
+        node = _bare(node)
+    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
+
+
+def _bare(node: Any) -> Any:
+    """``X`` of ``Annotated[X, ...]`` and of ``X | None``."""
+    while typing.get_origin(node) is Annotated:
+        node = typing.get_args(node)[0]
+    if typing.get_origin(node) in (typing.Union, types.UnionType):
+        real = [a for a in typing.get_args(node) if a is not type(None)]
+        node = _bare(real[0]) if len(real) == 1 else None
+    return node
+
+
+def _unknown(loc: tuple[int | str, ...]) -> str:
+    section = _section(loc)
+    keys = list(section.model_fields) if section is not None else []
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=3, cutoff=0.6)
+    if near:
+        return f"unknown key; did you mean {' or '.join(repr(k) for k in near)}?"
+    return f"unknown key (known here: {', '.join(keys)})" if keys else "unknown key"
+
+
 def _plain(err: Any) -> str:
     """pydantic's message in the config's words: no type names (``Tuple``, ``dictionary``)."""
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "extra_forbidden":
-        return "unknown key"
+        return _unknown(tuple(err["loc"]))
     if kind == "missing":
         return "required"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
@@ -482,8 +532,15 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
     try:
         config = GatewayConfig.model_validate(data)
     except pydantic.ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = _path(tuple(err["loc"]), data) or "(top level)"
+        errors = exc.errors(include_url=False)
+        # a misspelt key also makes its right spelling "required": the misspelling is the news
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        placed = (err.get("ctx") or {}).get("error")
+        if isinstance(placed, _Placed):  # by position: a label (an id) given twice would not say which
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (*err["loc"], *placed.loc))
+            where = where.lstrip(".")
+        else:
+            where = _path(tuple(err["loc"]), data) or "(top level)"
         raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
     _check_names(config, source)
     if problem := price_problem(config):

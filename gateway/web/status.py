@@ -11,15 +11,13 @@ from __future__ import annotations
 import base64
 import hmac
 import html
-import os
 import time
 
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client import multiprocess as mp
 
 from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
+from gateway.obs import metrics
 from gateway.policy.auth import hex_digest
 from gateway.web import spend
 from gateway.web.state import GATEWAY
@@ -54,12 +52,8 @@ def presented_key(header: str | None) -> str | None:
 
 
 def traffic() -> dict[str, dict[str, float]]:
-    registry = REGISTRY
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        mp.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     out: dict[str, dict[str, float]] = {}
-    for family in registry.collect():
+    for family in metrics.registry().collect():
         if family.name != "gateway_requests":
             continue
         for s in family.samples:

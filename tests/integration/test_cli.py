@@ -330,11 +330,12 @@ async def test_text_logs_open_with_one_summary_line_and_end_with_one(serve: Any,
     lines = err.splitlines()
     assert not any(line.startswith("{") for line in lines), lines
     (summary,) = [line for line in lines if " serving " in line]
-    assert re.fullmatch(rf"{STAMP} INFO    gateway serving event=start listen={url} .*", summary), summary
+    pid = rf"\[{gw.pid}\]"  # one process here: the gateway's own
+    assert re.fullmatch(rf"{STAMP} INFO    gateway{pid} serving event=start listen={url} .*", summary), summary
     for field in ("models=m,m-alias", "model_count=1", "teams=2", "redis=none", "workers=1", "drain_seconds=7.0"):
         assert f" {field}" in summary, (field, summary)
     (shutdown,) = [line for line in lines if " shut down " in line]
-    assert re.fullmatch(rf"{STAMP} INFO    gateway shut down event=shutdown in_flight=0 cut=0 .*", shutdown)
+    assert re.fullmatch(rf"{STAMP} INFO    gateway{pid} shut down event=shutdown in_flight=0 cut=0 .*", shutdown)
     assert ADMIN not in err
 
 

@@ -185,7 +185,8 @@ async def test_reload_under_load_fails_nothing_but_what_the_change_refuses(serve
             after = await config_info(session, url)
             assert await metric(session, url, "gateway_config_reloads_total", result="applied") == 1
         ((h1, v1),) = [k for k, v in before.items() if v == 1]
-        ((h2, v2),) = [k for k, v in after.items() if v == 1]
+        assert list(after.values()) == [1]  # the past version's series is gone, not left at 0
+        ((h2, v2),) = after
         assert (v1, v2) == ("1", "2") and h1 != h2 == answer["hash"]
         text = await gw.stop()
         lines = log_lines(text)
@@ -294,6 +295,8 @@ async def test_two_workers_both_reload_from_one_admin_call(served: Any, tmp_path
                 assert r.status == 200, await r.text()
                 new = (await r.json())["hash"]
             await eventually(lambda: workers_on(new), "both workers on the new config")
+            # only the config in force: no series left behind per past version and worker
+            assert {(h, v) for (h, _, _), v in (await config_info(session, url)).items()} == {(new, 1)}
             for _ in range(8):  # new connections, spread over both workers by the kernel
                 assert await ask(session, url, LOAD_KEY, "m2") == 200
             async with session.get(url + "/admin/audit?limit=1000", headers=ADMIN_HEADERS) as r:

@@ -24,6 +24,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
 from gateway.limits import redis_client
@@ -324,9 +325,12 @@ class Target:
     name = "up"
 
 
-def outage_admission(url: str, on_failure: str) -> tuple[Admission, FailoverLimiter, Any]:
+def outage_admission(
+    url: str, on_failure: str, amount: Decimal = Decimal(1), limits: LimitValues | None = None
+) -> tuple[Admission, FailoverLimiter, Any]:
     zone = ZoneInfo(ZONE)
-    teams = {"a": TeamPolicy(budget=tuple(rules(Budget(amount=Decimal(1)), zone, "EUR")))}
+    budget = tuple(rules(Budget(amount=amount), zone, "EUR"))
+    teams = {"a": TeamPolicy(limits=limits or LimitValues(), budget=budget)}
     prices = PriceTable.of(SpendSettings(prices=(Price(model="m", input=Decimal(IN), output=Decimal(OUT)),)))
     client = redis_client(RedisConfig(url=url, timeout_ms=1000))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), {"bud": on_failure}, retry_seconds=0.5)
@@ -363,6 +367,47 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
     finally:
         await peek.aclose()
         for lim, cli in ((limiter, client), (closed_limiter, closed_client)):
+            await lim.close()
+            await cli.aclose()
+        server.close()
+
+
+async def test_requests_admitted_during_an_outage_are_added_to_redis_when_it_returns() -> None:
+    """``open``: requests admitted in process while Redis was out and still running when it answers
+    again are added to its budgets and concurrency leases (``scripts.ADOPT``), so another gateway is
+    refused what they hold rather than walking the budget past its amount; settled, they leave
+    exactly their cost and nothing held."""
+    server = RedisServer().start()
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("alpha",), sampling=Sampling(max_tokens=20))
+    ask = Ask("a", "k1", request, model="m", targets=cast("list[Upstream]", [Target()]))
+    amount, conc = Decimal("0.003"), LimitValues(concurrency=8)  # 3000 millionths; a worst case is 670
+    here, limiter, client = outage_admission(server.url, "open", amount, conc)
+    other, other_limiter, other_client = outage_admission(server.url, "open", amount, conc)
+    peek = aioredis.Redis.from_url(server.url)
+    try:
+        async with running(here), running(other):
+            await here.admit(ask)  # connected before the outage
+            server.stop()
+            outage = [await here.admit(ask) for _ in range(3)]  # this process's share; they keep running
+            assert not limiter.up
+            server.start()  # empty: only what comes back to it counts
+            await eventually(lambda: limiter.up, "the breaker closed")
+            later = await here.admit(ask)  # first adds the three running ones
+            want = later.cost_estimate
+            assert await budget_spent(server.url, "a") == 4 * want
+            assert await peek.zcard(f"{tag('a')}:budget:held") == 4 and await peek.zcard(f"{tag('a')}:conc") == 4
+            with pytest.raises(GatewayError) as refused:  # 4 x 670 held of 3000: no room for a fifth
+                await other.admit(ask)
+            assert refused.value.status == 429 and "budget of 0.003000 EUR" in str(refused.value), refused.value
+            for plan in [*outage, later]:
+                here.release(plan, 3, 7, 0, "m", "up")
+            spent = await settled(server.url, "a", 4)
+            assert spent["spend"] == await budget_spent(server.url, "a") == 4 * cost(3, 7)
+            assert await peek.zcard(f"{tag('a')}:budget:held") == 0 and await peek.zcard(f"{tag('a')}:conc") == 0
+            assert await other.admit(ask)  # the room is back
+    finally:
+        await peek.aclose()
+        for lim, cli in ((limiter, client), (other_limiter, other_client)):
             await lim.close()
             await cli.aclose()
         server.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -56,6 +57,7 @@ def test_request_lines_and_log_calls_come_out_in_order_and_all_at_stop() -> None
     ]
     assert got[3]["level"] == "warning" and got[3]["logger"] == "gateway.test"
     assert got[4]["dialect"] == "friendli" and got[4]["event"] == "request"
+    assert {g["pid"] for g in got} == {os.getpid()}  # request lines and log calls: which worker wrote them
 
 
 def test_lines_are_written_within_the_flush_interval_without_a_wake_up() -> None:
@@ -190,10 +192,11 @@ def test_text_lines_read_time_level_logger_message_then_fields() -> None:
         writer.stop()
     request, call, audit = out.getvalue().splitlines()
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
-    assert re.fullmatch(rf"{stamp} INFO    gateway\.access request request_id=rid-t dialect=openai .*", request)
+    pid = rf"\[{os.getpid()}\]"  # which worker wrote it
+    assert re.fullmatch(rf"{stamp} INFO    gateway\.access{pid} request request_id=rid-t dialect=openai .*", request)
     assert " status=200 " in request and " duration_ms=" in request and "team=" not in request  # None: left out
-    assert re.fullmatch(rf"{stamp} WARNING gateway\.test disk full", call)
-    assert audit.endswith('gateway.audit audit admin=ab12cd34 teams=a,b name="two words"'), audit
+    assert re.fullmatch(rf"{stamp} WARNING gateway\.test{pid} disk full", call)
+    assert audit.endswith(f'gateway.audit[{os.getpid()}] audit admin=ab12cd34 teams=a,b name="two words"'), audit
 
 
 def test_the_default_format_is_text_at_a_terminal_and_json_elsewhere() -> None:
@@ -222,7 +225,7 @@ def test_the_level_filters_in_either_format() -> None:
     finally:
         writer.stop()
     (line,) = out.getvalue().splitlines()
-    assert line.endswith("gateway.test shown")
+    assert line.endswith(f"gateway.test[{os.getpid()}] shown")
 
 
 class Body(pydantic.BaseModel):
