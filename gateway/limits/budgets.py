@@ -36,12 +36,22 @@ class Spend:
 
     @staticmethod
     def cost(
-        prices: PriceTable, model: str, target: str, prompt: int, cached: int, completion: int, written: int = 0
+        prices: PriceTable,
+        model: str,
+        target: str,
+        prompt: int,
+        cached: int,
+        completion: int,
+        written: int = 0,
+        embedding: bool = False,
     ) -> int | None:
-        """What the answer of ``target`` cost, in millionths of the currency; None: not priced."""
+        """What the answer of ``target`` cost, in millionths of the currency; None: not priced.
+        ``embedding``: an embeddings request, charged at the model's embedding price."""
         if not (prices and target):
             return None
         rate = prices.rate(model, target)
+        if rate is not None and embedding:
+            rate = rate.for_embeddings()
         return rate.cost(prompt, cached, completion, written) if rate is not None else None
 
     def refused(self, plan: Plan, refusal: Refusal) -> RateLimited:

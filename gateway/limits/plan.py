@@ -224,6 +224,8 @@ def planned(
     if limits.budgets:
         now = time.time()
         plan.windows = tuple(c.rule.period.window(c.rule.unit, now) if c.rule else None for c in limits.checks)
+        if rate is not None and request.operation is Operation.EMBEDDING:
+            rate = rate.for_embeddings()
         if rate is not None:  # the worst case: no prompt token cached, every completion token used
             plan.cost_estimate = rate.cost(prompt, 0, plan.estimate - prompt)
     return plan

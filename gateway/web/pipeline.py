@@ -345,8 +345,17 @@ def settle(ex: Exchange) -> None:
     prompt, completion_tokens = log.usage(plan)
     target = log.attempt.target or ""
     prices = ex.gen.policies.prices
+    embedding = ex.ireq.operation is Operation.EMBEDDING
     log.cost = ex.gw.admission.release(
-        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices, log.cache_write_tokens
+        plan,
+        prompt,
+        completion_tokens,
+        log.cached_tokens,
+        ex.route.label,
+        target,
+        prices,
+        log.cache_write_tokens,
+        embedding,
     )
 
 

@@ -545,3 +545,41 @@ async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisSe
         assert all(len(p.checks) == 5 and p.spent for p in plans)
     finally:
         await client.aclose()
+
+
+async def test_embeddings_are_charged_at_the_models_embedding_price(gateway: GatewayFactory) -> None:
+    """An embeddings request's input tokens cost the price's ``embedding`` rate (not ``input``, no
+    output), reserved and settled so, and reported; a chat on the same model still pays ``input``."""
+    from tests.integration.test_responses import scripted_target, scripted_upstream
+
+    async with scripted_upstream() as server:
+        team = f"t-{uuid.uuid4().hex[:8]}"
+        models = [
+            {"name": "e", "kind": "embedding", "targets": [{**scripted_target(server), "name": "vec"}]},
+        ]
+        data = {
+            "models": models,
+            "teams": [
+                {"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], "budget": {"amount": 1, "period": "day"}}
+            ],
+            "spend": {"prices": [{"model": "e", "input": 1000, "output": 1000, "embedding": 7}]},
+            "admin": {"key_sha256": hash_key(ADMIN)},
+        }
+        gw = await gateway(parse_config(data))
+        texts = ["one two three", "four five"]  # the scripted upstream counts words: 5 tokens
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with gw.session.post(
+            gw.url + "/v1/embeddings", json={"model": "e", "input": texts}, headers=headers
+        ) as resp:
+            body = await resp.json()
+            assert resp.status == 200, body
+        assert body["usage"]["prompt_tokens"] == 5
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+
+        async def reported() -> Any:
+            async with gw.session.get(gw.url + "/admin/spend?group_by=model&period=day", headers=admin) as got:
+                rows = (await got.json())["rows"]
+            return rows if rows and rows[0]["spend_micros"] > 0 else None
+
+        (row,) = await eventually(reported, "the embeddings request settled in the report")
+        assert row["model"] == "e" and row["spend_micros"] == 5 * 7  # at the input price: 5000
