@@ -12,8 +12,8 @@ import aiohttp
 import pydantic_core
 
 from gateway.core.errors import GatewayError, Overloaded, UpstreamFailed, UpstreamMalformed
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import Target
+from gateway.runtime.memory_budget import MemoryBudget
 
 # What one upstream may make the gateway hold: a whole answer (or error body). Far above any real
 # answer; a broken or hostile upstream fails instead of growing the gateway's memory.

@@ -3,12 +3,14 @@
     core                       nothing of ours, no web framework, no Redis, no pydantic
     dialects                   core (sans-IO codecs: no aiohttp, redis, httpx or asyncio either)
     runtime                    core (config, timers, defaults: what adapters and backends may use)
+    store                      core, runtime (the Redis client every user of shared state sees)
     obs                        core, runtime (metrics and logs)
-    policy                     core, runtime, obs
-    limits                     core, runtime, obs
-    routing                    core, runtime, obs, policy
-    adapters, backends         core, dialects, runtime (metrics and the member upstreams come in
+    policy                     core, runtime, obs, store
+    limits                     core, runtime, obs, store
+    routing                    core, runtime, obs (feature fit lives here, not in policy)
+    adapters                   core, dialects, runtime (metrics and the member upstreams come in
                                through their constructors)
+    backends                   core, dialects, runtime, store (the replica pool in ``backends/pool``)
     web                        everything above (``web/app.py`` is the composition root)
     cli                        everything (it starts the app)
     cli_admin                  nothing of ours (an HTTP client of the admin API, used by cli)
@@ -30,12 +32,13 @@ BENEATH: dict[str, frozenset[str]] = {
     "gateway.core": frozenset(),
     "gateway.dialects": frozenset({"gateway.core"}),
     "gateway.runtime": frozenset({"gateway.core"}),
+    "gateway.store": frozenset({"gateway.core", "gateway.runtime"}),
     "gateway.obs": frozenset({"gateway.core", "gateway.runtime"}),
-    "gateway.policy": frozenset({"gateway.core", "gateway.runtime", "gateway.obs"}),
-    "gateway.limits": frozenset({"gateway.core", "gateway.runtime", "gateway.obs"}),
-    "gateway.routing": frozenset({"gateway.core", "gateway.runtime", "gateway.obs", "gateway.policy"}),
+    "gateway.policy": frozenset({"gateway.core", "gateway.runtime", "gateway.obs", "gateway.store"}),
+    "gateway.limits": frozenset({"gateway.core", "gateway.runtime", "gateway.obs", "gateway.store"}),
+    "gateway.routing": frozenset({"gateway.core", "gateway.runtime", "gateway.obs"}),
     "adapters": frozenset({"gateway.core", "gateway.dialects", "gateway.runtime"}),
-    "backends": frozenset({"gateway.core", "gateway.dialects", "gateway.runtime"}),
+    "backends": frozenset({"gateway.core", "gateway.dialects", "gateway.runtime", "gateway.store"}),
 }
 BENEATH["gateway.web"] = frozenset().union(*BENEATH.values(), BENEATH) - {"gateway.web"}
 BENEATH["gateway.cli_admin"] = frozenset()
@@ -122,10 +125,13 @@ def test_only_the_composition_root_builds_adapters() -> None:
         ("gateway.dialects.openai.parse", "from gateway.limits.plan import Plan"),
         ("gateway.dialects.sse", "import asyncio"),
         ("adapters.http", "from gateway.obs.metrics import TARGET_UP"),
-        ("backends.replicas", "from adapters.http import HTTPUpstream"),
+        ("backends.pool.replicas", "from adapters.http import HTTPUpstream"),
         ("gateway.runtime.timers", "from gateway import obs"),
         ("gateway.limits.store", "from gateway.routing.table import ModelTable"),
         ("gateway.obs.metrics", "def f():\n    from gateway.web import app\n"),
+        ("gateway.routing.dispatch", "from gateway.policy.auth import KeyRing"),
+        ("gateway.store.redis_client", "from gateway.limits import build_admission"),
+        ("backends.pool.replicas", "from gateway.web.state import Gateway"),
         ("gateway.policy.auth", "from _sha2 import sha256"),
         ("gateway.limits.channel", "import redis._parsers"),
     ],
