@@ -42,8 +42,8 @@ from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
 from gateway.core.upstream import Call
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
-from gateway.runtime.aiohttp_tuning import drain_whole
 from gateway.runtime.config import Server, Target
+from gateway.runtime.internals import drain_whole
 from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secret
 from gateway.runtime.timers import Bound, Wheel, on_loop
