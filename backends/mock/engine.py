@@ -27,7 +27,7 @@ from gateway.core.response import (
     Usage,
     UsageReport,
 )
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, Identity
 from gateway.runtime.config import ConfigError, Target
 
 DEFAULT_TOKENS_PER_SECOND = 20.0  # slow enough to watch a stream arrive word by word
@@ -59,25 +59,12 @@ def _settings(target: Target) -> float:
     return float(rate)
 
 
-class MockEngine:
+class MockEngine(Identity[Target]):
     def __init__(self, target: Target, public_model: str, sleep: Sleep = asyncio.sleep) -> None:
-        self.target = target
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
+        self.identify(target, public_model)
+        self._features = FEATURES
         self.tokens_per_second = _settings(target)
         self._sleep = sleep  # tests pass a recorder: pacing is counted, not timed
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return FEATURES
 
     async def start(self) -> None:
         """Nothing to start: the mock has no engine and no connection."""
