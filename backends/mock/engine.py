@@ -112,6 +112,7 @@ class MockEngine(Identity[Target]):
             raise call.timed_out(self.name, "answer not complete in time")
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        call.hop(0)  # an expired deadline is refused, paced or not, as by every upstream kind
         answers, usage, asked = self._write(request)
         if asked is not None:
             raise asked[0]
@@ -125,6 +126,7 @@ class MockEngine(Identity[Target]):
         return acc.completion()
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        call.hop(0)  # an expired deadline is refused, paced or not, as by every upstream kind
         answers, usage, asked = self._write(request)
         fail_after = None
         if asked is not None:
