@@ -107,12 +107,15 @@ SHAPE_ERRORS = (
 
 def route_missing(raw: bytes | bytearray) -> bool:
     """A 404 for the path itself (a server without the route: FastAPI's ``{"detail": "Not Found"}``),
-    not one the route's own handler gave (an Anthropic error envelope: an unknown model)."""
+    not one the route's own handler gave (an Anthropic or OpenAI error envelope, or vLLM's
+    ``"object": "error"``: an unknown model, an unknown previous response)."""
     try:
         data = pydantic_core.from_json(raw)
     except ValueError:
         return True
-    return not (isinstance(data, dict) and data.get("type") == "error")
+    if not isinstance(data, dict):
+        return True
+    return not (data.get("type") == "error" or data.get("object") == "error" or isinstance(data.get("error"), dict))
 
 
 def malformed(name: str, exc: BaseException) -> UpstreamMalformed:
