@@ -46,7 +46,7 @@ import yaml
 
 from benchmarks import fair_load as fl
 from benchmarks.machine import basic_meta, measured, write_report
-from benchmarks.procs import BenchError, Processes, background_load, free_port, log
+from benchmarks.procs import BenchError, Processes, background_load, choose_cores, free_port, log
 from gateway.runtime.config import hash_key
 from tests.support.redis_servers import RedisServer
 
@@ -99,19 +99,16 @@ class PoolInfo:
 @contextlib.contextmanager
 def running_pool(args: argparse.Namespace, procs: Processes, tmp: Path) -> Iterator[PoolInfo]:
     if args.pool == "vllm":
+        from benchmarks.vllm_serve import engine_env, pin_engine
         from tests.vllm import server
 
-        extra = (
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            "1024",
-            "--max-num-seqs",
-            str(args.capacity),
-            "--enforce-eager",
-        )
+        server.ensure_env()
+        seqs = str(args.capacity)
+        extra = ("--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", seqs, "--enforce-eager")
+        cores = choose_cores(0)  # the engine on its own core, as a GPU would take it off the CPUs
         log("starting vllm serve (about 45 s)")
-        with server.running_vllm(tmp / "vllm.log", extra) as v:
+        with server.running_vllm(tmp / "vllm.log", extra, env=engine_env(cores)) as v:
+            log(f"engine processes on core {cores.subject}: {', '.join(pin_engine(v, cores)) or 'none'}")
             yield PoolInfo(v.base, "vllm", args.capacity, args.tokens, {"ignore_eos": True})
         return
     port = free_port()
