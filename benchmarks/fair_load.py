@@ -6,7 +6,8 @@ and on a loaded one), round-robin over the gateways, each a streamed completion.
 count from its due time, whatever the client or the gateways were doing (no coordinated omission):
 TTFT to its first ``data:`` event, end to its ``[DONE]``. Shed requests (429, 503) keep their status and
 ``Retry-After``; a request with no first token within ``deadline`` seconds is given up (``timeout``,
-the client hangs up), and counts as an infinite TTFT in the percentiles, never as a missing sample.
+the client hangs up; a started answer runs to its end), and counts as an infinite TTFT in the
+percentiles, never as a missing sample.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import aiohttp
 from benchmarks.procs import percentile
 
 SHED = (429, 503)
+STREAM_BOUND_S = 120.0  # a started answer's whole stream, after its first token
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ async def one(
     headers = {"Authorization": f"Bearer {team.key}", **team.headers}
     due = t0 + o.due
     try:
-        async with asyncio.timeout(deadline):
+        async with asyncio.timeout(deadline) as bound:
             async with session.post(url, json=body, headers=headers) as resp:
                 o.status = resp.status
                 o.retry_after = resp.headers.get("Retry-After")
@@ -77,6 +79,8 @@ async def one(
                     if line.startswith(b"data: {") and b'"choices":[]' not in line.replace(b" ", b""):
                         if o.ttft is None:
                             o.ttft = time.perf_counter() - due
+                            # the deadline is the first token's: a started answer runs to its end
+                            bound.reschedule(asyncio.get_running_loop().time() + STREAM_BOUND_S)
                         o.tokens += 1
                 o.status = "error"  # the stream ended without [DONE]
     except TimeoutError:
