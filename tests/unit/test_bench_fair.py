@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 import aiohttp
 import pytest
@@ -133,3 +134,23 @@ def test_verdicts_pass_only_inside_every_bound() -> None:
     scenarios["b"]["teams"]["heavy"] = team(1, done=250)
     v = verdicts({"scenarios": scenarios}, service_s=0.4, capacity=4)
     assert (v["a"]["pass"], v["b"]["pass"], v["c"]["pass"]) == (False, False, False)
+
+
+async def test_the_client_sees_the_pools_queue_in_ttft_and_gives_up_at_its_deadline() -> None:
+    app = make_app(capacity=1, tokens=3, gap_ms=30, prefill_ms=10)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        url = str(server.make_url("/v1/completions"))
+        team = fl.Team("t", "k", 1.0, 0)
+        body = {"model": "tiny", "prompt": "team=t hi", "max_tokens": 3, "stream": True}
+        first, second, late = (fl.Outcome("t", 0.0) for _ in range(3))
+        t0 = time.perf_counter()
+        served = [asyncio.create_task(fl.one(session, url, team, body, o, t0, 30)) for o in (first, second)]
+        slots = app[POOL].slots
+        await eventually(lambda: (slots.running, slots.waiting) == (1, 1), "one served, one queued")
+        await fl.one(session, url, team, body, late, time.perf_counter(), 0.05)  # behind 70 ms at least
+        await asyncio.gather(*served)
+        await eventually(lambda: app[POOL].aborted["t"] == 1, "the given-up request left the pool's queue")
+    done = sorted([first, second], key=lambda o: o.ttft or math.inf)
+    assert [o.status for o in done] == [200, 200] and [o.tokens for o in done] == [3, 3]
+    assert done[1].ttft is not None and done[1].ttft >= 0.07 + 0.01  # the first answer, then its own prefill
+    assert (late.status, late.ttft) == ("timeout", None)
