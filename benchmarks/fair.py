@@ -190,10 +190,19 @@ def gateway_config(pool: PoolInfo, port: int, redis_url: str, mode: str, sc: Sce
     return config
 
 
+QUEUE = {"max_waiting": 64, "timeout": 10.0}  # 64 waiting: about 6.5 s of the scripted pool's turnover
+
+
 def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario) -> None:
-    """The fair queue's settings (the ``fairq`` interface): the pool's capacity, and per team its
-    weight and default priority class."""
-    raise BenchError("the with-feature configuration is not wired yet")
+    """The fair queue's settings (issue 41): the model's capacity and queue
+    bound, and per team its weight and default priority class."""
+    config["priorities"] = ["interactive", "batch"]
+    config["models"][0]["queue"] = {"capacity": pool.capacity, **QUEUE}
+    for team in config["teams"]:
+        if team["id"] in sc.weights:
+            team["weight"] = sc.weights[team["id"]]
+        if team["id"] in sc.classes:
+            team["priority"] = sc.classes[team["id"]]
 
 
 def start_gateways(procs: Processes, tmp: Path, pool: PoolInfo, redis_url: str, mode: str, sc: Scenario) -> list[str]:
@@ -438,7 +447,10 @@ def main(argv: list[str] | None = None) -> int:
             f"Two gateways (1 worker each) on one private redis-server; open-loop Poisson arrivals per team, "
             f"alternating between the gateways, {args.seconds:g} s per scenario, the first {args.warmup:g} s left out; "
             f"a request with no first token in {args.deadline:g} s is given up (lost, infinite TTFT). "
-            "`without`: no capacity or queue configured; `with`: the gateway's fair queue (issue 41)."
+            "`without`: no capacity or queue configured; `with`: the gateway's fair queue (issue 41): "
+            f"`queue: {{capacity: {args.capacity}, max_waiting: {QUEUE['max_waiting']}, "
+            f"timeout: {QUEUE['timeout']:g}}}`, "
+            "weights 2:1 in b, classes interactive/batch in c."
         ),
     }
     write_report(args.out, args.name, report, render(report))
