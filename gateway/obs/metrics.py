@@ -337,7 +337,7 @@ def set_config_info(version: int, digest: str, previous: tuple[int, str] | None 
     CONFIG_INFO.labels(str(version), digest).set(1)
 
 
-# Spend (gateway.limits.spend): team and model labels come from the config, currency is the one configured.
+# Spend (gateway.limits.budget_rules): team and model labels come from the config, currency is the one configured.
 SPEND = Counter("gateway_spend", "Spend of settled requests, in the configured currency", ["team", "model", "currency"])
 BUDGET_USE = Gauge(
     "gateway_budget_utilisation",

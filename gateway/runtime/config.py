@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.runtime.keyfile import KeyProblem, read_key_file, usable_key
-from gateway.runtime.spend import Budget, SpendSettings, price_problem
+from gateway.runtime.spend_config import Budget, SpendSettings, price_problem
 
 
 class ConfigError(Exception):
@@ -71,7 +71,7 @@ class Timeouts(_Model):
 
 
 class KvEvents(_Model):
-    """vLLM's KV-cache events (``--kv-events-config``) as a pool's routing view (``backends/kv_events.py``)."""
+    """vLLM's KV-cache events (``--kv-events-config``) as a pool's routing view (``backends/pool/kv_events.py``)."""
 
     endpoints: tuple[str, ...] = ()  # each replica's ZMQ publisher (tcp://host:port), in the replicas' order
     port: Annotated[int, Field(gt=0, lt=65536)] | None = None  # or: every replica's own host at this port
@@ -98,7 +98,7 @@ class KvEvents(_Model):
 
 
 class Balance(_Model):
-    """How a replica pool picks a replica (``backends/replicas.py``)."""
+    """How a replica pool picks a replica (``backends/pool/replicas.py``)."""
 
     scrape_interval: Annotated[float, Field(gt=0)] = 1.0  # seconds between /health + /metrics scrapes
     # seconds a scrape may take before it counts as "too busy to answer" (default: 2 intervals, >= 1 s);

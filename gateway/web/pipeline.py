@@ -43,7 +43,7 @@ from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing import dispatch, resume
 from gateway.routing.table import Route, check_kind
-from gateway.runtime.aiohttp_tuning import EventStream
+from gateway.runtime.internals import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation

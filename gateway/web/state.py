@@ -25,8 +25,8 @@ from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
 from gateway.routing.table import ModelTable
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import GatewayConfig, ResponsesStore, Server
+from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secrets
 from gateway.web.record import Backlog, InFlight
 from gateway.web.stored import Conversations, LocalStore
