@@ -347,3 +347,31 @@ BUDGET_USE = Gauge(
     multiprocess_mode="max",
 )
 BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])
+
+
+# --- fair queuing (gateway.limits.fairq): labels are config names (model, class, team) -------------
+
+FAIR_WAITING = Gauge(
+    "gateway_fair_waiting",
+    "Requests waiting for a model's slot in this gateway, by model, class and team",
+    ["model", "class", "team"],
+    multiprocess_mode="livesum",
+)
+FAIR_WAIT = Histogram(
+    "gateway_fair_wait_seconds",
+    "Time a request waited for a model's slot (admitted requests)",
+    ["model", "class", "team"],
+    buckets=LATENCY,
+)
+FAIR_SHED = Counter(
+    "gateway_fair_shed_total",
+    "Requests refused by a model's queue, by reason (full, evicted, timeout, down)",
+    ["model", "class", "team", "reason"],
+)
+FAIR_SLOTS = Gauge("gateway_fair_slots", "A model's slots this gateway holds", ["model"], multiprocess_mode="livesum")
+FAIR_CAPACITY = Gauge(
+    "gateway_fair_capacity",
+    "A model's capacity in force here (its share while Redis is out)",
+    ["model"],
+    multiprocess_mode="max",
+)

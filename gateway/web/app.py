@@ -20,6 +20,7 @@ from backends.pool.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, team_policies
 from gateway.limits.admission import running as admission_running
+from gateway.limits.fairq_policy import FairQueues, fair_policy
 from gateway.obs import metrics, tracing
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
 from gateway.obs.routing import Routing
@@ -233,6 +234,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         audit=AuditTrail(client),
         routing=routing,
         conversations=stored.build(client, config.responses),
+        fair=FairQueues(fair_policy(config)),
     )
 
 
