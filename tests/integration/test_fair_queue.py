@@ -105,3 +105,23 @@ async def test_a_client_gone_while_queued_leaves_the_queue_at_once(gateway: Gate
     await eventually(lambda: fair.local.running == 0, "every slot given back")
     assert (await gw.send(BY_NAME["openai"], "m", "after", False)).status == 200
     assert not any("gone" in str(r.body) for r in server.requests)  # it never reached the upstream
+
+
+async def test_auto_capacity_is_learned_from_the_replicas_gauges(gateway: GatewayFactory, replicas: list[Any]) -> None:
+    pool = {
+        "provider": "vllm",
+        "replicas": [r.url for r in replicas],
+        "model": "tiny",
+        "balance": {"scrape_interval": 0.1},
+    }
+    gw = await gateway(config([{"name": "m", "targets": [pool], "queue": {"capacity": "auto"}}]))
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    assert (await gw.send(BY_NAME["openai"], "m", "before", False)).status == 200  # no limit yet
+    replicas[0].state.waiting = 1  # replica 0 queues while running nothing: its ceiling is 1
+    await eventually(lambda: fair.settings.capacity == 1, "the capacity learned from the replicas' gauges")
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: fair.local.running == 1, "the one slot held")
+    waiter = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "after", False))
+    await eventually(lambda: fair.local.waiting == 1, "the next request waiting in the gateway")
+    holder.cancel()
+    assert (await waiter).status == 200
