@@ -19,8 +19,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.limits.fairq import GRANTED, LocalQueue, Ticket
-from gateway.limits.fairq_shared import Shared
+from gateway.limits.fairq import GRANTED, LocalQueue, QueueSettings, Ticket
+from gateway.limits.fairq_shared import FULL, GONE, Listener, Shared, SharedQueue, keys
+from gateway.limits.fairq_shared import GRANTED as SLOT
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, KEY
@@ -183,3 +184,62 @@ async def test_a_killed_gateways_slots_come_back_within_the_lease(
         for task in holders:
             task.cancel()
         await asyncio.gather(*holders, return_exceptions=True)
+
+
+# --- the script's shedding, leaving and wake-up --------------------------------------------------------
+
+
+async def test_a_full_shared_queue_evicts_the_lowest_class_and_tells_its_waiter(redis_server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    model = uuid.uuid4().hex
+    shared = Shared(client, model, 2, 30_000)
+    fair = {model: SharedQueue(model, QueueSettings(1, 2), 2, shared, closed=False, retry_seconds=1.0)}
+    listener = Listener(client, lambda: fair)
+    listener.start()
+    try:
+        assert await shared.call("enter", 1, 2, "holder", 0, "x", "1.0") == [1]
+        batch = Ticket("batch", "b", "b", "batch", 1)
+        assert (await shared.enter(batch, 1, 2))[0] == 0
+        assert (await shared.enter(Ticket("i1", "a", "a", "interactive", 0), 1, 2)) == [0, 1]
+        told = asyncio.create_task(shared.park("batch", 60))  # a message, not the 60 s fallback, ends it
+        await eventually(lambda: "batch" in shared.parked, "the batch waiter parked")
+        assert (await shared.enter(Ticket("i2", "a", "a", "interactive", 0), 1, 2)) == [0, 2]  # full: batch out
+        assert await told == GONE
+        assert await shared.enter(batch, 1, 2, "check") == [GONE]
+        assert (await shared.enter(Ticket("b2", "b", "b", "batch", 1), 1, 2)) == [FULL]  # nobody lower to evict
+        granted = asyncio.create_task(shared.park("i1", 60))
+        await eventually(lambda: "i1" in shared.parked, "the interactive waiter parked")
+        assert await shared.leave("holder", 0, 1, 2) == 1
+        assert await granted == SLOT  # the grant heard on the channel
+        assert await shared.leave("i2", 0, 1, 2) == 0  # a waiter that leaves holds no slot
+        assert await client.zcard(shared.keys[2]) == 0
+        assert await shared.leave("i1", 0, 1, 2) == 1
+        assert await client.zcard(shared.keys[0]) == 0
+    finally:
+        await listener.close()
+        await client.aclose()
+
+
+async def test_a_client_gone_while_queued_leaves_the_shared_queue(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    model_keys = keys("m", 2)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    await admin.delete(*model_keys)
+    gw = await gateway(queued(server, redis_server.url, capacity=1))
+    try:
+        holder = asyncio.create_task(gw.send(OPENAI, "m", HOLD, False))
+        await eventually(lambda: server.active == 1, "the slot held")
+        gone = asyncio.create_task(gw.send(OPENAI, "m", "gone", False))
+        await eventually(lambda: admin.zcard(model_keys[2]), "the request in the shared queue")
+        gone.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[2])), "the gone client's request out of the queue")
+        holder.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[0])), "the slot given back")
+    finally:
+        await admin.aclose()
+
+
+async def _zero(count: Any) -> bool:
+    return await count == 0
