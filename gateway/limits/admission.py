@@ -26,7 +26,7 @@ from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
-from gateway.limits.budgets import Spend
+from gateway.limits.costs import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.prices import PriceTable

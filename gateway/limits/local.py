@@ -7,9 +7,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from gateway.limits.budget_rules import PRUNE_AFTER, Window
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import Check, Plan
-from gateway.limits.spend import PRUNE_AFTER, Window
 
 USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
 

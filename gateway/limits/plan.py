@@ -14,8 +14,8 @@ from random import getrandbits
 from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
+from gateway.limits.budget_rules import Rule, Window
 from gateway.limits.prices import Rate
-from gateway.limits.spend import Rule, Window
 
 DEFAULT_MAX_TOKENS_ESTIMATE = 512
 USAGE_BUCKET_SECONDS = 3600

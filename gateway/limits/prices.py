@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.spend_config import Price, SpendSettings
 from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.limits")

@@ -13,7 +13,7 @@ as the triples. Limit kinds:
   estimate, reserved now and corrected at settlement (the bucket may go into debt).
 * ``conc`` a sorted set of leases scored by expiry (ms); ``param`` is the lease id; a lease not
   renewed within its TTL (a crashed gateway) stops counting.
-* ``bud``  a budget (``gateway.limits.spend``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
+* ``bud``  a budget (``gateway.limits.budget_rules``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
   money, held]``; the window's fields summed plus ``want`` (the worst case) must fit ``limit``, then
   ``want`` is added to field ``add``. A soft budget admits anyway. The reservation is also held as
   ``held`` (``<lease>|<field>|<want>``), a member of the sorted set ``<key>:held`` scored by its expiry
@@ -36,7 +36,7 @@ for GIVE_BACK.
 
 from __future__ import annotations
 
-from gateway.limits.spend import PRUNE_AFTER
+from gateway.limits.budget_rules import PRUNE_AFTER
 
 # Every script reads Redis's clock (ms), and all but RENEW their one JSON argument as ``a``.
 CLOCK = """
@@ -61,7 +61,7 @@ local function put_level(key, level)
 end
 """
 
-# A budget hash (``gateway.limits.spend``): ``spend`` adds to one period's field and keeps the hash
+# A budget hash (``gateway.limits.budget_rules``): ``spend`` adds to one period's field and keeps the hash
 # alive; ``prune`` drops the fields of periods before ``oldest`` once there are many.
 BUDGET = (
     """local function spend(key, fieldname, amount, ttl)

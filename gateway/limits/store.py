@@ -22,10 +22,10 @@ from redis.exceptions import (
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
-from gateway.limits.channel import head as pack_head
 from gateway.limits.limiter import Group, Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
+from gateway.runtime.internals import evalsha_head as pack_head
 
 log = logging.getLogger("gateway.limits")
 

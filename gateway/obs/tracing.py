@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -144,6 +145,19 @@ class RequestTrace:
             self._failed(span, exc)
             raise
         finally:
+            span.end()
+
+    async def queued(self, entering: Coroutine[Any, Any, T], cls: str) -> T:
+        """``entering`` (a model's queue) awaited inside its span: the time to a slot, a shed's code."""
+        span = self._child("gateway.queue", self.owner.trace.SpanKind.INTERNAL, {"gateway.queue.class": cls})
+        began = time.monotonic()
+        try:
+            return await entering
+        except BaseException as exc:
+            self._failed(span, exc)
+            raise
+        finally:
+            span.set_attribute("gateway.queue.wait_seconds", time.monotonic() - began)
             span.end()
 
     def calling(self, upstream: Upstream, n: int, call: Call) -> Call:

@@ -20,8 +20,8 @@ from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
 from gateway.obs.tracing import RequestTrace
-from gateway.policy.capabilities import fit
 from gateway.routing import first_token, resume
+from gateway.routing.capabilities import fit
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.throttle import LogThrottle

@@ -37,13 +37,14 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.limits.admission import Ask
+from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, Slot
 from gateway.limits.plan import Plan
 from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing import dispatch, resume
 from gateway.routing.table import Route, check_kind
-from gateway.runtime.aiohttp_tuning import EventStream
+from gateway.runtime.internals import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation
@@ -84,6 +85,7 @@ class Exchange:
     load: ModelLoad | None = None  # choose: the model's levels, once it is known
     plan: Plan | None = None  # admit
     deadline: float | None = None  # admit
+    slot: Slot | None = None  # queue: the model's slot, when the model has a queue
 
     def reply_headers(self, first: dict[str, str]) -> dict[str, str]:
         """``first``, then the request id, the gateway's overhead so far, and a soft budget gone past."""
@@ -167,6 +169,8 @@ async def steps(ex: Exchange) -> web.StreamResponse:
     choose(ex)
     await admit(ex)
     try:
+        if (fq := ex.gw.fair.queues.get(ex.route.label)) is not None:  # no queue configured: no more work
+            await queue(ex, fq)
         return await call(ex)
     finally:
         settle(ex)
@@ -229,6 +233,17 @@ async def admit(ex: Exchange) -> None:
     ex.plan = plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
+
+
+async def queue(ex: Exchange, fq: ModelQueue) -> None:
+    """Step ``queue``: a slot of the model's capacity, at once when one is free, else in its fair turn
+    (``gateway.limits.fairq``); the wait goes to the trace."""
+    policy, principal = ex.gw.fair.policy, ex.principal
+    asked = ex.request.headers.get(PRIORITY_HEADER)
+    ticket = policy.ticket(ex.log.rid, principal.team, principal.key_id, asked, ex.deadline)
+    route, models = ex.route, ex.gen.models
+    entering = fq.enter(ticket, lambda: models.down(route))
+    ex.slot = await (entering if ex.trace is None else ex.trace.queued(entering, ticket.cls))
 
 
 async def call(ex: Exchange) -> web.StreamResponse:
@@ -339,8 +354,10 @@ async def answer(ex: Exchange, resp: web.Response) -> web.Response:
 
 
 def settle(ex: Exchange) -> None:
-    """The limits settled with the real usage, once the answer is out (off the request path: the
-    admission queues it); the request's cost goes to its record."""
+    """The model's slot given back; the limits settled with the real usage, once the answer is out
+    (off the request path: the admission queues it); the request's cost goes to its record."""
+    if ex.slot is not None:
+        ex.slot.release()
     plan, log = ex.plan, ex.log
     assert plan is not None  # settle runs only after admit
     prompt, completion_tokens = log.usage(plan)

@@ -18,14 +18,14 @@ import time
 from gateway.core.errors import GatewayError
 from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
 from gateway.core.upstream import StreamProgress
+from gateway.limits.budget_rules import money
 from gateway.limits.plan import Plan
-from gateway.limits.spend import money
 from gateway.obs import logs
 from gateway.obs import metrics as m
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing.dispatch import Attempt
-from gateway.runtime.spend import MICROS
+from gateway.runtime.spend_config import MICROS
 from gateway.runtime.throttle import LogThrottle
 
 BACKLOG_SECONDS = 0.02

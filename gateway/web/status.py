@@ -19,7 +19,7 @@ from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
 from gateway.obs import metrics
 from gateway.policy.auth import hex_digest
-from gateway.web import spend
+from gateway.web import spend_report
 from gateway.web.state import GATEWAY
 
 BUDGET_COLUMNS = ("team", "budget", "period", "mode", "spent", "utilisation", "resets")
@@ -104,7 +104,7 @@ async def status(request: web.Request) -> web.Response:
     ]
     redis = "not configured (in-process limits)" if gw.redis is None else "configured"
     try:
-        budget_rows = [[html.escape(cell(b, k)) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
+        budget_rows = [[html.escape(cell(b, k)) for k in BUDGET_COLUMNS] for b in await spend_report.budgets(gw)]
     except Exception:  # as usage: the page still shows what it can while Redis is down
         budget_rows = [["(unavailable while Redis is down)", *[""] * (len(BUDGET_COLUMNS) - 1)]]
     unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.gen.policies.prices.unpriced))

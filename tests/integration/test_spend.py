@@ -27,19 +27,19 @@ import yaml
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
-from gateway.limits import redis_client
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
-from gateway.limits.budgets import Spend
+from gateway.limits.budget_rules import calendar, iso, rules
+from gateway.limits.costs import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues, new_lease, planned, tag
 from gateway.limits.plan import layout as plan_layout
 from gateway.limits.prices import PriceTable
-from gateway.limits.spend import calendar, iso, rules
 from gateway.limits.store import RedisLimiter
 from gateway.runtime.config import RedisConfig, hash_key, parse_config
-from gateway.runtime.spend import Budget, Price, SpendSettings
+from gateway.runtime.spend_config import Budget, Price, SpendSettings
+from gateway.store.redis_client import redis_client
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
 from tests.support import eventually

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.limits.budget_rules import SLICES, calendar, midnight, money, rolling, rules
 from gateway.limits.prices import PriceTable, Rate
-from gateway.limits.spend import SLICES, calendar, midnight, money, rolling, rules
 from gateway.runtime.config import ConfigError, parse_config
-from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.spend_config import Price, SpendSettings
 
 # Zones with the awkward cases: DST at 02:00 (Paris), at midnight (Santiago), by 30 minutes (Lord
 # Howe), a +05:30 offset (Kolkata), a whole day skipped (Apia, 2011-12-30), and none at all (UTC).
@@ -214,7 +214,7 @@ def test_the_reservation_of_an_embeddings_request_uses_the_dearest_embedding_rat
     worst = table.worst("e", ("a", "b"))
     assert worst is not None and worst.embedding == Decimal(3)
     request = InternalRequest(operation=Operation.EMBEDDING, model="e", prompts=("word " * 40,))
-    from gateway.runtime.spend import Budget
+    from gateway.runtime.spend_config import Budget
 
     budget = rules(Budget(amount=Decimal(1000), period="day"), ZoneInfo("UTC"), "EUR")
     limits = layout("t", "k", LimitValues(), LimitValues(), tuple(budget))

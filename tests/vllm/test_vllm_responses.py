@@ -1,5 +1,7 @@
 """The gateway's Responses and embeddings in front of the real vLLM engine (CPU): a Responses request,
-whole and streamed, translated to vLLM's chat and answered as the same chat request is; an embeddings
+whole and streamed, on vLLM's own /v1/responses (answered as vLLM answers it directly, and as the
+same chat request is), a chain rebuilt by the gateway for the stateless replica, what only OpenAI
+serves refused by name before the replica is asked; an embeddings
 request to the tiny model served as an embedding model (``--runner pooling --convert embed``), the
 vectors as vLLM computes them."""
 
@@ -93,5 +95,33 @@ async def test_embeddings_on_real_vllm(vllm_embedder: VLLM, session: aiohttp.Cli
         assert answer["usage"]["prompt_tokens"] == own["usage"]["prompt_tokens"] > 0
         status, ids = await post(session, url + "/v1/embeddings", {"model": "embed", "input": [[1, 2, 3]]})
         assert status == 200 and len(ids["data"][0]["embedding"]) == len(answer["data"][0]["embedding"]), ids
+    finally:
+        await server.close()
+
+
+async def test_responses_go_to_vllms_own_route_and_chain_through_the_gateway(
+    vllm_server: VLLM, session: aiohttp.ClientSession
+) -> None:
+    server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
+    try:
+        body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
+        status, whole = await post(session, url + "/v1/responses", body)
+        assert status == 200, whole
+        async with session.post(vllm_server.url + "/responses", json={**body, "model": vllm_server.model}) as resp:
+            assert resp.status == 200, await resp.text()
+            direct = await resp.json()
+        # vLLM's own response object, not the gateway's rendering of a chat answer
+        assert set(whole) == set(direct) and whole["output"][-1]["content"] == direct["output"][-1]["content"]
+        assert whole["usage"] == direct["usage"]
+        # a second turn: the chain rebuilt from the gateway's store (vLLM keeps none)
+        status, second = await post(
+            session, url + "/v1/responses", {**body, "input": "and then", "previous_response_id": whole["id"]}
+        )
+        assert status == 200, second
+        assert second["usage"]["input_tokens"] > whole["usage"]["input_tokens"] + whole["usage"]["output_tokens"]
+        async with session.get(url + f"/v1/responses/{second['id']}", headers=BEARER) as resp:
+            assert resp.status == 200 and (await resp.json())["id"] == second["id"]
+        status, err = await post(session, url + "/v1/responses", {**body, "tools": [{"type": "web_search"}]})
+        assert status == 400 and err["error"]["param"].startswith("tools[0].type"), err
     finally:
         await server.close()

@@ -209,6 +209,7 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         user=b.metadata.user_id if b.metadata is not None else None,
         extra_headers={"anthropic-beta": betas} if betas else None,
         native=data,
+        native_dialect="anthropic",
         features=fs.frozen(),
         fields=fs.fields,
     )

@@ -1,7 +1,7 @@
 """The config file's spend section and team budgets (``gateway.runtime.config`` includes them): one
 price table (per model and target, per million tokens, in the currency it names) and the budgets a
 team and each of its keys are held to. What the prices cost and how budgets are kept is in
-``gateway.limits.prices`` and ``gateway.limits.spend``; nothing here computes."""
+``gateway.limits.prices`` and ``gateway.limits.budget_rules``; nothing here computes."""
 
 from __future__ import annotations
 

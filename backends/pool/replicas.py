@@ -3,7 +3,7 @@
 Each replica is an ``Upstream`` speaking the target's wire, made by the factory the app passes in
 (the HTTP adapter). A background task scrapes every replica's ``/health`` and ``/metrics`` (vLLM's
 ``num_requests_running``, ``num_requests_waiting``, ``kv_cache_usage_perc``) every ``scrape_interval``
-seconds, never on the request path; the choice itself is ``backends/balance.py``. A replica that
+seconds, never on the request path; the choice itself is ``backends/pool/balance.py``. A replica that
 fails before the first byte is passed over for a few seconds and the request goes to the next one;
 once a stream has started, it stays where it is.
 Closing a stream (the client went away) closes its upstream connection, which aborts it in vLLM.
@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
-from backends.prefix_index import router
+from backends.pool.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
+from backends.pool.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.pool_report import NO_REPORT, PoolReport
 from gateway.core.request import Feature, InternalRequest
@@ -35,7 +35,7 @@ from gateway.runtime.config import ConfigError, Target
 from gateway.runtime.throttle import LogThrottle
 
 if TYPE_CHECKING:
-    from backends.kv_router import EventsRouter, Router
+    from backends.pool.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
 throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
@@ -127,7 +127,7 @@ class ReplicaPool:
         if target.balance.kv_events is not None:
             # imported here: its packages (the kv-events extra) are needed only by pools that use it
             try:
-                from backends.kv_router import EventsRouter
+                from backends.pool.kv_router import EventsRouter
             except ImportError as exc:
                 extra = f"pip install 'llm-gateway[kv-events]' ({exc.name} is missing)"
                 raise ConfigError(f"balance.kv_events: needs the optional extra: {extra}") from None

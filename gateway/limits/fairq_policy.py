@@ -1,0 +1,92 @@
+"""Who waits in which class, with what weight: the config's ``priorities``, teams' ``weight`` and
+``priority``, keys' ``priority``; and the models' queues, kept across reloads (``gateway.limits.fairq``).
+
+A request's class is its key's default (its team's, else the first class); the ``X-Gateway-Priority``
+header may lower it, never raise it: a higher class named there is held to the key's own. A class the
+config does not list is the client's mistake, a 400 naming the header.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gateway.core.errors import InvalidRequest
+from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, QueueSettings, Ticket
+from gateway.runtime.config import GatewayConfig
+
+OTHER_TEAM = "other"  # the metric label of a team the config does not name (keys issued at run time)
+
+
+@dataclass(frozen=True, slots=True)
+class FairPolicy:
+    classes: tuple[str, ...] = ("interactive", "batch")
+    weights: Mapping[str, float] = field(default_factory=dict)  # team → weight (1.0 unless configured)
+    team_rank: Mapping[str, int] = field(default_factory=dict)  # team → its keys' default class
+    key_rank: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (team, key) → the key's own
+    queues: Mapping[str, QueueSettings] = field(default_factory=dict)  # model name → its queue
+
+    def rank(self, team: str, key_id: str, asked: str | None) -> int:
+        """The request's class: its key's default, lowered by ``asked``, never raised by it."""
+        own = self.key_rank.get((team, key_id), self.team_rank.get(team, 0))
+        if asked is None:
+            return own
+        try:
+            wanted = self.classes.index(asked.strip())
+        except ValueError:
+            known = ", ".join(self.classes)
+            raise InvalidRequest(
+                f"{PRIORITY_HEADER}: unknown class {asked[:64]!r} (known: {known})", param=PRIORITY_HEADER
+            ) from None
+        return max(own, wanted)
+
+    def ticket(self, rid: str, team: str, key_id: str, asked: str | None, deadline: float | None) -> Ticket:
+        rank = self.rank(team, key_id, asked)
+        label = team if team in self.weights else OTHER_TEAM
+        return Ticket(rid, team, label, self.classes[rank], rank, self.weights.get(team, 1.0), deadline)
+
+
+def fair_policy(config: GatewayConfig) -> FairPolicy:
+    classes = config.priorities
+    replicas = config.limits.replicas
+    return FairPolicy(
+        classes,
+        {t.id: t.weight for t in config.teams},
+        {t.id: classes.index(t.priority) for t in config.teams if t.priority is not None},
+        {(t.id, k.id): classes.index(k.priority) for t in config.teams for k in t.keys if k.priority is not None},
+        {
+            m.name: QueueSettings(
+                m.queue.capacity,
+                m.queue.max_waiting,
+                m.queue.timeout,
+                m.queue.share or math.ceil(m.queue.capacity / replicas),
+            )
+            for m in config.models
+            if m.queue is not None
+        },
+    )
+
+
+class FairQueues:
+    """The models' queues: one per model with a ``queue``, its waiters and slots kept across reloads."""
+
+    def __init__(self, policy: FairPolicy | None = None) -> None:
+        self.policy = FairPolicy()
+        self.queues: dict[str, ModelQueue] = {}
+        if policy is not None:
+            self.configure(policy)
+
+    def configure(self, policy: FairPolicy) -> None:
+        self.policy = policy
+        queues: dict[str, ModelQueue] = {}
+        for model, settings in policy.queues.items():
+            queue = self.queues.get(model)
+            if queue is None:
+                queue = ModelQueue(model, settings, len(policy.classes))
+            elif len(queue.local.counts) != len(policy.classes):
+                queue = ModelQueue(model, settings, len(policy.classes))  # other classes: a fresh order
+            else:
+                queue.reconfigure(settings)
+            queues[model] = queue
+        self.queues = queues

@@ -1,0 +1,95 @@
+"""A model's queue through the gateway (in process, no Redis): requests beyond its capacity wait in
+the gateway, not in the upstream; a full queue's refusal is a 429 with Retry-After in every ingress
+dialect; an unknown class is a 400 naming the header in every dialect; a client gone while queued
+leaves at once; the metrics say it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.web.state import GATEWAY
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import BY_NAME, INGRESSES, Ingress
+from tests.support import eventually
+
+HOLD = "[[fault:hang_before=60]]"  # holds its slot until its client goes
+
+
+def queued(server: Any, capacity: int = 1, max_waiting: int = 1) -> Any:
+    queue = {"capacity": capacity, "max_waiting": max_waiting, "timeout": 60}
+    return config([{"name": "m", "targets": [target(server, "openai")], "queue": queue}])
+
+
+def with_header(ingress: Ingress, name: str, value: str) -> Ingress:
+    return Ingress(ingress.name, ingress.path, {**ingress.headers, name: value}, ingress.extra, ingress.done)
+
+
+async def metrics(gw: Any) -> str:
+    async with gw.session.get(gw.url + "/metrics") as resp:
+        return await resp.text()
+
+
+async def test_beyond_capacity_requests_wait_in_the_gateway_and_a_full_queue_is_429_in_every_dialect(
+    gateway: GatewayFactory, upstream: Any
+) -> None:
+    server = await upstream("openai")
+    gw = await gateway(queued(server))
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: server.active == 1, "the first request at the upstream")
+    waiter = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "second", False))
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    await eventually(lambda: fair.local.waiting == 1, "the second request queued")
+    for ingress in INGRESSES:
+        answer = await gw.send(ingress, "m", "third", False)
+        assert answer.status == 429, (ingress.name, answer.raw)
+        assert b"capacity" in answer.raw and b"queue is full" in answer.raw, ingress.name
+    assert server.active == 1  # nothing beyond the capacity reached the upstream
+    holder.cancel()  # its client goes: the slot frees, the waiter takes it
+    assert (await waiter).status == 200
+    text = await metrics(gw)
+    assert 'gateway_fair_shed_total{class="interactive",model="m",reason="full",team="team1"}' in text
+    assert "gateway_fair_wait_seconds_count" in text
+
+
+async def test_retry_after_and_the_queue_header_come_with_the_refusal(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(queued(server, max_waiting=0))
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: server.active == 1, "the first request at the upstream")
+    path, headers, body = BY_NAME["openai"].request("m", "x", False)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 429
+        assert int(resp.headers["Retry-After"]) >= 1
+        assert resp.headers["X-Gateway-Queue"] == "shed-full"
+    holder.cancel()
+
+
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_an_unknown_class_is_a_400_naming_the_header(
+    gateway: GatewayFactory, upstream: Any, ingress: Ingress
+) -> None:
+    server = await upstream("openai")
+    gw = await gateway(queued(server))
+    answer = await gw.send(with_header(ingress, "X-Gateway-Priority", "urgent"), "m", "x", False)
+    assert answer.status == (422 if ingress.name.startswith("sgp") else 400), answer.raw  # SGP's own 422
+    assert b"X-Gateway-Priority" in answer.raw and b"urgent" in answer.raw
+    assert server.active == 0
+
+
+async def test_a_client_gone_while_queued_leaves_the_queue_at_once(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    gw = await gateway(queued(server, max_waiting=1))
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: server.active == 1, "the first request at the upstream")
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    gone = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "gone", False))
+    await eventually(lambda: fair.local.waiting == 1, "the second request queued")
+    gone.cancel()
+    await eventually(lambda: fair.local.waiting == 0, "the gone client's request out of the queue")
+    holder.cancel()
+    await eventually(lambda: fair.local.running == 0, "every slot given back")
+    assert (await gw.send(BY_NAME["openai"], "m", "after", False)).status == 200
+    assert not any("gone" in str(r.body) for r in server.requests)  # it never reached the upstream
