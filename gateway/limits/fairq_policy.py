@@ -8,12 +8,16 @@ config does not list is the client's mistake, a 400 naming the header.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.core.errors import InvalidRequest
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, QueueSettings, Ticket
+from gateway.limits.fairq_shared import Listener, Shared, SharedQueue
 from gateway.runtime.config import GatewayConfig
 
 OTHER_TEAM = "other"  # the metric label of a team the config does not name (keys issued at run time)
@@ -26,6 +30,9 @@ class FairPolicy:
     team_rank: Mapping[str, int] = field(default_factory=dict)  # team → its keys' default class
     key_rank: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (team, key) → the key's own
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)  # model name → its queue
+    lease_ttl: float = 30.0  # ``limits.lease_ttl``: a slot's lease in Redis, renewed every third of it
+    closed: bool = False  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
+    retry_seconds: float = 1.0  # ``redis.retry_seconds``: how long a failure keeps Redis out
 
     def rank(self, team: str, key_id: str, asked: str | None) -> int:
         """The request's class: its key's default, lowered by ``asked``, never raised by it."""
@@ -65,14 +72,19 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
             for m in config.models
             if m.queue is not None
         },
+        config.limits.lease_ttl,
+        config.redis is not None and config.redis.on_failure.get("concurrency") == "closed",
+        config.redis.retry_seconds if config.redis is not None else 1.0,
     )
 
 
 class FairQueues:
-    """The models' queues: one per model with a ``queue``, its waiters and slots kept across reloads."""
+    """The models' queues: one per model with a ``queue``, its waiters and slots kept across reloads;
+    shared through Redis when ``client`` is given."""
 
-    def __init__(self, policy: FairPolicy | None = None) -> None:
+    def __init__(self, policy: FairPolicy | None = None, client: Any = None) -> None:
         self.policy = FairPolicy()
+        self.client = client
         self.queues: dict[str, ModelQueue] = {}
         if policy is not None:
             self.configure(policy)
@@ -82,11 +94,43 @@ class FairQueues:
         queues: dict[str, ModelQueue] = {}
         for model, settings in policy.queues.items():
             queue = self.queues.get(model)
-            if queue is None:
-                queue = ModelQueue(model, settings, len(policy.classes))
-            elif len(queue.local.counts) != len(policy.classes):
-                queue = ModelQueue(model, settings, len(policy.classes))  # other classes: a fresh order
+            if queue is None or len(queue.local.counts) != len(policy.classes):  # other classes: a fresh order
+                queue = self.build(model, settings)
             else:
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues
+
+    def build(self, model: str, settings: QueueSettings) -> ModelQueue:
+        classes = len(self.policy.classes)
+        if self.client is None:
+            return ModelQueue(model, settings, classes)
+        policy = self.policy
+        shared = Shared(self.client, model, classes, int(policy.lease_ttl * 1000))
+        return SharedQueue(model, settings, classes, shared, policy.closed, policy.retry_seconds)
+
+    async def keeper(self) -> None:
+        """Renews this gateway's slot leases, so only a dead gateway's run out."""
+        while True:
+            await asyncio.sleep(self.policy.lease_ttl / 3)
+            for queue in list(self.queues.values()):
+                if isinstance(queue, SharedQueue):
+                    await queue.renew()
+
+
+@contextlib.asynccontextmanager
+async def running(fair: FairQueues) -> AsyncIterator[None]:
+    """The listener of the queues' channel and the lease keeper, with Redis; nothing without."""
+    if fair.client is None:
+        yield
+        return
+    listener = Listener(fair.client, lambda: fair.queues)
+    listener.start()
+    keeper = asyncio.create_task(fair.keeper(), name="fair-queue-keeper")
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+        await listener.close()

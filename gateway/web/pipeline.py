@@ -240,7 +240,8 @@ async def queue(ex: Exchange, fq: ModelQueue) -> None:
     (``gateway.limits.fairq``); the wait goes to the trace."""
     policy, principal = ex.gw.fair.policy, ex.principal
     asked = ex.request.headers.get(PRIORITY_HEADER)
-    ticket = policy.ticket(ex.log.rid, principal.team, principal.key_id, asked, ex.deadline)
+    # its own id in the queue: a client's X-Request-Id may repeat
+    ticket = policy.ticket(f"{getrandbits(64):016x}", principal.team, principal.key_id, asked, ex.deadline)
     route, models = ex.route, ex.gen.models
     entering = fq.enter(ticket, lambda: models.down(route))
     ex.slot = await (entering if ex.trace is None else ex.trace.queued(entering, ticket.cls))
