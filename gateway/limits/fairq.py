@@ -44,6 +44,7 @@ class QueueSettings:
     max_waiting: int = 256
     timeout: float = 30.0
     share: int | None = None  # this gateway's slots while Redis is out (None: capacity / replicas)
+    auto: bool = False  # ``capacity: auto``: ``capacity`` is learned (``fairq_policy.Learner``)
 
 
 @dataclass(frozen=True, slots=True)

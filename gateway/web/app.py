@@ -282,6 +282,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
         asyncio.create_task(metrics.flusher(*gw.tallies()), name="metrics-flusher"),
+        # ``capacity: auto`` models (a reload may add one): a pass over the queues a second, off the requests
+        asyncio.create_task(ops.learn_capacities(gw), name="capacity-learner"),
     ]
     async with admission_running(gw.admission), fair_running(gw.fair), reload.running(app):
         yield
