@@ -19,8 +19,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.limits.fairq import GRANTED, LocalQueue, Ticket
-from gateway.limits.fairq_shared import Shared
+from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
+from gateway.limits.fairq_shared import FULL, GONE, Listener, Shared, SharedQueue, keys
+from gateway.limits.fairq_shared import GRANTED as SLOT
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, KEY
@@ -50,41 +51,78 @@ def queued(server: Any, redis_url: str, capacity: int, **extra: Any) -> Any:
 
 # --- the script and its Python twin -------------------------------------------------------------------
 
-arrivals = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), min_size=1, max_size=30)
+steps = st.lists(
+    st.one_of(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), st.just(("serve", 0))), min_size=1, max_size=40
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arrivals=arrivals, weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)))
-async def test_the_script_serves_in_the_order_of_its_python_twin(
-    redis_server: RedisServer, arrivals: list[tuple[str, int]], weights: tuple[int, int, int]
+@given(
+    steps=steps,
+    weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+    bound=st.integers(1, 6),
+)
+async def test_the_script_serves_and_sheds_as_its_python_twin(
+    redis_server: RedisServer, steps: list[tuple[str, int]], weights: tuple[int, int, int], bound: int
 ) -> None:
+    """Arrivals and services replayed on the script and on the in-process queue, one slot, a small
+    bound: the same refusals, the same evictions, the same order of service."""
     weight = dict(zip("abc", weights, strict=True))
     client = aioredis.Redis.from_url(redis_server.url)
-    model = uuid.uuid4().hex
-    shared = Shared(client, model, 2, 30_000)
-    # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival (real ids are random)
-    tickets = [Ticket(f"r{i:04d}", t, t, "", r, float(weight[t])) for i, (t, r) in enumerate(arrivals)]
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    twin = LocalQueue(1, bound, 2)
+    assert twin.take()
+    waiters: list[Waiter] = []
     try:
-        assert (await shared.call("enter", 1, 100, "holder", 0, "x", "1.0")) == [1]
-        for t in tickets:
-            assert (await shared.enter(t, 1, 100))[0] == 0
-        redis_order, last = [], "holder"
-        for _ in tickets:
-            await shared.leave(last, 0, 1, 100)
-            (last,) = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
-            redis_order.append(last)
+        assert (await shared.call("enter", 1, bound, "holder", 0, "x", "1.0")) == [1]
+        holding = "holder"
+        for i, (team, rank) in enumerate(steps):
+            if team == "serve":
+                await shared.leave(holding, 0, 1, bound)
+                ran = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
+                twin.release()
+                served = [w for w in waiters if w.state == GRANTED]
+                assert ran == [w.ticket.rid for w in served]  # the same next request, or none
+                for w in served:
+                    w.state = "served"
+                if not ran:
+                    assert twin.take()
+                    await shared.call("enter", 1, bound, f"holder{i}", 0, "x", "1.0")
+                    ran = [f"holder{i}"]
+                holding = ran[0]
+                continue
+            # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival
+            ticket = Ticket(f"r{i:04d}", team, team, "", rank, float(weight[team]))
+            answer = await shared.enter(ticket, 1, bound)
+            try:
+                waiters.append(twin.join(ticket))
+            except QueueFull:
+                assert answer == [FULL]
+                continue
+            assert answer[0] == 0
+            evicted = {w.ticket.rid for w in waiters if w.state == EVICTED}
+            in_redis = {m.decode() for r in (2, 3) for m in await client.zrange(shared.keys[r], 0, -1)}
+            assert in_redis == {w.ticket.rid for w in waiters if w.state == WAITING}, evicted
     finally:
         await client.aclose()
-    twin = LocalQueue(1, 100, 2)
-    assert twin.take()
-    waiters = [twin.join(t) for t in tickets]
-    twin_order = []
-    for _ in tickets:
-        twin.release()
-        (w,) = [w for w in waiters if w.state == GRANTED]
-        w.state = "served"
-        twin_order.append(w.ticket.rid)
-    assert redis_order == twin_order
+
+
+async def test_a_full_queue_makes_room_for_a_quiet_team_from_the_team_over_its_share(
+    redis_server: RedisServer,
+) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    try:
+        assert (await shared.call("enter", 1, 4, "holder", 0, "x", "1.0")) == [1]
+        for i in range(4):
+            assert (await shared.enter(Ticket(f"noisy{i}", "noisy", "noisy", "", 0), 1, 4))[0] == 0
+        assert await shared.enter(Ticket("noisy4", "noisy", "noisy", "", 0), 1, 4) == [FULL]  # its own: refused
+        for i in range(2):  # the quiet team's are never refused: the noisy team's last in line goes
+            assert (await shared.enter(Ticket(f"quiet{i}", "quiet", "quiet", "", 0), 1, 4))[0] == 0
+        line = [m.decode() for m in await client.zrange(shared.keys[2], 0, -1)]
+        assert line == ["noisy0", "quiet0", "noisy1", "quiet1"]
+    finally:
+        await client.aclose()
 
 
 # --- gateways in front of one upstream ----------------------------------------------------------------
@@ -183,3 +221,62 @@ async def test_a_killed_gateways_slots_come_back_within_the_lease(
         for task in holders:
             task.cancel()
         await asyncio.gather(*holders, return_exceptions=True)
+
+
+# --- the script's shedding, leaving and wake-up --------------------------------------------------------
+
+
+async def test_a_full_shared_queue_evicts_the_lowest_class_and_tells_its_waiter(redis_server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    model = uuid.uuid4().hex
+    shared = Shared(client, model, 2, 30_000)
+    fair = {model: SharedQueue(model, QueueSettings(1, 2), 2, shared, closed=False, retry_seconds=1.0)}
+    listener = Listener(client, lambda: fair)
+    listener.start()
+    try:
+        assert await shared.call("enter", 1, 2, "holder", 0, "x", "1.0") == [1]
+        batch = Ticket("batch", "b", "b", "batch", 1)
+        assert (await shared.enter(batch, 1, 2))[0] == 0
+        assert (await shared.enter(Ticket("i1", "a", "a", "interactive", 0), 1, 2)) == [0, 1]
+        told = asyncio.create_task(shared.park("batch", 60))  # a message, not the 60 s fallback, ends it
+        await eventually(lambda: "batch" in shared.parked, "the batch waiter parked")
+        assert (await shared.enter(Ticket("i2", "a", "a", "interactive", 0), 1, 2)) == [0, 2]  # full: batch out
+        assert await told == GONE
+        assert await shared.enter(batch, 1, 2, "check") == [GONE]
+        assert (await shared.enter(Ticket("b2", "b", "b", "batch", 1), 1, 2)) == [FULL]  # nobody lower to evict
+        granted = asyncio.create_task(shared.park("i1", 60))
+        await eventually(lambda: "i1" in shared.parked, "the interactive waiter parked")
+        assert await shared.leave("holder", 0, 1, 2) == 1
+        assert await granted == SLOT  # the grant heard on the channel
+        assert await shared.leave("i2", 0, 1, 2) == 0  # a waiter that leaves holds no slot
+        assert await client.zcard(shared.keys[2]) == 0
+        assert await shared.leave("i1", 0, 1, 2) == 1
+        assert await client.zcard(shared.keys[0]) == 0
+    finally:
+        await listener.close()
+        await client.aclose()
+
+
+async def test_a_client_gone_while_queued_leaves_the_shared_queue(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    model_keys = keys("m", 2)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    await admin.delete(*model_keys)
+    gw = await gateway(queued(server, redis_server.url, capacity=1))
+    try:
+        holder = asyncio.create_task(gw.send(OPENAI, "m", HOLD, False))
+        await eventually(lambda: server.active == 1, "the slot held")
+        gone = asyncio.create_task(gw.send(OPENAI, "m", "gone", False))
+        await eventually(lambda: admin.zcard(model_keys[2]), "the request in the shared queue")
+        gone.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[2])), "the gone client's request out of the queue")
+        holder.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[0])), "the slot given back")
+    finally:
+        await admin.aclose()
+
+
+async def _zero(count: Any) -> bool:
+    return await count == 0
