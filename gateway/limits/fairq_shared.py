@@ -293,6 +293,9 @@ class SharedQueue(ModelQueue):
         except FAILURES as exc:
             self.failed(exc)
             return await self.outage(ticket, down)
+        except asyncio.CancelledError:  # its client went mid-call: whatever the call took goes back
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
+            raise
         if answer[0] == GRANTED:
             return self.granted(ticket)
         if answer[0] == FULL:

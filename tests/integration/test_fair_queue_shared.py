@@ -280,3 +280,30 @@ async def test_a_client_gone_while_queued_leaves_the_shared_queue(
 
 async def _zero(count: Any) -> bool:
     return await count == 0
+
+
+async def test_a_client_gone_during_the_enter_call_leaves_nothing_behind(redis_server: RedisServer) -> None:
+    """Cancelled while its script call is under way (the call may have taken a slot): the slot goes
+    back at once, not when its lease runs out."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    queue = SharedQueue("m", QueueSettings(1, 4), 2, shared, closed=False, retry_seconds=1.0)
+    called = asyncio.Event()
+    real = shared.call
+
+    async def call_then_hang(*args: Any) -> list[int]:
+        answer = await real(*args)  # the slot is taken in Redis ...
+        called.set()
+        await asyncio.Event().wait()  # ... and the answer never reaches the request
+        return answer
+
+    shared.call = call_then_hang  # type: ignore[method-assign]
+    try:
+        entering = asyncio.create_task(queue.enter(Ticket("gone", "a", "a", "interactive", 0), lambda: None))
+        await called.wait()
+        assert await client.zcard(shared.keys[0]) == 1
+        shared.call = real  # type: ignore[method-assign]
+        entering.cancel()
+        await eventually(lambda: _zero(client.zcard(shared.keys[0])), "the slot given back")
+    finally:
+        await client.aclose()

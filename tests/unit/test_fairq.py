@@ -344,3 +344,16 @@ def test_a_learned_capacity_applies_to_an_auto_queue_only() -> None:
     assert (fair.queues["auto"].settings.capacity, fair.queues["auto"].settings.share) == (7, 4)
     assert fair.queues["auto"].local.capacity == 7
     assert fair.queues["fixed"].settings.capacity == 3
+
+
+def test_a_reload_keeps_what_an_auto_queue_learned() -> None:
+    data = {
+        "models": [{"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}}],
+        "limits": {"replicas": 2},
+    }
+    fair = FairQueues(fair_policy(parse_config(data)))
+    fair.learned("auto", 7, 2)
+    data["models"][0]["queue"]["timeout"] = 5  # type: ignore[index]
+    fair.configure(fair_policy(parse_config(data)))
+    settings = fair.queues["auto"].settings
+    assert (settings.capacity, settings.share, settings.timeout) == (7, 4, 5)
