@@ -401,6 +401,7 @@ class HTTPUpstream(Identity[Target]):
             else:
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()
+                call.progress.usage = decoder.usage  # what a stream cut short is settled by, if any
 
     def _take(
         self,
