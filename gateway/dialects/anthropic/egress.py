@@ -304,7 +304,8 @@ class EventReader:
         kind = data.get("type") if isinstance(data, dict) else None
         frame = Frame.of(b"event: " + str(kind).encode() + b"\ndata: " + pydantic_core.to_json(data) + b"\n\n", 1)
         # The frame carries the content; only what the gateway accounts for is read beside it.
-        return [ev for ev in events if not isinstance(ev, Delta)] + [frame]
+        kept: list[StreamEvent] = [ev for ev in events if not isinstance(ev, Delta)]
+        return [*kept, frame]
 
     def _read(self, data: JSON) -> list[StreamEvent]:
         kind = data.get("type") if isinstance(data, dict) else None
