@@ -39,7 +39,7 @@ from gateway.core.errors import (
 )
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Batch, Completion, StreamEvent, Then, Token
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, Identity
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
 from gateway.runtime.config import Server, Target
@@ -108,7 +108,7 @@ def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     return _split_first(chunk) or (chunk,)
 
 
-class HTTPUpstream:
+class HTTPUpstream(Identity[Target]):
     """One configured target, speaking its vendor's ``Wire``."""
 
     def __init__(
@@ -120,7 +120,7 @@ class HTTPUpstream:
         secret: Secret | None = None,
         native: Mapping[str, Wire] | None = None,
     ) -> None:
-        self.target = target
+        self.identify(target, public_model)
         # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
         self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
         self.wire = wire
@@ -128,8 +128,6 @@ class HTTPUpstream:
         # (by ``native_dialect``) while the upstream serves it; the first 404 for that path turns this
         # target's requests of that dialect to ``wire``.
         self.native = dict(native or {})
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
         features = wire.features | frozenset(Feature(f) for f in target.extra_features)
         features |= NATIVE_ONLY & frozenset().union(*(w.features for w in self.native.values()))
         if target.adapters:
@@ -141,18 +139,6 @@ class HTTPUpstream:
         self.secret = secret if secret is not None else Secret.of(target)
         self._wheel: Wheel | None = None  # this target's time bounds, on the loop that serves it
         self._finisher = pool.Finisher()  # streams' body ends read in the background
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return self._features
 
     @property
     def session(self) -> aiohttp.ClientSession:

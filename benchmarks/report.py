@@ -342,7 +342,7 @@ def render(report: Result) -> str:
     ]
     base_ttft = get(direct, "ttft", "first_token_ms", "p50")
     for r in results:
-        if "runs" not in r:
+        if "stream" not in r.get("runs", {}):  # not measured, or no streams (embeddings)
             continue
         s, tt = r["runs"]["stream"], r["ttft"]
         added = None if r is direct else diff(tt["first_token_ms"]["p50"], base_ttft)

@@ -237,6 +237,31 @@ def measure(
     for c in CONCURRENCIES:
         log(f"{label}: {c} connection(s), {profile.run_s} s")
         runs[f"c{c}"] = load.wrk(url, dialect, c, profile.run_s, probe)
+    if dialect.streams:
+        streams(load, profile, label, url, dialect, probe, upstream, runs)
+    if rate:
+        log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
+        runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
+    out["runs"] = runs
+    if dialect.streams:
+        log(f"{label}: time to first token, {profile.ttft_samples} sequential streams")
+        out["ttft"] = run_async(ttft(url, dialect, profile.ttft_samples))
+    if probe.server_pid:
+        out["memory"] = worker_memory(probe.server_pid)
+    return out
+
+
+def streams(
+    load: Load,
+    profile: Profile,
+    label: str,
+    url: str,
+    dialect: Dialect,
+    probe: Probe,
+    upstream: str,
+    runs: dict[str, Any],
+) -> None:
+    """A streaming dialect's stream runs: bursts, then chunks paced apart."""
     log(f"{label}: streams, {STREAM_CONNECTIONS} connections, {profile.stream_s} s")
     runs["stream"] = load.wrk(url, dialect, STREAM_CONNECTIONS, profile.stream_s, probe, stream=True)
     log(f"{label}: paced streams ({PACED_GAP_MS} ms apart), {PACED_CONNECTIONS} connections, {profile.stream_s} s")
@@ -245,18 +270,10 @@ def measure(
         runs["stream_paced"] = load.wrk(url, dialect, PACED_CONNECTIONS, profile.stream_s, probe, stream=True)
     finally:
         run_async(pacing(upstream, before["ttft_ms"], before["gap_ms"]))
-    if rate:
-        log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
-        runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
-    out["runs"] = runs
-    log(f"{label}: time to first token, {profile.ttft_samples} sequential streams")
-    out["ttft"] = run_async(ttft(url, dialect, profile.ttft_samples))
-    if probe.server_pid:
-        out["memory"] = worker_memory(probe.server_pid)
-    return out
 
 
 Column = tuple[str, str, Dialect, Probe]  # subject, url, dialect, probe
+NONE: dict[str, Any] = {"errors": 0, "requests": 0, "rps": 0.0}  # no stream run (embeddings)
 
 
 def round_ttft_samples(profile: Profile) -> int:
@@ -304,14 +321,19 @@ def interleaved(
             slot = out[f"{subject}/{dialect.name}"]
             alone = load.wrk(url, dialect, 1, profile.round_s, probe)
             slot["c1_p50_ms"].append(alone["latency_ms"]["p50"])
-            slot["ttft_p50_ms"].append(run_async(ttft(url, dialect, samples))["first_token_ms"]["p50"])
+            first = run_async(ttft(url, dialect, samples))["first_token_ms"]["p50"] if dialect.streams else None
+            slot["ttft_p50_ms"].append(first)
             if column is direct:
                 continue
             plain = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe)
-            stream = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
+            stream = (
+                load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
+                if dialect.streams
+                else NONE
+            )
             slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
             slot["c64_p99_ms"].append(plain["latency_ms"]["p99"])
-            slot["stream_rps"].append(round(stream["rps"], 1))
+            slot["stream_rps"].append(round(stream["rps"], 1) if dialect.streams else None)
             slot["errors"].append(alone["errors"] + plain["errors"] + stream["errors"])
             for key in ("foreign_pct_subject_core", "foreign_pct_load_core"):
                 slot[key].append(max(run.get(key, 0.0) for run in (alone, plain, stream)))

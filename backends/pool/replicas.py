@@ -27,9 +27,9 @@ from backends.pool.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
 from backends.pool.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.pool_report import NO_REPORT, PoolReport
-from gateway.core.request import Feature, InternalRequest
+from gateway.core.request import InternalRequest
 from gateway.core.response import Batch, Completion, StreamEvent
-from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
+from gateway.core.upstream import Call, Identity, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
 from gateway.runtime.throttle import LogThrottle
@@ -89,7 +89,7 @@ def _retry_elsewhere(err: GatewayError, call: Call) -> bool:
     return left is None or left > 0
 
 
-class ReplicaPool:
+class ReplicaPool(Identity[Target]):
     """One target, several replicas; an ``Upstream`` to the rest of the gateway."""
 
     def __init__(
@@ -104,9 +104,7 @@ class ReplicaPool:
     ) -> None:
         """``shared``: the Redis client holding the prefix index of ``balance.strategy: kv-shared``;
         ``reports``: the app's routing reports, which give the pool's by its target id."""
-        self.target = target
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
+        self.identify(target, public_model)
         self.members = [
             member(
                 target.model_copy(update={"base_url": url, "replicas": (), "name": replica_label(self._name, url)}),
@@ -115,6 +113,7 @@ class ReplicaPool:
             )
             for url in target.replicas
         ]
+        self._features = self.members[0].features  # replicas of one model server serve the same
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance, reports(self._name) if reports else NO_REPORT)
         self.index = index = router(self.balancer, self._name, list(target.replicas), shared)
@@ -135,18 +134,6 @@ class ReplicaPool:
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return self.members[0].features
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from gateway.core.errors import DeadlineExceeded, GatewayError, UpstreamTimeout
 from gateway.core.records import record
@@ -93,6 +93,53 @@ class Upstream(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class Configured(Protocol):
+    """What an upstream's identity is made of: its configured target (``runtime.config.Target``)."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str | None: ...
+
+
+T = TypeVar("T", bound=Configured)
+
+
+class Identity(Generic[T]):
+    """The identity every upstream kind shares, written once (HTTP targets, replica pools, the mock,
+    the in-process engine): the target it was configured as, the model name it asks for, its id (the
+    target's ``name``, else ``provider:model``), its provider and the features it serves.
+
+    A subclass calls ``identify`` first in its constructor and sets ``_features`` once it knows them.
+    """
+
+    target: T
+    model: str
+    _name: str
+    _features: frozenset[Feature]
+
+    def identify(self, target: T, public_model: str) -> None:
+        self.target = target
+        self.model = target.model or public_model
+        self._name = target.name or f"{target.provider}:{self.model}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def provider(self) -> str:
+        return self.target.provider
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        return self._features
 
 
 class ReplicaGauges(Protocol):

@@ -172,3 +172,37 @@ def test_an_empty_include_asks_for_nothing_only_openai_serves() -> None:
     assert Feature.RESPONSES_NATIVE not in request.features
     request = RESPONSES.parse(Operation.CHAT, {"model": "m", "input": "x", "include": ["x"]}, "")
     assert request.field_name(Feature.RESPONSES_NATIVE).startswith("include")
+
+
+def test_a_chain_goes_to_another_upstream_without_what_only_its_maker_knows() -> None:
+    from gateway.dialects.responses.egress import portable
+
+    chain = [
+        {"type": "message", "id": "msg_g", "status": "completed", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_g", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+        {"type": "reasoning", "id": "rs_o", "summary": [], "encrypted_content": "opaque"},
+        {"type": "function_call", "id": "fc_g", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+    ]
+    assert portable(chain) == [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_o", "summary": [], "encrypted_content": "opaque"},  # readable without state
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},  # OpenAI's own item, as it came
+    ]
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ({"status": "completed", "output": [{"type": "message"}]}, "stop"),
+        ({"status": "completed", "output": [{"type": "function_call"}]}, "tool_calls"),
+        ({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}, "length"),
+        ({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}, "content_filter"),
+        ({"status": "failed"}, "abort"),
+    ],
+)
+def test_an_upstream_responses_finish_in_the_gateways_words(response: JSON, reason: str) -> None:
+    from gateway.dialects.responses.egress import finish_of
+
+    assert finish_of(response) == reason

@@ -30,7 +30,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, validate
+from gateway.dialects.common import FeatureSet, request_of, validate
 from gateway.dialects.responses.schema import ResponsesBody, TextConfig
 
 JSON = Any
@@ -333,9 +333,10 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     stream = bool(b.stream)
     if b.stream_options is not None and not stream:
         raise InvalidRequest("'stream_options' is only allowed when 'stream' is true", param="stream_options")
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=conversation(turn),
         sampling=sampling,
         chat=ChatOptions(
@@ -350,8 +351,6 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
         extra_body=extra or None,
         native=data,
         native_dialect="responses",
-        features=fs.frozen(),
-        fields=fs.fields,
         reply=turn,
     )
 
