@@ -126,6 +126,8 @@ def evaluate(results: list[Result], soak: Result) -> list[Result]:
         shared: list[str] = []
         for g in gateways:
             column = f"{g['subject']}/{g['dialect']}"
+            if t.key in STREAM_TARGETS and "runs" in g and "stream" not in g["runs"]:
+                continue  # a dialect without streams (embeddings): not a column of a stream target
             if not t.process_wide:
                 values[column] = per_dialect(g, direct, yard)[t.key]
             elif g is next(x for x in gateways if x["subject"] == g["subject"]):
@@ -154,6 +156,9 @@ def evaluate(results: list[Result], soak: Result) -> list[Result]:
             }
         )
     return rows
+
+
+STREAM_TARGETS = frozenset({"stream_ratio", "added_ttft"})
 
 
 def fmt(value: float | None, t: Target) -> str:

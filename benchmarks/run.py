@@ -385,10 +385,15 @@ def soak(load: Load, profile: Profile, url: str, probe: Probe, requests: int, rp
 
 
 def gateway_config(
-    upstream_port: int, redis_url: str | None, provider: str = "openai", resume: str | None = None
+    upstream_port: int,
+    redis_url: str | None,
+    provider: str = "openai",
+    resume: str | None = None,
+    queue: bool = False,
 ) -> str:
     """The config under test; ``provider`` and ``resume`` (on, off) set its one target's provider and
-    its model's mid-stream resume switch (``benchmarks.instructions``)."""
+    its model's mid-stream resume switch (``benchmarks.instructions``); ``queue``: its model has a
+    fair queue whose capacity the load never reaches (the cost of a free slot, docs/fair-queuing.md)."""
     text = (BENCH / "gateway.yaml").read_text()
     text = text.replace("UPSTREAM_PORT", str(upstream_port)).replace(
         "KEY_SHA256", hashlib.sha256(KEY.encode()).hexdigest()
@@ -397,6 +402,8 @@ def gateway_config(
     data["models"][0]["targets"][0]["provider"] = provider
     if resume is not None:
         data["models"][0]["resume"] = resume == "on"
+    if queue:
+        data["models"][0]["queue"] = {"capacity": 1_000_000}
     if redis_url:
         data["redis"] = {"url": redis_url}
         # every limit kind, a money budget among them, far above the load: each admission runs the
@@ -425,6 +432,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="about 3 minutes: short runs, 20k-request soak")
     p.add_argument("--redis", action="store_true", help="also measure the gateway with Redis-backed team limits")
+    p.add_argument("--queue", action="store_true", help="the model has a fair queue, never full (its free-slot cost)")
     p.add_argument("--no-gateway", action="store_true", help="only direct and the yardstick")
     p.add_argument(
         "--dialects", default=",".join(d.name for d in DIALECTS), help="gateway dialects to measure (comma-separated)"
@@ -531,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                             raise BenchError(f"redis-server did not start:\n{procs.tail('redis')}")
                         time.sleep(0.1)
                 config = tmp / f"{subject}.yaml"
-                config.write_text(gateway_config(up_port, redis_url))
+                config.write_text(gateway_config(up_port, redis_url, queue=args.queue))
                 gw_port = free_port()
                 gw = procs.start(subject, cores.pin(cores.subject, gateway_command(config, gw_port)))
                 gw_url = f"http://127.0.0.1:{gw_port}"

@@ -44,6 +44,7 @@ class QueueSettings:
     max_waiting: int = 256
     timeout: float = 30.0
     share: int | None = None  # this gateway's slots while Redis is out (None: capacity / replicas)
+    auto: bool = False  # ``capacity: auto``: ``capacity`` is learned (``fairq_policy.Learner``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +229,16 @@ class Gauges:
 
 
 class Slot:
-    """A slot held by one request: ``release`` gives it back once (the answer ended)."""
+    """A slot held by one request: ``release`` gives it back once (the answer ended). ``rid``: the
+    request's id where the slot is a lease in Redis (``fairq_shared``), "" for this process's."""
 
-    __slots__ = ("began", "queue")
+    __slots__ = ("began", "queue", "rank", "rid")
 
-    def __init__(self, queue: ModelQueue) -> None:
+    def __init__(self, queue: ModelQueue, rid: str = "", rank: int = 0) -> None:
         self.queue: ModelQueue | None = queue
         self.began = time.monotonic()
+        self.rid = rid
+        self.rank = rank
 
     def release(self) -> None:
         queue, self.queue = self.queue, None
@@ -250,15 +254,20 @@ class ModelQueue:
     def __init__(self, model: str, settings: QueueSettings, classes: int) -> None:
         self.model = model
         self.settings = settings
-        self.local = LocalQueue(settings.capacity, settings.max_waiting, classes)
+        self.classes = classes
+        self.local = LocalQueue(self.local_capacity(settings), settings.max_waiting, classes)
         self.drain = Drain()
         self.gauges = Gauges(model, LevelTally(FAIR_SLOTS.labels(model)))
-        FAIR_CAPACITY.labels(model).set(settings.capacity)
+        FAIR_CAPACITY.labels(model).set(self.local.capacity)
+
+    def local_capacity(self, settings: QueueSettings) -> int:
+        """The slots this process's queue hands out: all of them (no Redis)."""
+        return settings.capacity
 
     def reconfigure(self, settings: QueueSettings) -> None:
         self.settings = settings
-        self.local.capacity, self.local.max_waiting = settings.capacity, settings.max_waiting
-        FAIR_CAPACITY.labels(self.model).set(settings.capacity)
+        self.local.capacity, self.local.max_waiting = self.local_capacity(settings), settings.max_waiting
+        FAIR_CAPACITY.labels(self.model).set(self.local.capacity)
         self.local.promote()
 
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
@@ -308,14 +317,18 @@ class ModelQueue:
             raise err
         raise self.refused(ticket, "timeout")
 
-    def refused(self, ticket: Ticket, reason: str) -> RateLimited:
+    def refused(self, ticket: Ticket, reason: str, ahead: int | None = None) -> RateLimited:
         self.gauges.shed_one(ticket, reason)
         why = {
             "full": "its queue is full",
             "evicted": "a request of a higher class took the waiting request's place",
             "timeout": "the request waited its longest for a slot",
         }[reason]
-        retry = self.drain.retry_after(self.local.ahead(ticket.rank), self.local.capacity)
+        if ahead is None:
+            ahead, capacity = self.local.ahead(ticket.rank), self.local.capacity
+        else:
+            capacity = self.settings.capacity
+        retry = self.drain.retry_after(ahead, capacity)
         err = RateLimited(f"model {self.model!r} is at capacity and {why}: retry later", retry_after=retry)
         err.headers[QUEUE_HEADER] = f"shed-{reason}"
         return err

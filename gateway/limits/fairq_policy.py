@@ -8,14 +8,19 @@ config does not list is the client's mistake, a 400 naming the header.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gateway.core.errors import InvalidRequest
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, QueueSettings, Ticket
+from gateway.limits.fairq_shared import Listener, Shared, SharedQueue
 from gateway.runtime.config import GatewayConfig
 
+UNLEARNED = 1_000_000  # ``capacity: auto`` before any replica has queued: no limit yet
 OTHER_TEAM = "other"  # the metric label of a team the config does not name (keys issued at run time)
 
 
@@ -26,6 +31,9 @@ class FairPolicy:
     team_rank: Mapping[str, int] = field(default_factory=dict)  # team → its keys' default class
     key_rank: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (team, key) → the key's own
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)  # model name → its queue
+    lease_ttl: float = 30.0  # ``limits.lease_ttl``: a slot's lease in Redis, renewed every third of it
+    closed: bool = False  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
+    retry_seconds: float = 1.0  # ``redis.retry_seconds``: how long a failure keeps Redis out
 
     def rank(self, team: str, key_id: str, asked: str | None) -> int:
         """The request's class: its key's default, lowered by ``asked``, never raised by it."""
@@ -56,23 +64,61 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
         {t.id: classes.index(t.priority) for t in config.teams if t.priority is not None},
         {(t.id, k.id): classes.index(k.priority) for t in config.teams for k in t.keys if k.priority is not None},
         {
-            m.name: QueueSettings(
-                m.queue.capacity,
-                m.queue.max_waiting,
-                m.queue.timeout,
-                m.queue.share or math.ceil(m.queue.capacity / replicas),
-            )
+            m.name: settings(m.queue.capacity, m.queue.max_waiting, m.queue.timeout, m.queue.share, replicas)
             for m in config.models
             if m.queue is not None
         },
+        config.limits.lease_ttl,
+        config.redis is not None and config.redis.on_failure.get("concurrency") == "closed",
+        config.redis.retry_seconds if config.redis is not None else 1.0,
     )
 
 
-class FairQueues:
-    """The models' queues: one per model with a ``queue``, its waiters and slots kept across reloads."""
+def settings(capacity: int | str, max_waiting: int, timeout: float, share: int | None, replicas: int) -> QueueSettings:
+    auto = capacity == "auto"
+    slots = UNLEARNED if isinstance(capacity, str) else capacity
+    return QueueSettings(slots, max_waiting, timeout, share or math.ceil(slots / replicas), auto)
 
-    def __init__(self, policy: FairPolicy | None = None) -> None:
+
+class Gauged(Protocol):
+    """A replica as its pool scrapes it (``backends/pool``): vLLM's running and waiting gauges."""
+
+    running: float
+    waiting: float
+    scraped_at: float
+
+
+class Learner:
+    """``capacity: auto``: each replica's ceiling is what it ran at once when it last had requests
+    waiting (vLLM's own queue: its batch or KV cache is full), raised when it runs more without
+    queuing; the model's capacity is their sum, once a replica has queued (before that, no limit)."""
+
+    def __init__(self) -> None:
+        self.ceilings: dict[tuple[str, int], float] = {}  # (model, replica) → ceiling
+        self.queued: set[str] = set()  # models one of whose replicas has queued
+
+    def learn(self, model: str, replicas: list[Gauged], fresh_since: float) -> int | None:
+        for i, r in enumerate(replicas):
+            if r.scraped_at < fresh_since:
+                continue
+            key = (model, i)
+            if r.waiting > 0:
+                self.ceilings[key] = max(1.0, r.running)
+                self.queued.add(model)
+            elif r.running > self.ceilings.get(key, 0.0):
+                self.ceilings[key] = r.running
+        if model not in self.queued:
+            return None
+        return max(1, int(sum(c for (m, _), c in self.ceilings.items() if m == model)))
+
+
+class FairQueues:
+    """The models' queues: one per model with a ``queue``, its waiters and slots kept across reloads;
+    shared through Redis when ``client`` is given."""
+
+    def __init__(self, policy: FairPolicy | None = None, client: Any = None) -> None:
         self.policy = FairPolicy()
+        self.client = client
         self.queues: dict[str, ModelQueue] = {}
         if policy is not None:
             self.configure(policy)
@@ -82,11 +128,50 @@ class FairQueues:
         queues: dict[str, ModelQueue] = {}
         for model, settings in policy.queues.items():
             queue = self.queues.get(model)
-            if queue is None:
-                queue = ModelQueue(model, settings, len(policy.classes))
-            elif len(queue.local.counts) != len(policy.classes):
-                queue = ModelQueue(model, settings, len(policy.classes))  # other classes: a fresh order
+            if queue is None or len(queue.local.counts) != len(policy.classes):  # other classes: a fresh order
+                queue = self.build(model, settings)
             else:
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues
+
+    def build(self, model: str, settings: QueueSettings) -> ModelQueue:
+        classes = len(self.policy.classes)
+        if self.client is None:
+            return ModelQueue(model, settings, classes)
+        policy = self.policy
+        shared = Shared(self.client, model, classes, int(policy.lease_ttl * 1000))
+        return SharedQueue(model, settings, classes, shared, policy.closed, policy.retry_seconds)
+
+    def learned(self, model: str, capacity: int, replicas: int) -> None:
+        """A ``capacity: auto`` model's capacity, as ``Learner`` last learned it."""
+        queue = self.queues.get(model)
+        if queue is not None and queue.settings.auto and queue.settings.capacity != capacity:
+            s = queue.settings
+            queue.reconfigure(QueueSettings(capacity, s.max_waiting, s.timeout, math.ceil(capacity / replicas), True))
+
+    async def keeper(self) -> None:
+        """Renews this gateway's slot leases, so only a dead gateway's run out."""
+        while True:
+            await asyncio.sleep(self.policy.lease_ttl / 3)
+            for queue in list(self.queues.values()):
+                if isinstance(queue, SharedQueue):
+                    await queue.renew()
+
+
+@contextlib.asynccontextmanager
+async def running(fair: FairQueues) -> AsyncIterator[None]:
+    """The listener of the queues' channel and the lease keeper, with Redis; nothing without."""
+    if fair.client is None:
+        yield
+        return
+    listener = Listener(fair.client, lambda: fair.queues)
+    listener.start()
+    keeper = asyncio.create_task(fair.keeper(), name="fair-queue-keeper")
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+        await listener.close()

@@ -181,7 +181,9 @@ class Target(_Model):
 class Queue(_Model):
     """A model's slots and the queue in front of them (``gateway/limits/fairq.py``, docs/fair-queuing.md)."""
 
-    capacity: Annotated[int, Field(gt=0)]  # requests in flight to the model's targets, across every gateway
+    # requests in flight to the model's targets, across every gateway; or ``auto``: learned from the
+    # replicas' vLLM gauges (what each ran at once when it began to queue)
+    capacity: Annotated[int, Field(gt=0)] | Literal["auto"]
     max_waiting: Annotated[int, Field(ge=0)] = 256  # waiting requests, every class and gateway; past it: shed
     timeout: Annotated[float, Field(gt=0)] = 30.0  # seconds a request may wait for a slot (its deadline if sooner)
     # this gateway's slots while Redis is out; default: capacity / limits.replicas, rounded up

@@ -21,6 +21,7 @@ from gateway.core.upstream import Upstream
 from gateway.limits import build_admission, team_policies
 from gateway.limits.admission import running as admission_running
 from gateway.limits.fairq_policy import FairQueues, fair_policy
+from gateway.limits.fairq_policy import running as fair_running
 from gateway.obs import metrics, tracing
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
 from gateway.obs.routing import Routing
@@ -234,7 +235,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         audit=AuditTrail(client),
         routing=routing,
         conversations=stored.build(client, config.responses),
-        fair=FairQueues(fair_policy(config)),
+        fair=FairQueues(fair_policy(config), client),
     )
 
 
@@ -281,8 +282,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
         asyncio.create_task(metrics.flusher(*gw.tallies()), name="metrics-flusher"),
+        # ``capacity: auto`` models (a reload may add one): a pass over the queues a second, off the requests
+        asyncio.create_task(ops.learn_capacities(gw), name="capacity-learner"),
     ]
-    async with admission_running(gw.admission), reload.running(app):
+    async with admission_running(gw.admission), fair_running(gw.fair), reload.running(app):
         yield
     for task in tasks:
         task.cancel()

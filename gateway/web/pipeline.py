@@ -1,15 +1,15 @@
 """The request pipeline: one request's named steps, in the order they run.
 
-    route → read → authenticate → parse → [recall] → choose → admit → call → relay | answer → settle
+    route → read → authenticate → parse → [recall] → choose → admit → [queue] → call → relay | answer → settle
 
 ``route`` is ``make_handler``: one handler per route-table entry, built once at start-up around its
 ``RouteSpec``. Each later step is a function of one ``Exchange``, the request's context, and fills in
 its part of it: ``read`` the body and the dialect it refines, ``authenticate`` the principal, ``parse``
 the ``InternalRequest`` (``recall``: a stored Responses chain put before it), ``choose`` the model's
-route (its targets, the allow-list), ``admit`` the
-limits' plan, ``call`` the upstream through ``gateway.routing.dispatch`` (target order, feature fit,
-fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and ``settle`` the limits with the
-real usage.
+route (its targets, the allow-list), ``admit`` the limits' plan, ``queue`` a slot of the model's
+capacity (a model with a ``queue`` only), ``call`` the upstream through ``gateway.routing.dispatch``
+(target order, feature fit, fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and
+``settle`` the slot and the limits with the real usage.
 
 Errors are mapped once, at the ``edge``: every error before the first byte is a
 ``GatewayError`` answered in the dialect that is answering. Once a stream has started, ``relay`` sends
@@ -241,7 +241,8 @@ async def queue(ex: Exchange, fq: ModelQueue) -> None:
     (``gateway.limits.fairq``); the wait goes to the trace."""
     policy, principal = ex.gw.fair.policy, ex.principal
     asked = ex.request.headers.get(PRIORITY_HEADER)
-    ticket = policy.ticket(ex.log.rid, principal.team, principal.key_id, asked, ex.deadline)
+    # its own id in the queue: a client's X-Request-Id may repeat
+    ticket = policy.ticket(f"{getrandbits(64):016x}", principal.team, principal.key_id, asked, ex.deadline)
     route, models = ex.route, ex.gen.models
     entering = fq.enter(ticket, lambda: models.down(route))
     ex.slot = await (entering if ex.trace is None else ex.trace.queued(entering, ticket.cls))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gateway.runtime.config import hash_key
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, Ingress
@@ -18,9 +19,13 @@ from tests.support import eventually
 HOLD = "[[fault:hang_before=60]]"  # holds its slot until its client goes
 
 
+ADMIN = "fair-admin-key"
+
+
 def queued(server: Any, capacity: int = 1, max_waiting: int = 1) -> Any:
     queue = {"capacity": capacity, "max_waiting": max_waiting, "timeout": 60}
-    return config([{"name": "m", "targets": [target(server, "openai")], "queue": queue}])
+    models = [{"name": "m", "targets": [target(server, "openai")], "queue": queue}]
+    return config(models, admin={"key_sha256": hash_key(ADMIN)})
 
 
 def with_header(ingress: Ingress, name: str, value: str) -> Ingress:
@@ -47,6 +52,13 @@ async def test_beyond_capacity_requests_wait_in_the_gateway_and_a_full_queue_is_
         assert answer.status == 429, (ingress.name, answer.raw)
         assert b"capacity" in answer.raw and b"queue is full" in answer.raw, ingress.name
     assert server.active == 1  # nothing beyond the capacity reached the upstream
+    text = await metrics(gw)
+    assert 'gateway_fair_waiting{class="interactive",model="m",team="team1"} 1.0' in text
+    assert 'gateway_fair_slots{model="m"} 1.0' in text and 'gateway_fair_capacity{model="m"} 1.0' in text
+    async with gw.session.get(gw.url + "/status", headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
+        page = await resp.text()
+    assert "<h2>Queues per model</h2>" in page
+    assert "<td>m</td><td>1</td><td>1</td><td>interactive: 1</td><td>full: 6</td>" in page
     holder.cancel()  # its client goes: the slot frees, the waiter takes it
     assert (await waiter).status == 200
     text = await metrics(gw)
@@ -93,3 +105,23 @@ async def test_a_client_gone_while_queued_leaves_the_queue_at_once(gateway: Gate
     await eventually(lambda: fair.local.running == 0, "every slot given back")
     assert (await gw.send(BY_NAME["openai"], "m", "after", False)).status == 200
     assert not any("gone" in str(r.body) for r in server.requests)  # it never reached the upstream
+
+
+async def test_auto_capacity_is_learned_from_the_replicas_gauges(gateway: GatewayFactory, replicas: list[Any]) -> None:
+    pool = {
+        "provider": "vllm",
+        "replicas": [r.url for r in replicas],
+        "model": "tiny",
+        "balance": {"scrape_interval": 0.1},
+    }
+    gw = await gateway(config([{"name": "m", "targets": [pool], "queue": {"capacity": "auto"}}]))
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    assert (await gw.send(BY_NAME["openai"], "m", "before", False)).status == 200  # no limit yet
+    replicas[0].state.waiting = 1  # replica 0 queues while running nothing: its ceiling is 1
+    await eventually(lambda: fair.settings.capacity == 1, "the capacity learned from the replicas' gauges")
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: fair.local.running == 1, "the one slot held")
+    waiter = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "after", False))
+    await eventually(lambda: fair.local.waiting == 1, "the next request waiting in the gateway")
+    holder.cancel()
+    assert (await waiter).status == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited
 from gateway.limits.fairq import GRANTED, LocalQueue, ModelQueue, QueueSettings, Slot, Ticket, Waiter
-from gateway.limits.fairq_policy import FairPolicy, fair_policy
+from gateway.limits.fairq_policy import UNLEARNED, FairPolicy, FairQueues, Learner, fair_policy
 from gateway.runtime.config import ConfigError, parse_config
 from tests.support.clock import VirtualClock
 from tests.support.waiting import eventually, turn
@@ -300,3 +301,46 @@ def test_the_config_refuses_a_class_it_does_not_list() -> None:
         parse_config({"teams": [{"id": "t", "priority": "urgent"}]})
     with pytest.raises(ConfigError, match="capacity"):
         parse_config({"models": [{"name": "m", "targets": [{"provider": "mock"}], "queue": {"capacity": 0}}]})
+
+
+# --- capacity: auto ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    running: float = 0.0
+    waiting: float = 0.0
+    scraped_at: float = 10.0
+
+
+def test_auto_capacity_is_what_the_replicas_ran_when_they_began_to_queue() -> None:
+    learner = Learner()
+    a, b = Replica(running=3), Replica(running=5)
+    assert learner.learn("m", [a, b], fresh_since=0.0) is None  # nobody has queued: no limit yet
+    a.running, a.waiting = 4, 2  # a's batch is full at 4
+    assert learner.learn("m", [a, b], 0.0) == 9  # 4 + the most b ran (5)
+    b.running, b.waiting = 6, 1
+    assert learner.learn("m", [a, b], 0.0) == 10
+    a.running, a.waiting = 2, 3  # KV cache pressure: a now queues at 2
+    assert learner.learn("m", [a, b], 0.0) == 8
+    a.scraped_at, a.running, a.waiting = -1.0, 50, 0  # stale gauges teach nothing
+    assert learner.learn("m", [a, b], 0.0) == 8
+
+
+def test_a_learned_capacity_applies_to_an_auto_queue_only() -> None:
+    config = parse_config(
+        {
+            "models": [
+                {"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}},
+                {"name": "fixed", "targets": [{"provider": "mock"}], "queue": {"capacity": 3}},
+            ],
+            "limits": {"replicas": 2},
+        }
+    )
+    fair = FairQueues(fair_policy(config))
+    assert fair.queues["auto"].settings.capacity == UNLEARNED
+    fair.learned("auto", 7, 2)
+    fair.learned("fixed", 7, 2)
+    assert (fair.queues["auto"].settings.capacity, fair.queues["auto"].settings.share) == (7, 4)
+    assert fair.queues["auto"].local.capacity == 7
+    assert fair.queues["fixed"].settings.capacity == 3
