@@ -204,8 +204,11 @@ class HTTPUpstream:
         raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
     def wire_for(self, req: InternalRequest) -> Wire:
-        """The wire ``req`` goes out in: the native one for a client's own body, while served."""
-        return self.native if self.native is not None and req.native is not None else self.wire
+        """The wire ``req`` goes out in: the native one for a client's own body, while served. Not for
+        a stream that may resume: the native path (vLLM's /v1/messages) returns no token ids, and a
+        continuation from text alone is not the unbroken answer token for token."""
+        native = self.native is not None and req.native is not None and not req.resumable
+        return self.native if native and self.native is not None else self.wire
 
     async def _post(self, req: InternalRequest, call: Call) -> tuple[aiohttp.ClientResponse, Wire]:
         """Send the request and wait for the response head; the caller bounds the wait (first byte).
