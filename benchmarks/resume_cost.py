@@ -9,7 +9,8 @@ and per relayed chunk). The figures are medians over the rounds and their on/off
 stream asks the upstream for its token ids, decodes every chunk (no raw relay) and keeps what was sent
 until it ends: that is the cost measured.
 
-Part of every ``scripts/bench`` run; ``scripts/bench --resume-only`` runs it alone and writes
+Part of every ``scripts/bench`` run; ``scripts/bench --resume-only`` runs it alone, adds the
+instructions per stream of each (callgrind, where valgrind is installed), and writes
 ``benchmarks/results/resume.{json,md}``.
 """
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -119,6 +122,36 @@ def markdown(result: dict[str, Any]) -> list[str]:
     ]
 
 
+INSTRUCTION_STREAMS, INSTRUCTION_WARMUP = 300, 100  # per switch, under callgrind (about 50x slower)
+
+
+def instructions() -> dict[str, float]:
+    """Instructions per 64-chunk stream of the gateway with resume on and off
+    (``benchmarks.instructions``): the figure that repeats to within ~0.5%, where CPU time wanders."""
+    from benchmarks.run import PY
+
+    counts = {}
+    for switch in SUBJECTS:
+        args = [PY, "-m", "benchmarks.instructions", "--stream", "--provider", "vllm", "--resume", switch]
+        args += ["--no-yardstick", "--requests", str(INSTRUCTION_STREAMS), "--warmup", str(INSTRUCTION_WARMUP)]
+        log(f"resume {switch}: instructions per stream under callgrind")
+        done = subprocess.run(args, capture_output=True, text=True, timeout=1800, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"benchmarks.instructions failed: {done.stderr[-2000:]}")
+        counts[switch] = json.loads(done.stdout.strip().splitlines()[-1])["subjects"]["gateway/openai"]
+    return {**counts, "on/off": round(counts["on"] / counts["off"], 4)}
+
+
+def instruction_lines(counts: dict[str, float]) -> list[str]:
+    per = {k: counts[k] / CHUNKS for k in SUBJECTS}
+    return [
+        "",
+        f"Instructions (callgrind, user space, {INSTRUCTION_STREAMS} streams after {INSTRUCTION_WARMUP}, "
+        f"concurrency 16): {counts['on'] / 1e6:.3f}M per stream with resume on, {counts['off'] / 1e6:.3f}M off; "
+        f"per relayed chunk {per['on'] / 1e3:.1f}k vs {per['off'] / 1e3:.1f}k: on/off {counts['on/off']:.4f}.",
+    ]
+
+
 def run_alone(args: argparse.Namespace) -> int:
     """``scripts/bench --resume-only``: the two gateways alone; writes ``resume.{json,md}``."""
     from benchmarks.run import Load
@@ -131,12 +164,13 @@ def run_alone(args: argparse.Namespace) -> int:
         result = rounds(Load(cores), upstream, subjects, args.rounds or ROUNDS, ROUND_S)
     finally:
         procs.stop_all()
+    counted = instructions() if shutil.which("valgrind") else {}
     meta = basic_meta("scripts/bench --resume-only")
     where = (
         "" if cores.subject is None else f" Gateways on core {cores.subject}; upstream and wrk on core {cores.load}."
     )
     meta["note"] = f"{ROUND_S} s per run.{where}"
-    text = "\n".join([measured(meta), "", *markdown(result)]) + "\n"
-    write_report(args.out, "resume", {"meta": meta, **result}, text)
+    lines = [measured(meta), "", *markdown(result), *(instruction_lines(counted) if counted else [])]
+    write_report(args.out, "resume", {"meta": meta, **result, "instructions": counted}, "\n".join(lines) + "\n")
     print(json.dumps(result["medians"]))
     return 0

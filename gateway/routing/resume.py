@@ -320,8 +320,10 @@ class Resumer:
             return None
         try:
             return tuple(await tokenize(req, self.call))
-        except GatewayError:
-            return None  # the text continues it then
+        except GatewayError as exc:  # the text continues it then: not always token for token
+            what = "no prompt ids from %s (%s): continuing from text"
+            throttled.warning(f"prompt-ids:{upstream.name}", what, upstream.name, exc.code)
+            return None
 
 
 async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batches, resumer: Resumer) -> Batches:
