@@ -30,6 +30,7 @@ from gateway.web.app import create_app
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import config
 from tests.integration.dialect_clients import Ingress, Reading, read_stream, read_whole
+from tests.vllm import engine_stats
 from tests.vllm.server import VLLM
 
 TOKENS, BREAK_AT = 300, 50
@@ -81,9 +82,18 @@ def replica_pair(logs: Path, start: Starter) -> Iterator[list[Replica]]:
             r.stack.close()
 
 
+async def idle(replicas: list[Replica]) -> None:
+    """Every replica running and waiting nothing: a replica continued after SIGSTOP finishes the answer
+    it was writing, and a greedy answer batched beside another on a CPU engine can come out different
+    (the sums run in another order, and the tiny random model's logits are near ties)."""
+    for r in replicas:
+        assert r.server is not None
+        await engine_stats.idle(r.server, "the last case's answers done")
+
+
 class Breaker:
-    """A TCP relay in front of one replica (``url``: where the gateway's pool points). ``arm(sig)``:
-    the next generation answer (a POST's) that reaches its ``BREAK_AT``th SSE event is cut before that
+    """A TCP relay in front of one replica (``url``: where the gateway's pool points). Armed (``armed``
+    a signal), the next streamed answer that reaches its ``BREAK_AT``th SSE event is cut before that
     event's chunk, the replica gets ``sig``, and the gateway's connection is reset (SIGKILL) or left
     open with nothing more (SIGSTOP); ``fired`` says it happened. One fault per arming, on any of the
     breakers sharing ``fired``."""
@@ -118,18 +128,15 @@ class Breaker:
         except OSError:
             writer.transport.abort()
             return
-        posted = asyncio.Event()  # the request on this connection is a generation (not a scrape)
         self.open |= {writer.transport, up_writer.transport}
 
         async def upward() -> None:
             while data := await reader.read(65536):
-                if data.startswith(b"POST "):
-                    posted.set()
                 up_writer.write(data)
                 await up_writer.drain()
             up_writer.close()
 
-        ends = [asyncio.ensure_future(upward()), asyncio.ensure_future(self._downward(up_reader, writer, posted))]
+        ends = [asyncio.ensure_future(upward()), asyncio.ensure_future(self._downward(up_reader, writer))]
         try:
             await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         except (OSError, asyncio.CancelledError):
@@ -141,10 +148,12 @@ class Breaker:
             writer.transport.abort()
             self.open -= {writer.transport, up_writer.transport}
 
-    async def _downward(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter, posted: asyncio.Event) -> None:
+    async def _downward(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The replica's bytes to the gateway; armed, cut at the ``BREAK_AT``th SSE event (only a
+        streamed answer has ``data: `` lines: scrapes and /tokenize pass whole)."""
         events, tail = 0, b""
         while data := await up.read(65536):
-            if self.armed is not None and posted.is_set() and not self.fired.is_set():
+            if self.armed is not None and not self.fired.is_set():
                 cut, events, tail = _cut(tail + data, len(tail), events)
                 if cut is not None:
                     writer.write(data[:cut])
@@ -186,6 +195,7 @@ async def gateway(replicas: list[Replica]) -> AsyncIterator[tuple[str, list[Brea
     for b in breakers:
         b.replica.up()
         await b.start()
+    await idle(replicas)
     pool: dict[str, Any] = {"provider": "vllm", "replicas": [b.url for b in breakers], "model": "tiny"}
     timeouts = {"idle": IDLE_SECONDS, "first_byte": 60, "total": 120}
     pool |= {"balance": {"strategy": "round-robin"}, "timeouts": timeouts}
