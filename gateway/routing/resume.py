@@ -163,6 +163,9 @@ def continuation(
     """The request that continues ``request`` after ``progress`` on a target that continues ``how``
     (``CONTINUERS``): the sampling carried, the lengths shrunk by what was sent; ``prompt_ids``: the
     prompt's tokens, when the output's ids are known."""
+    # the gateway's own request, never the client's body as it came: sent natively, that body would
+    # start the answer over without the part already sent (a prefill, the ids, the partial message)
+    request = dataclasses.replace(request, native=None)
     sent = progress.sent
     s = request.sampling
     max_tokens = s.max_tokens
