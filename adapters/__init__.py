@@ -14,6 +14,7 @@ from gateway.dialects.base import Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
+from gateway.dialects.responses.egress import OPENAI_RESPONSES_WIRE, VLLM_RESPONSES_WIRE
 from gateway.dialects.sgp.egress import SGP4_WIRE, SGP5_WIRE
 from gateway.runtime.config import Target
 
@@ -26,9 +27,12 @@ PROVIDERS: dict[str, Wire] = {
     "octoai": OCTOAI_WIRE,
     "anthropic": ANTHROPIC_WIRE,
 }
-# A provider's path for a client's own body in another dialect (``InternalRequest.native``): tried
-# first, translated through ``PROVIDERS`` once the upstream answers 404 for it.
-NATIVE: dict[str, Wire] = {"vllm": VLLM_MESSAGES_WIRE}
+# A provider's paths for a client's own body, by the client's dialect (``InternalRequest.native``,
+# ``native_dialect``): tried first, translated through ``PROVIDERS`` once the upstream answers 404.
+NATIVE: dict[str, dict[str, Wire]] = {
+    "vllm": {"anthropic": VLLM_MESSAGES_WIRE, "responses": VLLM_RESPONSES_WIRE},
+    "openai": {"responses": OPENAI_RESPONSES_WIRE},
+}
 
 
 def build(target: Target, public_model: str) -> HTTPUpstream:

@@ -12,8 +12,8 @@ import aiohttp
 import pydantic_core
 
 from gateway.core.errors import GatewayError, Overloaded, UpstreamFailed, UpstreamMalformed
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import Target
+from gateway.runtime.memory_budget import MemoryBudget
 
 # What one upstream may make the gateway hold: a whole answer (or error body). Far above any real
 # answer; a broken or hostile upstream fails instead of growing the gateway's memory.
@@ -107,12 +107,15 @@ SHAPE_ERRORS = (
 
 def route_missing(raw: bytes | bytearray) -> bool:
     """A 404 for the path itself (a server without the route: FastAPI's ``{"detail": "Not Found"}``),
-    not one the route's own handler gave (an Anthropic error envelope: an unknown model)."""
+    not one the route's own handler gave (an Anthropic or OpenAI error envelope, or vLLM's
+    ``"object": "error"``: an unknown model, an unknown previous response)."""
     try:
         data = pydantic_core.from_json(raw)
     except ValueError:
         return True
-    return not (isinstance(data, dict) and data.get("type") == "error")
+    if not isinstance(data, dict):
+        return True
+    return not (data.get("type") == "error" or data.get("object") == "error" or isinstance(data.get("error"), dict))
 
 
 def malformed(name: str, exc: BaseException) -> UpstreamMalformed:

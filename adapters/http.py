@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -31,6 +31,7 @@ from adapters.watch import StreamIdle, StreamWatch
 from gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    UnsupportedFeature,
     UpstreamCredentials,
     UpstreamFailed,
     UpstreamMalformed,
@@ -38,12 +39,12 @@ from gateway.core.errors import (
 )
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, Identity
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
-from gateway.runtime.aiohttp_tuning import drain_whole
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import Server, Target
+from gateway.runtime.internals import drain_whole
+from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secret
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
@@ -51,6 +52,11 @@ JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 # One stream event waiting for its end, at most (a whole answer's bound is ``failures.MAX_ANSWER_BYTES``).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+# What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
+NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
+# native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
+# a stream that may resume takes the chat path, which returns the output's token ids
+CHAT_PATHS = frozenset({"anthropic"})
 DEFAULT_BUDGET = Server().max_buffered_bytes
 
 
@@ -105,7 +111,7 @@ def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     return _split_first(chunk) or (chunk,)
 
 
-class HTTPUpstream:
+class HTTPUpstream(Identity[Target]):
     """One configured target, speaking its vendor's ``Wire``."""
 
     def __init__(
@@ -115,18 +121,18 @@ class HTTPUpstream:
         wire: Wire,
         budget: MemoryBudget | None = None,
         secret: Secret | None = None,
-        native: Wire | None = None,
+        native: Mapping[str, Wire] | None = None,
     ) -> None:
-        self.target = target
+        self.identify(target, public_model)
         # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
         self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
         self.wire = wire
         # A client's own body (``InternalRequest.native``) goes to the upstream's path for its dialect
-        # while the upstream serves it; the first 404 for that path turns this target to ``wire``.
-        self.native = native
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
+        # (by ``native_dialect``) while the upstream serves it; the first 404 for that path turns this
+        # target's requests of that dialect to ``wire``.
+        self.native = dict(native or {})
         features = wire.features | frozenset(Feature(f) for f in target.extra_features)
+        features |= NATIVE_ONLY & frozenset().union(*(w.features for w in self.native.values()))
         if target.adapters:
             features |= {Feature.ADAPTER}
         self._features = features
@@ -136,18 +142,6 @@ class HTTPUpstream:
         self.secret = secret if secret is not None else Secret.of(target)
         self._wheel: Wheel | None = None  # this target's time bounds, on the loop that serves it
         self._finisher = pool.Finisher()  # streams' body ends read in the background
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return self._features
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -205,10 +199,13 @@ class HTTPUpstream:
 
     def wire_for(self, req: InternalRequest) -> Wire:
         """The wire ``req`` goes out in: the native one for a client's own body, while served. Not for
-        a stream that may resume: the native path (vLLM's /v1/messages) returns no token ids, and a
-        continuation from text alone is not the unbroken answer token for token."""
-        native = self.native is not None and req.native is not None and not req.resumable
-        return self.native if native and self.native is not None else self.wire
+        a Messages stream that may resume: vLLM's /v1/messages is its chat path without the output's
+        token ids, and only a continuation from the ids is the unbroken answer token for token."""
+        if req.native is None or req.native_dialect is None:
+            return self.wire
+        if req.resumable and req.native_dialect in CHAT_PATHS:
+            return self.wire
+        return self.native.get(req.native_dialect, self.wire)
 
     async def _post(self, req: InternalRequest, call: Call) -> tuple[aiohttp.ClientResponse, Wire]:
         """Send the request and wait for the response head; the caller bounds the wait (first byte).
@@ -224,10 +221,20 @@ class HTTPUpstream:
             if not route_missing(raw):
                 message, param = upstream_message(raw)
                 raise UpstreamRejected(f"upstream rejected the request: {message}", status=404, param=param)
-            self.native = None  # paid once: this target's later requests go translated from the start
+            self._translate(req)
             wire = self.wire
             resp = await self._post_in(wire, req, call, model)
         return await self._checked(resp), wire
+
+    def _translate(self, req: InternalRequest) -> None:
+        """The upstream lacks the native path for ``req``'s dialect: paid once, this target's later
+        requests of it go translated from the start, and what only that path serves is refused."""
+        gone = self.native.pop(req.native_dialect or "", None)
+        if gone is not None:
+            kept = frozenset().union(*(w.features for w in self.native.values()))
+            self._features -= NATIVE_ONLY - kept
+        for feature in NATIVE_ONLY & req.features:
+            raise UnsupportedFeature(req.field_name(feature), self.name, "it has no native path for it (404)")
 
     async def _post_in(self, wire: Wire, req: InternalRequest, call: Call, model: str) -> aiohttp.ClientResponse:
         path = wire.path(req.operation)
@@ -401,6 +408,7 @@ class HTTPUpstream:
             else:
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()
+                call.progress.usage = decoder.usage  # what a stream cut short is settled by, if any
 
     def _take(
         self,

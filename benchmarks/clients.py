@@ -32,12 +32,24 @@ class Dialect:
     model: str
     stream_extra: dict[str, Any] = field(default_factory=dict)
     chat: bool = False  # a chat request (messages) instead of a completion (prompt)
+    api: str = "completion"  # or "responses" (input, max_output_tokens), "embeddings" (input, no stream)
+
+    @property
+    def streams(self) -> bool:
+        """The dialect has streamed answers: stream runs and TTFT are measured (not for embeddings)."""
+        return self.api != "embeddings"
 
     @property
     def script(self) -> Path:
         return WRK_DIR / f"{self.name}.lua"
 
     def body(self, stream: bool) -> dict[str, Any]:
+        if self.api == "embeddings":
+            return {"model": self.model, "input": "Say hello"}
+        if self.api == "responses":
+            return {"model": self.model, "input": "Say hello", "max_output_tokens": 16} | (
+                {"stream": True} if stream else {}
+            )
         body: dict[str, Any] = {"model": self.model, "max_tokens": 16}
         if self.chat:
             body["messages"] = [{"role": "user", "content": "Say hello"}]
@@ -64,6 +76,10 @@ DIALECTS = (
     Dialect("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, "tiny", USAGE, chat=True),
     # Anthropic's Messages: the same chat, answered in its shape (its streams always carry usage).
     Dialect("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, "tiny", chat=True),
+    # OpenAI's Responses: to the OpenAI target's own /v1/responses, its events relayed one by one.
+    Dialect("responses", "/v1/responses", {"Authorization": f"Bearer {KEY}"}, "tiny", api="responses"),
+    # Embeddings: an embedding model's target (no streams: its stream and TTFT figures are left out).
+    Dialect("embeddings", "/v1/embeddings", {"Authorization": f"Bearer {KEY}"}, "tiny-embed", api="embeddings"),
 )
 OPENAI = DIALECTS[0]
 
@@ -85,12 +101,16 @@ async def preflight(url: str, dialect: Dialect) -> dict[str, Any]:
                 return out
             try:
                 answer = json.loads(text)
-                choices = answer.get("choices") or answer.get("content")  # Anthropic's: content blocks
+                # Anthropic's: content blocks; Responses': output items; embeddings': data
+                choices = answer.get("choices") or answer.get("content") or answer.get("output") or answer.get("data")
             except ValueError:
                 choices = None
             if not choices:
                 out["error"] = f"answer without choices: {text[:300]}"
                 return out
+        if not dialect.streams:
+            out["ok"] = True
+            return out
         async with session.post(url + dialect.path, json=dialect.body(True), headers=dialect.headers) as resp:
             events = []
             while line := await resp.content.readline():

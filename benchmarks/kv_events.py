@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from backends.kv_events import DECODER, ReplicaView, chain_hashes
-from backends.prompt_tokens import PromptTokens
+from backends.pool.kv_events import DECODER, ReplicaView, chain_hashes
+from backends.pool.prompt_tokens import PromptTokens
 from benchmarks.machine import basic_meta, measured, write_report
 from gateway.core.request import ChatMessage, InternalRequest, Operation
 

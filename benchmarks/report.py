@@ -126,6 +126,8 @@ def evaluate(results: list[Result], soak: Result) -> list[Result]:
         shared: list[str] = []
         for g in gateways:
             column = f"{g['subject']}/{g['dialect']}"
+            if t.key in STREAM_TARGETS and "runs" in g and "stream" not in g["runs"]:
+                continue  # a dialect without streams (embeddings): not a column of a stream target
             if not t.process_wide:
                 values[column] = per_dialect(g, direct, yard)[t.key]
             elif g is next(x for x in gateways if x["subject"] == g["subject"]):
@@ -154,6 +156,9 @@ def evaluate(results: list[Result], soak: Result) -> list[Result]:
             }
         )
     return rows
+
+
+STREAM_TARGETS = frozenset({"stream_ratio", "added_ttft"})
 
 
 def fmt(value: float | None, t: Target) -> str:
@@ -342,7 +347,7 @@ def render(report: Result) -> str:
     ]
     base_ttft = get(direct, "ttft", "first_token_ms", "p50")
     for r in results:
-        if "runs" not in r:
+        if "stream" not in r.get("runs", {}):  # not measured, or no streams (embeddings)
             continue
         s, tt = r["runs"]["stream"], r["ttft"]
         added = None if r is direct else diff(tt["first_token_ms"]["p50"], base_ttft)

@@ -52,8 +52,8 @@ import aiohttp
 import redis.asyncio as aioredis
 import yaml
 
-from backends.balance import block_hashes
-from backends.prefix_index import block_key
+from backends.pool.balance import block_hashes
+from backends.pool.prefix_index import block_key
 from benchmarks.machine import basic_meta, write_report
 from benchmarks.procs import BenchError, Cores, Processes, choose_cores, descendants, free_port, log, percentile
 from benchmarks.routing_oracle import bounded_rate, round_robin_rate, unbounded_rate, working_set
@@ -93,7 +93,7 @@ VLLM_ARGS: tuple[str, ...] = (
 )
 VLLM_ARGS += ("--enable-prefix-caching",)
 BLOCK_CHARS = 128  # balance.prefix_block_chars, the default
-FALLBACK = "shared prefix index unavailable"  # backends/prefix_index.py's log line when Redis is too slow
+FALLBACK = "shared prefix index unavailable"  # backends/pool/prefix_index.py's log line when Redis is too slow
 # One replica of the tiny model with 32 KV blocks: 1.53 GiB proportional set size (API server, engine
 # core, worker), MemAvailable 1.3 GiB lower (2026-11-26). The gateways, Redis and this client: under 1 GiB.
 REPLICA_MIB = 1600

@@ -238,6 +238,31 @@ def measure(
     for c in CONCURRENCIES:
         log(f"{label}: {c} connection(s), {profile.run_s} s")
         runs[f"c{c}"] = load.wrk(url, dialect, c, profile.run_s, probe)
+    if dialect.streams:
+        streams(load, profile, label, url, dialect, probe, upstream, runs)
+    if rate:
+        log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
+        runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
+    out["runs"] = runs
+    if dialect.streams:
+        log(f"{label}: time to first token, {profile.ttft_samples} sequential streams")
+        out["ttft"] = run_async(ttft(url, dialect, profile.ttft_samples))
+    if probe.server_pid:
+        out["memory"] = worker_memory(probe.server_pid)
+    return out
+
+
+def streams(
+    load: Load,
+    profile: Profile,
+    label: str,
+    url: str,
+    dialect: Dialect,
+    probe: Probe,
+    upstream: str,
+    runs: dict[str, Any],
+) -> None:
+    """A streaming dialect's stream runs: bursts, then chunks paced apart."""
     log(f"{label}: streams, {STREAM_CONNECTIONS} connections, {profile.stream_s} s")
     runs["stream"] = load.wrk(url, dialect, STREAM_CONNECTIONS, profile.stream_s, probe, stream=True)
     log(f"{label}: paced streams ({PACED_GAP_MS} ms apart), {PACED_CONNECTIONS} connections, {profile.stream_s} s")
@@ -246,18 +271,10 @@ def measure(
         runs["stream_paced"] = load.wrk(url, dialect, PACED_CONNECTIONS, profile.stream_s, probe, stream=True)
     finally:
         run_async(pacing(upstream, before["ttft_ms"], before["gap_ms"]))
-    if rate:
-        log(f"{label}: open loop, {rate} requests/s, {profile.run_s} s")
-        runs["fixed_rate"] = load.open_loop(url, dialect, rate, profile.run_s, probe)
-    out["runs"] = runs
-    log(f"{label}: time to first token, {profile.ttft_samples} sequential streams")
-    out["ttft"] = run_async(ttft(url, dialect, profile.ttft_samples))
-    if probe.server_pid:
-        out["memory"] = worker_memory(probe.server_pid)
-    return out
 
 
 Column = tuple[str, str, Dialect, Probe]  # subject, url, dialect, probe
+NONE: dict[str, Any] = {"errors": 0, "requests": 0, "rps": 0.0}  # no stream run (embeddings)
 
 
 def round_ttft_samples(profile: Profile) -> int:
@@ -305,14 +322,19 @@ def interleaved(
             slot = out[f"{subject}/{dialect.name}"]
             alone = load.wrk(url, dialect, 1, profile.round_s, probe)
             slot["c1_p50_ms"].append(alone["latency_ms"]["p50"])
-            slot["ttft_p50_ms"].append(run_async(ttft(url, dialect, samples))["first_token_ms"]["p50"])
+            first = run_async(ttft(url, dialect, samples))["first_token_ms"]["p50"] if dialect.streams else None
+            slot["ttft_p50_ms"].append(first)
             if column is direct:
                 continue
             plain = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe)
-            stream = load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
+            stream = (
+                load.wrk(url, dialect, ROUND_CONNECTIONS, profile.round_s, probe, stream=True)
+                if dialect.streams
+                else NONE
+            )
             slot["cpu_us"].append(plain.get("server_cpu_us_per_req"))
             slot["c64_p99_ms"].append(plain["latency_ms"]["p99"])
-            slot["stream_rps"].append(round(stream["rps"], 1))
+            slot["stream_rps"].append(round(stream["rps"], 1) if dialect.streams else None)
             slot["errors"].append(alone["errors"] + plain["errors"] + stream["errors"])
             for key in ("foreign_pct_subject_core", "foreign_pct_load_core"):
                 slot[key].append(max(run.get(key, 0.0) for run in (alone, plain, stream)))
@@ -364,10 +386,15 @@ def soak(load: Load, profile: Profile, url: str, probe: Probe, requests: int, rp
 
 
 def gateway_config(
-    upstream_port: int, redis_url: str | None, provider: str = "openai", resume: str | None = None
+    upstream_port: int,
+    redis_url: str | None,
+    provider: str = "openai",
+    resume: str | None = None,
+    queue: bool = False,
 ) -> str:
     """The config under test; ``provider`` and ``resume`` (on, off) set its one target's provider and
-    its model's mid-stream resume switch (``benchmarks.instructions``)."""
+    its model's mid-stream resume switch (``benchmarks.instructions``); ``queue``: its model has a
+    fair queue whose capacity the load never reaches (the cost of a free slot, docs/fair-queuing.md)."""
     text = (BENCH / "gateway.yaml").read_text()
     text = text.replace("UPSTREAM_PORT", str(upstream_port)).replace(
         "KEY_SHA256", hashlib.sha256(KEY.encode()).hexdigest()
@@ -376,6 +403,8 @@ def gateway_config(
     data["models"][0]["targets"][0]["provider"] = provider
     if resume is not None:
         data["models"][0]["resume"] = resume == "on"
+    if queue:
+        data["models"][0]["queue"] = {"capacity": 1_000_000}
     if redis_url:
         data["redis"] = {"url": redis_url}
         # every limit kind, a money budget among them, far above the load: each admission runs the
@@ -404,6 +433,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="about 3 minutes: short runs, 20k-request soak")
     p.add_argument("--redis", action="store_true", help="also measure the gateway with Redis-backed team limits")
+    p.add_argument("--queue", action="store_true", help="the model has a fair queue, never full (its free-slot cost)")
     p.add_argument("--no-gateway", action="store_true", help="only direct and the yardstick")
     p.add_argument(
         "--dialects", default=",".join(d.name for d in DIALECTS), help="gateway dialects to measure (comma-separated)"
@@ -518,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                             raise BenchError(f"redis-server did not start:\n{procs.tail('redis')}")
                         time.sleep(0.1)
                 config = tmp / f"{subject}.yaml"
-                config.write_text(gateway_config(up_port, redis_url))
+                config.write_text(gateway_config(up_port, redis_url, queue=args.queue))
                 gw_port = free_port()
                 gw = procs.start(subject, cores.pin(cores.subject, gateway_command(config, gw_port)))
                 gw_url = f"http://127.0.0.1:{gw_port}"

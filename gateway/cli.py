@@ -137,7 +137,7 @@ TRACING_MODULES: tuple[str, ...] = (
     "opentelemetry.sdk.trace",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
 )
-# What a pool's ``balance.kv_events`` needs (the ``kv-events`` extra), imported by ``backends.kv_router``.
+# What a pool's ``balance.kv_events`` needs (the ``kv-events`` extra), imported by ``backends.pool.kv_router``.
 KV_EVENTS_MODULES: tuple[str, ...] = ("zmq", "msgspec", "tokenizers", "jinja2")
 
 
@@ -160,7 +160,7 @@ def check_extras(config: GatewayConfig, source: str) -> None:
                 missing = f"pip install 'llm-gateway[{extra}]' ({name} is missing)"
                 raise ConfigError(f"{source}: {where}: needs the optional extra: {missing}") from None
     if events:
-        from backends.kv_router import check as check_events
+        from backends.pool.kv_router import check as check_events
 
         for where, settings in events:
             problem = check_events(settings) if settings is not None else None

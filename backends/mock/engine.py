@@ -27,7 +27,7 @@ from gateway.core.response import (
     Usage,
     UsageReport,
 )
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, Identity
 from gateway.runtime.config import ConfigError, Target
 
 DEFAULT_TOKENS_PER_SECOND = 20.0  # slow enough to watch a stream arrive word by word
@@ -59,25 +59,12 @@ def _settings(target: Target) -> float:
     return float(rate)
 
 
-class MockEngine:
+class MockEngine(Identity[Target]):
     def __init__(self, target: Target, public_model: str, sleep: Sleep = asyncio.sleep) -> None:
-        self.target = target
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
+        self.identify(target, public_model)
+        self._features = FEATURES
         self.tokens_per_second = _settings(target)
         self._sleep = sleep  # tests pass a recorder: pacing is counted, not timed
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return FEATURES
 
     async def start(self) -> None:
         """Nothing to start: the mock has no engine and no connection."""
@@ -125,6 +112,7 @@ class MockEngine:
             raise call.timed_out(self.name, "answer not complete in time")
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        call.hop(0)  # an expired deadline is refused, paced or not, as by every upstream kind
         answers, usage, asked = self._write(request)
         if asked is not None:
             raise asked[0]
@@ -138,6 +126,7 @@ class MockEngine:
         return acc.completion()
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        call.hop(0)  # an expired deadline is refused, paced or not, as by every upstream kind
         answers, usage, asked = self._write(request)
         fail_after = None
         if asked is not None:

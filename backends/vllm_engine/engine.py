@@ -39,7 +39,7 @@ from gateway.core.errors import (
 )
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Accumulator, Completion, LastBatch, StreamEvent, StreamStart, UsageReport
-from gateway.core.upstream import Call
+from gateway.core.upstream import Call, Identity
 from gateway.dialects.common import invalid_from
 from gateway.dialects.openai.egress import VLLM_WIRE
 from gateway.runtime.config import ConfigError, Target
@@ -64,14 +64,12 @@ class BeamSearcher(BeamSearchOnlineMixin):  # type: ignore[misc]  # vLLM ships n
         self.renderer = engine.renderer
 
 
-class VLLMEngine:
+class VLLMEngine(Identity[Target]):
     def __init__(self, target: Target, public_model: str) -> None:
         args = dict(target.engine or {})
         if not args.get("model"):
             raise ConfigError("provider 'vllm-engine': 'engine.model' (a path or hub id) is required")
-        self.target = target
-        self.model = target.model or public_model  # the served name, as vllm serve's --served-model-name
-        self._name = target.name or f"{target.provider}:{self.model}"
+        self.identify(target, public_model)  # its model: the served name, as vllm serve's --served-model-name
         self._args = {"served_model_name": self.model, **args}
         features = VLLM_WIRE.features | {Feature.TOKEN_PROMPT} | {Feature(f) for f in target.extra_features}
         if args.get("enable_prompt_embeds"):
@@ -82,18 +80,6 @@ class VLLMEngine:
         self._beams: BeamSearcher | None = None
         self._fingerprint: str | None = None
         self._ids = itertools.count()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return self._features
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -231,4 +217,5 @@ class VLLMEngine:
                     batch = []
             yield LastBatch([*batch, UsageReport(reader.usage())])  # the answer ends in the same send
         finally:
+            call.progress.usage = reader.usage()  # exact as of the last output: a cut stream's settlement
             await outputs.aclose()

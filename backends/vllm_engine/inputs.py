@@ -30,6 +30,7 @@ from vllm.renderers.online_renderer import OnlineRenderer
 from gateway.core.errors import GatewayError, InvalidRequest, UpstreamFailed
 from gateway.core.request import EmbeddingReplacement, Feature, InternalRequest, Operation
 from gateway.dialects.openai.egress import VLLM_WIRE
+from gateway.dialects.openai.vllm_fields import long_stops
 
 # Only Friendli's dialect asks for embedding replacement (dialects.md §2): its field names.
 POSITIONS_FIELD = "token_index_to_replace"
@@ -50,6 +51,7 @@ class Job:
     role: str  # chat: the role of the answer's first delta
     prompt_logprobs: bool = False  # the prompt's own logprobs open each choice's (OctoAI loglikelihood)
     beam: bool = False  # ``params`` are vLLM's ``BeamSearchParams``: run by its beam search driver
+    stops: tuple[tuple[int, ...], ...] = ()  # multi-token stops: their forced end token is taken out
 
 
 def rejected(error: Any) -> GatewayError:
@@ -106,7 +108,8 @@ class Preparer:
         asked_prompt = request.sampling.prompt_logprobs is not None
         if asked_prompt and echo:  # a stream's prompt logprobs, asked as the HTTP provider asks (an echo):
             echo, logprobs = False, request.sampling.logprobs  # the prompt's logprobs alone, no text
-        return Job(chat, inputs, params, lens, int(vreq.n or 1), logprobs, echo, role, asked_prompt, beam)
+        n, stops = int(vreq.n or 1), long_stops(request.sampling)
+        return Job(chat, inputs, params, lens, n, logprobs, echo, role, asked_prompt, beam, stops)
 
     def max_tokens(self, asked: int | None, prompt_len: int, truncate: int | None) -> int:
         """The server's choice: the count asked for, within the model's room and generation config."""

@@ -7,7 +7,8 @@ decoder: choice ``j`` of prompt ``i`` is index ``i * n + j``; output token ids r
 incomplete UTF-8); chat answers open with one role delta per choice; logprobs keep vLLM's shapes
 (completions: the sampled token plus ``k`` alternatives; chat: the first ``k`` entries, bytes
 included), floored at -9999; finish reasons go through the decoder's ``finish_from`` ("error" fails
-the answer, "repetition" is a stop); usage is prompt lengths plus generated ids.
+the answer, "repetition" is a stop); usage is prompt lengths plus generated ids, less the end token
+the ``stop_token_sequences`` plugin forces after a multi-token stop (``vllm_fields.forced_end``).
 
 Echo writes the prompt text before the output, as OpenAI defines it; ``vllm serve`` drops that text
 when ``return_token_ids`` is set (which the HTTP provider always sets), keeping only the prompt ids.
@@ -21,6 +22,7 @@ from typing import Any
 from backends.vllm_engine.inputs import Job
 from gateway.core.response import Delta, Finish, StreamEvent, TokenLogprob, Usage
 from gateway.dialects.openai.egress import finish_from
+from gateway.dialects.openai.vllm_fields import forced_end
 
 FLOOR = -9999.0  # vLLM's JSON-safe stand-in for -inf
 
@@ -28,7 +30,7 @@ FLOOR = -9999.0  # vLLM's JSON-safe stand-in for -inf
 class Reader:
     """Folds one job's outputs (``DELTA`` while streaming, ``FINAL_ONLY`` otherwise) into events."""
 
-    __slots__ = ("echoed", "generated", "job", "prompted", "started", "tokenizer")
+    __slots__ = ("echoed", "generated", "job", "prompted", "started", "tails", "tokenizer")
 
     def __init__(self, job: Job, tokenizer: Any) -> None:
         self.job = job
@@ -37,6 +39,7 @@ class Reader:
         self.echoed: set[int] = set()
         self.prompted: set[int] = set()
         self.generated = 0
+        self.tails: dict[int, list[int]] = {}  # per choice, its last ids (multi-token stops only)
 
     def read(self, prompt_index: int, out: Any) -> list[StreamEvent]:
         job = self.job
@@ -51,6 +54,8 @@ class Reader:
             text: str = o.text or ""
             ids = list(o.token_ids)
             steps: list[Any] = list(o.logprobs or ()) if job.logprobs is not None else []
+            if job.stops and ids:
+                ids, steps = self.trim(index, ids, steps, reason)
             self.generated += len(ids)
             if job.echo and index not in self.echoed:
                 self.echoed.add(index)
@@ -68,6 +73,14 @@ class Reader:
             if reason is not None:
                 events.append(Finish(index, reason))
         return events
+
+    def trim(self, index: int, ids: list[int], steps: list[Any], reason: str | None) -> tuple[list[int], list[Any]]:
+        """One output's ids (and logprob steps) without the end token forced after a stop sequence."""
+        seen = self.tails.get(index, []) + ids
+        self.tails[index] = seen[-max(len(s) for s in self.job.stops) :]
+        if reason == "stop" and forced_end(seen, self.job.stops):
+            return ids[:-1], steps[: len(ids) - 1]
+        return ids, steps
 
     def usage(self) -> Usage:
         return Usage(sum(self.job.prompt_lens), self.generated)

@@ -66,6 +66,7 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "timeout",
             "user",
             "extra_headers",
+            "native_dialect",
             "want_token_ids",
             "want_seed",
             "seed_drawn",

@@ -77,6 +77,9 @@ class Feature(StrEnum):
     # What only Anthropic's own platform serves (server tools, its betas and platform fields): the
     # Anthropic client's body goes to an Anthropic target as it came (``InternalRequest.native``).
     ANTHROPIC_NATIVE = "anthropic_native"
+    # What only OpenAI's own /v1/responses serves (hosted tools, item types the gateway does not
+    # model, OpenAI's include/top_logprobs/max_tool_calls): the Responses body goes to it as it came.
+    RESPONSES_NATIVE = "responses_native"
     EXTRA_BODY = "extra_body"
     EXTRA_HEADERS = "extra_headers"
     EMBEDDING = "embedding"  # vectors, not text: only targets that serve an embeddings API
@@ -209,6 +212,7 @@ class InternalRequest:
     # The client's body as it came, for a target of the client's own vendor that takes it whole (an
     # Anthropic client to an Anthropic target: fields the gateway does not model pass through).
     native: Mapping[str, JSON] | None = None
+    native_dialect: str | None = None  # whose body ``native`` is: a target's path for it is chosen by it
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)
     embedding: EmbeddingOptions | None = None  # an embeddings request

@@ -63,6 +63,9 @@ class Completion:
     usage: Usage | None = None
     system_fingerprint: str | None = None
     embeddings: list[list[float]] | None = None  # an embeddings answer: one vector per input, in order
+    # The upstream's answer as it came, for a client of the same API (a Responses object from an
+    # upstream's own /v1/responses): rendered as it is, the fields above read from it for accounting.
+    raw: Any = None
 
 
 # --- stream events -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gateway.core import caps
 from gateway.core.errors import InvalidRequest, PayloadTooLarge, UpstreamMalformed
-from gateway.core.request import Feature
+from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import TokenLogprob, Usage
 
 JSON = Any
@@ -295,6 +295,12 @@ class FeatureSet:
 
     def frozen(self) -> frozenset[Feature]:
         return frozenset(self.features)
+
+
+def request_of(fs: FeatureSet, operation: Operation, model: str, **fields: Any) -> InternalRequest:
+    """How every dialect's parse ends: the request, with the features it uses and the client's name for
+    each (what a refusal or a dropped feature names)."""
+    return InternalRequest(operation=operation, model=model, features=fs.frozen(), fields=fs.fields, **fields)
 
 
 def stop_list(value: str | Sequence[str] | None, field: str = "stop", cap: int | None = 4) -> tuple[str, ...]:

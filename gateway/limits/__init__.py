@@ -7,44 +7,18 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-
 from gateway.limits.admission import Admission, Policies, Settings, TeamPolicy
-from gateway.limits.budgets import Spend
+from gateway.limits.budget_rules import rules
+from gateway.limits.costs import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import Limiter
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues
 from gateway.limits.prices import PriceTable
-from gateway.limits.spend import rules
 from gateway.limits.store import RedisLimiter
-from gateway.runtime.config import GatewayConfig, Limits, RedisConfig
+from gateway.runtime.config import GatewayConfig, Limits
 
 KIND = {"rpm": "rpm", "tpm": "tpm", "concurrency": "conc"}
-
-
-def redis_client(cfg: RedisConfig) -> Any:
-    timeout = cfg.timeout_ms / 1000
-    options: dict[str, Any] = {
-        "socket_timeout": timeout,
-        "socket_connect_timeout": timeout,
-        "health_check_interval": 0,
-    }
-    if cfg.cluster:
-        return RedisCluster.from_url(cfg.url, **options)
-    return aioredis.Redis.from_url(cfg.url, retry_on_timeout=False, **options)
-
-
-async def close_redis(client: Any) -> None:
-    """Close what ``redis_client`` made."""
-    await client.aclose()
-    nodes = getattr(client, "nodes_manager", None)
-    if nodes is not None:
-        # A cluster client whose start-up failed (Redis down) counts as never initialized, and its
-        # aclose() then closes nothing (redis-py 7.4): its nodes' connections are closed here either way.
-        await nodes.aclose()
-        await nodes.aclose("startup_nodes")
 
 
 def values(limits: Limits) -> LimitValues:
@@ -88,4 +62,4 @@ def team_policies(config: GatewayConfig) -> Policies:
     )
 
 
-__all__ = ["Admission", "Policies", "build_admission", "redis_client", "team_policies"]
+__all__ = ["Admission", "Policies", "build_admission", "team_policies"]

@@ -26,7 +26,7 @@ from gateway.core.errors import DeadlineExceeded, RateLimited
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
-from gateway.limits.budgets import Spend
+from gateway.limits.costs import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.prices import PriceTable
@@ -257,12 +257,14 @@ class Admission:
         target: str = "",
         prices: PriceTable | None = None,
         written: int | None = None,
+        embedding: bool = False,
     ) -> int | None:
         """Settle after the answer has gone out: off the request path, in the app-owned task set.
         ``model``, ``target``: the route's model label and the target that answered, for the price in
         ``prices`` (the request's generation's; the start-up one by default). ``cached``, ``written``:
-        prompt tokens read from and written to the upstream's prompt cache.
-        Answers the request's cost (millionths of the currency), None when it is not priced."""
+        prompt tokens read from and written to the upstream's prompt cache. ``embedding``: an
+        embeddings request (the model's embedding price). Answers the request's cost (millionths of
+        the currency), None when it is not priced."""
         if plan.settled:
             return None
         plan.settled = True
@@ -270,7 +272,7 @@ class Admission:
         self.live.pop(plan.lease, None)
         table = prices if prices is not None else self.policies.prices
         cost = self.spend.cost(
-            table, model, target, prompt or 0, tokens(cached) or 0, completion or 0, tokens(written) or 0
+            table, model, target, prompt or 0, tokens(cached) or 0, completion or 0, tokens(written) or 0, embedding
         )
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:

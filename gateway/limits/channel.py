@@ -3,7 +3,8 @@ trip is out go together in the next one, admissions and settlements alike.
 
 Per round trip, the client's own cost (a pipeline object, a pool checkout, packing each argument
 through the encoder) is as large as the kernel's; here the commands are packed once as RESP bytes and
-the replies read in order on a connection this channel keeps. Under load the batches grow by
+the replies read in order on a connection this channel keeps (``gateway.runtime.internals``: the one
+place below redis-py's command API, with its measured reason). Under load the batches grow by
 themselves (one round trip out at a time); a lone call goes at once. A call that may wait (settling
 finished requests) is held for ``DEFER_SECONDS`` or until a round trip of two or more calls that
 may not wait takes it along, whichever comes first. Not with a lone admission: Redis runs every
@@ -20,10 +21,10 @@ import contextlib
 import time
 from typing import Any
 
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.obs.metrics import REDIS_ROUND_TRIPS
+from gateway.runtime.internals import RawConnection, bulk
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
@@ -32,19 +33,10 @@ DEFER_SECONDS = 0.01
 _Call = tuple[bytes, "asyncio.Future[Any]", bool]  # a packed command, its reply's future, whether it may wait
 
 
-def head(sha: bytes, keys: list[bytes], args: int) -> bytes:
-    """A script call in RESP (an array of bulk strings) up to its ``args`` arguments: the same for
-    every call of the script on these keys, so a caller may pack it once."""
-    parts = (b"EVALSHA", sha, b"%d" % len(keys), *keys)
-    return b"*%d\r\n" % (len(parts) + args) + b"".join([b"$%d\r\n%s\r\n" % (len(p), p) for p in parts])
-
-
 class ScriptChannel:
     def __init__(self, client: Any) -> None:
-        self._pool = client.connection_pool
-        # redis-py's per-read bound (the configured Redis timeout) becomes this channel's per round trip
-        self._timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
-        self._conn: Any = None
+        self._conn = RawConnection(client)
+        self._timeout = self._conn.timeout  # redis-py's per-read bound, here per round trip
         self._running: set[asyncio.Task[None]] = set()  # senders in flight (the loop keeps only weak references)
         self._wheel: Wheel | None = None  # round trips' time bounds, on the loop that sends them
         self._queue: list[_Call] = []
@@ -61,7 +53,7 @@ class ScriptChannel:
         trip to share."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((packed + b"$%d\r\n%s\r\n" % (len(args), args), future, defer))
+        self._queue.append((packed + bulk(args), future, defer))
         if defer:
             if self._held is None:
                 self._held = loop.call_later(DEFER_SECONDS, self._release_held)
@@ -110,21 +102,11 @@ class ScriptChannel:
     async def _round_trip(self, batch: list[_Call]) -> None:
         began = time.perf_counter()
         try:
-            if self._conn is None:
-                # held for good: the pool's disconnect() at shutdown closes it with the rest
-                conn = await self._pool.get_connection()
-                # The round trip is bounded as a whole: redis-py would arm a loop timer for each reply
-                # read and make a task for each send (wait_for).
-                conn.socket_timeout = None
-                self._conn = conn
             self._wheel = wheel = on_loop(self._wheel)
             with Bound(self._timeout, wheel) if self._timeout else contextlib.nullcontext():
-                await self._conn.send_packed_command(b"".join([call[0] for call in batch]), check_health=False)
+                await self._conn.send(b"".join([call[0] for call in batch]))
                 for _, future, _ in batch:
-                    try:
-                        reply = await self._conn.read_response()
-                    except ResponseError as exc:  # read whole: the connection stays in step
-                        reply = exc
+                    reply = await self._conn.read()
                     if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
                         future.set_result(reply)
         except Exception as exc:  # redis-py has disconnected (a bound cut the read short, too); the

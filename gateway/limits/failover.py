@@ -9,7 +9,9 @@ Only an outage opens the breaker: an error reply to one call's own arguments (``
 fails that call alone. Settlements Redis did not take are held (``backlog``) and sent with the next
 batch once it answers, so finished requests' slots and usage come back with it (the usage of requests
 admitted here meanwhile too); a settlement whose round trip timed out may have run, so only its
-lease release (idempotent) is sent again. An outage
+lease release (idempotent) is sent again. Requests admitted here meanwhile and still running when
+Redis answers are added to it (``adopt``, before the next admission or renewal goes there), so its
+limits and budgets count them until they end. An outage
 is logged when it begins and ends, with a summary every ``SUMMARY_SECONDS`` while it lasts, never
 per request.
 """
@@ -101,6 +103,7 @@ class FailoverLimiter:
     retry_seconds: float = 1.0
     down_until: float = 0.0
     via_local: set[str] = field(default_factory=set)  # leases admitted locally, settled locally
+    to_adopt: dict[str, Plan] = field(default_factory=dict)  # of those, running and not yet in Redis
     backlog: Backlog = field(default_factory=Backlog)
     outage: Outage = field(default_factory=Outage)
 
@@ -129,6 +132,8 @@ class FailoverLimiter:
             self.outage.ended(held)
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
+        if self.up and self.to_adopt:
+            await self._adopt(lease_ttl_ms)
         if self.up:
             try:
                 result = await self.redis.admit(plan, lease_ttl_ms)
@@ -154,14 +159,41 @@ class FailoverLimiter:
             raise LimitsUnavailable(f"rate limits are unavailable ({closed[0].label} fails closed)")
         outage.local += 1
         outage.tick(len(self.backlog))
-        self.via_local.add(plan.lease)
-        return await self.local.admit(plan, lease_ttl_ms)
+        refusal = await self.local.admit(plan, lease_ttl_ms)
+        if refusal is None:
+            self.via_local.add(plan.lease)
+            self.to_adopt[plan.lease] = plan
+        return refusal
+
+    async def _adopt(self, lease_ttl_ms: int) -> None:
+        """Adds the requests admitted here during an outage and still running to Redis, each once:
+        from then on they are renewed and settled there, as if Redis had admitted them. A call that
+        failed before it was sent is tried again with the next; one that timed out may have run, so
+        its request stays this process's (what it reserved in Redis lapses with its lease)."""
+        plans, self.to_adopt = list(self.to_adopt.values()), {}
+        for plan in plans:
+            try:
+                await self.redis.adopt(plan, lease_ttl_ms)
+            except REDIS_FAILURES as exc:
+                if call_error(exc):
+                    self.outage.call_error("adoption", exc)
+                    continue
+                if not isinstance(exc, RedisTimeoutError | TimeoutError):
+                    self.to_adopt |= {p.lease: p for p in plans[plans.index(plan) :] if p.lease in self.via_local}
+                self._failed(exc)
+                return
+            if plan.lease in self.via_local:
+                self.via_local.discard(plan.lease)
+                self.local.handed_over(plan, self.policy_open)
+            else:  # it ended meanwhile, settled as this process's: what Redis holds for it is let go
+                self.backlog.add(lease_only([Settlement(plan, 0, 0, 0, 1)]))
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         local = [s for s in items if s.plan.lease in self.via_local]
         remote = [s for s in items if s.plan.lease not in self.via_local]
         for s in local:
             self.via_local.discard(s.plan.lease)
+            self.to_adopt.pop(s.plan.lease, None)
         await self.local.settle(local)
         if self.policy_open:
             for s in remote:
@@ -215,6 +247,8 @@ class FailoverLimiter:
             self._answered(len(held))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
+        if self.up and self.to_adopt:
+            await self._adopt(lease_ttl_ms)
         remote = [p for p in plans if p.lease not in self.via_local]
         # the mirrored leases of requests Redis admitted too (``record``): renewing one absent is a no-op
         await self.local.renew(

@@ -7,9 +7,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from gateway.limits.budget_rules import PRUNE_AFTER, Window
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import Check, Plan
-from gateway.limits.spend import PRUNE_AFTER, Window
 
 USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
 
@@ -102,6 +102,16 @@ class LocalLimiter:
         """A mirrored (``record``) request ended: its concurrency slots are free here too."""
         for key in plan.concurrency_keys:
             self.leases.get(key, {}).pop(plan.lease, None)
+
+    def handed_over(self, plan: Plan, mirrored: bool) -> None:
+        """A request admitted here is counted in Redis now (``failover``): its budgets' worst case
+        leaves this process's sums, as Redis holds it; its slots stay as a mirror's (``record``) where
+        this process mirrors what Redis admits, and leave otherwise."""
+        for i, c in enumerate(plan.checks):
+            if c.kind == "bud" and c.rule is not None and (window := plan.windows[i]) is not None:
+                self._spend(c.key, window, -(plan.cost_estimate if c.rule.unit == "m" else plan.estimate))
+        if not mirrored:
+            self.released(plan)
 
     def _spend(self, key: str, window: Window, amount: int) -> None:
         fields = self.spends.setdefault(key, {})

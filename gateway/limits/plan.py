@@ -14,8 +14,8 @@ from random import getrandbits
 from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
 from gateway.core.request import InternalRequest, Operation
+from gateway.limits.budget_rules import Rule, Window
 from gateway.limits.prices import Rate
-from gateway.limits.spend import Rule, Window
 
 DEFAULT_MAX_TOKENS_ESTIMATE = 512
 USAGE_BUCKET_SECONDS = 3600
@@ -224,6 +224,8 @@ def planned(
     if limits.budgets:
         now = time.time()
         plan.windows = tuple(c.rule.period.window(c.rule.unit, now) if c.rule else None for c in limits.checks)
+        if rate is not None and request.operation is Operation.EMBEDDING:
+            rate = rate.for_embeddings()
         if rate is not None:  # the worst case: no prompt token cached, every completion token used
             plan.cost_estimate = rate.cost(prompt, 0, plan.estimate - prompt)
     return plan

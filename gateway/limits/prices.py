@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.spend_config import Price, SpendSettings
 from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.limits")
@@ -29,11 +29,18 @@ class Rate:
     cached_input: Decimal
     output: Decimal
     cache_write: Decimal | None = None  # None: the input price
+    embedding: Decimal | None = None  # an embeddings request's input tokens; None: the input price
 
     @classmethod
     def of(cls, price: Price) -> Rate:
         cached = price.cached_input if price.cached_input is not None else price.input
-        return cls(price.input, cached, price.output, price.cache_write)
+        return cls(price.input, cached, price.output, price.cache_write, price.embedding)
+
+    def for_embeddings(self) -> Rate:
+        """The rate an embeddings request is charged: every input token at the embedding price (no
+        prompt cache, no output tokens)."""
+        each = self.input if self.embedding is None else self.embedding
+        return Rate(each, each, Decimal(0))
 
     def cost(self, prompt: int, cached: int, completion: int, written: int = 0) -> int:
         """Millionths of the currency, rounded up. ``cached``, ``written``: of the prompt tokens, those
@@ -85,6 +92,9 @@ class PriceTable:
                 # the dearest write, where any target prices writes apart (else: the input price)
                 max(r.input if r.cache_write is None else r.cache_write for r in known)
                 if any(r.cache_write is not None for r in known)
+                else None,
+                max(r.input if r.embedding is None else r.embedding for r in known)
+                if any(r.embedding is not None for r in known)
                 else None,
             )
             if known

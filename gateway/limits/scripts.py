@@ -13,7 +13,7 @@ as the triples. Limit kinds:
   estimate, reserved now and corrected at settlement (the bucket may go into debt).
 * ``conc`` a sorted set of leases scored by expiry (ms); ``param`` is the lease id; a lease not
   renewed within its TTL (a crashed gateway) stops counting.
-* ``bud``  a budget (``gateway.limits.spend``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
+* ``bud``  a budget (``gateway.limits.budget_rules``): ``[bud, limit, want, fields, add, soft, oldest, ttl,
   money, held]``; the window's fields summed plus ``want`` (the worst case) must fit ``limit``, then
   ``want`` is added to field ``add``. A soft budget admits anyway. The reservation is also held as
   ``held`` (``<lease>|<field>|<want>``), a member of the sorted set ``<key>:held`` scored by its expiry
@@ -36,7 +36,7 @@ for GIVE_BACK.
 
 from __future__ import annotations
 
-from gateway.limits.spend import PRUNE_AFTER
+from gateway.limits.budget_rules import PRUNE_AFTER
 
 # Every script reads Redis's clock (ms), and all but RENEW their one JSON argument as ``a``.
 CLOCK = """
@@ -61,7 +61,7 @@ local function put_level(key, level)
 end
 """
 
-# A budget hash (``gateway.limits.spend``): ``spend`` adds to one period's field and keeps the hash
+# A budget hash (``gateway.limits.budget_rules``): ``spend`` adds to one period's field and keeps the hash
 # alive; ``prune`` drops the fields of periods before ``oldest`` once there are many.
 BUDGET = (
     """local function spend(key, fieldname, amount, ttl)
@@ -194,6 +194,38 @@ if spent then
   return out
 end
 return marks or {0}
+"""
+)
+
+# KEYS and ARGV[1]: an admission's. A request admitted in process while Redis was out (``on_failure:
+# open``) and still running when it answers again, added as ADMIT would have applied it, unchecked (it
+# is running already): its concurrency lease, its token estimate taken from the bucket (which may go
+# into debt), its budgets' worst case added and held, renewed and settled like any other. So the
+# limits count it until it ends, and a budget is not walked past across an outage. An arrival is not
+# added: the process's share counted it. A reservation already held (the same call sent twice) is
+# not added again.
+ADOPT = (
+    PRELUDE
+    + BUCKET
+    + BUDGET
+    + """local n = #KEYS
+local ttl = tonumber(a[n + 1])
+for i = 1, n do
+  local kind, limit, param = a[i][1], tonumber(a[i][2]), a[i][3]
+  if kind == 'bud' then
+    reclaim(KEYS[i])
+    if a[i][10] == '' or not redis.call('ZSCORE', KEYS[i] .. ':held', a[i][10]) then
+      spend(KEYS[i], a[i][5], tonumber(param), a[i][8])
+      hold(KEYS[i], a[i][10], ttl, a[i][8])
+    end
+  elseif kind == 'tpm' then
+    put_level(KEYS[i], refilled(KEYS[i], limit) - tonumber(param))
+  elseif kind == 'conc' then
+    redis.call('ZADD', KEYS[i], now + ttl, tostring(param))
+    redis.call('PEXPIRE', KEYS[i], ttl * 2)
+  end
+end
+return 0
 """
 )
 

@@ -22,10 +22,10 @@ from redis.exceptions import (
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.channel import ScriptChannel
-from gateway.limits.channel import head as pack_head
 from gateway.limits.limiter import Group, Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
+from gateway.runtime.internals import evalsha_head as pack_head
 
 log = logging.getLogger("gateway.limits")
 
@@ -158,6 +158,7 @@ class RedisLimiter:
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
         self._give_back = client.register_script(scripts.GIVE_BACK)
+        self._adopt = client.register_script(scripts.ADOPT)
         self._channel = None if self.cluster else ScriptChannel(client)
         # The admission's command up to its argument, packed once per team key (its keys)
         self._admit_heads: dict[tuple[str, ...], bytes] = {}
@@ -365,6 +366,11 @@ class RedisLimiter:
             except Exception as exc:
                 failed.append((group[1], exc))
         return failed
+
+    async def adopt(self, plan: Plan, lease_ttl_ms: int) -> None:
+        """Adds a running request admitted elsewhere (this process, Redis being out) to Redis's
+        limits, unchecked (``scripts.ADOPT``): settled and renewed as if Redis had admitted it."""
+        await self._run(self._adopt, plan.layout.keys, _args(plan, lease_ttl_ms))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         for plan in plans:

@@ -6,7 +6,7 @@ An app owns one ``Load``; the pipeline counts a request in flight from the momen
 to its end (waiting included), and admission counts it waiting while it waits. Each figure is a
 ``LevelTally``: a plain number on the event loop, set on its gauge when the app's tallies are
 flushed (``metrics.flush``). The model label is the route's (``Route.label``): bounded. What does not
-belong here: the vLLM replicas' own gauges (``backends/replicas.py`` scrapes them).
+belong here: the vLLM replicas' own gauges (``backends/pool/replicas.py`` scrapes them).
 """
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ def set_config_info(version: int, digest: str, previous: tuple[int, str] | None 
     CONFIG_INFO.labels(str(version), digest).set(1)
 
 
-# Spend (gateway.limits.spend): team and model labels come from the config, currency is the one configured.
+# Spend (gateway.limits.budget_rules): team and model labels come from the config, currency is the one configured.
 SPEND = Counter("gateway_spend", "Spend of settled requests, in the configured currency", ["team", "model", "currency"])
 BUDGET_USE = Gauge(
     "gateway_budget_utilisation",
@@ -347,3 +347,31 @@ BUDGET_USE = Gauge(
     multiprocess_mode="max",
 )
 BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])
+
+
+# --- fair queuing (gateway.limits.fairq): labels are config names (model, class, team) -------------
+
+FAIR_WAITING = Gauge(
+    "gateway_fair_waiting",
+    "Requests waiting for a model's slot in this gateway, by model, class and team",
+    ["model", "class", "team"],
+    multiprocess_mode="livesum",
+)
+FAIR_WAIT = Histogram(
+    "gateway_fair_wait_seconds",
+    "Time a request waited for a model's slot (admitted requests)",
+    ["model", "class", "team"],
+    buckets=LATENCY,
+)
+FAIR_SHED = Counter(
+    "gateway_fair_shed_total",
+    "Requests refused by a model's queue, by reason (full, evicted, timeout, down)",
+    ["model", "class", "team", "reason"],
+)
+FAIR_SLOTS = Gauge("gateway_fair_slots", "A model's slots this gateway holds", ["model"], multiprocess_mode="livesum")
+FAIR_CAPACITY = Gauge(
+    "gateway_fair_capacity",
+    "A model's capacity in force here (its share while Redis is out)",
+    ["model"],
+    multiprocess_mode="max",
+)

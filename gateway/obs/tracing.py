@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +43,9 @@ EXPORT_SECONDS = 5.0  # one export's HTTP call to the collector
 CLOSE_SECONDS = 2.0  # what shutting down waits for the last spans, whatever the collector does
 # gen_ai.operation.name's well-known values (semantic conventions, GenAI spans)
 OPERATION = {Operation.CHAT: "chat", Operation.COMPLETION: "text_completion", Operation.EMBEDDING: "embeddings"}
+# openai.api.type (the OpenAI conventions): which of OpenAI's APIs a chat came in by. A Responses call
+# is a chat by gen_ai.operation.name (a well-known value that applies MUST be used); this names it.
+OPENAI_API = {"/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
 
 
 class Tracer:
@@ -81,6 +85,8 @@ class Tracer:
         parent = self.propagator.extract(headers)
         name = OPERATION[operation]
         attributes = {"http.request.method": method, "http.route": path, "gen_ai.operation.name": name}
+        if path in OPENAI_API:
+            attributes["openai.api.type"] = OPENAI_API[path]
         span = self.tracer.start_span(
             f"{method} {path}", context=parent, kind=self.trace.SpanKind.SERVER, attributes=attributes
         )
@@ -139,6 +145,19 @@ class RequestTrace:
             self._failed(span, exc)
             raise
         finally:
+            span.end()
+
+    async def queued(self, entering: Coroutine[Any, Any, T], cls: str) -> T:
+        """``entering`` (a model's queue) awaited inside its span: the time to a slot, a shed's code."""
+        span = self._child("gateway.queue", self.owner.trace.SpanKind.INTERNAL, {"gateway.queue.class": cls})
+        began = time.monotonic()
+        try:
+            return await entering
+        except BaseException as exc:
+            self._failed(span, exc)
+            raise
+        finally:
+            span.set_attribute("gateway.queue.wait_seconds", time.monotonic() - began)
             span.end()
 
     def calling(self, upstream: Upstream, n: int, call: Call) -> Call:

@@ -8,37 +8,19 @@ first team. A key used for a team it does not belong to is refused with 403.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.core.errors import AuthenticationFailed, PermissionDenied
 from gateway.core.records import record
 
 
-def _sha256() -> Callable[[bytes], Any]:
-    """CPython's own SHA-256 (``_sha2`` from 3.12, ``_sha256`` before), else hashlib's. Every request
-    hashes its key: hashlib's goes through OpenSSL's EVP layer, a large body of code that is cold
-    again by each request on a busy core (docs/performance.md); the built-in one is a few compact
-    functions and gives the same digest."""
-    try:
-        from _sha2 import sha256  # type: ignore[import-not-found]
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found]
-        except ImportError:  # pragma: no cover - a Python built without its own hashes
-            from hashlib import sha256
-    return sha256  # type: ignore[no-any-return]
-
-
-SHA256 = _sha256()
-
-
 def key_digest(token: str) -> bytes:
     """The SHA-256 of a presented key. A header may carry any bytes (aiohttp hands undecodable ones
     over as surrogates): they are hashed as sent, so such a key is simply unknown (401), never an error."""
-    return SHA256(token.encode("utf-8", "surrogateescape")).digest()  # type: ignore[no-any-return]
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
 def hex_digest(token: str) -> str:

@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Completion, Finish, StreamEvent
 from gateway.core.upstream import Call, Upstream
 from gateway.obs.tracing import RequestTrace
-from gateway.policy.capabilities import fit
 from gateway.routing import first_token, resume
+from gateway.routing.capabilities import fit
 from gateway.routing.fanout import FanOut, needs_fan_out, without_seed_list
 from gateway.routing.table import ModelTable, Route
 from gateway.runtime.throttle import LogThrottle
@@ -97,41 +98,66 @@ def _give_up(err: GatewayError, remaining: int, call: Call) -> bool:
     return remaining == 0 or (left is not None and left <= BACKOFF_SECONDS)
 
 
-async def complete(
-    table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
-) -> Completion:
-    candidates = _candidates(table, route, request, attempt)
+Candidates = list[tuple[Upstream, InternalRequest]]
+T = TypeVar("T")
+Try = Callable[[int, Upstream, InternalRequest], Awaitable[T]]  # (try number, target, its request) → result
+
+
+def _failed(table: ModelTable, attempt: Attempt, upstream: Upstream, err: GatewayError) -> None:
+    """A failed try, counted: in the attempt, on its span, and against the target's health."""
+    attempt.failed.append((upstream.name, err.code))
+    if attempt.trace is not None:
+        attempt.trace.call_failed(err)
+    if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
+        attempt.cooled.append(upstream.name)
+
+
+async def _first_to_answer(
+    table: ModelTable, candidates: Candidates, call: Call, attempt: Attempt, one: Try[T], when: str = ""
+) -> tuple[int, T]:
+    """The one retry-and-fallback loop: ``one`` on each candidate in turn until one answers; a failure
+    falls back to the next candidate after a short backoff, a rejection or the last failure is raised.
+    ``when`` says in the log line when a failure counts (a stream's: before its first byte)."""
     for i, (upstream, req) in enumerate(candidates):
-        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, i + 1
-        trace = attempt.trace
-        hop = call if trace is None else trace.calling(upstream, i + 1, call)
         began = time.perf_counter()
         try:
-            completion = await upstream.complete(req, hop)
+            result = await one(i + 1, upstream, req)
         except GatewayError as err:
             attempt.upstream_seconds += time.perf_counter() - began
-            if trace is not None:
-                trace.call_failed(err)
-            attempt.failed.append((upstream.name, err.code))
-            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
-                attempt.cooled.append(upstream.name)
+            _failed(table, attempt, upstream, err)
             if _give_up(err, len(candidates) - i - 1, call):
-                raise
+                raise err from None
             throttled.warning(
                 f"fallback:{upstream.name}",
-                "target %s failed (%s: %s); falling back",
+                "target %s failed%s (%s: %s); falling back",
                 upstream.name,
+                when,
                 err.code,
                 loggable(err),
             )
             await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
             continue
         attempt.upstream_seconds += time.perf_counter() - began
+        table.succeeded(upstream)
+        return i, result
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def complete(
+    table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
+) -> Completion:
+    """The whole answer of the first target that gives one."""
+
+    async def whole(n: int, upstream: Upstream, req: InternalRequest) -> Completion:
+        attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, n
+        trace = attempt.trace
+        completion = await upstream.complete(req, call if trace is None else trace.calling(upstream, n, call))
         if trace is not None:
             trace.ended()
-        table.succeeded(upstream)
         return _with_seeds(completion, req)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    _, completion = await _first_to_answer(table, _candidates(table, route, request, attempt), call, attempt, whole)
+    return completion
 
 
 def _with_seeds(completion: Completion, req: InternalRequest) -> Completion:
@@ -224,35 +250,16 @@ async def open_stream(
     if may:  # the targets that can continue are asked for what makes a continuation exact
         candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
     open_on = _opener(attempt, call)
-    for i, (upstream, req) in enumerate(candidates):
-        events = open_on(upstream, req, i + 1)
-        trace = attempt.trace
-        began = time.perf_counter()
+
+    async def opened(n: int, upstream: Upstream, req: InternalRequest) -> tuple[list[StreamEvent], Batches]:
+        events = open_on(upstream, req, n)
         try:
-            first = await _first(events, upstream, call)
+            return await _first(events, upstream, call), events
         except (GatewayError, StopAsyncIteration) as exc:
-            attempt.upstream_seconds += time.perf_counter() - began
             await events.aclose()  # type: ignore[attr-defined]
-            err = exc if isinstance(exc, GatewayError) else UpstreamFailed("upstream closed the stream at once")
-            attempt.failed.append((upstream.name, err.code))
-            if trace is not None:
-                trace.call_failed(err)
-            if not isinstance(err, UpstreamRejected) and err.retryable and table.failed(upstream, err):
-                attempt.cooled.append(upstream.name)
-            if _give_up(err, len(candidates) - i - 1, call):
-                raise err from None
-            throttled.warning(
-                f"fallback:{upstream.name}",
-                "target %s failed before the first byte (%s: %s); falling back",
-                upstream.name,
-                err.code,
-                loggable(err),
-            )
-            await asyncio.sleep(BACKOFF_SECONDS * (i + 1))
-            continue
-        attempt.upstream_seconds += time.perf_counter() - began
-        table.succeeded(upstream)
-        if not may:
-            return first, events
-        return _resumable(table, route, candidates, i, call, attempt, (first, events))
-    raise AssertionError("unreachable")  # pragma: no cover
+            if isinstance(exc, GatewayError):
+                raise
+            raise UpstreamFailed("upstream closed the stream at once") from None
+
+    i, stream = await _first_to_answer(table, candidates, call, attempt, opened, " before the first byte")
+    return _resumable(table, route, candidates, i, call, attempt, stream) if may else stream

@@ -165,7 +165,7 @@ def continuation(
     prompt's tokens, when the output's ids are known."""
     # the gateway's own request, never the client's body as it came: sent natively, that body would
     # start the answer over without the part already sent (a prefill, the ids, the partial message)
-    request = dataclasses.replace(request, native=None)
+    request = dataclasses.replace(request, native=None, native_dialect=None)
     sent = progress.sent
     s = request.sampling
     max_tokens = s.max_tokens

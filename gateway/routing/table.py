@@ -166,6 +166,15 @@ class ModelTable:
             ordered.append(pool.pop(pick)[0])
         return ordered
 
+    def down(self, route: Route) -> NoHealthyTarget | None:
+        """The route's 503 while every one of its targets cools down (a model's queue sheds on it)."""
+        now = time.monotonic()
+        for u in route.upstreams:
+            health = self.health.get(u.name)
+            if health is None or health.available(now):
+                return None
+        return _all_cooling(route, self.health, now)
+
     def _health(self, upstream: Upstream) -> Health:
         h = self.health.get(upstream.name)
         if h is None:

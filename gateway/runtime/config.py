@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.runtime.keyfile import KeyProblem, read_key_file, usable_key
-from gateway.runtime.spend import Budget, SpendSettings, price_problem
+from gateway.runtime.spend_config import Budget, SpendSettings, price_problem
 
 
 class ConfigError(Exception):
@@ -71,7 +71,7 @@ class Timeouts(_Model):
 
 
 class KvEvents(_Model):
-    """vLLM's KV-cache events (``--kv-events-config``) as a pool's routing view (``backends/kv_events.py``)."""
+    """vLLM's KV-cache events (``--kv-events-config``) as a pool's routing view (``backends/pool/kv_events.py``)."""
 
     endpoints: tuple[str, ...] = ()  # each replica's ZMQ publisher (tcp://host:port), in the replicas' order
     port: Annotated[int, Field(gt=0, lt=65536)] | None = None  # or: every replica's own host at this port
@@ -98,7 +98,7 @@ class KvEvents(_Model):
 
 
 class Balance(_Model):
-    """How a replica pool picks a replica (``backends/replicas.py``)."""
+    """How a replica pool picks a replica (``backends/pool/replicas.py``)."""
 
     scrape_interval: Annotated[float, Field(gt=0)] = 1.0  # seconds between /health + /metrics scrapes
     # seconds a scrape may take before it counts as "too busy to answer" (default: 2 intervals, >= 1 s);
@@ -178,6 +178,18 @@ class Target(_Model):
         return self
 
 
+class Queue(_Model):
+    """A model's slots and the queue in front of them (``gateway/limits/fairq.py``, docs/fair-queuing.md)."""
+
+    # requests in flight to the model's targets, across every gateway; or ``auto``: learned from the
+    # replicas' vLLM gauges (what each ran at once when it began to queue)
+    capacity: Annotated[int, Field(gt=0)] | Literal["auto"]
+    max_waiting: Annotated[int, Field(ge=0)] = 256  # waiting requests, every class and gateway; past it: shed
+    timeout: Annotated[float, Field(gt=0)] = 30.0  # seconds a request may wait for a slot (its deadline if sooner)
+    # this gateway's slots while Redis is out; default: capacity / limits.replicas, rounded up
+    share: Annotated[int, Field(gt=0)] | None = None
+
+
 class ModelEntry(_Model):
     name: str
     aliases: tuple[str, ...] = ()
@@ -188,6 +200,7 @@ class ModelEntry(_Model):
     max_resumes: Annotated[int, Field(ge=0, le=16)] = 2  # continuations of one request at most
     # what the model serves: chat (and completions, responses) or embeddings; the other is a named 400
     kind: Literal["chat", "embedding"] = "chat"
+    queue: Queue | None = None  # absent: no capacity, no queue, no extra work per request
 
 
 class ResponsesStore(_Model):
@@ -202,6 +215,7 @@ class KeyEntry(_Model):
     id: str
     sha256: str | None = None
     env: str | None = None
+    priority: str | None = None  # the key's class in a model's queue (default: its team's)
 
     @model_validator(mode="after")
     def _one_source(self) -> KeyEntry:
@@ -231,6 +245,8 @@ class Team(_Model):
     ttft: Annotated[float, Field(gt=0)] | None = None  # ceiling on every target's first-token deadline (s)
     budget: Budget | None = None  # spend of the whole team, across replicas
     key_budget: Budget | None = None  # spend of each key of the team
+    weight: Annotated[float, Field(gt=0)] = 1.0  # its share of a saturated model's slots within a class
+    priority: str | None = None  # its keys' class in a model's queue (default: the first of ``priorities``)
 
 
 FailureMode = Literal["open", "closed"]
@@ -345,6 +361,8 @@ class GatewayConfig(_Model):
     tracing: TracingConfig | None = None  # absent: no tracing, nothing on the request path
     reload: Reload = Reload()
     responses: ResponsesStore = ResponsesStore()
+    # the classes of a model's queue, highest first: a waiting request of one goes before any of the next
+    priorities: Annotated[tuple[str, ...], Field(min_length=1)] = ("interactive", "batch")
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -361,7 +379,20 @@ class GatewayConfig(_Model):
                 message = f"team id {team.id!r} is declared twice; first at teams[{teams[team.id]}]"
                 raise _Placed(("teams", i, "id"), message)
             teams[team.id] = i
+        self._classes_known()
         return self
+
+    def _classes_known(self) -> None:
+        if len(set(self.priorities)) != len(self.priorities):
+            raise _Placed(("priorities",), "a class is listed twice")
+        known = ", ".join(self.priorities)
+        for i, team in enumerate(self.teams):
+            if team.priority is not None and team.priority not in self.priorities:
+                raise _Placed(("teams", i, "priority"), f"unknown class {team.priority!r} (known: {known})")
+            for j, key in enumerate(team.keys):
+                if key.priority is not None and key.priority not in self.priorities:
+                    where = ("teams", i, "keys", j, "priority")
+                    raise _Placed(where, f"unknown class {key.priority!r} (known: {known})")
 
 
 def hash_key(secret: str) -> str:

@@ -5,7 +5,7 @@ each model will be charged at (its own, else the model's, else none: not counted
 from __future__ import annotations
 
 from gateway.runtime.config import GatewayConfig, Limits, Team
-from gateway.runtime.spend import Budget, Price
+from gateway.runtime.spend_config import Budget, Price
 
 
 def _limits(limits: Limits) -> str:

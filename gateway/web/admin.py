@@ -9,7 +9,7 @@ answers 403 to everyone.
     GET    /admin/teams/{team}/usage?hours=24
     POST   /admin/reload                  reload the config file (every worker); 422 and the reason if refused
     GET    /admin/audit?limit=100         the audit trail, newest first
-    GET    /admin/spend?group_by=team|key|model|target&period=day|week|month   (``gateway.web.spend``)
+    GET    /admin/spend?group_by=team|key|model|target&period=day|week|month   (``gateway.web.spend_report``)
 
 Every change (a key issued or revoked, a config reloaded) is an audit entry (``gateway/policy/audit.py``):
 which admin credential made it (the first 8 hex of its key's SHA-256, never the key), the action, the

@@ -16,23 +16,26 @@ from aiohttp import web
 
 from adapters import NATIVE, PROVIDERS, HTTPUpstream
 from backends import ENGINE_EXTRAS, ENGINES
-from backends.replicas import ReplicaPool
+from backends.pool.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
-from gateway.limits import build_admission, close_redis, redis_client, team_policies
+from gateway.limits import build_admission, team_policies
 from gateway.limits.admission import running as admission_running
+from gateway.limits.fairq_policy import FairQueues, fair_policy
+from gateway.limits.fairq_policy import running as fair_running
 from gateway.obs import metrics, tracing
 from gateway.obs.metrics import REDIS_STATE, ReplicaGaugeSet, set_config_info
 from gateway.obs.routing import Routing
 from gateway.policy.access import ModelAccess
 from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
-from gateway.policy.capabilities import check_extra_features
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore, Store
+from gateway.routing.capabilities import check_extra_features
 from gateway.routing.table import ModelTable, Route
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
+from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secrets
-from gateway.web import admin, ops, reload, responses, spend, status, stored, unrouted
+from gateway.store.redis_client import close_redis, redis_client
+from gateway.web import admin, ops, reload, responses, spend_report, status, stored, unrouted
 from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import make_handler
 from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
@@ -232,6 +235,7 @@ def build_state(config: GatewayConfig, catch_all: Target | None = None) -> Gatew
         audit=AuditTrail(client),
         routing=routing,
         conversations=stored.build(client, config.responses),
+        fair=FairQueues(fair_policy(config), client),
     )
 
 
@@ -278,8 +282,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
         asyncio.create_task(metrics.flusher(*gw.tallies()), name="metrics-flusher"),
+        # ``capacity: auto`` models (a reload may add one): a pass over the queues a second, off the requests
+        asyncio.create_task(ops.learn_capacities(gw), name="capacity-learner"),
     ]
-    async with admission_running(gw.admission), reload.running(app):
+    async with admission_running(gw.admission), fair_running(gw.fair), reload.running(app):
         yield
     for task in tasks:
         task.cancel()
@@ -317,7 +323,7 @@ def create_app(
     ops.install(app, config)
     admin.install(app)
     app.router.add_get("/status", status.status)
-    app.router.add_get("/admin/spend", admin.guarded(spend.spend_report))
+    app.router.add_get("/admin/spend", admin.guarded(spend_report.spend_report))
     unrouted.install(app, ROUTES)  # last: it takes every request no route above takes
     gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)

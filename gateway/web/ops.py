@@ -23,6 +23,7 @@ from gateway.dialects import ANTHROPIC, OPENAI
 from gateway.dialects.anthropic.render import model_list
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
+from gateway.limits.fairq_policy import Learner
 from gateway.obs.metrics import TARGET_UP, exposition, flush
 from gateway.policy.auth import key_digest
 from gateway.runtime.config import GatewayConfig
@@ -177,3 +178,24 @@ async def metrics(request: web.Request) -> web.Response:
     flush(*gw.tallies())  # this worker's tallies, on the loop that keeps them; the rendering, off it
     body, content_type = await asyncio.to_thread(exposition)
     return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+LEARN_SECONDS = 1.0  # how often ``capacity: auto`` models learn from their replicas' last scrapes
+FRESH_SECONDS = 5.0  # older gauges teach nothing
+
+
+async def learn_capacities(gw: Gateway) -> None:
+    """``capacity: auto``: each such model's capacity from its replica pools' vLLM gauges
+    (``gateway.limits.fairq_policy.Learner``), every ``LEARN_SECONDS``."""
+    learner = Learner()
+    while True:
+        await asyncio.sleep(LEARN_SECONDS)
+        fresh_since = time.monotonic() - FRESH_SECONDS
+        for model, queue in list(gw.fair.queues.items()):
+            route = gw.gen.models.routes.get(model)
+            if not queue.settings.auto or route is None:
+                continue
+            replicas = [state for u in route.upstreams for state in getattr(u, "states", ())]
+            capacity = learner.learn(model, replicas, fresh_since)
+            if capacity is not None:
+                gw.fair.learned(model, capacity, gw.config.limits.replicas)

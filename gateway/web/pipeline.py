@@ -1,15 +1,15 @@
 """The request pipeline: one request's named steps, in the order they run.
 
-    route → read → authenticate → parse → [recall] → choose → admit → call → relay | answer → settle
+    route → read → authenticate → parse → [recall] → choose → admit → [queue] → call → relay | answer → settle
 
 ``route`` is ``make_handler``: one handler per route-table entry, built once at start-up around its
 ``RouteSpec``. Each later step is a function of one ``Exchange``, the request's context, and fills in
 its part of it: ``read`` the body and the dialect it refines, ``authenticate`` the principal, ``parse``
 the ``InternalRequest`` (``recall``: a stored Responses chain put before it), ``choose`` the model's
-route (its targets, the allow-list), ``admit`` the
-limits' plan, ``call`` the upstream through ``gateway.routing.dispatch`` (target order, feature fit,
-fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and ``settle`` the limits with the
-real usage.
+route (its targets, the allow-list), ``admit`` the limits' plan, ``queue`` a slot of the model's
+capacity (a model with a ``queue`` only), ``call`` the upstream through ``gateway.routing.dispatch``
+(target order, feature fit, fallbacks), then ``relay`` a stream or ``answer`` a whole reply, and
+``settle`` the slot and the limits with the real usage.
 
 Errors are mapped once, at the ``edge``: every error before the first byte is a
 ``GatewayError`` answered in the dialect that is answering. Once a stream has started, ``relay`` sends
@@ -37,13 +37,14 @@ from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
 from gateway.dialects.common import dumps, loads
 from gateway.limits.admission import Ask
+from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, Slot
 from gateway.limits.plan import Plan
 from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
 from gateway.routing import dispatch, resume
 from gateway.routing.table import Route, check_kind
-from gateway.runtime.aiohttp_tuning import EventStream
+from gateway.runtime.internals import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.state import GATEWAY, Gateway, Generation
@@ -84,6 +85,7 @@ class Exchange:
     load: ModelLoad | None = None  # choose: the model's levels, once it is known
     plan: Plan | None = None  # admit
     deadline: float | None = None  # admit
+    slot: Slot | None = None  # queue: the model's slot, when the model has a queue
 
     def reply_headers(self, first: dict[str, str]) -> dict[str, str]:
         """``first``, then the request id, the gateway's overhead so far, and a soft budget gone past."""
@@ -167,6 +169,8 @@ async def steps(ex: Exchange) -> web.StreamResponse:
     choose(ex)
     await admit(ex)
     try:
+        if (fq := ex.gw.fair.queues.get(ex.route.label)) is not None:  # no queue configured: no more work
+            await queue(ex, fq)
         return await call(ex)
     finally:
         settle(ex)
@@ -231,6 +235,18 @@ async def admit(ex: Exchange) -> None:
         ex.log.budget_exceeded = plan.over.scope
 
 
+async def queue(ex: Exchange, fq: ModelQueue) -> None:
+    """Step ``queue``: a slot of the model's capacity, at once when one is free, else in its fair turn
+    (``gateway.limits.fairq``); the wait goes to the trace."""
+    policy, principal = ex.gw.fair.policy, ex.principal
+    asked = ex.request.headers.get(PRIORITY_HEADER)
+    # its own id in the queue: a client's X-Request-Id may repeat
+    ticket = policy.ticket(f"{getrandbits(64):016x}", principal.team, principal.key_id, asked, ex.deadline)
+    route, models = ex.route, ex.gen.models
+    entering = fq.enter(ticket, lambda: models.down(route))
+    ex.slot = await (entering if ex.trace is None else ex.trace.queued(entering, ticket.cls))
+
+
 async def call(ex: Exchange) -> web.StreamResponse:
     """The upstream call (``gateway.routing.dispatch``: target order, feature fit, fallbacks before the
     first byte); then the stream relayed, or the whole answer rendered."""
@@ -245,6 +261,7 @@ async def call(ex: Exchange) -> web.StreamResponse:
         resume=resume.wanted(headers.get(resume.HEADER)),
     )
     if ireq.stream:
+        log.progress = call.progress
         opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
         log.observe(opened[0])
         return await relay(ex, opened)
@@ -338,15 +355,26 @@ async def answer(ex: Exchange, resp: web.Response) -> web.Response:
 
 
 def settle(ex: Exchange) -> None:
-    """The limits settled with the real usage, once the answer is out (off the request path: the
-    admission queues it); the request's cost goes to its record."""
+    """The model's slot given back; the limits settled with the real usage, once the answer is out
+    (off the request path: the admission queues it); the request's cost goes to its record."""
+    if ex.slot is not None:
+        ex.slot.release()
     plan, log = ex.plan, ex.log
     assert plan is not None  # settle runs only after admit
     prompt, completion_tokens = log.usage(plan)
     target = log.attempt.target or ""
     prices = ex.gen.policies.prices
+    embedding = ex.ireq.operation is Operation.EMBEDDING
     log.cost = ex.gw.admission.release(
-        plan, prompt, completion_tokens, log.cached_tokens, ex.route.label, target, prices, log.cache_write_tokens
+        plan,
+        prompt,
+        completion_tokens,
+        log.cached_tokens,
+        ex.route.label,
+        target,
+        prices,
+        log.cache_write_tokens,
+        embedding,
     )
 
 

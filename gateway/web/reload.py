@@ -38,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.core.upstream import Upstream
+from gateway.limits.fairq_policy import fair_policy
 from gateway.obs.metrics import CONFIG_RELOADS, set_config_info
 from gateway.runtime.config import ConfigError, GatewayConfig, load_config
 from gateway.runtime.secrets import Stamp, file_stamp
@@ -194,6 +195,7 @@ class Reloader:
         if reread:
             gen.models.keys_changed()
         gw.gen = gen  # the swap: requests from here on read the new generation
+        gw.fair.configure(fair_policy(config))  # the models' queues keep their waiters and slots
         set_config_info(gen.version, gen.digest, (old.version, old.digest))
         removed = [u for k, u in old.upstreams.items() if k not in gen.upstreams]
         if removed:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.core.upstream import Upstream
 from gateway.limits.admission import Admission, Policies
+from gateway.limits.fairq_policy import FairQueues
 from gateway.obs.load import Load
 from gateway.obs.metrics import Tallies
 from gateway.obs.routing import Routing
@@ -25,8 +26,8 @@ from gateway.policy.audit import AuditTrail
 from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator
 from gateway.routing.table import ModelTable
-from gateway.runtime.budget import MemoryBudget
 from gateway.runtime.config import GatewayConfig, ResponsesStore, Server
+from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secrets
 from gateway.web.record import Backlog, InFlight
 from gateway.web.stored import Conversations, LocalStore
@@ -66,6 +67,7 @@ class Gateway:
     routing: Routing = field(default_factory=Routing)  # replica pools' decisions and KV-events feeds
     tracer: Tracer | None = None  # set when the config has a tracing section
     conversations: Conversations = field(default_factory=lambda: Conversations(LocalStore(ResponsesStore())))
+    fair: FairQueues = field(default_factory=FairQueues)  # the models' queues (their ``queue`` config)
     draining: bool = False  # set on shutdown: /ready says 503, requests cut at the drain's end say why
 
     # The current generation's parts, for readers outside a request (probes, admin, status).

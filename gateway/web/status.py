@@ -1,6 +1,6 @@
 """``/status``: a server-rendered page for teams without Grafana — per-team usage (this hour), spend
-against each team budget (and the models seen without a price), per-model traffic by outcome, target
-health and Redis state — refreshing itself every 10 s. No JavaScript.
+against each team budget (and the models seen without a price), per-model traffic by outcome, each
+model queue's slots, waiters and sheds, target health and Redis state — refreshing itself every 10 s. No JavaScript.
 
 Protected by the admin key: ``Authorization: Bearer <admin key>``, or HTTP Basic with the admin key as
 the password (so a browser can open it).
@@ -19,8 +19,8 @@ from gateway.dialects.base import bearer_token
 from gateway.limits.plan import usage_key
 from gateway.obs import metrics
 from gateway.policy.auth import hex_digest
-from gateway.web import spend
-from gateway.web.state import GATEWAY
+from gateway.web import spend_report
+from gateway.web.state import GATEWAY, Gateway
 
 BUDGET_COLUMNS = ("team", "budget", "period", "mode", "spent", "utilisation", "resets")
 
@@ -61,6 +61,40 @@ def traffic() -> dict[str, dict[str, float]]:
                 row = out.setdefault(s.labels["model"], {})
                 row[s.labels["outcome"]] = row.get(s.labels["outcome"], 0) + s.value
     return out
+
+
+QUEUE_COLUMNS = [
+    "model",
+    "capacity here",
+    "slots held here",
+    "waiting here (class: n)",
+    "shed (reason: n)",
+    "mean hold",
+]
+
+
+def queue_rows(gw: Gateway) -> list[list[str]]:
+    """Each model queue as this process sees it (``gateway.limits.fairq``): with Redis, the capacity is
+    the pool's and the slots and waiters are this gateway's part of it."""
+    rows = []
+    for model, q in sorted(gw.fair.queues.items()):
+        waiting: dict[str, int] = {}
+        for (cls, _), tally in q.gauges.waiting.items():
+            waiting[cls] = waiting.get(cls, 0) + int(tally.n)
+        shed: dict[str, int] = {}
+        for (_, _, reason), n in q.gauges.shed.items():
+            shed[reason] = shed.get(reason, 0) + n
+        rows.append(
+            [
+                html.escape(model),
+                str(q.local.capacity if gw.redis is None else q.settings.capacity),
+                str(int(q.gauges.slots.n)),
+                html.escape(", ".join(f"{c}: {n}" for c, n in sorted(waiting.items()) if n) or "0"),
+                html.escape(", ".join(f"{r}: {n}" for r, n in sorted(shed.items())) or "0"),
+                f"{q.drain.mean:.2f} s",
+            ]
+        )
+    return rows
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -104,7 +138,7 @@ async def status(request: web.Request) -> web.Response:
     ]
     redis = "not configured (in-process limits)" if gw.redis is None else "configured"
     try:
-        budget_rows = [[html.escape(cell(b, k)) for k in BUDGET_COLUMNS] for b in await spend.budgets(gw)]
+        budget_rows = [[html.escape(cell(b, k)) for k in BUDGET_COLUMNS] for b in await spend_report.budgets(gw)]
     except Exception:  # as usage: the page still shows what it can while Redis is down
         budget_rows = [["(unavailable while Redis is down)", *[""] * (len(BUDGET_COLUMNS) - 1)]]
     unpriced = ", ".join(html.escape(f"{m} on {t}") for m, t in sorted(gw.gen.policies.prices.unpriced))
@@ -115,6 +149,7 @@ async def status(request: web.Request) -> web.Response:
 <h2>Usage per team (this hour)</h2>{table(["team", "requests", "prompt tokens", "completion tokens"], team_rows)}
 <h2>Spend against budget per team</h2>{table(list(BUDGET_COLUMNS), budget_rows)}{unpriced_note}
 <h2>Traffic per model (since start)</h2>{table(["model", *outcomes], model_rows)}
+<h2>Queues per model</h2>{table(QUEUE_COLUMNS, queue_rows(gw))}
 <h2>Backend health</h2>{table(["target", "state", "last failure", "what to check (operators)"], health_rows)}
 </body></html>"""
     return web.Response(text=page, content_type="text/html")

@@ -158,14 +158,17 @@ class Conversations:
             return request
         record = await self.read(team, turn.previous, "previous_response_id")
         history = record["history"] + record["input"] + record["response"]["output"]
-        return with_history(request, history)
+        return with_history(request, history, record.get("upstream"))
 
     async def keep(self, team: str, request: InternalRequest) -> None:
         """Stores the answered response (``store`` not false); a failure is logged, not the client's."""
         turn: Turn = request.reply
         if not turn.store or turn.final is None:
             return
-        record = dumps({"response": turn.final, "input": turn.input_items, "history": turn.history})
+        kept: dict[str, JSON] = {"response": turn.final, "input": turn.input_items, "history": turn.history}
+        if turn.upstream is not None:  # made by that provider's own /v1/responses (its id, its state)
+            kept["upstream"] = turn.upstream
+        record = dumps(kept)
         try:
             await self.store.put(team, turn.id, record)
         except Exception as exc:

@@ -14,7 +14,6 @@ import redis.asyncio as aioredis
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
-from gateway.limits import redis_client
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.backlog import Backlog
 from gateway.limits.failover import FailoverLimiter
@@ -24,6 +23,7 @@ from gateway.limits.plan import LimitValues, build, new_lease
 from gateway.limits.store import RedisLimiter
 from gateway.obs import metrics
 from gateway.runtime.config import RedisConfig
+from gateway.store.redis_client import redis_client
 from tests.support import eventually
 from tests.support.redis_servers import RedisServer
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from backends import prefix_index
+from backends.pool import prefix_index
 from gateway.routing import table
 from tests.fakes.upstream import Upstream
 from tests.integration.conftest import GatewayFactory, completions_server, config, target

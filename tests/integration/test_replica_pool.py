@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from adapters.http import HTTPUpstream
-from backends.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
+from backends.pool.replicas import SILENT_SECONDS_TO_DOWN, SLOW_SCRAPES_TO_DOWN, ReplicaPool
 from gateway.dialects.openai.egress import VLLM_WIRE
 from gateway.runtime.config import GatewayConfig
 from tests.fakes.upstream import Upstream, start

@@ -20,12 +20,12 @@ import redis.asyncio as aioredis
 import yaml
 
 from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.limits.budget_rules import rules
 from gateway.limits.limiter import Settlement
 from gateway.limits.plan import LimitValues, Plan, new_lease, planned, tag
 from gateway.limits.plan import layout as plan_layout
-from gateway.limits.spend import rules
 from gateway.limits.store import RedisLimiter
-from gateway.runtime.spend import Budget
+from gateway.runtime.spend_config import Budget
 from tests.integration import test_spend
 from tests.integration.test_spend import (
     OPENAI,

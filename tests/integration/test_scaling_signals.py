@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from adapters.http import HTTPUpstream
-from backends.replicas import ReplicaPool
+from backends.pool.replicas import ReplicaPool
 from gateway.core.request import Operation
 from gateway.dialects import DIALECTS
 from gateway.dialects.openai.egress import VLLM_WIRE

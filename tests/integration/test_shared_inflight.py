@@ -1,4 +1,4 @@
-"""The in-flight counts every ``kv-shared`` gateway keeps in Redis (``backends/inflight.py``): a request
+"""The in-flight counts every ``kv-shared`` gateway keeps in Redis (``backends/pool/inflight.py``): a request
 counts on its replica from the choice to its end, in every gateway's view; one that ends, fails over,
 is answered too late or belongs to a gateway that died stops counting; a count never drifts."""
 
@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.inflight import inflight_key
-from backends.prefix_index import SharedRouter
+from backends.pool.inflight import inflight_key
+from backends.pool.prefix_index import SharedRouter
 from tests.fakes.upstream import Upstream, start
 from tests.integration.conftest import GatewayFactory
 from tests.integration.test_shared_prefix import AUTH, SYSTEM, completion, occupy, router, shared_config, shared_router

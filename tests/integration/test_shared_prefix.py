@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from backends.balance import Balancer, ReplicaState
-from backends.inflight import inflight_key
-from backends.prefix_index import SharedRouter
-from backends.replicas import ReplicaPool
+from backends.pool.balance import Balancer, ReplicaState
+from backends.pool.inflight import inflight_key
+from backends.pool.prefix_index import SharedRouter
+from backends.pool.replicas import ReplicaPool
 from gateway.core.request import InternalRequest, Operation
 from gateway.runtime.config import Balance, GatewayConfig
 from gateway.web.state import GATEWAY

@@ -24,21 +24,22 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
-from gateway.limits import redis_client
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
-from gateway.limits.budgets import Spend
+from gateway.limits.budget_rules import calendar, iso, rules
+from gateway.limits.costs import Spend
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import LimitsUnavailable
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues, new_lease, planned, tag
 from gateway.limits.plan import layout as plan_layout
 from gateway.limits.prices import PriceTable
-from gateway.limits.spend import calendar, iso, rules
 from gateway.limits.store import RedisLimiter
 from gateway.runtime.config import RedisConfig, hash_key, parse_config
-from gateway.runtime.spend import Budget, Price, SpendSettings
+from gateway.runtime.spend_config import Budget, Price, SpendSettings
+from gateway.store.redis_client import redis_client
 from tests.integration.conftest import UPSTREAM_KEY_ENV, GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, without_team
 from tests.support import eventually
@@ -194,6 +195,51 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
 
 
+@pytest.mark.parametrize("decoded", [True, False])
+async def test_a_cut_stream_is_settled_by_the_upstreams_own_count_where_it_reports_one(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer, decoded: bool
+) -> None:
+    """A vLLM target streaming chunks the gateway decodes (here: logprobs asked) is asked for usage on
+    every chunk, so a stream its client cuts is settled by vLLM's count as of the last chunk read:
+    the prompt's real tokens, not its estimate. Relayed chunks (no logprobs) are not (they would all
+    have to be decoded): the fallback settles the prompt's estimate and the chunks streamed."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"][0]["provider"] = "vllm"
+    gw = await gateway(parse_config(data))
+    prompt, fields = "alpha beta gamma [[fault:slow=0.3]]", {"logprobs": 1} if decoded else {}
+    whole = await gw.send(OPENAI, "m", prompt, False, max_tokens=50, **fields)
+    assert whole.status == 200
+    real = whole.usage["prompt_tokens"]  # the upstream's count of this prompt
+    path, headers, body = OPENAI.request("m", prompt, True, max_tokens=50, **fields)
+    received = 0
+    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        async for line in resp.content:
+            received += line.startswith(b"data: {")
+            if received == 3:
+                break  # the client hangs up mid-stream
+    await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
+    asked = server.requests[-1].body["stream_options"]
+    assert asked.get("continuous_usage_stats", False) is decoded
+    usage = await settled(redis_server.url, team, 2)
+    prompt_tokens, completion = (
+        usage["prompt_tokens"] - real,
+        usage["completion_tokens"] - whole.usage["completion_tokens"],
+    )
+    if decoded:
+        assert prompt_tokens == real  # vLLM's count, as of the last chunk read
+    else:
+        assert prompt_tokens > real  # the estimate: an upper bound
+    assert 2 <= completion < whole.usage["completion_tokens"]  # at least what was streamed; cut short
+    assert (
+        usage["spend"]
+        == cost(usage["prompt_tokens"], usage["completion_tokens"])
+        == await budget_spent(redis_server.url, team)
+    )
+
+
 @pytest.fixture
 async def processes(gateways: Gateways) -> Any:
     """The old launcher's face over ``gateways``, while other tests use it: ``await processes(cfg)`` is
@@ -324,9 +370,12 @@ class Target:
     name = "up"
 
 
-def outage_admission(url: str, on_failure: str) -> tuple[Admission, FailoverLimiter, Any]:
+def outage_admission(
+    url: str, on_failure: str, amount: Decimal = Decimal(1), limits: LimitValues | None = None
+) -> tuple[Admission, FailoverLimiter, Any]:
     zone = ZoneInfo(ZONE)
-    teams = {"a": TeamPolicy(budget=tuple(rules(Budget(amount=Decimal(1)), zone, "EUR")))}
+    budget = tuple(rules(Budget(amount=amount), zone, "EUR"))
+    teams = {"a": TeamPolicy(limits=limits or LimitValues(), budget=budget)}
     prices = PriceTable.of(SpendSettings(prices=(Price(model="m", input=Decimal(IN), output=Decimal(OUT)),)))
     client = redis_client(RedisConfig(url=url, timeout_ms=1000))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), {"bud": on_failure}, retry_seconds=0.5)
@@ -363,6 +412,47 @@ async def test_budgets_fail_closed_or_open_and_spend_made_meanwhile_reaches_redi
     finally:
         await peek.aclose()
         for lim, cli in ((limiter, client), (closed_limiter, closed_client)):
+            await lim.close()
+            await cli.aclose()
+        server.close()
+
+
+async def test_requests_admitted_during_an_outage_are_added_to_redis_when_it_returns() -> None:
+    """``open``: requests admitted in process while Redis was out and still running when it answers
+    again are added to its budgets and concurrency leases (``scripts.ADOPT``), so another gateway is
+    refused what they hold rather than walking the budget past its amount; settled, they leave
+    exactly their cost and nothing held."""
+    server = RedisServer().start()
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("alpha",), sampling=Sampling(max_tokens=20))
+    ask = Ask("a", "k1", request, model="m", targets=cast("list[Upstream]", [Target()]))
+    amount, conc = Decimal("0.003"), LimitValues(concurrency=8)  # 3000 millionths; a worst case is 670
+    here, limiter, client = outage_admission(server.url, "open", amount, conc)
+    other, other_limiter, other_client = outage_admission(server.url, "open", amount, conc)
+    peek = aioredis.Redis.from_url(server.url)
+    try:
+        async with running(here), running(other):
+            await here.admit(ask)  # connected before the outage
+            server.stop()
+            outage = [await here.admit(ask) for _ in range(3)]  # this process's share; they keep running
+            assert not limiter.up
+            server.start()  # empty: only what comes back to it counts
+            await eventually(lambda: limiter.up, "the breaker closed")
+            later = await here.admit(ask)  # first adds the three running ones
+            want = later.cost_estimate
+            assert await budget_spent(server.url, "a") == 4 * want
+            assert await peek.zcard(f"{tag('a')}:budget:held") == 4 and await peek.zcard(f"{tag('a')}:conc") == 4
+            with pytest.raises(GatewayError) as refused:  # 4 x 670 held of 3000: no room for a fifth
+                await other.admit(ask)
+            assert refused.value.status == 429 and "budget of 0.003000 EUR" in str(refused.value), refused.value
+            for plan in [*outage, later]:
+                here.release(plan, 3, 7, 0, "m", "up")
+            spent = await settled(server.url, "a", 4)
+            assert spent["spend"] == await budget_spent(server.url, "a") == 4 * cost(3, 7)
+            assert await peek.zcard(f"{tag('a')}:budget:held") == 0 and await peek.zcard(f"{tag('a')}:conc") == 0
+            assert await other.admit(ask)  # the room is back
+    finally:
+        await peek.aclose()
+        for lim, cli in ((limiter, client), (other_limiter, other_client)):
             await lim.close()
             await cli.aclose()
         server.close()
@@ -441,12 +531,17 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
         return bool(rows) and rows[0]["spend_micros"] == micros
 
     await eventually(lambda: reported_is(sum(costs)), "the report equal to the costs (settled after the answers)")
-    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
-        page = await resp.text()
     spent_row = (
         f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
     )
-    assert spent_row in page, page  # the failed request's worst case went back too
+
+    async def shown() -> bool:
+        async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+            return spent_row in await resp.text()
+
+    # the failed request's worst case goes back too, with its own settlement (it may come after the
+    # answered ones': settlements are batched)
+    await eventually(shown, "the status page's spend back at the answers' costs")
     refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=160)  # tokens: past the key's 200
     assert refused.status == 429 and "the key's budget of 200 tokens per week" in refused.body["error"]["message"]
 
@@ -500,3 +595,41 @@ async def test_an_admission_with_budgets_is_one_redis_call(redis_server: RedisSe
         assert all(len(p.checks) == 5 and p.spent for p in plans)
     finally:
         await client.aclose()
+
+
+async def test_embeddings_are_charged_at_the_models_embedding_price(gateway: GatewayFactory) -> None:
+    """An embeddings request's input tokens cost the price's ``embedding`` rate (not ``input``, no
+    output), reserved and settled so, and reported; a chat on the same model still pays ``input``."""
+    from tests.integration.test_responses import scripted_target, scripted_upstream
+
+    async with scripted_upstream() as server:
+        team = f"t-{uuid.uuid4().hex[:8]}"
+        models = [
+            {"name": "e", "kind": "embedding", "targets": [{**scripted_target(server), "name": "vec"}]},
+        ]
+        data = {
+            "models": models,
+            "teams": [
+                {"id": team, "keys": [{"id": "k1", "sha256": hash_key(KEY)}], "budget": {"amount": 1, "period": "day"}}
+            ],
+            "spend": {"prices": [{"model": "e", "input": 1000, "output": 1000, "embedding": 7}]},
+            "admin": {"key_sha256": hash_key(ADMIN)},
+        }
+        gw = await gateway(parse_config(data))
+        texts = ["one two three", "four five"]  # the scripted upstream counts words: 5 tokens
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with gw.session.post(
+            gw.url + "/v1/embeddings", json={"model": "e", "input": texts}, headers=headers
+        ) as resp:
+            body = await resp.json()
+            assert resp.status == 200, body
+        assert body["usage"]["prompt_tokens"] == 5
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+
+        async def reported() -> Any:
+            async with gw.session.get(gw.url + "/admin/spend?group_by=model&period=day", headers=admin) as got:
+                rows = (await got.json())["rows"]
+            return rows if rows and rows[0]["spend_micros"] > 0 else None
+
+        (row,) = await eventually(reported, "the embeddings request settled in the report")
+        assert row["model"] == "e" and row["spend_micros"] == 5 * 7  # at the input price: 5000

@@ -6,6 +6,10 @@ input_items, ``store: false``, another team's id answered 404; embeddings with s
 base64 and ``dimensions``. The driver (``drivers/drive_openai_responses.py``) runs the checks in one
 process. With ``openai-agents`` installed (``scripts/sdk-envs``), a one-tool agent runs through the
 gateway and finishes (``drivers/drive_openai_agents.py``).
+
+The same SDKs against an OpenAI target's own /v1/responses (the wire fake's, ``--kind openai``):
+hosted tools and their typed items and events, the chain on OpenAI's state, a function-call round
+trip, and the agent (``drivers/drive_openai_responses_native.py``).
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ OTHER_KEY = "gw-responses-other-team-0123"
 DRIVER_TIMEOUT = 120.0
 
 
-def config(upstream: str) -> str:
+def config(upstream: str, native: str) -> str:
     digest, other = (hashlib.sha256(k.encode()).hexdigest() for k in (KEY, OTHER_KEY))
     return f"""models:
   - name: agent
     targets:
       - {{provider: openai, base_url: {upstream}, model: scripted}}
+  - name: native
+    targets:
+      - {{provider: openai, base_url: {native}, model: up-model}}
   - name: embed
     kind: embedding
     targets:
@@ -64,7 +71,11 @@ def scripted_gateway(sdk_envs: Path, tmp_path_factory: pytest.TempPathFactory) -
         )
         procs.append(upstream)
         url = wait_ready_line(upstream, out, err)
-        (tmp / "gateway.yaml").write_text(config(url))
+        (out, out_f), (err, err_f) = log_file("wire.out"), log_file("wire.err")
+        cmd = [sys.executable, "-m", "tests.fakes.upstream", "--kind", "openai"]
+        procs.append(wire := subprocess.Popen(cmd, cwd=ROOT, stdout=out_f, stderr=err_f, env=env))
+        native = wait_ready_line(wire, out, err)
+        (tmp / "gateway.yaml").write_text(config(url, native))
         port = free_port()
         log, log_f = log_file("gateway.log")
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(tmp / "gateway.yaml"), "--port", str(port)]
@@ -107,3 +118,20 @@ def test_openai_agents_one_tool_agent(scripted_gateway: Gateway) -> None:
     assert result["ok"], f"{result.get('error')}{result['context']}"
     assert result["final_output"] == "the tool said: sunny in Paris", result
     assert result["tool_calls"] == [{"city": "Paris"}], result
+
+
+def test_openai_sdk_on_an_openai_targets_own_responses(scripted_gateway: Gateway) -> None:
+    args = ("--key", KEY, "--other-key", OTHER_KEY, "--model", "native")
+    result = run_driver(scripted_gateway, "openai", "drive_openai_responses_native.py", *args)
+    failed = "\n".join(f"{name}: {why}" for name, why in result["failed"].items())
+    assert result["ok"], f"{failed}{result['context']}"
+    assert len(result["passed"]) == 5, result["passed"]
+
+
+def test_openai_agents_on_an_openai_targets_own_responses(scripted_gateway: Gateway) -> None:
+    result = run_driver(scripted_gateway, "openai-agents", "drive_openai_agents.py", "--key", KEY, "--model", "native")
+    assert result["ok"], f"{result.get('error')}{result['context']}"
+    # the wire fake calls the tool with its answer's first word, then answers in words of its own
+    (called,) = result["tool_calls"]
+    assert isinstance(called["city"], str) and called["city"], result
+    assert isinstance(result["final_output"], str) and result["final_output"].strip(), result

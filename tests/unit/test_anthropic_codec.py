@@ -313,7 +313,7 @@ def test_cache_writes_are_priced_apart() -> None:
     from decimal import Decimal
 
     from gateway.limits.prices import PriceTable
-    from gateway.runtime.spend import Price, SpendSettings
+    from gateway.runtime.spend_config import Price, SpendSettings
 
     price = Price(
         model="c", input=Decimal(3), cached_input=Decimal("0.3"), cache_write=Decimal("3.75"), output=Decimal(15)

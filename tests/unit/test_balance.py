@@ -7,8 +7,8 @@ import subprocess
 import sys
 from collections import Counter
 
-from backends.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes, prefer
-from backends.replicas import read_gauges, server_root
+from backends.pool.balance import KV_WEIGHT, Balancer, PrefixIndex, ReplicaState, block_hashes, prefer
+from backends.pool.replicas import read_gauges, server_root
 from gateway.core.request import ChatMessage, InternalRequest, Operation
 from gateway.runtime.config import Balance
 
@@ -139,7 +139,7 @@ def test_block_hashes_are_chained_and_full_blocks_only() -> None:
 
 def test_block_hashes_are_the_same_in_every_process() -> None:
     """Gateway replicas share them (kv-shared): ``hash()`` of a str would differ per process."""
-    code = "from backends.balance import block_hashes; print(block_hashes('abcdefgh' * 3, 8))"
+    code = "from backends.pool.balance import block_hashes; print(block_hashes('abcdefgh' * 3, 8))"
     run = [sys.executable, "-c", code]
     outs = {
         subprocess.run(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from gateway.runtime import config, spend
+from gateway.runtime import config, spend_config
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
 # The names the reference sets as code: every word of its code blocks (the example config) and of its
@@ -20,7 +20,7 @@ NAMED = {word for text in [*BLOCKS, *re.findall(r"`([^`\n]+)`", PROSE)] for word
 MODELS = sorted(
     (
         m
-        for module in (config, spend)  # spend: the config's spend section and team budgets
+        for module in (config, spend_config)  # spend_config: the config's spend section and team budgets
         for m in vars(module).values()
         if isinstance(m, type) and issubclass(m, pydantic.BaseModel) and m.__module__ == module.__name__
     ),

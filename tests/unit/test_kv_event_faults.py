@@ -18,11 +18,11 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from backends import kv_events
-from backends.balance import Balancer, ReplicaState
-from backends.kv_events import chain_hashes
-from backends.kv_router import EventsRouter
-from backends.prefix_index import LocalRouter
+from backends.pool import kv_events
+from backends.pool.balance import Balancer, ReplicaState
+from backends.pool.kv_events import chain_hashes
+from backends.pool.kv_router import EventsRouter
+from backends.pool.prefix_index import LocalRouter
 from tests.unit.test_kv_router import BS, URLS, Publisher, Scrape, model_dir, stored, target, until
 
 __all__ = ["model_dir"]  # the fixture, shared with the router's tests

@@ -1,4 +1,4 @@
-"""vLLM's KV-cache events decoded and applied to one replica's view (``backends/kv_events.py``): the
+"""vLLM's KV-cache events decoded and applied to one replica's view (``backends/pool/kv_events.py``): the
 wire as vllm 0.32.0 encodes it, the view against a model of what the engine holds, gaps, bounds."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from backends.kv_events import DECODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, ReplicaView
-from backends.kv_events import chain_hashes as chain
-from backends.kv_events import endpoints as publishers
+from backends.pool.kv_events import DECODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, ReplicaView
+from backends.pool.kv_events import chain_hashes as chain
+from backends.pool.kv_events import endpoints as publishers
 from gateway.obs import metrics
 from gateway.obs.routing import Routing
 

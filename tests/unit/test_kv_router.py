@@ -1,4 +1,4 @@
-"""Routing on vLLM's KV-cache events (``backends/kv_router.py``) with a real ZMQ publisher standing in
+"""Routing on vLLM's KV-cache events (``backends/pool/kv_router.py``) with a real ZMQ publisher standing in
 for vLLM's, a tokenizer built here, and the chat template rendered the way transformers does."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import zmq.asyncio
 from prometheus_client import REGISTRY
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
-from backends import kv_events
-from backends.balance import Balancer, ReplicaState
-from backends.kv_events import DECODER, chain_hashes
-from backends.kv_router import EventsRouter, depths
-from backends.prefix_index import LocalRouter
-from backends.prompt_tokens import PromptTokens
+from backends.pool import kv_events
+from backends.pool.balance import Balancer, ReplicaState
+from backends.pool.kv_events import DECODER, chain_hashes
+from backends.pool.kv_router import EventsRouter, depths
+from backends.pool.prefix_index import LocalRouter
+from backends.pool.prompt_tokens import PromptTokens
 from gateway import cli
 from gateway.core.pool_report import NO_REPORT, REPLAY_STEPS, PoolReport
 from gateway.core.request import ChatMessage, InternalRequest, Operation
@@ -302,7 +302,7 @@ def test_check_config_names_a_missing_extra_or_tokenizer(monkeypatch: pytest.Mon
 
 
 def test_without_the_extra_the_app_is_not_built(monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> None:
-    for name in [m for m in sys.modules if m.startswith(("backends.kv_router", "backends.kv_events", "zmq"))]:
+    for name in [m for m in sys.modules if m.startswith(("backends.pool.kv_router", "backends.pool.kv_events", "zmq"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "zmq", None)
     with pytest.raises(ConfigError, match=r"pip install 'llm-gateway\[kv-events\]' \(zmq is missing\)"):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.core.errors import InvalidRequest
+from gateway.core.request import Feature, Operation
 from gateway.core.response import Accumulator, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.responses import RESPONSES
 from gateway.dialects.responses.parse import normalize, to_messages
@@ -130,14 +131,78 @@ def test_items_to_messages() -> None:
 @pytest.mark.parametrize(
     ("item", "param"),
     [
-        ({"type": "computer_call", "id": "x"}, "input[0].type"),
         ({"role": "tool", "content": "x"}, "input[0].role"),
         ({"type": "function_call", "name": "f", "arguments": "{}"}, "input[0].call_id"),
-        ({"role": "user", "content": [{"type": "input_audio"}]}, "input[0].content[0].type"),
-        ({"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}, "input[0].content[0].file_id"),
+        ({"type": 3}, "input[0].type"),
+        ({"role": "user", "content": [{"text": "no type"}]}, "input[0].content[0].type"),
     ],
 )
-def test_unknown_or_wrong_items_are_refused_by_name(item: JSON, param: str) -> None:
+def test_wrong_items_are_refused_by_name(item: JSON, param: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         normalize([item])
     assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"type": "computer_call", "id": "x"}, "input[0].type ('computer_call'"),
+        ({"type": "item_reference", "id": "x"}, "input[0].type ('item_reference'"),
+        ({"role": "user", "content": [{"type": "input_audio"}]}, "input[0].content[0].type ('input_audio'"),
+        ({"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}, "input[0].content[0].type"),
+        ({"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}, "input[0].content[0].type"),
+    ],
+)
+def test_what_only_openai_serves_is_kept_as_it_came_and_named(item: JSON, field: str) -> None:
+    """Not refused here: the request goes to an OpenAI target's /v1/responses as it came, and any
+    other target refuses it by this name (``Feature.RESPONSES_NATIVE``)."""
+    native: list[str] = []
+    (kept,) = normalize([item], native)
+    assert all(kept[k] == v for k, v in item.items())
+    (named,) = native
+    assert named.startswith(field) and "only by OpenAI" in named
+    request = RESPONSES.parse(Operation.CHAT, {"model": "m", "input": [item]}, "")
+    assert Feature.RESPONSES_NATIVE in request.features and request.field_name(Feature.RESPONSES_NATIVE) == named
+    assert request.native is not None and request.native["input"] == [item]  # untouched
+
+
+def test_an_empty_include_asks_for_nothing_only_openai_serves() -> None:
+    """The Agents SDK sends ``include: []``: nothing asked, so every target serves it."""
+    request = RESPONSES.parse(Operation.CHAT, {"model": "m", "input": "x", "include": []}, "")
+    assert Feature.RESPONSES_NATIVE not in request.features
+    request = RESPONSES.parse(Operation.CHAT, {"model": "m", "input": "x", "include": ["x"]}, "")
+    assert request.field_name(Feature.RESPONSES_NATIVE).startswith("include")
+
+
+def test_a_chain_goes_to_another_upstream_without_what_only_its_maker_knows() -> None:
+    from gateway.dialects.responses.egress import portable
+
+    chain = [
+        {"type": "message", "id": "msg_g", "status": "completed", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_g", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+        {"type": "reasoning", "id": "rs_o", "summary": [], "encrypted_content": "opaque"},
+        {"type": "function_call", "id": "fc_g", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+    ]
+    assert portable(chain) == [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_o", "summary": [], "encrypted_content": "opaque"},  # readable without state
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},  # OpenAI's own item, as it came
+    ]
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ({"status": "completed", "output": [{"type": "message"}]}, "stop"),
+        ({"status": "completed", "output": [{"type": "function_call"}]}, "tool_calls"),
+        ({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}, "length"),
+        ({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}, "content_filter"),
+        ({"status": "failed"}, "abort"),
+    ],
+)
+def test_an_upstream_responses_finish_in_the_gateways_words(response: JSON, reason: str) -> None:
+    from gateway.dialects.responses.egress import finish_of
+
+    assert finish_of(response) == reason

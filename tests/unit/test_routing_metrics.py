@@ -1,4 +1,4 @@
-"""A pool's routing decisions as metrics (``gateway.obs.routing`` behind ``backends.balance``): each
+"""A pool's routing decisions as metrics (``gateway.obs.routing`` behind ``backends.pool.balance``): each
 outcome lands on its own series, and only configured names and fixed words ever become labels."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from backends.balance import Balancer, ReplicaState
-from backends.prefix_index import SharedRouter
+from backends.pool.balance import Balancer, ReplicaState
+from backends.pool.prefix_index import SharedRouter
 from gateway.core.pool_report import OUTCOMES, SOURCES, affinity
 from gateway.core.request import InternalRequest, Operation
 from gateway.obs import metrics

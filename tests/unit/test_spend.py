@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -14,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.limits.budget_rules import SLICES, calendar, midnight, money, rolling, rules
 from gateway.limits.prices import PriceTable, Rate
-from gateway.limits.spend import SLICES, calendar, midnight, money, rolling
 from gateway.runtime.config import ConfigError, parse_config
-from gateway.runtime.spend import Price, SpendSettings
+from gateway.runtime.spend_config import Price, SpendSettings
 
 # Zones with the awkward cases: DST at 02:00 (Paris), at midnight (Santiago), by 30 minutes (Lord
 # Howe), a +05:30 offset (Kolkata), a whole day skipped (Apia, 2011-12-30), and none at all (UTC).
@@ -180,3 +181,42 @@ def test_a_price_that_could_never_apply_is_refused(price: dict[str, str], error:
     assert str(caught.value) == f"<config>: {error}"
     for fine in ({"model": "m", "target": "openai:m"}, {"model": "openai/*"}, {"model": "local"}):
         parse_config({**data, "spend": {"prices": [{**fine, "input": 1, "output": 2}]}})
+
+
+@given(
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+    st.decimals(0, 100, places=3),
+    st.decimals(0, 100, places=3) | st.none(),
+)
+def test_an_embeddings_request_costs_its_input_at_the_embedding_rate(
+    prompt: int, completion: int, input_price: Decimal, embedding: Decimal | None
+) -> None:
+    price = Price(model="e", input=input_price, output=Decimal(9), cached_input=Decimal(0), embedding=embedding)
+    rate = Rate.of(price).for_embeddings()
+    each = input_price if embedding is None else embedding
+    # every input token at the embedding price (its default: input); no cache discount, no output
+    assert rate.cost(prompt, prompt, completion) == math.ceil(prompt * each)
+
+
+def test_the_reservation_of_an_embeddings_request_uses_the_dearest_embedding_rate() -> None:
+    from gateway.core.request import InternalRequest, Operation
+    from gateway.limits.plan import LimitValues, layout, planned
+
+    table = PriceTable.of(
+        SpendSettings(
+            prices=(
+                Price(model="e", target="a", input=Decimal(100), output=Decimal(100), embedding=Decimal(2)),
+                Price(model="e", target="b", input=Decimal(100), output=Decimal(100), embedding=Decimal(3)),
+            )
+        )
+    )
+    worst = table.worst("e", ("a", "b"))
+    assert worst is not None and worst.embedding == Decimal(3)
+    request = InternalRequest(operation=Operation.EMBEDDING, model="e", prompts=("word " * 40,))
+    from gateway.runtime.spend_config import Budget
+
+    budget = rules(Budget(amount=Decimal(1000), period="day"), ZoneInfo("UTC"), "EUR")
+    limits = layout("t", "k", LimitValues(), LimitValues(), tuple(budget))
+    plan = planned("t", "k", limits, request, "lease", worst)
+    assert 0 < plan.cost_estimate == plan.prompt_estimate * 3

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Operation
-from gateway.core.response import Delta
+from gateway.core.response import Delta, UsageReport
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI
 from gateway.dialects.openai.egress import VLLM_WIRE
 
@@ -126,3 +129,72 @@ def test_chat_loglikelihood_reads_the_answer_level_prompt_logprobs() -> None:
     answer = {"id": "c", "choices": [choice], "prompt_logprobs": steps, "prompt_token_ids": [1, 4]}
     lps = VLLM_WIRE.decode(answer, request).choices[0].logprobs
     assert lps is not None and [(t.token, t.logprob) for t in lps] == [("hi", -0.5)]
+
+
+# --- stops: nothing past the stop, whole or streamed ----------------------------------------------
+
+END = 2  # the end token the plugin forces (the model's EOS)
+
+
+def friendli_request(stops: list[list[int]], stream: bool = False) -> Any:
+    body = {"model": "m", "prompt": "x", "stop_tokens": [{"tokens": s} for s in stops], "stream": stream}
+    return FRIENDLI.parse(Operation.COMPLETION, body, "serverless")
+
+
+def whole(ids: list[int], reason: str, stops: list[list[int]]) -> tuple[list[int], int]:
+    choice = {"index": 0, "text": "t", "token_ids": ids, "finish_reason": reason}
+    usage = {"prompt_tokens": 1, "completion_tokens": len(ids), "total_tokens": 1 + len(ids)}
+    completion = VLLM_WIRE.decode({"id": "c", "choices": [choice], "usage": usage}, friendli_request(stops))
+    assert completion.usage is not None
+    return completion.choices[0].token_ids or [], completion.usage.completion_tokens
+
+
+def streamed(ids: list[int], reason: str, stops: list[list[int]], cuts: list[int]) -> tuple[list[int], int]:
+    """``ids`` in chunks cut at ``cuts``, the finish on the last, then the usage chunk."""
+    request = friendli_request(stops, stream=True)
+    assert VLLM_WIRE.encode(request, "tiny")["return_token_ids"]  # the forced token is found by them
+    reader = VLLM_WIRE.reader(request)
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(ids)}), len(ids)]
+    events = []
+    for a, b in itertools.pairwise(bounds):
+        choice = {"index": 0, "text": "t", "token_ids": ids[a:b], "finish_reason": reason if b == len(ids) else None}
+        events += reader.decode({"id": "c", "choices": [choice]})
+    usage = {"prompt_tokens": 1, "completion_tokens": len(ids), "total_tokens": 1 + len(ids)}
+    events += reader.decode({"id": "c", "choices": [], "usage": usage})
+    (report,) = [e for e in reader.finish() if isinstance(e, UsageReport)]
+    return [i for e in events if isinstance(e, Delta) for i in e.token_ids], report.usage.completion_tokens
+
+
+@pytest.mark.parametrize(
+    ("ids", "reason", "stops", "kept"),
+    [
+        ([7, 9, 10, END], "stop", [[9, 10]], [7, 9, 10]),  # the plugin's forced end token goes
+        ([7, 9, 10, 11, END], "stop", [[5], [9, 10, 11]], [7, 9, 10, 11]),
+        ([7, 9, 10], "length", [[9, 10]], [7, 9, 10]),  # max_tokens ended it at the sequence
+        ([7, 8, END], "stop", [[9, 10]], [7, 8, END]),  # the model's own EOS stays, as vLLM counts it
+        ([7, 9, END], "stop", [[9, 10]], [7, 9, END]),  # a sequence begun is no stop
+    ],
+)
+def test_the_end_token_forced_after_a_stop_sequence_is_neither_shown_nor_billed(
+    ids: list[int], reason: str, stops: list[list[int]], kept: list[int]
+) -> None:
+    assert whole(ids, reason, stops) == (kept, len(kept))
+    for cuts in ([], [1], [2, 3], list(range(len(ids)))):
+        assert streamed(ids, reason, stops, cuts) == (kept, len(kept)), cuts
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prefix=st.lists(st.integers(3, 6), max_size=6),
+    stop=st.lists(st.integers(3, 6), min_size=2, max_size=3),
+    cuts=st.lists(st.integers(0, 12), max_size=4),
+)
+def test_streamed_and_whole_answers_end_at_the_sequence_however_chunked(
+    prefix: list[int], stop: list[int], cuts: list[int]
+) -> None:
+    """Whatever the chunking, an answer the plugin stopped (its output, the sequence, the forced end)
+    reads as it would whole: up to the sequence's end, billed that many tokens."""
+    ids = [*prefix, *stop, END]
+    kept = ids[:-1]
+    assert whole(ids, "stop", [stop]) == (kept, len(kept))
+    assert streamed(ids, "stop", [stop], cuts) == (kept, len(kept))

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestServer
 
-from backends.replicas import ReplicaPool
+from backends.pool.replicas import ReplicaPool
 from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
 from gateway.web.state import GATEWAY

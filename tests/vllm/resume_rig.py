@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from backends.replicas import ReplicaPool
+from backends.pool.replicas import ReplicaPool
 from gateway.obs import metrics as m
 from gateway.web.app import create_app
 from gateway.web.state import GATEWAY

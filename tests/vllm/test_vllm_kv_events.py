@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from backends.kv_events import ReplicaView, chain_hashes
-from backends.kv_router import EventsRouter
-from backends.prompt_tokens import PromptTokens
+from backends.pool.kv_events import ReplicaView, chain_hashes
+from backends.pool.kv_router import EventsRouter
+from backends.pool.prompt_tokens import PromptTokens
 from gateway.core.request import ChatMessage, InternalRequest, Operation
 from tests.support import eventually
 from tests.vllm.conftest import VLLM

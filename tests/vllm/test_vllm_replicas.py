@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import aiohttp
 import pytest
 
-from backends.balance import ReplicaState
-from backends.replicas import ReplicaPool, read_gauges
+from backends.pool.balance import ReplicaState
+from backends.pool.replicas import ReplicaPool, read_gauges
 from tests.support import eventually
 from tests.support.redis_servers import free_port
 from tests.vllm.conftest import VLLM

@@ -1,7 +1,8 @@
 """The gateway's Responses and embeddings in front of the real vLLM engine (CPU): a Responses request,
-whole and streamed, translated to vLLM's chat and answered as the same chat request is; an embeddings
-request to the tiny model served as an embedding model (``--runner pooling --convert embed``), the
-vectors as vLLM computes them."""
+whole and streamed, on vLLM's own /v1/responses (answered as vLLM answers it directly), a chain
+rebuilt by the gateway for the stateless replica, what only OpenAI serves refused by name before the
+replica is asked; an embeddings request to the tiny model served as an embedding model
+(``--runner pooling --convert embed``), the vectors as vLLM computes them."""
 
 from __future__ import annotations
 
@@ -55,17 +56,17 @@ async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -
 async def test_responses_on_real_vllm(vllm_server: VLLM, session: aiohttp.ClientSession) -> None:
     server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
     try:
-        ask = {"model": "tiny", "temperature": 0}
-        chat = {**ask, "messages": [{"role": "user", "content": "the quick brown fox"}], "max_tokens": 8}
-        status, expected = await post(session, url + "/v1/chat/completions", chat)
-        assert status == 200, expected
         body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
+        # vLLM's own /v1/responses (its answer differs from its chat's for the same words: its Responses
+        # path renders and samples on its own), which the gateway's answer must equal
+        async with session.post(vllm_server.url + "/responses", json={**body, "model": vllm_server.model}) as resp:
+            assert resp.status == 200, await resp.text()
+            direct = await resp.json()
         status, whole = await post(session, url + "/v1/responses", body)
         assert status == 200, whole
         text = "".join(p["text"] for item in whole["output"] if item["type"] == "message" for p in item["content"])
-        assert text == expected["choices"][0]["message"]["content"]
-        assert whole["usage"]["input_tokens"] == expected["usage"]["prompt_tokens"]
-        assert whole["usage"]["output_tokens"] == expected["usage"]["completion_tokens"]
+        own = "".join(p["text"] for item in direct["output"] if item["type"] == "message" for p in item["content"])
+        assert text == own and whole["usage"] == direct["usage"]
         status, events = await post(session, url + "/v1/responses", {**body, "stream": True})
         assert status == 200, events
         deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
@@ -93,5 +94,33 @@ async def test_embeddings_on_real_vllm(vllm_embedder: VLLM, session: aiohttp.Cli
         assert answer["usage"]["prompt_tokens"] == own["usage"]["prompt_tokens"] > 0
         status, ids = await post(session, url + "/v1/embeddings", {"model": "embed", "input": [[1, 2, 3]]})
         assert status == 200 and len(ids["data"][0]["embedding"]) == len(answer["data"][0]["embedding"]), ids
+    finally:
+        await server.close()
+
+
+async def test_responses_go_to_vllms_own_route_and_chain_through_the_gateway(
+    vllm_server: VLLM, session: aiohttp.ClientSession
+) -> None:
+    server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
+    try:
+        body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
+        status, whole = await post(session, url + "/v1/responses", body)
+        assert status == 200, whole
+        async with session.post(vllm_server.url + "/responses", json={**body, "model": vllm_server.model}) as resp:
+            assert resp.status == 200, await resp.text()
+            direct = await resp.json()
+        # vLLM's own response object, not the gateway's rendering of a chat answer
+        assert set(whole) == set(direct) and whole["output"][-1]["content"] == direct["output"][-1]["content"]
+        assert whole["usage"] == direct["usage"]
+        # a second turn: the chain rebuilt from the gateway's store (vLLM keeps none)
+        status, second = await post(
+            session, url + "/v1/responses", {**body, "input": "and then", "previous_response_id": whole["id"]}
+        )
+        assert status == 200, second
+        assert second["usage"]["input_tokens"] > whole["usage"]["input_tokens"] + whole["usage"]["output_tokens"]
+        async with session.get(url + f"/v1/responses/{second['id']}", headers=BEARER) as resp:
+            assert resp.status == 200 and (await resp.json())["id"] == second["id"]
+        status, err = await post(session, url + "/v1/responses", {**body, "tools": [{"type": "web_search"}]})
+        assert status == 400 and err["error"]["param"].startswith("tools[0].type"), err
     finally:
         await server.close()

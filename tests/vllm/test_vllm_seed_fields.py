@@ -125,9 +125,46 @@ async def test_multi_token_stop_tokens_end_the_answer(gw: str, sdk_envs: Path, t
     stop = tokens[5:7]  # ends where its first occurrence ends
     end = next(i + 2 for i in range(len(tokens) - 1) if tokens[i : i + 2] == stop)
     (stopped,) = await friendli(sdk_envs, gw, tmp_path, [{**greedy, "stop_tokens": [{"tokens": stop}]}])
-    got = stopped["choices"][0]["tokens"]
-    assert got[:end] == tokens[:end] and len(got) <= end + 1  # the end token may follow
-    assert len(got) < len(tokens)
+    assert stopped["choices"][0]["tokens"] == tokens[:end]  # the sequence ends it: nothing after
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[list[int], int, str | None]:
+    """A Friendli completion's tokens, billed completion tokens and finish reason, whole or streamed."""
+    headers = {"Authorization": f"Bearer {KEY}", "X-Friendli-Team": "t"}
+    async with aiohttp.ClientSession() as session, session.post(url, json=body, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        if not body.get("stream"):
+            answer = await resp.json()
+            choice = answer["choices"][0]
+            return choice["tokens"], answer["usage"]["completion_tokens"], choice["finish_reason"]
+        tokens, billed, reason = [], -1, None
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                chunk = json.loads(line[6:])
+                for c in chunk.get("choices") or ():
+                    tokens += [c["token"]] if c.get("token") is not None else []
+                    reason = c.get("finish_reason") or reason
+                billed = (chunk.get("usage") or {}).get("completion_tokens", billed)
+        return tokens, billed, reason
+
+
+async def test_every_token_stop_ends_the_answer_at_the_stop_whole_and_streamed(gw: str, vllm_server: VLLM) -> None:
+    """A stop of one token (vLLM's ``stop_token_ids``) or of several (the plugin, which forces an end
+    token after the sequence): the answer, its ids and its billed tokens end with the stop, whole and
+    streamed; nothing of the end token the plugin forced is shown or billed."""
+    url = gw + "/serverless/v1/completions"
+    greedy = {"model": "tiny", "prompt": PROMPT, "max_tokens": 24, "temperature": 0.0}
+    tokens, _, _ = await post(url, greedy)
+    for stop in (tokens[5:6], tokens[5:7], tokens[4:7]):
+        end = next(i + len(stop) for i in range(len(tokens)) if tokens[i : i + len(stop)] == stop)
+        for stream in (False, True):
+            body = {**greedy, "stop_tokens": [{"tokens": stop}], "stream": stream}
+            body |= {"stream_options": {"include_usage": True}} if stream else {}
+            assert await post(url, body) == (tokens[:end], end, "stop"), (stop, stream)
+    raw = {**greedy, "return_token_ids": True, "vllm_xargs": {"stop_token_sequences": tokens[5:7]}}
+    forced = (await direct(vllm_server, raw))["choices"][0]["token_ids"]
+    end = next(i + 2 for i in range(len(tokens)) if tokens[i : i + 2] == tokens[5:7])
+    assert forced[:end] == tokens[:end] and len(forced) == end + 1  # what vLLM itself answers
 
 
 async def test_friendli_beam_search_is_vllm_beam_search(

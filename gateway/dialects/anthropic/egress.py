@@ -148,7 +148,7 @@ def tool(t: JSON, i: int) -> dict[str, JSON]:
 
 
 def encode(req: InternalRequest, model: str) -> dict[str, JSON]:
-    if req.native is not None:  # an Anthropic client's own body: sent as it came
+    if req.native is not None and req.native_dialect == "anthropic":  # an Anthropic client's own body, as it came
         return {**req.native, "model": model}
     s = req.sampling
     for name in UNSERVED_SAMPLING:

@@ -29,7 +29,7 @@ from gateway.dialects.anthropic.schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.common import FeatureSet, stop_list, validate
+from gateway.dialects.common import FeatureSet, request_of, stop_list, validate
 
 JSON = Any
 
@@ -198,9 +198,10 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
     chat = chat_options(b, fs)
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=messages(b.system, b.messages),
         sampling=Sampling(max_tokens=b.max_tokens, temperature=b.temperature, top_p=b.top_p, top_k=top_k, stop=stop),
         chat=chat,
@@ -209,8 +210,7 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         user=b.metadata.user_id if b.metadata is not None else None,
         extra_headers={"anthropic-beta": betas} if betas else None,
         native=data,
-        features=fs.frozen(),
-        fields=fs.fields,
+        native_dialect="anthropic",
     )
 
 
@@ -218,12 +218,11 @@ def parse_count(data: dict[str, JSON]) -> InternalRequest:
     """A count_tokens body: the request it would be, with no answer asked for."""
     fs = FeatureSet()
     b = validate(CountTokensBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=messages(b.system, b.messages),
         sampling=Sampling(max_tokens=1),
         chat=chat_options(b, fs),
-        features=fs.frozen(),
-        fields=fs.fields,
     )

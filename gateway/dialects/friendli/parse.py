@@ -20,7 +20,7 @@ from gateway.core.request import (
     StructuredOutput,
     drawn_seed,
 )
-from gateway.dialects.common import FeatureSet, choice_cap, exclusive, stop_list, validate, without
+from gateway.dialects.common import FeatureSet, choice_cap, exclusive, request_of, stop_list, validate, without
 from gateway.dialects.friendli.schema import (
     FriendliChatBody,
     FriendliCompletionBody,
@@ -271,9 +271,10 @@ def parse_completion(data: dict[str, JSON], flavour: str, legacy: bool = False) 
         output_logits=bool(b.include_output_logits),
     )
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.COMPLETION,
-        model=model,
+    return request_of(
+        fs,
+        Operation.COMPLETION,
+        model,
         prompts=items,
         sampling=sampling,
         stream=stream,
@@ -285,8 +286,6 @@ def parse_completion(data: dict[str, JSON], flavour: str, legacy: bool = False) 
         want_seed=reported,
         seed_drawn=seed_drawn,
         relay=oai.relay_for(stream, logprobs, relay),
-        features=fs.frozen(),
-        fields=fs.fields,
     )
 
 
@@ -307,9 +306,10 @@ def parse_chat(data: dict[str, JSON], flavour: str) -> InternalRequest:
         "chat_template_kwargs": b.chat_template_kwargs,
     }
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        model,
         messages=oai.messages(b),
         sampling=Sampling(**kw),
         chat=oai.chat_options(b, fs, reasoning),
@@ -320,6 +320,4 @@ def parse_chat(data: dict[str, JSON], flavour: str) -> InternalRequest:
         user=b.user,
         want_token_ids=True,  # stream chunks carry the sampled "token", answers "tokens", from vLLM
         relay=oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
-        features=fs.frozen(),
-        fields=fs.fields,
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.dialects.common import FeatureSet, choice_cap, validate, without
+from gateway.dialects.common import FeatureSet, choice_cap, request_of, validate, without
 from gateway.dialects.octoai.schema import OctoChatBody, OctoExtras
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.schema import STREAM_FORMAT
@@ -43,9 +43,10 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     kw["max_tokens"] = b.max_tokens or DEFAULT_MAX_TOKENS
     kw["structured"] = oai.structured_from_vllm(b.structured_outputs, fs)
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.COMPLETION,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.COMPLETION,
+        b.model,
         prompts=items,
         sampling=Sampling(**kw),
         stream=stream,
@@ -54,8 +55,6 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         user=b.user,
         # prompt logprobs are re-encoded, never relayed: the upstream's chunks carry more than asked
         relay=None if b.loglikelihood else oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
-        features=fs.frozen(),
-        fields=fs.fields,
     )
 
 
@@ -77,9 +76,10 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
     fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
     kw |= {"ignore_eos": bool(b.ignore_eos), "min_p": b.min_p or None, "repetition_penalty": b.repetition_penalty}
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=oai.messages(b),
         sampling=Sampling(**kw),
         chat=oai.chat_options(b, fs),
@@ -88,6 +88,4 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         adapter=b.peft,
         user=b.user,
         relay=None if b.loglikelihood else oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
-        features=fs.frozen(),
-        fields=fs.fields,
     )

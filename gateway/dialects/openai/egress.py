@@ -8,7 +8,7 @@ removed ``guided_*`` fields are never written: vLLM ≥ 0.12 ignores them silent
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.core.errors import UpstreamFailed, UpstreamMalformed
@@ -33,7 +33,10 @@ from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
     VLLM_FEATURES,
     VLLM_PLUGIN_FEATURES,
+    forced_end,
+    long_stops,
     prompt_logprobs_from,
+    trim_forced_ends,
     vllm_ranges,
     vllm_xargs,
 )
@@ -156,7 +159,13 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
     # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
     # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
     # none, whose chunks the client gets as they are.
-    return token_ids and (req.want_token_ids or req.resumable or (not req.sampling.echo and req.relay != STREAM_FORMAT))
+    # A multi-token stop needs them: the end token its plugin forces is found by them (``forced_end``).
+    return token_ids and (
+        req.want_token_ids
+        or req.resumable
+        or bool(long_stops(req.sampling))
+        or (not req.sampling.echo and req.relay != STREAM_FORMAT)
+    )
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
@@ -306,15 +315,25 @@ class ChunkDecoder:
         "relaying",
         "shape",
         "started",
+        "stops",
+        "tails",
         "token_ids",
+        "trimmed",
         "usage",
     )
 
     def __init__(
-        self, operation: Operation, relay: bool = False, token_ids: bool = True, prompt_logprobs: bool | None = None
+        self,
+        operation: Operation,
+        relay: bool = False,
+        token_ids: bool = True,
+        prompt_logprobs: bool | None = None,
+        stops: tuple[tuple[int, ...], ...] = (),
     ) -> None:
         """``prompt_logprobs``: the prompt's logprobs were asked for through an echo (``encode``), so
-        each choice's first chunk opens with them; True if the client asked for output logprobs too."""
+        each choice's first chunk opens with them; True if the client asked for output logprobs too.
+        ``stops``: multi-token stop sequences, whose forced end token is taken out (``forced_end``):
+        every chunk is decoded then, to follow each choice's last ids."""
         self.chat = operation is Operation.CHAT
         self.prompt_echoed = prompt_logprobs is not None
         self.output_logprobs = bool(prompt_logprobs)
@@ -324,6 +343,9 @@ class ChunkDecoder:
         self.relaying = relay
         self.token_ids = token_ids  # chunks may carry them (the upstream was asked)
         self.shape: tuple[bytes, bytes] | None = None  # the last event relayed alone (``relay_run``)
+        self.stops = stops
+        self.tails: dict[int, list[int]] = {}  # per choice, its last ids (as long as the longest stop)
+        self.trimmed = 0  # forced end tokens taken out
 
     def relay(self, data: bytes) -> Frame | None:
         """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
@@ -426,9 +448,11 @@ class ChunkDecoder:
             tools = delta.get("tool_calls") or () if self.chat else ()
             reasoning = (delta.get("reasoning_content") or delta.get("reasoning")) if self.chat else None
             role = delta.get("role") if self.chat else None
+            reason = finish_from(c.get("finish_reason"))
+            if self.stops and ids:
+                ids, lps = self.trim(index, list(ids), lps, reason)
             if text or ids or lps or tools or reasoning or role:
                 events.append(Delta(index, text, tuple(ids), tuple(lps or ()), role, tuple(tools), reasoning))
-            reason = finish_from(c.get("finish_reason"))
             if reason is not None:
                 self.finished = True
                 events.append(Finish(index, reason, c.get("seed"), stop_string(c)))
@@ -436,8 +460,26 @@ class ChunkDecoder:
             self.usage = usage_from(data["usage"]) or self.usage
         return events
 
+    def trim(
+        self, index: int, ids: list[int], lps: list[TokenLogprob] | None, reason: FinishReason | None
+    ) -> tuple[list[int], list[TokenLogprob] | None]:
+        """One chunk's ids (and logprobs) without the end token forced after a stop sequence."""
+        seen = self.tails.get(index, []) + ids
+        self.tails[index] = seen[-max(len(s) for s in self.stops) :]
+        if reason == "stop" and forced_end(seen, self.stops):
+            self.trimmed += 1
+            if lps is not None and len(lps) == len(ids):
+                lps = lps[:-1]
+            ids = ids[:-1]
+        return ids, lps
+
     def finish(self) -> list[StreamEvent]:
-        return [UsageReport(self.usage)] if self.usage is not None else []
+        usage = self.usage
+        if usage is None:
+            return []
+        if self.trimmed:
+            usage = replace(usage, completion_tokens=max(0, usage.completion_tokens - self.trimmed))
+        return [UsageReport(usage)]
 
     def split_prompt(self, lps: list[TokenLogprob], prompt_ids: JSON) -> list[TokenLogprob]:
         """An echoed stream's logprobs as asked: on the chunk carrying the prompt's ids, its tokens'
@@ -477,6 +519,11 @@ class OpenAIWire:
         if self.token_ids:
             vllm_ranges(request)
         body = encode(request, model, token_ids=self.token_ids)
+        if self.token_ids and request.stream and not self.relayed(request):
+            # vLLM's usage on every chunk: a stream the client cuts is settled by vLLM's own count
+            # (``StreamProgress``). Asked only where every chunk is decoded anyway: a relayed chunk
+            # carrying usage would have to be decoded too.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         total = request.sampling.max_total_tokens
         if total is not None and "max_tokens" not in body:
             # vLLM's completion default is 16 new tokens (null too); the total_length plugin ends
@@ -492,12 +539,20 @@ class OpenAIWire:
         if request.operation is Operation.EMBEDDING:
             return embeddings.decode(data, len(request.prompts))
         s = request.sampling
-        return decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
+        completion = decode(data, request.operation, s.prompt_logprobs is not None, s.beam is not None)
+        stops = long_stops(s) if self.token_ids else ()
+        return trim_forced_ends(completion, stops) if stops else completion
+
+    def relayed(self, request: InternalRequest) -> bool:
+        """The stream's plain chunks go to the client as they come (``ChunkDecoder.relay``)."""
+        return request.relay == STREAM_FORMAT and not (self.token_ids and long_stops(request.sampling))
 
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        relay, s = request.relay == STREAM_FORMAT, request.sampling
+        s = request.sampling
         echoed = s.logprobs is not None if s.prompt_logprobs is not None and self.token_ids else None
-        return ChunkDecoder(request.operation, relay, asks_token_ids(request, self.token_ids), echoed)
+        stops = long_stops(s) if self.token_ids else ()
+        ids = asks_token_ids(request, self.token_ids)
+        return ChunkDecoder(request.operation, self.relayed(request), ids, echoed, stops if ids else ())
 
 
 PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}

@@ -18,7 +18,17 @@ from gateway.core.errors import InvalidRequest, UpstreamMalformed
 from gateway.core.request import EmbeddingOptions, Feature, InternalRequest, Operation
 from gateway.core.response import Completion
 from gateway.dialects.base import StreamEncoder
-from gateway.dialects.common import Body, Items, Name, TokenCount, TokenIds, usage_from, validate
+from gateway.dialects.common import (
+    Body,
+    FeatureSet,
+    Items,
+    Name,
+    TokenCount,
+    TokenIds,
+    request_of,
+    usage_from,
+    validate,
+)
 from gateway.dialects.openai.single import SinglePathDialect
 
 JSON = Any
@@ -60,19 +70,16 @@ def parse(data: dict[str, JSON]) -> InternalRequest:
         prompts = (tuple(raw),)
     else:
         prompts = tuple(tuple(p) for p in raw)
-    features = {Feature.EMBEDDING}
-    fields = {Feature.EMBEDDING: "input"}
-    if b.dimensions is not None:
-        features.add(Feature.DIMENSIONS)
-        fields[Feature.DIMENSIONS] = "dimensions"
-    return InternalRequest(
-        operation=Operation.EMBEDDING,
-        model=b.model,
+    fs = FeatureSet()
+    fs.use(Feature.EMBEDDING, "input")
+    fs.use(Feature.DIMENSIONS, "dimensions", b.dimensions is not None)
+    return request_of(
+        fs,
+        Operation.EMBEDDING,
+        b.model,
         prompts=prompts,
         user=b.user,
         embedding=EmbeddingOptions(dimensions=b.dimensions, base64=b.encoding_format == "base64"),
-        features=frozenset(features),
-        fields=fields,
     )
 
 

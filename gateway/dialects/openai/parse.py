@@ -20,7 +20,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, choice_cap, exclusive, logit_bias, stop_list, validate
+from gateway.dialects.common import FeatureSet, choice_cap, exclusive, logit_bias, request_of, stop_list, validate
 from gateway.dialects.openai.schema import (
     PLATFORM_FIELDS,
     STREAM_FORMAT,
@@ -240,9 +240,10 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
     kw["structured"] = structured_from_vllm(b.structured_outputs, fs)
     fs.use(Feature.TOKEN_IDS, "return_token_ids", b.return_token_ids)  # vLLM's; OpenAI refuses it
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.COMPLETION,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.COMPLETION,
+        b.model,
         prompts=items,
         sampling=Sampling(**kw),
         stream=stream,
@@ -250,8 +251,6 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
         user=b.user,
         want_token_ids=bool(b.return_token_ids),
         relay=relay_for(stream, kw["logprobs"], relay),
-        features=fs.frozen(),
-        fields=fs.fields,
     )
 
 
@@ -315,9 +314,10 @@ def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalReque
         fs.use(Feature.EXTRA_BODY, name)
     fs.use(Feature.TOKEN_IDS, "return_token_ids", b.return_token_ids)
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=messages(b),
         sampling=Sampling(**kw),
         chat=chat_options(b, fs, {"chat_template_kwargs": b.chat_template_kwargs}),
@@ -327,8 +327,6 @@ def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalReque
         extra_body=extra or None,
         want_token_ids=bool(b.return_token_ids),
         relay=relay_for(stream, kw["logprobs"], relay),
-        features=fs.frozen(),
-        fields=fs.fields,
     )
 
 

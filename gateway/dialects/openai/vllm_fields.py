@@ -1,17 +1,19 @@
 """vLLM's extensions of OpenAI's body, as the ``vllm`` wire (``egress``) and the in-process engine use
 them: the features vLLM serves and those this project's plugins add (``extra_features``), the plugins'
 ``vllm_xargs``, vLLM's own checks made before sending (so a client gets its dialect's 400 naming its
-field), and vLLM's prompt logprobs read back. Sans-IO; no wire format beyond these fields.
+field), vLLM's prompt logprobs read back, and the end token the ``stop_token_sequences`` plugin forces
+taken back out of answers. Sans-IO; no wire format beyond these fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
-from gateway.core.response import TokenLogprob
+from gateway.core.response import Completion, TokenLogprob
 
 JSON = Any
 F = Feature
@@ -57,10 +59,41 @@ def vllm_xargs(s: Sampling) -> dict[str, JSON]:
             xargs[key] = value
     if s.bad_word_tokens:
         xargs["bad_word_tokens"] = flat(s.bad_word_tokens)
-    longer = [seq for seq in s.stop_token_sequences if len(seq) > 1]  # one token: stop_token_ids
-    if longer:
+    if longer := long_stops(s):  # one token: stop_token_ids
         xargs["stop_token_sequences"] = flat(longer)
     return xargs
+
+
+def long_stops(s: Sampling) -> tuple[tuple[int, ...], ...]:
+    """The stop sequences of more than one token: the plugin's (single tokens are vLLM's own)."""
+    return tuple(seq for seq in s.stop_token_sequences if len(seq) > 1)
+
+
+# The plugin (backends/vllm_plugins/stop_sequences.py) cannot stop generation itself: once the output
+# ends with a sequence it leaves only the end token to sample, and vLLM counts that token, in the ids
+# and the usage. Friendli ends the answer with the sequence, as a one-token stop does (vLLM's
+# ``stop_token_ids`` keep the stop token and add nothing after it), so the forced token is taken out:
+# an answer that stopped with a sequence and one token after it ends with the sequence.
+def forced_end(ids: Sequence[int], stops: tuple[tuple[int, ...], ...]) -> bool:
+    """``ids`` (a choice's output so far, its last token included) are a stop sequence and one token."""
+    n = len(ids) - 1
+    return any(n >= len(seq) and tuple(ids[n - len(seq) : n]) == seq for seq in stops)
+
+
+def trim_forced_ends(completion: Completion, stops: tuple[tuple[int, ...], ...]) -> Completion:
+    """A whole answer without the end tokens forced after its choices' stop sequences, its usage less them."""
+    trimmed = 0
+    for c in completion.choices:
+        if c.finish_reason == "stop" and c.token_ids and forced_end(c.token_ids, stops):
+            c.token_ids = c.token_ids[:-1]
+            if c.logprobs is not None and len(c.logprobs) == len(c.token_ids) + 1:
+                c.logprobs = c.logprobs[:-1]
+            trimmed += 1
+    if trimmed and completion.usage is not None:
+        completion.usage = replace(
+            completion.usage, completion_tokens=max(0, completion.usage.completion_tokens - trimmed)
+        )
+    return completion
 
 
 def vllm_ranges(request: InternalRequest) -> None:

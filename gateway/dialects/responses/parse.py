@@ -1,11 +1,13 @@
 """Responses request bodies → the internal (chat) request, and input items → chat messages.
 
-Every target is reached through chat (docs/dialects.md, "OpenAI Responses"): ``input`` items become
-messages (``function_call`` an assistant's tool call, ``function_call_output`` a tool message),
-``instructions`` a system message first, function tools chat tools. Item types and tools a chat
-target cannot take (hosted tools, files, ``item_reference``, items of server-side tools) are refused
-naming the item and its type; nothing is dropped unsaid. ``reasoning`` items are kept (in the stored
-conversation) but not sent: a chat target takes no reasoning input.
+A chat target is reached through chat (docs/dialects.md, "OpenAI Responses"): ``input`` items
+become messages (``function_call`` an assistant's tool call, ``function_call_output`` a tool
+message), ``instructions`` a system message first, function tools chat tools. The body also rides
+along as it came (``native``), for a target's own ``/v1/responses`` (``egress``). What only OpenAI's
+serves (hosted tools, files, item types the gateway does not model, ``include``) is marked
+``RESPONSES_NATIVE`` with the client's name for it: an OpenAI target takes it as it is, any other
+refuses it by that name; nothing is dropped unsaid. ``reasoning`` items are kept (in the stored
+conversation) but not sent to chat: a chat target takes no reasoning input.
 
 The parsed turn (``Turn``) rides on the request as its ``reply``: what the answer echoes, the
 response id, this turn's input items (with ids, as ``input_items`` lists them) and, for stores,
@@ -28,19 +30,19 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, validate
+from gateway.dialects.common import FeatureSet, request_of, validate
 from gateway.dialects.responses.schema import ResponsesBody, TextConfig
 
 JSON = Any
-HOSTED_TOOLS = "served by OpenAI itself: a gateway target reached through chat has none"
 # Top-level fields naming server-side features the gateway does not model, and why.
 REFUSED = {
     "background": "background responses are not served by this gateway (they need a job queue)",
     "conversation": "conversation objects are not served by this gateway: chain with 'previous_response_id'",
     "prompt": "stored prompt templates are not served by this gateway: send 'input' and 'instructions'",
-    "max_tool_calls": "'max_tool_calls' bounds hosted tools, which this gateway does not serve",
-    "top_logprobs": "logprobs are not served on /v1/responses by this gateway: use /v1/chat/completions",
 }
+# OpenAI's own fields, to an OpenAI target's /v1/responses as they came; refused by name elsewhere.
+OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include")
+NATIVE = "served only by OpenAI's own /v1/responses"
 PLATFORM = ("service_tier", "safety_identifier", "prompt_cache_key")
 
 
@@ -60,6 +62,10 @@ class Turn:
     store: bool = True
     previous: str | None = None  # previous_response_id
     history: list[JSON] = field(default_factory=list)  # the items of the chain before this turn
+    # the provider whose own /v1/responses answered (``egress``), stored with the response; and the
+    # one that answered the previous response: a stateful upstream takes its own chain by id
+    upstream: str | None = None
+    previous_upstream: str | None = None
     final: dict[str, JSON] | None = None  # the response object, once rendered (whole, or at a stream's end)
 
 
@@ -86,8 +92,10 @@ def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
     return "".join(texts)
 
 
-def _user_content(content: JSON, at: str) -> str | tuple[JSON, ...]:
-    """A user, system or developer message's content as chat content: text alone stays a string."""
+def _user_content(content: JSON, at: str, native: list[str] | None = None) -> str | tuple[JSON, ...]:
+    """A user, system or developer message's content as chat content: text alone stays a string.
+    ``native``: parts only OpenAI serves (files, audio, an image by file id) are named there and
+    left out, not refused (the request then goes only to an OpenAI target)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -96,6 +104,13 @@ def _user_content(content: JSON, at: str) -> str | tuple[JSON, ...]:
     for j, part in enumerate(content):
         here = f"{at}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
+        if (
+            native is not None
+            and isinstance(kind, str)
+            and ((kind != "input_text" and kind != "input_image") or part.get("file_id") is not None)
+        ):
+            native.append(f"{here}.type ({kind!r} {NATIVE})")
+            continue
         if kind == "input_text":
             parts.append({"type": "text", "text": _need(part, "text", str, here)})
         elif kind == "input_image":
@@ -110,14 +125,16 @@ def _user_content(content: JSON, at: str) -> str | tuple[JSON, ...]:
                 f"'{here}.type' {kind!r} is not supported by this gateway (input_text, input_image)",
                 param=f"{here}.type",
             )
-    if all(p["type"] == "text" for p in parts):
+    if all(p["type"] == "text" for p in parts):  # (none, when every part is OpenAI's alone: "")
         return "".join(p["text"] for p in parts)
     return tuple(parts)
 
 
-def normalize(raw: str | list[JSON]) -> list[JSON]:
+def normalize(raw: str | list[JSON], native: list[str] | None = None) -> list[JSON]:
     """The request's ``input`` as items, each with its type and an id (``input_items`` lists them):
-    a string is one user message. Each item is checked here, naming it."""
+    a string is one user message. Each item is checked here, naming it; ``native`` collects the
+    names of what only OpenAI serves (kept as it came)."""
+    native = [] if native is None else native
     if isinstance(raw, str):
         return [{"type": "message", "id": new_id("msg"), "role": "user", "content": [_text_part(raw)]}]
     items = []
@@ -138,7 +155,7 @@ def normalize(raw: str | list[JSON]) -> list[JSON]:
             if role == "assistant":
                 _text_of(content, f"{at}.content", ("output_text", "refusal", "input_text"))
             else:
-                _user_content(content, f"{at}.content")
+                _user_content(content, f"{at}.content", native)
             if isinstance(content, str):
                 out["content"] = [_text_part(content, "output_text" if role == "assistant" else "input_text")]
             out.setdefault("id", new_id("msg"))
@@ -155,12 +172,11 @@ def normalize(raw: str | list[JSON]) -> list[JSON]:
             if not isinstance(item.get("summary", []), list):
                 raise InvalidRequest(f"'{at}.summary' must be a list", param=f"{at}.summary")
             out.setdefault("id", new_id("rs"))
+        elif isinstance(kind, str) and kind:
+            native.append(f"{at}.type ({kind!r} {NATIVE})")
+            out = dict(item)  # kept as it came: the gateway does not model it
         else:
-            raise InvalidRequest(
-                f"'{at}.type' {kind!r} is not served by this gateway: its targets are reached through chat "
-                "(message, function_call, function_call_output and reasoning items are)",
-                param=f"{at}.type",
-            )
+            raise InvalidRequest(f"'{at}.type' must be a string naming the item's type", param=f"{at}.type")
         items.append(out)
     return items
 
@@ -182,7 +198,8 @@ def to_messages(items: list[JSON]) -> list[ChatMessage]:
                 text = _text_of(item["content"], f"{at}.content", ("output_text", "refusal", "input_text"))
                 out.append(ChatMessage("assistant", text))
             else:
-                out.append(ChatMessage("system" if role == "developer" else role, _user_content(item["content"], at)))
+                content = _user_content(item["content"], at, [])
+                out.append(ChatMessage("system" if role == "developer" else role, content))
         elif kind == "function_call":
             call = {"id": item["call_id"], "type": "function"}
             call["function"] = {"name": item["name"], "arguments": item["arguments"]}
@@ -198,7 +215,7 @@ def to_messages(items: list[JSON]) -> list[ChatMessage]:
     return out
 
 
-def _tools(tools: list[JSON] | None) -> tuple[JSON, ...] | None:
+def _tools(tools: list[JSON] | None, native: list[str]) -> tuple[JSON, ...] | None:
     if not tools:
         return None
     out = []
@@ -206,16 +223,19 @@ def _tools(tools: list[JSON] | None) -> tuple[JSON, ...] | None:
         kind = tool.get("type")
         at = f"tools[{i}]"
         if kind != "function":
-            raise InvalidRequest(f"'{at}.type' {kind!r}: hosted tools are {HOSTED_TOOLS}", param=f"{at}.type")
+            if not isinstance(kind, str):
+                raise InvalidRequest(f"'{at}.type' must be a string naming the tool's type", param=f"{at}.type")
+            native.append(f"{at}.type (hosted tool {kind!r}, {NATIVE})")
+            continue
         function = {"name": _need(tool, "name", str, at)}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
                 function[key] = tool[key]
         out.append({"type": "function", "function": function})
-    return tuple(out)
+    return tuple(out) or None
 
 
-def _tool_choice(choice: str | dict[str, JSON] | None) -> JSON:
+def _tool_choice(choice: str | dict[str, JSON] | None, native: list[str]) -> JSON:
     if choice is None or isinstance(choice, str):
         if choice not in (None, "auto", "none", "required"):
             raise InvalidRequest(f"'tool_choice' {choice!r} is not one of auto, none, required", param="tool_choice")
@@ -223,13 +243,15 @@ def _tool_choice(choice: str | dict[str, JSON] | None) -> JSON:
     kind = choice.get("type")
     if kind == "function":
         return {"type": "function", "function": {"name": _need(choice, "name", str, "tool_choice")}}
-    raise InvalidRequest(f"'tool_choice.type' {kind!r}: only function tools are served here", param="tool_choice.type")
+    if not isinstance(kind, str):
+        raise InvalidRequest("'tool_choice.type' must be a string", param="tool_choice.type")
+    native.append(f"tool_choice.type ({kind!r} {NATIVE})")
+    return None
 
 
 def _format(text: TextConfig | None, fs: FeatureSet) -> StructuredOutput | None:
     fmt = (text.format if text is not None else None) or {"type": "text"}
-    if text is not None and text.verbosity is not None:
-        raise InvalidRequest("'text.verbosity' is not served by this gateway's chat targets", param="text.verbosity")
+    fs.use(Feature.RESPONSES_NATIVE, f"text.verbosity ({NATIVE})", text is not None and text.verbosity is not None)
     kind = fmt.get("type")
     if kind == "json_schema":
         if not isinstance(fmt.get("schema"), dict):
@@ -251,8 +273,6 @@ def _refuse_unmodelled(b: ResponsesBody) -> None:
         value = getattr(b, name)
         if value is not None and not (name == "background" and value is False):
             raise InvalidRequest(f"'{name}': {why}", param=name)
-    if b.include:
-        raise InvalidRequest(f"'include' {b.include[0]!r} is not served by this gateway", param="include")
 
 
 def _echo(b: ResponsesBody) -> dict[str, JSON]:
@@ -285,7 +305,8 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     b = validate(ResponsesBody, data)
     _refuse_unmodelled(b)
     fs = FeatureSet()
-    items = normalize(b.input)
+    native = [f"{name} ({NATIVE})" for name in OPENAI_ONLY if getattr(b, name) not in (None, [])]
+    items = normalize(b.input, native)
     turn = Turn(
         id=new_id("resp"),
         created_at=created_at,
@@ -295,12 +316,14 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
         store=b.store is not False,
         previous=b.previous_response_id,
     )
-    tools = _tools(b.tools)
+    tools = _tools(b.tools, native)
     fs.use(Feature.TOOLS, "tools", tools)
-    choice = _tool_choice(b.tool_choice)
+    choice = _tool_choice(b.tool_choice, native)
     fs.use(Feature.TOOLS, "tool_choice", choice not in (None, "none", "auto") and not tools)
     reasoning = {"reasoning_effort": b.reasoning.effort} if b.reasoning and b.reasoning.effort else None
     fs.use(Feature.REASONING, "reasoning.effort", reasoning)
+    for name in native:
+        fs.use(Feature.RESPONSES_NATIVE, name)
     extra = {name: getattr(b, name) for name in PLATFORM if getattr(b, name) is not None}
     for name in extra:
         fs.use(Feature.EXTRA_BODY, name)
@@ -310,9 +333,10 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     stream = bool(b.stream)
     if b.stream_options is not None and not stream:
         raise InvalidRequest("'stream_options' is only allowed when 'stream' is true", param="stream_options")
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=conversation(turn),
         sampling=sampling,
         chat=ChatOptions(
@@ -325,8 +349,8 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
         stream_usage=stream,  # the completed event carries usage
         user=b.user,
         extra_body=extra or None,
-        features=fs.frozen(),
-        fields=fs.fields,
+        native=data,
+        native_dialect="responses",
         reply=turn,
     )
 
@@ -337,9 +361,21 @@ def conversation(turn: Turn) -> tuple[ChatMessage, ...]:
     return tuple(head + to_messages(turn.history + turn.input_items))
 
 
-def with_history(request: InternalRequest, history: list[JSON]) -> InternalRequest:
+def with_history(request: InternalRequest, history: list[JSON], upstream: str | None = None) -> InternalRequest:
     """``request`` continuing a stored chain: ``history`` (its items, oldest first) goes before this
-    turn's input. (Instructions are not carried over from the previous response, as OpenAI does.)"""
+    turn's input. (Instructions are not carried over from the previous response, as OpenAI does.)
+    ``upstream``: the provider whose own /v1/responses made the previous response. Items only OpenAI
+    serves (its hosted tools' calls) make the chain OpenAI's alone, named by the item."""
     turn: Turn = request.reply
     turn.history = history
-    return replace(request, messages=conversation(turn))
+    turn.previous_upstream = upstream
+    kinds = sorted({str(item.get("type")) for item in history} - CHAT_ITEMS)
+    if not kinds:
+        return replace(request, messages=conversation(turn))
+    field = f"previous_response_id (its chain holds {kinds[0]!r} items, {NATIVE})"
+    features = request.features | {Feature.RESPONSES_NATIVE}
+    fields = {Feature.RESPONSES_NATIVE: field, **request.fields}
+    return replace(request, messages=conversation(turn), features=features, fields=fields)
+
+
+CHAT_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})

@@ -7,6 +7,10 @@ target's stream starts, an output item opened at its first text (``output_item.a
 item with its arguments' deltas, every open item closed at the finish, then ``response.completed``
 (or ``.incomplete`` when the length ran out, or ``error`` and ``response.failed``) with the whole
 response. Each event carries its ``sequence_number``, from 0.
+
+An answer from a target's own ``/v1/responses`` (``egress``) is the upstream's: a whole response
+object rendered as it came, a stream's events written as they came (frames); the gateway adds an
+event only when the stream breaks (``error``, numbered after the last one relayed).
 """
 
 from __future__ import annotations
@@ -114,6 +118,9 @@ def merged_calls(calls: Sequence[JSON]) -> list[JSON]:
 
 def render(request: InternalRequest, completion: Completion) -> dict[str, JSON]:
     turn: Turn = request.reply
+    if isinstance(completion.raw, dict):  # the upstream's own response object (``egress``)
+        turn.final = completion.raw
+        return completion.raw
     choice = completion.choices[0] if completion.choices else None
     output: list[JSON] = []
     reason = choice.finish_reason if choice is not None else None
@@ -152,6 +159,7 @@ class EventEncoder:
         self.next_index = 0
         self.reason: FinishReason | None = None
         self.usage: Usage | None = None
+        self.relayed = False  # the upstream's own events (frames): written as they came
 
     def _emit(self, kind: str, body: dict[str, JSON]) -> bytes:
         body = {"type": kind, "sequence_number": self.seq, **body}
@@ -255,6 +263,14 @@ class EventEncoder:
         return out
 
     def event(self, ev: StreamEvent) -> bytes:
+        if isinstance(ev, bytes):  # a frame: one upstream event as it came, its sequence number kept
+            self.relayed = self.started = True
+            self.seq += 1
+            return ev
+        if self.relayed or isinstance(ev, StreamStart):
+            # What a relayed stream's reader read beside its frames; and a stream's identity, whose
+            # events (ours or the upstream's) begin with what follows it.
+            return b""
         out = b"" if self.started else self._start()
         if isinstance(ev, Delta):
             if ev.index == 0:
@@ -265,11 +281,11 @@ class EventEncoder:
                 out += self._close_reasoning() + self._close_text() + self._close_calls()
         elif isinstance(ev, UsageReport):
             self.usage = ev.usage
-        elif not isinstance(ev, StreamStart):
-            raise TypeError("a relayed frame reached the Responses encoder")  # its requests never relay
         return out
 
     def end(self) -> bytes:
+        if self.relayed:  # the upstream's terminal event went out with its frames
+            return b""
         out = b"" if self.started else self._start()
         out += self._close_reasoning() + self._close_text() + self._close_calls()
         final = self._snapshot("completed")
@@ -278,8 +294,11 @@ class EventEncoder:
         return out + self._emit(kind, {"response": final})
 
     def error(self, err: GatewayError) -> bytes:
-        out = b"" if self.started else self._start()
         body = error_object(err)
-        out += self._emit("error", {"code": body["code"], "message": body["message"], "param": body["param"]})
+        fields = {"code": body["code"], "message": body["message"], "param": body["param"]}
+        if self.relayed:  # the upstream's response is not ours to rewrite: the error event alone
+            return self._emit("error", fields)
+        out = b"" if self.started else self._start()
+        out += self._emit("error", fields)
         failed = self._snapshot("failed", {"code": body["code"] or "server_error", "message": body["message"]})
         return out + self._emit("response.failed", {"response": failed})

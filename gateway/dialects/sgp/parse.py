@@ -11,7 +11,7 @@ from typing import Any
 from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.dialects.common import FeatureSet, choice_cap, stop_list, validate, without
+from gateway.dialects.common import FeatureSet, choice_cap, request_of, stop_list, validate, without
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.schema import STREAM_FORMAT, ResponseFormat
 from gateway.dialects.sgp.schema import Guided, SGPChatBody, SGPCompletionBody
@@ -121,9 +121,10 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     items = oai.prompts(b.prompt, fs)
     n = oai.choices(b.n, b.best_of, stream, fs)
     choice_cap(len(items), n, b.best_of)
-    return InternalRequest(
-        operation=Operation.COMPLETION,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.COMPLETION,
+        b.model,
         prompts=items,
         sampling=Sampling(
             **kw,
@@ -144,8 +145,6 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
         user=b.user,
         extra_body=extra or None,
         extra_headers=headers,
-        features=fs.frozen(),
-        fields=fs.fields,
     )
 
 
@@ -164,9 +163,10 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
             fs.use(Feature.EXTRA_BODY, name)
             extra[name] = getattr(b, name)
     stream = bool(b.stream)
-    return InternalRequest(
-        operation=Operation.CHAT,
-        model=b.model,
+    return request_of(
+        fs,
+        Operation.CHAT,
+        b.model,
         messages=oai.messages(b),
         sampling=Sampling(**kw),
         chat=oai.chat_options(b, fs, {"chat_template_kwargs": b.chat_template_kwargs}),
@@ -177,6 +177,4 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         user=b.user,
         extra_body=extra or None,
         extra_headers=headers,
-        features=fs.frozen(),
-        fields=fs.fields,
     )

@@ -9,6 +9,9 @@ front end (``server``) is the one for tests.
         ``"stream": true``: ``chunks`` token chunks, the finish chunk, the usage chunk if
         ``stream_options.include_usage``, ``[DONE]``; ``ttft`` seconds before the first chunk, ``gap``
         between chunks (0 and 0: the whole stream in one write)
+    POST /v1/responses: OpenAI's own Responses (``responses.py``): the same answers as a response
+        object, or as its named events (no ``[DONE]``), paced the same way
+    POST /v1/embeddings: one cached 8-dimension vector per answer, with ``usage``
     GET /v1/models, GET /health
     POST /bench/pacing ``{"ttft_ms": 0, "gap_ms": 1}``: the benchmark runner paces the streams that
         follow (answers with the pacing it replaced, for the runner to put back)
@@ -24,6 +27,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
+from tests.fakes.upstream import responses
 from tests.fakes.upstream.errors import ApiError
 from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job
 from tests.fakes.upstream.wire import openai, vllm
@@ -71,6 +75,7 @@ def sse_head(close: bool) -> bytes:
 
 
 DONE: Final = http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+END: Final = b"0\r\n\r\n"  # a Responses stream ends with its terminal event and the body's end
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,7 @@ class Answers:
         self._engine = Engine(("tiny",))
         self._whole: dict[tuple[bool, str], bytes] = {}
         self._streams: dict[tuple[bool, str, bool, bool], Stream] = {}
+        self._other: dict[tuple[str, str] | tuple[str, str, bool], bytes | Stream] = {}
 
     def _job(self, chat: bool, model: str, tokens: int, usage: bool | None, ids: bool = False) -> Job:
         """The model's answer to the benchmark's prompt: ``tokens`` long (EOS ignored); a stream if
@@ -119,6 +125,37 @@ class Answers:
             frames = tuple(http_chunk(b"data: " + _dumps(c.payload) + b"\n\n") for c in chunks)
             hit = Stream(frames, DONE, b"".join(frames) + DONE)
             keep(self._streams, (chat, model, usage, ids), hit)
+        return hit
+
+    def response(self, model: str, stream: bool) -> bytes | Stream:
+        """OpenAI's /v1/responses for the benchmark's prompt: the chat answer as a response object, or
+        its named events (a stream of ``chunks`` text deltas)."""
+        key = ("responses", model, stream)
+        hit = self._other.get(key)
+        if hit is None:
+            body = {"model": model, "input": PROMPT, "stream": stream}
+            job = self._job(True, model, self.chunks if stream else WHOLE_TOKENS, False if stream else None)
+            drawn = responses.Answer(body, job)
+            if stream:
+                frames = tuple(
+                    http_chunk(b"event: " + str(c.event).encode() + b"\ndata: " + _dumps(c.payload) + b"\n\n")
+                    for c in drawn.events()
+                )
+                hit = Stream(frames, END, b"".join(frames) + END)
+            else:
+                hit = _dumps(drawn.whole())
+            keep(self._other, key, hit)
+        return hit
+
+    def embedding(self, model: str) -> bytes:
+        hit = self._other.get(("embeddings", model))
+        if not isinstance(hit, bytes):
+            vector = [round(math.sin(i + 1) / 3, 6) for i in range(8)]
+            data = [{"object": "embedding", "index": 0, "embedding": vector}]
+            hit = _dumps(
+                {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 2, "total_tokens": 2}}
+            )
+            keep(self._other, ("embeddings", model), hit)
         return hit
 
 
@@ -262,6 +299,8 @@ class HttpProtocol(asyncio.Protocol):
                 return stream
             self.send(sse_head(close) + stream.joined)
             return None
+        if path in (b"/v1/responses", b"/v1/embeddings") and method == b"POST":
+            return self.other(path, body, close)
         if method == b"POST" and path == b"/bench/pacing":
             self.send(self.pacing(body, close))
         elif method == b"GET" and path == b"/v1/models":
@@ -270,6 +309,27 @@ class HttpProtocol(asyncio.Protocol):
             self.send(whole(200, HEALTH, close))
         else:
             self.send(error(404, "no such route", close))
+        return None
+
+    def other(self, path: bytes, body: bytes, close: bool) -> Stream | None:
+        """/v1/responses and /v1/embeddings: whole answers at once; a Responses stream like a chat's."""
+        try:
+            data = json.loads(body)
+            model = str(data.get("model") or "tiny")
+        except (ValueError, AttributeError):
+            self.send(error(400, "body is not a JSON object", close))
+            return None
+        answers = self.settings.answers
+        if path == b"/v1/embeddings":
+            self.send(whole(200, answers.embedding(model), close))
+            return None
+        got = answers.response(model, bool(data.get("stream")))
+        if isinstance(got, bytes):
+            self.send(whole(200, got, close))
+            return None
+        if self.settings.ttft or self.settings.gap:
+            return got
+        self.send(sse_head(close) + got.joined)
         return None
 
     def pacing(self, body: bytes, close: bool) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from tests.fakes.upstream import responses
 from tests.fakes.upstream.bodies import TokenizeRequest, parse
 from tests.fakes.upstream.errors import ApiError, ClientGone, invalid
 from tests.fakes.upstream.faults import Faults, marker_text, parse_faults
@@ -21,7 +22,7 @@ from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job, ren
 from tests.fakes.upstream.wire import WIRES, Chunk, Wire
 
 POLL_SECONDS: Final = 0.02
-GENERATION_PATHS: Final = ("/completions", "/messages")
+GENERATION_PATHS: Final = ("/completions", "/messages", "/responses")
 STALL_SECONDS: Final = 3600.0  # ``stall_after``: longer than any test waits
 JSON = dict[str, Any]
 
@@ -52,6 +53,7 @@ class UpstreamState:
     waiting: int = 0  # what /metrics reports as the engine's queue (vllm:num_requests_waiting)
     kv_usage: float = 0.0  # and as its KV cache in use (vllm:kv_cache_usage_perc, 0-1)
     fired_once: set[str] = field(default_factory=set)
+    stored: dict[str, Any] = field(default_factory=dict)  # /v1/responses kept for previous_response_id
 
     def respond(self, exc: ApiError) -> web.Response:
         text = self.wire.dumps(self.wire.error(exc))
@@ -148,7 +150,10 @@ async def json_body(request: web.Request) -> JSON:
     return body
 
 
-async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) -> web.StreamResponse:
+async def stream(
+    request: web.Request, faults: Faults, chunks: Iterator[Chunk], done: bool | None = None
+) -> web.StreamResponse:
+    """``done``: the stream ends with ``[DONE]`` (default: the wire's rule; Responses streams never)."""
     state = request.app[STATE]
     wire, sent = state.wire, state.sent
     sent.clear()
@@ -181,7 +186,7 @@ async def stream(request: web.Request, faults: Faults, chunks: Iterator[Chunk]) 
             error = ApiError(500, "fake upstream: injected stream error")
             named = b"event: error\n" if wire.error_event else b""  # Anthropic's stream names its error
             held.append(named + b"data: " + wire.dumps(wire.error(error)).encode() + b"\n\n")
-        if wire.done:
+        if wire.done if done is None else done:
             held.append(b"data: [DONE]\n\n")
         await response.write(b"".join(held))
         await pause(request, faults.end_after)
@@ -239,6 +244,25 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
         return response
 
     return handle
+
+
+async def responses_endpoint(request: web.Request) -> web.StreamResponse:
+    """OpenAI's ``/v1/responses`` (``tests/fakes/upstream/responses.py``), with the same faults."""
+    state = request.app[STATE]
+    body = await json_body(request)
+    markers = json.dumps(body.get("input"), ensure_ascii=False)  # a marker is read in any input item
+    faults = parse_faults(markers + state.faults, state.fired_once)
+    await pause(request, faults.hang_before)
+    if faults.reset_before:
+        return abort(request)
+    if faults.status is not None:
+        raise faults.injected()
+    rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    drawn, conversation = responses.answer(state, body, rid, faults.tool, faults.tool_arg or "")
+    responses.keep(state, body, drawn, conversation)
+    if body.get("stream"):
+        return await stream(request, faults, drawn.events(), done=False)
+    return responses.whole(drawn)
 
 
 async def probe_faults(request: web.Request) -> None:
@@ -319,6 +343,7 @@ def create_app(
             *(web.get(prefix + "/models", list_models) for prefix in routes),
             web.post(wire.prefix + "/completions", generation_handler(completion_job)),
             web.post(wire.prefix + wire.chat_path, generation_handler(chat_job)),
+            *((web.post("/v1/responses", responses_endpoint),) if kind in ("openai", "vllm") else ()),
             web.post("/tokenize", tokenize_endpoint),
             web.post("/detokenize", detokenize_endpoint),
         ]

@@ -1,29 +1,75 @@
-"""``gateway.runtime.aiohttp_tuning``: fails when aiohttp changes under it. The private names and
-signatures ``WholeReads`` relies on exist and behave as assumed, and its reads give the same bytes,
-in the same reads, with the same bookkeeping and flow control as aiohttp's own reader."""
+"""``gateway.runtime.internals``: fails when a library changes under it. The installed aiohttp and
+redis-py are in the ranges each use was checked against, and ``pyproject.toml`` allows those ranges and
+no more; the private names and signatures ``WholeReads`` relies on exist and behave as assumed, and its
+reads give the same bytes, in the same reads, with the same bookkeeping and flow control as aiohttp's
+own reader; ``RawConnection`` sends and reads as redis-py's own commands do, on a real Redis."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import inspect
 import random
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import TestServer
+from redis.exceptions import NoScriptError
 
-from gateway.runtime import aiohttp_tuning as tuning
+from gateway.runtime import internals as tuning
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LIMIT = 2**16  # aiohttp's client reads with this limit (read_bufsize)
 
 
-def test_the_installed_aiohttp_is_the_one_checked() -> None:
-    assert aiohttp.__version__ == tuning.CHECKED_AGAINST, (
-        f"aiohttp {aiohttp.__version__}: re-run this file and the A/B benchmark, then update CHECKED_AGAINST "
-        "(or drop the module if the upstream change in its docstring has landed)"
+def release(version: str) -> tuple[int, ...]:
+    """``3.14.5`` → (3, 14, 5); a pre-release or local part ends the number."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0].split("rc")[0].split("a")[0])[:3])
+
+
+def within(version: str, spec: str) -> bool:
+    """``spec``: ``>=low,<high``, the form of every range in ``CHECKED``."""
+    low, high = re.fullmatch(r">=([\d.]+),<([\d.]+)", spec).groups()  # type: ignore[union-attr]
+    return release(low) <= release(version) < release(high)
+
+
+@pytest.mark.parametrize("library", sorted(tuning.CHECKED))
+def test_the_installed_library_is_in_the_checked_range(library: str) -> None:
+    installed = importlib.metadata.version(library)
+    assert within(installed, tuning.CHECKED[library]), (
+        f"{library} {installed} is outside {tuning.CHECKED[library]}, the range gateway/runtime/internals.py was "
+        "checked against: re-run this file and the measurements its docstring names, then widen CHECKED and "
+        "pyproject.toml together (or drop the use if its retiring change has landed)"
     )
+
+
+@pytest.mark.parametrize("library", sorted(tuning.CHECKED))
+def test_pyproject_allows_exactly_the_checked_range(library: str) -> None:
+    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(re.sub(r"^[\w-]+(\[[\w,]+\])?", "", line) for line in wanted if re.match(rf"{library}\b", line))
+    assert spec.replace(" ", "") == tuning.CHECKED[library]
+
+
+@pytest.mark.parametrize(
+    ("version", "spec", "inside"),
+    [
+        ("3.14.5", ">=3.14.5,<3.15", True),
+        ("3.14.9", ">=3.14.5,<3.15", True),
+        ("3.15.0", ">=3.14.5,<3.15", False),
+        ("3.14.4", ">=3.14.5,<3.15", False),
+        ("8.0.0", ">=7.4,<8", False),
+        ("7.4.1", ">=7.4,<8", True),
+    ],
+)
+def test_the_range_check_refuses_what_is_outside(version: str, spec: str, inside: bool) -> None:
+    assert within(version, spec) is inside
 
 
 def test_the_reader_has_every_private_name_relied_on() -> None:
@@ -157,3 +203,49 @@ def test_a_stream_response_still_reads_the_head_flag_it_sets() -> None:
     assert web.StreamResponse._send_headers_immediately is True  # type: ignore[attr-defined]
     assert tuning.EventStream._send_headers_immediately is False  # type: ignore[attr-defined]
     assert "_send_headers_immediately" in inspect.getsource(web.StreamResponse)
+
+
+@pytest.fixture
+async def redis_client() -> Any:
+    from redis.asyncio import Redis
+
+    client = Redis(host="127.0.0.1", port=6379)
+    yield client
+    await client.aclose()
+
+
+async def test_packed_script_calls_answer_as_redis_pys_own(redis_client: Any) -> None:
+    """Replies in order, a script's error as a value (the connection stays in step), the same
+    results as the client's command API gives for the same calls."""
+    script = redis_client.register_script("return {KEYS[1], ARGV[1]}")
+    await script(keys=["fence:k"], args=["x"])  # loaded
+    conn = tuning.RawConnection(redis_client)
+    head = tuning.evalsha_head(script.sha.encode(), [b"fence:k"], 1)
+    missing = tuning.evalsha_head(b"0" * 40, [b"fence:k"], 1)
+    await conn.send(head + tuning.bulk(b"a\r\nb") + missing + tuning.bulk(b"") + head + tuning.bulk(b""))
+    first, error, last = [await conn.read() for _ in range(3)]
+    assert first == await script(keys=["fence:k"], args=[b"a\r\nb"])
+    assert isinstance(error, NoScriptError)
+    assert last == [b"fence:k", b""]
+
+
+async def test_a_raw_connection_connects_again_after_a_failure(redis_client: Any) -> None:
+    conn = tuning.RawConnection(redis_client)
+    await conn.send(b"*1\r\n$4\r\nPING\r\n")
+    assert await conn.read() in (b"PONG", "PONG", True)
+    await conn._conn.disconnect()  # as redis-py leaves it after a failed read
+    await conn.send(b"*1\r\n$4\r\nPING\r\n")
+    assert await conn.read() in (b"PONG", "PONG", True)
+
+
+def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> None:
+    """The pool's per-read bound, a checkout that needs no command name, a send that can skip the
+    health check, and a reply read bounded by ``socket_timeout`` (which the raw connection clears: it
+    bounds a round trip as a whole)."""
+    from redis.asyncio.connection import AbstractConnection, ConnectionPool
+
+    assert "socket_timeout" in redis_client.connection_pool.connection_kwargs
+    command_name = inspect.signature(ConnectionPool.get_connection).parameters["command_name"]
+    assert command_name.default is None
+    assert "check_health" in inspect.signature(AbstractConnection.send_packed_command).parameters
+    assert "self.socket_timeout" in inspect.getsource(AbstractConnection.read_response)

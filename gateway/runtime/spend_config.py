@@ -1,7 +1,7 @@
 """The config file's spend section and team budgets (``gateway.runtime.config`` includes them): one
 price table (per model and target, per million tokens, in the currency it names) and the budgets a
 team and each of its keys are held to. What the prices cost and how budgets are kept is in
-``gateway.limits.prices`` and ``gateway.limits.spend``; nothing here computes."""
+``gateway.limits.prices`` and ``gateway.limits.budget_rules``; nothing here computes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class _Model(BaseModel):
 class Price(_Model):
     """What one model costs on one target (or on any target of it, with no ``target``), per million
     tokens: prompt tokens, the prompt tokens the upstream served from its cache (``cached_input``) and
-    those it wrote to its cache (``cache_write``), completion tokens."""
+    those it wrote to its cache (``cache_write``), completion tokens; and the input tokens of an embeddings
+    request (``embedding``: an embedding model's own rate, which has no output tokens)."""
 
     model: str  # the public model name, as under ``models``
     target: str | None = None  # a target's name (``provider:model`` unless it names itself)
@@ -32,6 +33,7 @@ class Price(_Model):
     cached_input: Annotated[Decimal, Field(ge=0)] | None = None  # cache reads; default: the input price
     cache_write: Annotated[Decimal, Field(ge=0)] | None = None  # prompt-cache writes (Anthropic's); default: input
     output: Annotated[Decimal, Field(ge=0)]
+    embedding: Annotated[Decimal, Field(ge=0)] | None = None  # embeddings' input tokens; default: input
 
 
 class SpendSettings(_Model):

@@ -1,5 +1,5 @@
 """A request's prompt as the engine will see it: token ids, for matching against the blocks vLLM's
-KV-cache events report (``backends/kv_events.py``).
+KV-cache events report (``backends/pool/kv_events.py``).
 
 Built once per pool at start-up from the model's directory: ``tokenizer.json`` (Hugging Face's
 ``tokenizers``) and, for chat, the chat template (``chat_template.jinja``, else ``tokenizer_config.json``'s

@@ -1,4 +1,4 @@
-"""Spend on the admission path, beside the limits: the worst-case price a budget reserves, a settled
+"""Costs on the admission path, beside the limits: the worst-case price a budget reserves, a settled
 request's cost, and what budgets say besides admitting — refusals in the client's terms, the
 utilisation gauge of team budgets, and soft budgets gone past (a counter each time, a log line once per
 budget and period, never per request). Key budgets have no gauge: issued keys are not a bounded label."""
@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 from gateway.core.errors import RateLimited
 from gateway.core.upstream import Upstream
+from gateway.limits.budget_rules import refusal as refusal_of
 from gateway.limits.limiter import Refusal
 from gateway.limits.plan import Check, Plan
 from gateway.limits.prices import PriceTable, Rate
-from gateway.limits.spend import refusal as refusal_of
 from gateway.obs.metrics import BUDGET_EXCEEDED, BUDGET_USE
 
 log = logging.getLogger("gateway.limits")
@@ -36,12 +36,22 @@ class Spend:
 
     @staticmethod
     def cost(
-        prices: PriceTable, model: str, target: str, prompt: int, cached: int, completion: int, written: int = 0
+        prices: PriceTable,
+        model: str,
+        target: str,
+        prompt: int,
+        cached: int,
+        completion: int,
+        written: int = 0,
+        embedding: bool = False,
     ) -> int | None:
-        """What the answer of ``target`` cost, in millionths of the currency; None: not priced."""
+        """What the answer of ``target`` cost, in millionths of the currency; None: not priced.
+        ``embedding``: an embeddings request, charged at the model's embedding price."""
         if not (prices and target):
             return None
         rate = prices.rate(model, target)
+        if rate is not None and embedding:
+            rate = rate.for_embeddings()
         return rate.cost(prompt, cached, completion, written) if rate is not None else None
 
     def refused(self, plan: Plan, refusal: Refusal) -> RateLimited:

@@ -13,7 +13,7 @@ stopped with the pool, never on the request path. ZMQ reconnects by itself; a so
 when a replica's publisher is connected, and a view is ``live`` only while it is. With the publisher's
 replay socket configured, a connection first fetches what the publisher still buffers, and a gap is
 fetched again before the view would have to be emptied. What routes on the
-views is ``backends/kv_router.py``; the prompt's tokens come from ``backends/prompt_tokens.py``.
+views is ``backends/pool/kv_router.py``; the prompt's tokens come from ``backends/pool/prompt_tokens.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Choosing a replica: load from the gateway's own in-flight counts and the engine's scraped gauges,
 session affinity by rendezvous hashing, prefix affinity from an LRU of prompt-block hashes.
 
-Sans-IO: the pool (``backends/replicas.py``) feeds scrapes and outcomes in and asks for an order.
+Sans-IO: the pool (``backends/pool/replicas.py``) feeds scrapes and outcomes in and asks for an order.
 
 Load is ``max(in_flight, running + waiting) + waiting + KV_WEIGHT * kv_cache_usage``. The gateway's own
 count covers the requests it sent since the last scrape (the "assumed load" of llm-d's picker); the
@@ -17,13 +17,13 @@ is worth some queueing, not unbounded queueing.
 Scraped gauges are a snapshot: a replica's requests last a fraction of a second, the snapshot
 ``scrape_interval``. Held that long, it shows a replica that has drained as full, and every gateway
 sends the next requests elsewhere (the herd that a prefix's home keeps losing to). ``kv-shared`` counts
-every gateway's in-flight requests in Redis instead (``backends/prefix_index.py``); its load is
+every gateway's in-flight requests in Redis instead (``backends/pool/prefix_index.py``); its load is
 ``shared_load``: that count, plus the queue beyond the largest batch the engine was seen running, plus
 ``KV_WEIGHT * kv_cache_usage``, and ``Balancer.counted_order`` is the Lua script's choice written in Python.
 
 ``strategy`` picks among ``round-robin`` and ``least-loaded`` (no affinity: the benchmark's baselines),
 ``prefix`` (the above, with this process's own prefix index) and ``kv-shared`` (the same, against an
-index every gateway replica shares: ``backends/prefix_index.py``, which asks ``plan`` for the candidates).
+index every gateway replica shares: ``backends/pool/prefix_index.py``, which asks ``plan`` for the candidates).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def prefer(
     the one that served it most often (its home: a request that yielded to load elsewhere does not move
     it); a new prefix to the one that is home to the fewest lately (so that the prefixes, hence the load,
     are shared out evenly: least loaded at the moment of a prefix's first request is a noisy pick for all
-    its later ones); then the first candidate (``Plan.candidates``). ``backends/prefix_index.py``'s
+    its later ones); then the first candidate (``Plan.candidates``). ``backends/pool/prefix_index.py``'s
     script makes the same choice in Redis."""
     seen = hints or {}
     return max(candidates, key=lambda i: (seen.get(i, 0), depth.get(i, 0), uses.get(i, 0), -homes.get(i, 0)))
@@ -304,7 +304,7 @@ class Balancer:
         self, plan: Plan, counts: list[int], now: float, hints: dict[int, int] | None = None
     ) -> list[int]:
         """The order by every gateway's in-flight ``counts`` (per replica of ``plan.ranked``) and this
-        process's prefix index: what ``backends/prefix_index.py``'s script chooses from Redis's, written
+        process's prefix index: what ``backends/pool/prefix_index.py``'s script chooses from Redis's, written
         in Python (the tests replay both), as ``local_order`` is for ``prefix``."""
         s = self.settings
         loads = [

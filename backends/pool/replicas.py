@@ -3,7 +3,7 @@
 Each replica is an ``Upstream`` speaking the target's wire, made by the factory the app passes in
 (the HTTP adapter). A background task scrapes every replica's ``/health`` and ``/metrics`` (vLLM's
 ``num_requests_running``, ``num_requests_waiting``, ``kv_cache_usage_perc``) every ``scrape_interval``
-seconds, never on the request path; the choice itself is ``backends/balance.py``. A replica that
+seconds, never on the request path; the choice itself is ``backends/pool/balance.py``. A replica that
 fails before the first byte is passed over for a few seconds and the request goes to the next one;
 once a stream has started, it stays where it is.
 Closing a stream (the client went away) closes its upstream connection, which aborts it in vLLM.
@@ -23,19 +23,19 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from backends.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
-from backends.prefix_index import router
+from backends.pool.balance import FAILURE_COOLDOWN, Balancer, ReplicaState
+from backends.pool.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.pool_report import NO_REPORT, PoolReport
-from gateway.core.request import Feature, InternalRequest
+from gateway.core.request import InternalRequest
 from gateway.core.response import Completion, StreamEvent
-from gateway.core.upstream import Call, NoGauges, ReplicaGauges, Upstream
+from gateway.core.upstream import Call, Identity, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
 from gateway.runtime.throttle import LogThrottle
 
 if TYPE_CHECKING:
-    from backends.kv_router import EventsRouter, Router
+    from backends.pool.kv_router import EventsRouter, Router
 
 log = logging.getLogger("gateway.replicas")
 throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
@@ -89,7 +89,7 @@ def _retry_elsewhere(err: GatewayError, call: Call) -> bool:
     return left is None or left > 0
 
 
-class ReplicaPool:
+class ReplicaPool(Identity[Target]):
     """One target, several replicas; an ``Upstream`` to the rest of the gateway."""
 
     def __init__(
@@ -104,9 +104,7 @@ class ReplicaPool:
     ) -> None:
         """``shared``: the Redis client holding the prefix index of ``balance.strategy: kv-shared``;
         ``reports``: the app's routing reports, which give the pool's by its target id."""
-        self.target = target
-        self.model = target.model or public_model
-        self._name = target.name or f"{target.provider}:{self.model}"
+        self.identify(target, public_model)
         self.members = [
             member(
                 target.model_copy(update={"base_url": url, "replicas": (), "name": replica_label(self._name, url)}),
@@ -115,6 +113,7 @@ class ReplicaPool:
             )
             for url in target.replicas
         ]
+        self._features = self.members[0].features  # replicas of one model server serve the same
         self.states = [ReplicaState(url, m.name) for url, m in zip(target.replicas, self.members, strict=True)]
         self.balancer = Balancer(self.states, target.balance, reports(self._name) if reports else NO_REPORT)
         self.index = index = router(self.balancer, self._name, list(target.replicas), shared)
@@ -127,7 +126,7 @@ class ReplicaPool:
         if target.balance.kv_events is not None:
             # imported here: its packages (the kv-events extra) are needed only by pools that use it
             try:
-                from backends.kv_router import EventsRouter
+                from backends.pool.kv_router import EventsRouter
             except ImportError as exc:
                 extra = f"pip install 'llm-gateway[kv-events]' ({exc.name} is missing)"
                 raise ConfigError(f"balance.kv_events: needs the optional extra: {extra}") from None
@@ -135,18 +134,6 @@ class ReplicaPool:
         self.gauges = gauges or NoGauges()
         self._scraper: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def provider(self) -> str:
-        return self.target.provider
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        return self.members[0].features
 
     # -- lifecycle -------------------------------------------------------------------------------
 

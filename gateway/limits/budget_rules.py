@@ -1,4 +1,4 @@
-"""Budgets: money and tokens per team and per key over calendar periods (day, week from Monday,
+"""Budget rules: money and tokens per team and per key over calendar periods (day, week from Monday,
 month, in the configured time zone) or a rolling window, kept exact across replicas as one more
 limit kind (``bud``) of the same atomic admission (``scripts.ADMIT``) and settlement.
 
@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from gateway.core.errors import RateLimited
 from gateway.core.records import record
-from gateway.runtime.spend import MICROS, Budget
+from gateway.runtime.spend_config import MICROS, Budget
 
 SLICES = 12  # a rolling window is summed from this many slices: it spans between 11/12 and all of its length
 PRUNE_AFTER = 64  # fields a budget hash keeps before the admission that finds more prunes the old ones

@@ -8,7 +8,7 @@ index's home, then the less loaded); otherwise the balancer's local loads decide
 When the views cannot compare the replicas (the events are off, a publisher is not connected), or the
 prompt cannot be tokenized the engine's way, or no eligible replica holds its first block, the pool's
 other router decides: the shared Redis index (``kv-shared``), else the balancer's local order
-(``backends/prefix_index.py``). Every gateway replica subscribes to every vLLM replica's events, so
+(``backends/pool/prefix_index.py``). Every gateway replica subscribes to every vLLM replica's events, so
 all of them score a prompt against the same view.
 """
 
@@ -19,10 +19,10 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from backends.balance import Balancer
-from backends.kv_events import PoolEvents, ReplicaView, chain_hashes
-from backends.prefix_index import LocalRouter, SharedRouter
-from backends.prompt_tokens import PromptTokens, prompt_chars
+from backends.pool.balance import Balancer
+from backends.pool.kv_events import PoolEvents, ReplicaView, chain_hashes
+from backends.pool.prefix_index import LocalRouter, SharedRouter
+from backends.pool.prompt_tokens import PromptTokens, prompt_chars
 from gateway.core.request import InternalRequest
 from gateway.runtime.config import ConfigError, KvEvents, Target
 from gateway.runtime.throttle import LogThrottle
@@ -37,7 +37,7 @@ class Router(Protocol):
         self, request: InternalRequest, session: str | None, now: float, lease: str | None = None
     ) -> tuple[list[int], list[int]]:
         """Replica indexes, best first, and the prompt's block hashes for the balancer's own index;
-        ``lease``: the request's id in the shared in-flight counts (``backends/inflight.py``)."""
+        ``lease``: the request's id in the shared in-flight counts (``backends/pool/inflight.py``)."""
 
 
 def check(settings: KvEvents) -> str | None:

@@ -3,7 +3,7 @@ hash, the replicas that served it and how often, in Redis, so that two gateways 
 to the same vLLM replica instead of each learning its own, diverging map.
 
 One Lua script per request, at choice time: it counts every gateway's requests in flight on each
-replica (``backends/inflight.py``: a scraped snapshot is stale within a request's lifetime, and the
+replica (``backends/pool/inflight.py``: a scraped snapshot is stale within a request's lifetime, and the
 herd it causes drives prefixes from their homes), and among the replicas near enough the least loaded
 (``balance.shared_load``, ``affinity_slack``) keeps the one holding the longest run of the prompt's
 blocks; among equal runs the one that served it most often (the prefix's home), then the session's
@@ -22,7 +22,7 @@ that opens with a shared system prompt finds the replica already holding it.
 Redis is never on the critical path for longer than ``shared_timeout_ms``: a slow or failed answer
 falls back to the balancer's local order (``prefix``) and keeps Redis out for a moment
 (``SLOW_RETRY_SECONDS``) or, when it failed, for ``RETRY_SECONDS``.
-Where a pool also reads vLLM's KV-cache events (``balance.kv_events``, ``backends/kv_router.py``), what
+Where a pool also reads vLLM's KV-cache events (``balance.kv_events``, ``backends/pool/kv_router.py``), what
 the engines report holding is asked first, and this index decides when the events do not.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from backends.balance import HOME, Balancer, Plan, outcome
-from backends.inflight import KEEP_TIMEOUT, Leases, inflight_key
+from backends.pool.balance import HOME, Balancer, Plan, outcome
+from backends.pool.inflight import KEEP_TIMEOUT, Leases, inflight_key
 from gateway.core.request import InternalRequest
 from gateway.runtime.throttle import LogThrottle
 
@@ -50,7 +50,7 @@ SLOW_RETRY_SECONDS = 0.25
 MAX_BLOCKS = 256  # blocks looked up and recorded per request: bounds the script's work
 
 # KEYS: the pool's homes (replica → new prefixes lately placed there, as ``PrefixIndex.homes``), then
-# each available replica's in-flight leases (``backends/inflight.py``), in ``Plan.ranked`` order, then
+# each available replica's in-flight leases (``backends/pool/inflight.py``), in ``Plan.ranked`` order, then
 # the prompt's block keys in order (one hash slot: the target's hash tag).
 # ARGV: ttl seconds, the lease in ms, the request's lease ('' for none), affinity_slack, how many
 # replicas are available, the session's replica among them (1-based, 0 for none), then per replica its

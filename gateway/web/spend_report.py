@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
+from gateway.limits.budget_rules import calendar, iso, money
 from gateway.limits.plan import USAGE_BUCKET_SECONDS, tag, usage_key
-from gateway.limits.spend import calendar, iso, money
 from gateway.web.admin import problem, reply
 from gateway.web.state import Gateway
 

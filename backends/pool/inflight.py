@@ -2,7 +2,7 @@
 so that each gateway weighs a replica by what all of them sent it, not by a scraped snapshot.
 
 The count is a sorted set per replica of leases (a request's id, scored by when its lease runs out, on
-Redis's clock). ``backends/prefix_index.py``'s script adds one to the replica it chooses, in the same
+Redis's clock). ``backends/pool/prefix_index.py``'s script adds one to the replica it chooses, in the same
 call that chooses, and drops the run-out ones before counting. This module keeps them honest, off the
 request path: a finished request's lease is queued and removed by one task per pool (a burst of them
 in one script call), and the leases of requests still running are renewed every third of

@@ -1,0 +1,355 @@
+"""Fair queuing in front of a saturated model (docs/fair-queuing.md).
+
+A model with a ``queue`` has ``capacity`` slots: requests in flight to its targets. A request that
+finds a slot free and nobody waiting takes it at once (no await, nothing else done); one that does
+not waits in the model's queue. The queue is ordered by class first (strict: every waiting request
+of a higher class goes before any of a lower one) and, within a class, by weighted fair queuing
+across teams: self-clocked fair queuing's finish tags, where a team's next request is tagged
+max(the class's virtual time, the team's last tag) + 1/weight, the lowest tag goes next, and the
+virtual time is the tag last served. A freed slot goes to the head of the queue, never to a newcomer
+while anyone waits.
+
+Shedding: a wait past the request's deadline or the queue's ``timeout`` is refused (429 with a
+``Retry-After`` from the queue's drain rate); a full queue evicts the last in line of the lowest
+class below the newcomer's, else the last in line of its own class when that one's team is further
+over its share than the newcomer's (its tag is later), else refuses the newcomer; while every target
+of the model cools down, its 503. A waiter cancelled (its client gone) leaves at once, giving back a
+slot granted meanwhile.
+
+This module is the in-process queue: the whole of it without Redis, and each gateway's share while
+Redis is out. ``gateway.limits.fairq_shared`` keeps the same order in Redis for every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.core.errors import GatewayError, RateLimited
+from gateway.obs.metrics import FAIR_CAPACITY, FAIR_SHED, FAIR_SLOTS, FAIR_WAIT, FAIR_WAITING, LevelTally
+
+PRIORITY_HEADER = "X-Gateway-Priority"
+REASONS = ("full", "evicted", "timeout", "down")
+MAX_RETRY_AFTER = 600.0
+QUEUE_HEADER = "X-Gateway-Queue"
+
+Down = Callable[[], GatewayError | None]  # the model's 503 while every target cools down, else None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    capacity: int
+    max_waiting: int = 256
+    timeout: float = 30.0
+    share: int | None = None  # this gateway's slots while Redis is out (None: capacity / replicas)
+    auto: bool = False  # ``capacity: auto``: ``capacity`` is learned (``fairq_policy.Learner``)
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """One request's place in the order: who (``team``, its metric ``label``), which class (``rank``:
+    0 is the highest), the team's ``weight``, and until when it may wait (loop clock)."""
+
+    rid: str
+    team: str
+    label: str
+    cls: str
+    rank: int
+    weight: float = 1.0
+    deadline: float | None = None
+
+
+class Tags:
+    """Finish tags per class: the WFQ arithmetic the Redis script repeats (``fairq_shared``)."""
+
+    __slots__ = ("last", "virtual")
+
+    def __init__(self) -> None:
+        self.virtual: dict[int, float] = {}
+        self.last: dict[tuple[int, str], float] = {}
+
+    def next(self, rank: int, team: str, weight: float) -> float:
+        """The finish tag ``team``'s next request of class ``rank`` would get."""
+        return max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0)) + 1.0 / weight
+
+    def tag(self, rank: int, team: str, weight: float) -> float:
+        finish = self.last[rank, team] = self.next(rank, team, weight)
+        return finish
+
+    def unwind(self, rank: int, team: str, tag: float, weight: float) -> None:
+        """An evicted request is not charged to its team: its last tag goes back one request."""
+        if self.last.get((rank, team)) == tag:
+            self.last[rank, team] = tag - 1.0 / weight
+
+    def served(self, rank: int, tag: float) -> None:
+        if tag > self.virtual.get(rank, 0.0):
+            self.virtual[rank] = tag
+
+
+WAITING, GRANTED, EVICTED, LEFT = "waiting", "granted", "evicted", "left"
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    ticket: Ticket
+    seq: int
+    tag: float
+    fut: asyncio.Future[None]
+    state: str = WAITING
+
+
+class QueueFull(Exception):
+    """The queue is at its bound and holds nobody of a lower class to make room."""
+
+
+class LocalQueue:
+    """One model's slots and waiters in this process."""
+
+    def __init__(self, capacity: int, max_waiting: int, classes: int) -> None:
+        self.capacity = capacity
+        self.max_waiting = max_waiting
+        self.running = 0
+        self.heaps: list[list[tuple[float, int, Waiter]]] = [[] for _ in range(classes)]
+        self.counts = [0] * classes
+        self.tags = Tags()
+        self.seq = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(self.counts)
+
+    def take(self) -> bool:
+        """A slot now, when one is free and nobody waits for it."""
+        if self.running < self.capacity and not any(self.counts):
+            self.running += 1
+            return True
+        return False
+
+    def join(self, ticket: Ticket) -> Waiter:
+        """Queued in order; past the bound ``victim`` goes (told ``EVICTED``), or ``QueueFull``."""
+        if self.waiting >= self.max_waiting:
+            victim = self.victim(ticket)
+            if victim is None:
+                raise QueueFull
+            self._drop(victim, EVICTED)
+            t = victim.ticket
+            self.tags.unwind(t.rank, t.team, victim.tag, t.weight)
+            victim.fut.set_result(None)
+        self.seq += 1
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(ticket, self.seq, self.tags.tag(ticket.rank, ticket.team, ticket.weight), fut)
+        heap = self.heaps[ticket.rank]
+        heapq.heappush(heap, (waiter.tag, waiter.seq, waiter))
+        self.counts[ticket.rank] += 1
+        if len(heap) > 2 * self.counts[ticket.rank] + 64:  # entries of those who left, compacted
+            self.heaps[ticket.rank] = [e for e in heap if e[2].state == WAITING]
+            heapq.heapify(self.heaps[ticket.rank])
+        self.promote()
+        return waiter
+
+    def leave(self, waiter: Waiter) -> bool:
+        """Out of the queue; whether it holds a slot (granted before it left: the caller gives it back)."""
+        if waiter.state == WAITING:
+            self._drop(waiter, LEFT)
+        return waiter.state == GRANTED
+
+    def release(self) -> None:
+        self.running -= 1
+        self.promote()
+
+    def promote(self) -> None:
+        """Free slots to the head of the queue."""
+        while self.running < self.capacity:
+            waiter = self.pop()
+            if waiter is None:
+                return
+            self.running += 1
+            waiter.state = GRANTED
+            waiter.fut.set_result(None)
+
+    def pop(self) -> Waiter | None:
+        for rank, heap in enumerate(self.heaps):
+            while heap:
+                tag, _, waiter = heapq.heappop(heap)
+                if waiter.state != WAITING:
+                    continue
+                if waiter.fut.done():  # cancelled: its task leaves when it runs next
+                    self._drop(waiter, LEFT)
+                    continue
+                self.counts[rank] -= 1
+                self.tags.served(rank, tag)
+                return waiter
+        return None
+
+    def victim(self, ticket: Ticket) -> Waiter | None:
+        """Who makes room in a full queue: the last in line of the lowest class below the newcomer's;
+        else the last in line of its own class, when that one's tag is behind the newcomer's (its team
+        is over its share: a quiet team's request is never refused to keep a noisy team's)."""
+        for lower in range(len(self.heaps) - 1, ticket.rank, -1):
+            last = self.last_in_line(lower)
+            if last is not None:
+                return last
+        last = self.last_in_line(ticket.rank)
+        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team, ticket.weight):
+            return last
+        return None
+
+    def last_in_line(self, rank: int) -> Waiter | None:
+        live = [(tag, seq, w) for tag, seq, w in self.heaps[rank] if w.state == WAITING]
+        return max(live, key=lambda e: (e[0], e[1]))[2] if live else None
+
+    def ahead(self, rank: int) -> int:
+        """Waiting requests that go before a newcomer of class ``rank``."""
+        return sum(self.counts[: rank + 1])
+
+    def _drop(self, waiter: Waiter, state: str) -> None:
+        waiter.state = state
+        self.counts[waiter.ticket.rank] -= 1
+
+
+class Drain:
+    """How fast the queue drains: capacity / the mean time a slot is held, measured here."""
+
+    __slots__ = ("mean",)
+
+    def __init__(self) -> None:
+        self.mean = 1.0  # seconds, until measured
+
+    def held(self, seconds: float) -> None:
+        self.mean += 0.1 * (seconds - self.mean)
+
+    def retry_after(self, ahead: int, capacity: int) -> float:
+        """Seconds until the queue has served ``ahead`` requests and one more, at the measured rate."""
+        return float(min(MAX_RETRY_AFTER, max(1, math.ceil((ahead + 1) * self.mean / max(capacity, 1)))))
+
+
+@dataclass(slots=True)
+class Gauges:
+    """One model's metric children, made as labels first appear (bounded: config names)."""
+
+    model: str
+    slots: LevelTally
+    waiting: dict[tuple[str, str], LevelTally] = field(default_factory=dict)
+    shed: dict[tuple[str, str, str], int] = field(default_factory=dict)  # for /status
+
+    def waiters(self, ticket: Ticket) -> LevelTally:
+        key = (ticket.cls, ticket.label)
+        tally = self.waiting.get(key)
+        if tally is None:
+            tally = self.waiting[key] = LevelTally(FAIR_WAITING.labels(self.model, *key))
+        return tally
+
+    def shed_one(self, ticket: Ticket, reason: str) -> None:
+        FAIR_SHED.labels(self.model, ticket.cls, ticket.label, reason).inc()
+        key = (ticket.cls, ticket.label, reason)
+        self.shed[key] = self.shed.get(key, 0) + 1
+
+
+class Slot:
+    """A slot held by one request: ``release`` gives it back once (the answer ended). ``rid``: the
+    request's id where the slot is a lease in Redis (``fairq_shared``), "" for this process's."""
+
+    __slots__ = ("began", "queue", "rank", "rid")
+
+    def __init__(self, queue: ModelQueue, rid: str = "", rank: int = 0) -> None:
+        self.queue: ModelQueue | None = queue
+        self.began = time.monotonic()
+        self.rid = rid
+        self.rank = rank
+
+    def release(self) -> None:
+        queue, self.queue = self.queue, None
+        if queue is not None:
+            queue.drain.held(time.monotonic() - self.began)
+            queue.gauges.slots.n -= 1
+            queue.give_back(self)
+
+
+class ModelQueue:
+    """One model's queue as the pipeline sees it: ``enter`` for a slot, ``Slot.release`` after."""
+
+    def __init__(self, model: str, settings: QueueSettings, classes: int) -> None:
+        self.model = model
+        self.settings = settings
+        self.classes = classes
+        self.local = LocalQueue(self.local_capacity(settings), settings.max_waiting, classes)
+        self.drain = Drain()
+        self.gauges = Gauges(model, LevelTally(FAIR_SLOTS.labels(model)))
+        FAIR_CAPACITY.labels(model).set(self.local.capacity)
+
+    def local_capacity(self, settings: QueueSettings) -> int:
+        """The slots this process's queue hands out: all of them (no Redis)."""
+        return settings.capacity
+
+    def reconfigure(self, settings: QueueSettings) -> None:
+        self.settings = settings
+        self.local.capacity, self.local.max_waiting = self.local_capacity(settings), settings.max_waiting
+        FAIR_CAPACITY.labels(self.model).set(self.local.capacity)
+        self.local.promote()
+
+    async def enter(self, ticket: Ticket, down: Down) -> Slot:
+        """A slot for ``ticket``: at once when one is free, else after waiting its turn; or the refusal."""
+        if self.local.take():
+            self.gauges.slots.n += 1
+            return Slot(self)
+        return await self.wait(ticket, down)
+
+    def give_back(self, slot: Slot) -> None:
+        self.local.release()
+
+    async def wait(self, ticket: Ticket, down: Down) -> Slot:
+        gauges = self.gauges
+        if (err := down()) is not None:
+            gauges.shed_one(ticket, "down")
+            raise err
+        try:
+            waiter = self.local.join(ticket)
+        except QueueFull:
+            raise self.refused(ticket, "full") from None
+        waiters = gauges.waiters(ticket)
+        waiters.n += 1
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        until = began + self.settings.timeout
+        if ticket.deadline is not None:
+            until = min(until, ticket.deadline)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.fut), max(0.0, until - loop.time()))
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if self.local.leave(waiter):  # granted as the client went: the slot goes to the next
+                self.local.release()
+            raise
+        finally:
+            waiters.n -= 1
+        if self.local.leave(waiter):
+            FAIR_WAIT.labels(self.model, ticket.cls, ticket.label).observe(loop.time() - began)
+            gauges.slots.n += 1
+            return Slot(self)
+        if waiter.state == EVICTED:
+            raise self.refused(ticket, "evicted")
+        if (err := down()) is not None:
+            gauges.shed_one(ticket, "down")
+            raise err
+        raise self.refused(ticket, "timeout")
+
+    def refused(self, ticket: Ticket, reason: str, ahead: int | None = None) -> RateLimited:
+        self.gauges.shed_one(ticket, reason)
+        why = {
+            "full": "its queue is full",
+            "evicted": "a request of a higher class took the waiting request's place",
+            "timeout": "the request waited its longest for a slot",
+        }[reason]
+        if ahead is None:
+            ahead, capacity = self.local.ahead(ticket.rank), self.local.capacity
+        else:
+            capacity = self.settings.capacity
+        retry = self.drain.retry_after(ahead, capacity)
+        err = RateLimited(f"model {self.model!r} is at capacity and {why}: retry later", retry_after=retry)
+        err.headers[QUEUE_HEADER] = f"shed-{reason}"
+        return err

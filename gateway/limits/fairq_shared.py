@@ -1,0 +1,393 @@
+"""A model's slots and queue shared by every gateway through Redis (docs/fair-queuing.md), so two
+gateways in front of one pool are fair together, not each on its own half.
+
+One Lua script does everything atomically, on Redis's clock. Its keys share the model's hash tag:
+
+    gw:fq:{model}:run          ZSET  slot leases: request id → expiry (ms)
+    gw:fq:{model}:alive        ZSET  waiters' leases: request id → expiry (ms)
+    gw:fq:{model}:wait:<rank>  ZSET  waiters of a class: request id → WFQ finish tag
+    gw:fq:{model}:tag:<rank>   HASH  team → its last finish tag; ``~v``: the class's virtual time
+
+Every call first drops run-out leases (a gateway killed with its slots: they come back within
+``limits.lease_ttl``) and run-out waiters, then gives free slots to the heads of the queue, highest
+class first, and publishes the ids it promoted on ``gw:fq:{model}:free``. A waiting gateway learns of
+its grant from that message (no further call), and checks by itself at most every ``POLL_SECONDS``
+otherwise (a lease that ran out publishes nothing). A free slot with nobody waiting costs one round
+trip: the ``enter`` call that takes it.
+
+While Redis is out (``redis.retry_seconds`` breaker), each gateway queues on its own share
+(``queue.share``, or capacity / ``limits.replicas``) as limits do, or refuses with 503 under
+``redis.on_failure.concurrency: closed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from gateway.core.errors import StoreUnavailable
+from gateway.limits.fairq import Down, ModelQueue, QueueSettings, Slot, Ticket
+from gateway.obs.metrics import FAIR_WAIT
+from gateway.runtime.throttle import LogThrottle
+
+log = logging.getLogger("gateway.limits")
+throttled = LogThrottle(log)
+POLL_SECONDS = 0.5  # a waiter checks by itself this often when no message names it
+FAILURES = (RedisError, OSError, TimeoutError)
+
+# KEYS: run, alive, wait:0..n-1, tag:0..n-1. ARGV: op (enter|check|leave|renew), capacity,
+# max_waiting, lease ms, channel, then per op: enter/check: id, rank, team, weight; leave: id, rank;
+# renew: the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full; {-2} gone (evicted); leave: {n}
+# slots given back; renew: {n} renewed.
+SCRIPT = """
+local op, cap, bound, lease, chan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = string.format('%d', now + lease)
+local run, alive, who = KEYS[1], KEYS[2], KEYS[#KEYS]
+local n = (#KEYS - 3) / 2
+local function wait(r) return KEYS[3 + r] end
+local function tags(r) return KEYS[3 + n + r] end
+
+local function drop_waiter(id)
+  for r = 0, n - 1 do redis.call('ZREM', wait(r), id) end
+  redis.call('ZREM', alive, id)
+  redis.call('HDEL', who, id)
+end
+
+local function waiting()
+  local total = 0
+  for r = 0, n - 1 do total = total + redis.call('ZCARD', wait(r)) end
+  return total
+end
+
+local function tidy_and_promote()
+  redis.call('ZREMRANGEBYSCORE', run, '-inf', now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do drop_waiter(id) end
+  local promoted = {}
+  while redis.call('ZCARD', run) < cap do
+    local head = nil
+    for r = 0, n - 1 do
+      local got = redis.call('ZPOPMIN', wait(r))
+      if #got > 0 then
+        head = got[1]
+        local v = tonumber(redis.call('HGET', tags(r), '~v') or '0')
+        if tonumber(got[2]) > v then redis.call('HSET', tags(r), '~v', got[2]) end
+        break
+      end
+    end
+    if head == nil then break end
+    redis.call('ZREM', alive, head)
+    redis.call('HDEL', who, head)
+    redis.call('ZADD', run, expiry, head)
+    promoted[#promoted + 1] = head
+  end
+  if #promoted > 0 then redis.call('PUBLISH', chan, table.concat(promoted, ' ')) end
+end
+
+local function ahead(rank, tag)
+  local count = 0
+  for r = 0, rank - 1 do count = count + redis.call('ZCARD', wait(r)) end
+  return count + redis.call('ZCOUNT', wait(rank), '-inf', tag)
+end
+
+if op == 'renew' then
+  local renewed = 0
+  for i = 6, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
+  return {renewed}
+end
+
+local id, rank = ARGV[6], tonumber(ARGV[7])
+if op == 'leave' then
+  local held = redis.call('ZREM', run, id)
+  drop_waiter(id)
+  tidy_and_promote()
+  return {held}
+end
+
+tidy_and_promote()
+if redis.call('ZSCORE', run, id) then return {1} end
+local mine = redis.call('ZSCORE', wait(rank), id)
+if mine then
+  redis.call('ZADD', alive, expiry, id)
+  return {0, ahead(rank, mine)}
+end
+if op == 'check' then return {-2} end
+local queued = waiting()
+if queued == 0 and redis.call('ZCARD', run) < cap then
+  redis.call('ZADD', run, expiry, id)
+  return {1}
+end
+local team, weight = ARGV[8], tonumber(ARGV[9])
+local v = tonumber(redis.call('HGET', tags(rank), '~v') or '0')
+local last = tonumber(redis.call('HGET', tags(rank), team) or '0')
+-- every digit of the tag, as the Python twin sums it (a Lua number passed to Redis keeps 14)
+local tag = string.format('%.17g', math.max(v, last) + 1 / weight)
+if queued >= bound then
+  -- the last in line of the lowest class below; else of its own class, if behind the newcomer
+  local victim, vtag, vr = nil, nil, nil
+  for r = n - 1, rank, -1 do
+    local tail = redis.call('ZRANGE', wait(r), -1, -1, 'WITHSCORES')
+    if #tail > 0 and (r > rank or tonumber(tail[2]) > tonumber(tag)) then
+      victim, vtag, vr = tail[1], tail[2], r
+      break
+    end
+  end
+  if victim == nil then return {-1} end
+  -- not charged to its team: that team's last tag goes back one request
+  local vteam = redis.call('HGET', who, victim)
+  if vteam then
+    local vw = tonumber(redis.call('HGET', tags(vr), 'w:' .. vteam) or '0')
+    local vlast = tonumber(redis.call('HGET', tags(vr), vteam) or '-1')
+    if vw > 0 and vlast == tonumber(vtag) then
+      redis.call('HSET', tags(vr), vteam, string.format('%.17g', vlast - 1 / vw))
+    end
+  end
+  drop_waiter(victim)
+  redis.call('PUBLISH', chan, 'evicted:' .. victim)
+end
+redis.call('HSET', tags(rank), team, tag, 'w:' .. team, ARGV[9])
+redis.call('HSET', who, id, team)
+redis.call('ZADD', wait(rank), tag, id)
+redis.call('ZADD', alive, expiry, id)
+tidy_and_promote()
+if redis.call('ZSCORE', run, id) then return {1} end
+return {0, ahead(rank, tag)}
+"""
+
+GRANTED, WAITING, FULL, GONE = 1, 0, -1, -2
+
+
+def keys(model: str, classes: int) -> list[str]:
+    base = f"gw:fq:{{{model}}}"
+    waits = [f"{base}:wait:{r}" for r in range(classes)]
+    return [f"{base}:run", f"{base}:alive", *waits, *(f"{base}:tag:{r}" for r in range(classes)), f"{base}:who"]
+
+
+def channel(model: str) -> str:
+    return f"gw:fq:{{{model}}}:free"
+
+
+class Shared:
+    """One model's calls of the script, and the waiters this gateway has parked on its channel."""
+
+    def __init__(self, client: Any, model: str, classes: int, lease_ms: int) -> None:
+        self.client = client
+        self.model = model
+        self.keys = keys(model, classes)
+        self.channel = channel(model)
+        self.lease_ms = lease_ms
+        self.script = client.register_script(SCRIPT)
+        self.parked: dict[str, asyncio.Event] = {}  # request id → set when a message names it
+        self.told: dict[str, int] = {}  # parked ids a message named: GRANTED or GONE (evicted)
+
+    async def call(self, op: str, capacity: int, bound: int, *args: str | int | float) -> list[int]:
+        argv = [op, capacity, bound, self.lease_ms, self.channel, *args]
+        return [int(x) for x in await self.script(keys=self.keys, args=argv)]
+
+    async def enter(self, ticket: Ticket, capacity: int, bound: int, op: str = "enter") -> list[int]:
+        return await self.call(op, capacity, bound, ticket.rid, ticket.rank, ticket.team, repr(ticket.weight))
+
+    async def leave(self, rid: str, rank: int, capacity: int, bound: int) -> int:
+        return (await self.call("leave", capacity, bound, rid, rank))[0]
+
+    async def renew(self, rids: list[str], capacity: int, bound: int) -> int:
+        return (await self.call("renew", capacity, bound, *rids))[0]
+
+    def heard(self, data: str) -> None:
+        """A message on the channel: the ids it names (promoted, or ``evicted:`` ones) wake their waiters."""
+        for word in data.split():
+            rid = word.removeprefix("evicted:")
+            event = self.parked.get(rid)
+            if event is not None:
+                self.told[rid] = GONE if rid != word else GRANTED
+                event.set()
+
+    async def park(self, rid: str, seconds: float) -> int | None:
+        """Until a message names ``rid`` (what it said), or ``seconds`` pass (None)."""
+        event = self.parked[rid] = asyncio.Event()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), seconds)
+        finally:
+            self.parked.pop(rid, None)
+        return self.told.pop(rid, None)
+
+
+PATTERN = "gw:fq:*:free"  # every model's channel: models a reload adds are heard without subscribing again
+
+
+class Listener:
+    """One subscription per process to every model's channel: a message wakes the waiters it names."""
+
+    def __init__(self, client: Any, models: Callable[[], Mapping[str, ModelQueue]]) -> None:
+        self.client = client
+        self.models = models
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.create_task(self.listen(), name="fair-queue-listener")
+
+    def heard(self, message: dict[str, Any]) -> None:
+        model = _text(message["channel"]).removeprefix("gw:fq:{").removesuffix("}:free")
+        queue = self.models().get(model)
+        if isinstance(queue, SharedQueue):
+            queue.shared.heard(_text(message["data"]))
+
+    async def listen(self) -> None:
+        while True:
+            try:
+                pubsub = self.client.pubsub()
+                await pubsub.psubscribe(PATTERN)
+                try:
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=POLL_SECONDS)
+                        if message is not None and message.get("type") == "pmessage":
+                            self.heard(message)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis out: waiters poll meanwhile; subscribe again later
+                throttled.warning("fairq:listen", "fair queue channel lost (%s); waiters poll", type(exc).__name__)
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+class SharedQueue(ModelQueue):
+    """A model's queue in Redis, with this process's queue for its share while Redis is out."""
+
+    def __init__(
+        self, model: str, settings: QueueSettings, classes: int, shared: Shared, closed: bool, retry_seconds: float
+    ) -> None:
+        super().__init__(model, settings, classes)
+        self.shared = shared
+        self.closed = closed  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
+        self.retry_seconds = retry_seconds
+        self.down_until = 0.0
+        self.held: dict[str, int] = {}  # this gateway's leases: request id → class, renewed while held
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def local_capacity(self, settings: QueueSettings) -> int:
+        return settings.share or settings.capacity
+
+    async def enter(self, ticket: Ticket, down: Down) -> Slot:
+        if time.monotonic() < self.down_until:
+            return await self.outage(ticket, down)
+        s = self.settings
+        try:
+            answer = await self.shared.enter(ticket, s.capacity, s.max_waiting)
+        except FAILURES as exc:
+            self.failed(exc)
+            return await self.outage(ticket, down)
+        except asyncio.CancelledError:  # its client went mid-call: whatever the call took goes back
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
+            raise
+        if answer[0] == GRANTED:
+            return self.granted(ticket)
+        if answer[0] == FULL:
+            raise self.refused(ticket, "full", s.max_waiting)
+        return await self.wait_shared(ticket, down, answer[1])
+
+    async def outage(self, ticket: Ticket, down: Down) -> Slot:
+        if self.closed:
+            raise unavailable(self.model)
+        return await super().enter(ticket, down)
+
+    def failed(self, exc: BaseException) -> None:
+        self.down_until = time.monotonic() + self.retry_seconds
+        throttled.warning(
+            f"fairq:{self.model}", "model %s's shared queue: Redis failed (%s); this gateway's share serves",
+            self.model, type(exc).__name__,
+        )  # fmt: skip
+
+    def granted(self, ticket: Ticket) -> Slot:
+        self.held[ticket.rid] = ticket.rank
+        self.gauges.slots.n += 1
+        return Slot(self, ticket.rid, ticket.rank)
+
+    async def wait_shared(self, ticket: Ticket, down: Down, ahead: int) -> Slot:
+        if (err := down()) is not None:
+            self.later(self.shared.leave(ticket.rid, ticket.rank, self.settings.capacity, self.settings.max_waiting))
+            self.gauges.shed_one(ticket, "down")
+            raise err
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        until = min(began + self.settings.timeout, ticket.deadline or float("inf"))
+        waiters = self.gauges.waiters(ticket)
+        waiters.n += 1
+        s = self.settings
+        try:
+            while (left := until - loop.time()) > 0:
+                told = await self.shared.park(ticket.rid, min(POLL_SECONDS, left))
+                answer = (
+                    [told] if told is not None else await self.shared.enter(ticket, s.capacity, s.max_waiting, "check")
+                )
+                if answer[0] == GRANTED:
+                    FAIR_WAIT.labels(self.model, ticket.cls, ticket.label).observe(loop.time() - began)
+                    return self.granted(ticket)
+                if answer[0] == GONE:
+                    raise self.refused(ticket, "evicted", ahead)
+                ahead = answer[1]
+            # out of the queue; a slot granted in this last instant goes back with it, to the next
+            await self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting)
+        except asyncio.CancelledError:  # its client went: out of the queue now (a slot granted goes back)
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
+            raise
+        except FAILURES as exc:
+            self.failed(exc)
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
+            return await self.outage(ticket, down)
+        finally:
+            waiters.n -= 1
+        if (err := down()) is not None:
+            self.gauges.shed_one(ticket, "down")
+            raise err
+        raise self.refused(ticket, "timeout", ahead)
+
+    def give_back(self, slot: Slot) -> None:
+        if not slot.rid:
+            self.local.release()
+            return
+        self.held.pop(slot.rid, None)
+        self.later(self.shared.leave(slot.rid, slot.rank, self.settings.capacity, self.settings.max_waiting))
+
+    def later(self, call: Any) -> None:
+        """A release or a leave, off the request path; if it fails, the lease runs out by itself."""
+        task = asyncio.create_task(self._quietly(call))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _quietly(self, call: Any) -> None:
+        try:
+            await call
+        except FAILURES as exc:
+            throttled.warning(f"fairq:leave:{self.model}", "a slot's release failed (%s): its lease runs out", exc)
+
+    async def renew(self) -> None:
+        if self.held and time.monotonic() >= self.down_until:
+            try:
+                await self.shared.renew(list(self.held), self.settings.capacity, self.settings.max_waiting)
+            except FAILURES as exc:
+                self.failed(exc)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def unavailable(model: str) -> StoreUnavailable:
+    return StoreUnavailable(f"model {model!r}'s shared queue is unavailable (Redis is out): retry later")

@@ -1,0 +1,309 @@
+"""A model's queue shared through a real Redis: the Lua script serves in the order of its Python twin
+(Hypothesis), two gateways in front of one upstream never pass its capacity together, a killed
+gateway's slots come back within the lease, and with Redis out each gateway serves its own share (or
+503 under ``on_failure.concurrency: closed``)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
+from gateway.limits.fairq_shared import FULL, GONE, Listener, Shared, SharedQueue, keys
+from gateway.limits.fairq_shared import GRANTED as SLOT
+from gateway.web.state import GATEWAY
+from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.dialect_clients import BY_NAME, KEY
+from tests.support import eventually
+from tests.support.gateways import Gateways
+from tests.support.redis_servers import RedisServer
+
+OPENAI = BY_NAME["openai"]
+HOLD = "[[fault:hang_before=60]]"
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+def queued(server: Any, redis_url: str, capacity: int, **extra: Any) -> Any:
+    queue = {"capacity": capacity, "max_waiting": 16, "timeout": 60}
+    return config(
+        [{"name": "m", "targets": [target(server, "openai")], "queue": queue}],
+        redis={"url": redis_url, "timeout_ms": 1000, **extra.pop("redis", {})},
+        **extra,
+    )
+
+
+# --- the script and its Python twin -------------------------------------------------------------------
+
+steps = st.lists(
+    st.one_of(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), st.just(("serve", 0))), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=steps,
+    weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+    bound=st.integers(1, 6),
+)
+async def test_the_script_serves_and_sheds_as_its_python_twin(
+    redis_server: RedisServer, steps: list[tuple[str, int]], weights: tuple[int, int, int], bound: int
+) -> None:
+    """Arrivals and services replayed on the script and on the in-process queue, one slot, a small
+    bound: the same refusals, the same evictions, the same order of service."""
+    weight = dict(zip("abc", weights, strict=True))
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    twin = LocalQueue(1, bound, 2)
+    assert twin.take()
+    waiters: list[Waiter] = []
+    try:
+        assert (await shared.call("enter", 1, bound, "holder", 0, "x", "1.0")) == [1]
+        holding = "holder"
+        for i, (team, rank) in enumerate(steps):
+            if team == "serve":
+                await shared.leave(holding, 0, 1, bound)
+                ran = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
+                twin.release()
+                served = [w for w in waiters if w.state == GRANTED]
+                assert ran == [w.ticket.rid for w in served]  # the same next request, or none
+                for w in served:
+                    w.state = "served"
+                if not ran:
+                    assert twin.take()
+                    await shared.call("enter", 1, bound, f"holder{i}", 0, "x", "1.0")
+                    ran = [f"holder{i}"]
+                holding = ran[0]
+                continue
+            # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival
+            ticket = Ticket(f"r{i:04d}", team, team, "", rank, float(weight[team]))
+            answer = await shared.enter(ticket, 1, bound)
+            try:
+                waiters.append(twin.join(ticket))
+            except QueueFull:
+                assert answer == [FULL]
+                continue
+            assert answer[0] == 0
+            evicted = {w.ticket.rid for w in waiters if w.state == EVICTED}
+            in_redis = {m.decode() for r in (2, 3) for m in await client.zrange(shared.keys[r], 0, -1)}
+            assert in_redis == {w.ticket.rid for w in waiters if w.state == WAITING}, evicted
+    finally:
+        await client.aclose()
+
+
+async def test_a_full_queue_makes_room_for_a_quiet_team_from_the_team_over_its_share(
+    redis_server: RedisServer,
+) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    try:
+        assert (await shared.call("enter", 1, 4, "holder", 0, "x", "1.0")) == [1]
+        for i in range(4):
+            assert (await shared.enter(Ticket(f"noisy{i}", "noisy", "noisy", "", 0), 1, 4))[0] == 0
+        assert await shared.enter(Ticket("noisy4", "noisy", "noisy", "", 0), 1, 4) == [FULL]  # its own: refused
+        for i in range(2):  # the quiet team's are never refused: the noisy team's last in line goes
+            assert (await shared.enter(Ticket(f"quiet{i}", "quiet", "quiet", "", 0), 1, 4))[0] == 0
+        line = [m.decode() for m in await client.zrange(shared.keys[2], 0, -1)]
+        assert line == ["noisy0", "quiet0", "noisy1", "quiet1"]
+    finally:
+        await client.aclose()
+
+
+# --- gateways in front of one upstream ----------------------------------------------------------------
+
+
+async def test_two_gateways_share_one_capacity_and_one_queue(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    cfg = queued(server, redis_server.url, capacity=2, limits={"replicas": 2})
+    admin = aioredis.Redis.from_url(redis_server.url)
+    await admin.flushdb()  # this module's own Redis: a queue left by an earlier test goes
+    await admin.aclose()
+    one, two = await gateway(cfg), await gateway(cfg)
+    holders = [asyncio.create_task(gw.send(OPENAI, "m", HOLD, False)) for gw in (one, two)]
+    await eventually(lambda: server.active == 2, "both slots held at the upstream")
+    queued_one = asyncio.create_task(one.send(OPENAI, "m", "after", False))
+    queued_two = asyncio.create_task(two.send(OPENAI, "m", "after", False))
+    fair_two = two.server.app[GATEWAY].fair.queues["m"]
+    fair_one = one.server.app[GATEWAY].fair.queues["m"]
+    await eventually(
+        lambda: fair_one.gauges.waiting and fair_two.gauges.waiting and
+        sum(t.n for q in (fair_one, fair_two) for t in q.gauges.waiting.values()) == 2,
+        "a request waiting in each gateway",
+    )  # fmt: skip
+    assert server.active == 2  # neither gateway passed the shared capacity
+    holders[0].cancel()  # a slot frees in gateway one: the head of the shared queue gets it
+    await eventually(lambda: queued_one.done() or queued_two.done(), "a waiter served")
+    holders[1].cancel()
+    assert (await queued_one).status == 200 and (await queued_two).status == 200
+
+
+async def test_with_redis_out_each_gateway_serves_its_share(gateway: GatewayFactory, upstream: Any) -> None:
+    dead = RedisServer().start()
+    dead.close()
+    server = await upstream("openai")
+    gw = await gateway(queued(server, dead.url, capacity=4, limits={"replicas": 2}))
+    holders = [asyncio.create_task(gw.send(OPENAI, "m", HOLD, False)) for _ in range(3)]
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    await eventually(lambda: server.active == 2 and fair.local.waiting == 1, "its share (4 / 2) held, one waiting")
+    for task in holders:
+        task.cancel()
+    await eventually(lambda: fair.local.running == 0, "every local slot given back")
+
+
+async def test_with_redis_out_and_closed_policy_the_answer_is_503(gateway: GatewayFactory, upstream: Any) -> None:
+    dead = RedisServer().start()
+    dead.close()
+    server = await upstream("openai")
+    cfg = queued(server, dead.url, capacity=4, redis={"on_failure": {"concurrency": "closed"}})
+    answer = await (await gateway(cfg)).send(OPENAI, "m", "x", False)
+    assert answer.status == 503 and b"shared queue is unavailable" in answer.raw
+    assert server.active == 0
+
+
+# --- a gateway killed while it holds slots ------------------------------------------------------------
+
+
+async def test_a_killed_gateways_slots_come_back_within_the_lease(
+    tmp_path: Path, upstream: Any, redis_server: RedisServer, gateways: Gateways
+) -> None:
+    server = await upstream("openai")
+    model = f"m{uuid.uuid4().hex[:8]}"
+    data = {
+        "models": [{"name": model, "targets": [target(server, "openai")], "queue": {"capacity": 2, "timeout": 60}}],
+        "teams": [{"id": "team1", "keys": [{"id": "k1", "env": "FQ_KEY"}]}],
+        "redis": {"url": redis_server.url, "timeout_ms": 1000},
+        "limits": {"lease_ttl": 2},
+    }
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {"FQ_KEY": KEY, "TEST_UPSTREAM_KEY": "upstream-key"}
+    doomed = await gateways.start("--config", str(path), env=env)
+    survivor = await gateways.start("--config", str(path), env=env)
+    path_, headers, body = OPENAI.request(model, HOLD, False)
+    async with aiohttp.ClientSession() as session:
+
+        async def post(url: str, prompt: str) -> int:
+            async with session.post(url + path_, json={**body, "prompt": prompt}, headers=headers) as resp:
+                await resp.read()
+                return resp.status
+
+        holders = [asyncio.create_task(post(doomed.url, HOLD)) for _ in range(2)]
+        await eventually(lambda: server.active == 2, "both slots held through the doomed gateway")
+        waiting = asyncio.create_task(post(survivor.url, "after"))
+        client = aioredis.Redis.from_url(redis_server.url)
+        try:
+            await eventually(
+                lambda: client.zcard(f"gw:fq:{{{model}}}:wait:0"), "the survivor's request in the shared queue"
+            )
+            doomed.proc.send_signal(signal.SIGKILL)
+            # the dead gateway's leases run out (lease_ttl 2 s) and the survivor's waiter takes a slot
+            assert await asyncio.wait_for(waiting, 30) == 200
+        finally:
+            await client.aclose()
+        for task in holders:
+            task.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+
+
+# --- the script's shedding, leaving and wake-up --------------------------------------------------------
+
+
+async def test_a_full_shared_queue_evicts_the_lowest_class_and_tells_its_waiter(redis_server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    model = uuid.uuid4().hex
+    shared = Shared(client, model, 2, 30_000)
+    fair = {model: SharedQueue(model, QueueSettings(1, 2), 2, shared, closed=False, retry_seconds=1.0)}
+    listener = Listener(client, lambda: fair)
+    listener.start()
+    try:
+        assert await shared.call("enter", 1, 2, "holder", 0, "x", "1.0") == [1]
+        batch = Ticket("batch", "b", "b", "batch", 1)
+        assert (await shared.enter(batch, 1, 2))[0] == 0
+        assert (await shared.enter(Ticket("i1", "a", "a", "interactive", 0), 1, 2)) == [0, 1]
+        told = asyncio.create_task(shared.park("batch", 60))  # a message, not the 60 s fallback, ends it
+        await eventually(lambda: "batch" in shared.parked, "the batch waiter parked")
+        assert (await shared.enter(Ticket("i2", "a", "a", "interactive", 0), 1, 2)) == [0, 2]  # full: batch out
+        assert await told == GONE
+        assert await shared.enter(batch, 1, 2, "check") == [GONE]
+        assert (await shared.enter(Ticket("b2", "b", "b", "batch", 1), 1, 2)) == [FULL]  # nobody lower to evict
+        granted = asyncio.create_task(shared.park("i1", 60))
+        await eventually(lambda: "i1" in shared.parked, "the interactive waiter parked")
+        assert await shared.leave("holder", 0, 1, 2) == 1
+        assert await granted == SLOT  # the grant heard on the channel
+        assert await shared.leave("i2", 0, 1, 2) == 0  # a waiter that leaves holds no slot
+        assert await client.zcard(shared.keys[2]) == 0
+        assert await shared.leave("i1", 0, 1, 2) == 1
+        assert await client.zcard(shared.keys[0]) == 0
+    finally:
+        await listener.close()
+        await client.aclose()
+
+
+async def test_a_client_gone_while_queued_leaves_the_shared_queue(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    server = await upstream("openai")
+    model_keys = keys("m", 2)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    await admin.delete(*model_keys)
+    gw = await gateway(queued(server, redis_server.url, capacity=1))
+    try:
+        holder = asyncio.create_task(gw.send(OPENAI, "m", HOLD, False))
+        await eventually(lambda: server.active == 1, "the slot held")
+        gone = asyncio.create_task(gw.send(OPENAI, "m", "gone", False))
+        await eventually(lambda: admin.zcard(model_keys[2]), "the request in the shared queue")
+        gone.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[2])), "the gone client's request out of the queue")
+        holder.cancel()
+        await eventually(lambda: _zero(admin.zcard(model_keys[0])), "the slot given back")
+    finally:
+        await admin.aclose()
+
+
+async def _zero(count: Any) -> bool:
+    return await count == 0
+
+
+async def test_a_client_gone_during_the_enter_call_leaves_nothing_behind(redis_server: RedisServer) -> None:
+    """Cancelled while its script call is under way (the call may have taken a slot): the slot goes
+    back at once, not when its lease runs out."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    queue = SharedQueue("m", QueueSettings(1, 4), 2, shared, closed=False, retry_seconds=1.0)
+    called = asyncio.Event()
+    real = shared.call
+
+    async def call_then_hang(*args: Any) -> list[int]:
+        answer = await real(*args)  # the slot is taken in Redis ...
+        called.set()
+        await asyncio.Event().wait()  # ... and the answer never reaches the request
+        return answer
+
+    shared.call = call_then_hang  # type: ignore[method-assign]
+    try:
+        entering = asyncio.create_task(queue.enter(Ticket("gone", "a", "a", "interactive", 0), lambda: None))
+        await called.wait()
+        assert await client.zcard(shared.keys[0]) == 1
+        shared.call = real  # type: ignore[method-assign]
+        entering.cancel()
+        await eventually(lambda: _zero(client.zcard(shared.keys[0])), "the slot given back")
+    finally:
+        await client.aclose()

@@ -1,0 +1,135 @@
+"""The one retry-and-fallback loop of ``routing/dispatch.py``: whole answers (``complete``) and streams
+(``open_stream``) go through it, so for any script of target outcomes both try the same targets in the
+same order, count the same failures and end the same way as the rule says: a failure falls back to the
+next target, a rejection (any 4xx but 429) or the last failure is the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected, UpstreamTimeout
+from gateway.core.request import Feature, InternalRequest, Operation, Sampling
+from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent
+from gateway.core.upstream import Call
+from gateway.routing import dispatch
+from gateway.routing.table import ModelTable, Route
+
+OUTCOMES = ("ok", "failed", "timeout", "busy", "rejected")
+
+
+def error(outcome: str) -> GatewayError:
+    return {
+        "failed": UpstreamFailed("reset"),
+        "timeout": UpstreamTimeout("slow"),
+        "busy": UpstreamRejected("busy", status=429),
+        "rejected": UpstreamRejected("bad", status=400),
+    }[outcome]
+
+
+@dataclass
+class Scripted:
+    """A target that answers or fails as its script says, whole or streamed (before its first byte)."""
+
+    name: str
+    outcome: str
+    provider: str = "openai"
+    features: frozenset[Feature] = frozenset()
+    calls: int = 0
+
+    async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        self.calls += 1
+        if self.outcome != "ok":
+            raise error(self.outcome)
+        return Completion("c", 0, "m", [Choice(0, self.name, "stop")])
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        self.calls += 1
+        if self.outcome != "ok":
+            raise error(self.outcome)
+        yield [Delta(0, text=self.name)]
+        yield [Finish(0, "stop")]
+
+
+def expected(outcomes: list[str]) -> tuple[str | None, list[str]]:
+    """The rule, written out: (the target that answers or None, the codes of the failed tries)."""
+    failed: list[str] = []
+    for i, outcome in enumerate(outcomes):
+        if outcome == "ok":
+            return f"t{i}", failed
+        failed.append(error(outcome).code)
+        if outcome == "rejected":
+            break
+    return None, failed
+
+
+async def run(outcomes: list[str], streamed: bool) -> tuple[str | None, list[str], dispatch.Attempt, list[int]]:
+    targets = [Scripted(f"t{i}", o) for i, o in enumerate(outcomes)]
+    # weights that make the weighted pick the configured order, whatever the draw
+    weights = [1e9 ** (len(targets) - i) for i in range(len(targets))]
+    route = Route("m", list(targets), weights, resume=False)
+    table = ModelTable({"m": route})
+    request = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",), sampling=Sampling(max_tokens=4))
+    attempt = dispatch.Attempt()
+    answered: str | None = None
+    try:
+        if streamed:
+            first, rest = await dispatch.open_stream(table, route, request, Call("r"), attempt)
+            await rest.aclose()  # type: ignore[attr-defined]
+            assert isinstance(first[0], Delta)
+            answered = first[0].text
+        else:
+            answered = (await dispatch.complete(table, route, request, Call("r"), attempt)).choices[0].text
+    except GatewayError as err:
+        assert attempt.failed and err.code == attempt.failed[-1][1]
+    return answered, [code for _, code in attempt.failed], attempt, [t.calls for t in targets]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(OUTCOMES), min_size=1, max_size=4))
+def test_whole_and_streamed_calls_fall_back_by_one_rule(outcomes: list[str]) -> None:
+    random.seed(0)
+    dispatch.BACKOFF_SECONDS, saved = 0.0, dispatch.BACKOFF_SECONDS
+    try:
+        whole = asyncio.run(run(outcomes, streamed=False))
+        stream = asyncio.run(run(outcomes, streamed=True))
+    finally:
+        dispatch.BACKOFF_SECONDS = saved
+    target, failed = expected(outcomes)
+    for answered, codes, attempt, calls in (whole, stream):
+        assert (answered, codes) == (target, failed)
+        assert attempt.tries == len(failed) + (target is not None)
+        assert calls == [1] * attempt.tries + [0] * (len(outcomes) - attempt.tries)
+        assert attempt.target == f"t{attempt.tries - 1}"
+    assert whole[2].cooled == stream[2].cooled
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_stream_that_ends_at_once_fails_over_like_a_failure(streamed: bool) -> None:
+    """A stream closed before its first event is a failed try (``upstream_failed``), as a whole
+    answer's reset is."""
+
+    class Empty(Scripted):
+        async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+            self.calls += 1
+            return
+            yield  # pragma: no cover
+
+    first, second = Empty("t0", "failed"), Scripted("t1", "ok")
+    route = Route("m", [first, second], [1e9, 1.0], resume=False)
+    request = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
+    attempt = dispatch.Attempt()
+    if streamed:
+        head, rest = await dispatch.open_stream(ModelTable({"m": route}), route, request, Call("r"), attempt)
+        await rest.aclose()  # type: ignore[attr-defined]
+        assert isinstance(head[0], Delta) and head[0].text == "t1"
+    else:
+        answer = await dispatch.complete(ModelTable({"m": route}), route, request, Call("r"), attempt)
+        assert answer.choices[0].text == "t1"
+    assert attempt.failed == [("t0", "upstream_failed")] and attempt.tries == 2

@@ -1,0 +1,398 @@
+"""The in-process fair queue (``gateway.limits.fairq``): WFQ order against SCFQ's fairness bound and
+strict priority (Hypothesis), shedding (bound, eviction order, deadline, Retry-After), a client gone
+while queued, the pool down, and the class a request may ask for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited
+from gateway.limits.fairq import GRANTED, LocalQueue, ModelQueue, QueueSettings, Slot, Ticket, Waiter
+from gateway.limits.fairq_policy import UNLEARNED, FairPolicy, FairQueues, Learner, fair_policy
+from gateway.runtime.config import ConfigError, parse_config
+from tests.support.clock import VirtualClock
+from tests.support.waiting import eventually, turn
+
+TEAMS = ("a", "b", "c")
+
+
+def ticket(team: str, rank: int = 0, weight: float = 1.0, deadline: float | None = None, rid: str = "") -> Ticket:
+    return Ticket(rid or team, team, team, ("interactive", "batch", "bulk")[rank], rank, weight, deadline)
+
+
+def up() -> None:
+    return None
+
+
+# --- the order --------------------------------------------------------------------------------------
+
+Op = tuple[str, str, int]  # ("arrive", team, class) or ("serve", "", 0)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("arrive"), st.sampled_from(TEAMS), st.integers(0, 1)),
+        st.tuples(st.just("serve"), st.just(""), st.just(0)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=ops, weights=st.tuples(*[st.integers(1, 4) for _ in TEAMS]))
+async def test_service_follows_strict_priority_and_the_wfq_fairness_bound(
+    ops: list[Op], weights: tuple[int, ...]
+) -> None:
+    """At each serve, the served class is the highest waiting; within a class, over any stretch where
+    two teams both stay backlogged, their service divided by weight differs by at most
+    1/w_i + 1/w_j (self-clocked fair queuing's bound); nobody is served twice or lost."""
+    weight = dict(zip(TEAMS, weights, strict=True))
+    queue = LocalQueue(capacity=1, max_waiting=10_000, classes=2)
+    assert queue.take()  # the one slot is busy: every arrival waits
+    waiters: list[Waiter] = []
+    waiting: list[Counter[str]] = [Counter(), Counter()]
+    served: list[Counter[str]] = [Counter(), Counter()]
+    since: dict[tuple[int, str, str], Counter[str]] = {}  # both backlogged since: service then
+    for kind, team, rank in ops:
+        if kind == "arrive":
+            waiters.append(queue.join(ticket(team, rank, weight[team])))
+            waiting[rank][team] += 1
+            continue
+        highest = next((r for r in (0, 1) if sum(waiting[r].values())), None)
+        queue.release()
+        now = [w for w in waiters if w.state == GRANTED]
+        if highest is None:
+            assert not now and queue.running == 0
+            assert queue.take()
+            continue
+        assert len(now) == 1 and queue.running == 1
+        who = now[0]
+        waiters.remove(who)
+        who.state = "served"
+        r, team_served = who.ticket.rank, who.ticket.team
+        assert r == highest, "a lower class was served while a higher one waited"
+        waiting[r][team_served] -= 1
+        served[r][team_served] += 1
+        check_bound(waiting, served, since, weight)
+    assert sum(sum(c.values()) for c in waiting) == queue.waiting
+
+
+def check_bound(
+    waiting: list[Counter[str]],
+    served: list[Counter[str]],
+    since: dict[tuple[int, str, str], Counter[str]],
+    weight: dict[str, int],
+) -> None:
+    for r in (0, 1):
+        for i in TEAMS:
+            for j in TEAMS:
+                if i >= j:
+                    continue
+                key = (r, i, j)
+                if not (waiting[r][i] and waiting[r][j]):
+                    since.pop(key, None)
+                    continue
+                base = since.setdefault(key, served[r].copy())
+                si, sj = served[r][i] - base[i], served[r][j] - base[j]
+                gap = abs(si / weight[i] - sj / weight[j])
+                assert gap <= 1 / weight[i] + 1 / weight[j] + 1e-9, (r, i, j, si, sj)
+
+
+async def test_backlogged_teams_share_by_weight() -> None:
+    queue = LocalQueue(capacity=1, max_waiting=10_000, classes=1)
+    assert queue.take()
+    waiters = [queue.join(ticket(t, 0, w)) for _ in range(300) for t, w in (("a", 3.0), ("b", 1.0))]
+    order = []
+    for _ in range(200):
+        queue.release()
+        order.append(next(w for w in waiters if w.state == GRANTED and w not in order))
+    share = Counter(w.ticket.team for w in order)
+    assert share["a"] == 150 and share["b"] == 50
+
+
+# --- the queue as requests see it --------------------------------------------------------------------
+
+
+def model_queue(capacity: int = 1, max_waiting: int = 4, timeout: float = 30.0) -> ModelQueue:
+    return ModelQueue("m", QueueSettings(capacity, max_waiting, timeout), classes=3)
+
+
+async def test_a_free_slot_is_taken_without_waiting_and_given_back_once() -> None:
+    q = model_queue(capacity=2)
+    one, two = await q.enter(ticket("a"), up), await q.enter(ticket("a"), up)
+    assert q.local.running == 2
+    one.release()
+    one.release()
+    assert q.local.running == 1
+    two.release()
+    assert q.local.running == 0
+
+
+async def test_a_freed_slot_goes_to_the_higher_class_then_by_turn(clock: VirtualClock) -> None:
+    q = model_queue(capacity=1, max_waiting=10)
+    held = await q.enter(ticket("a"), up)
+    order: list[str] = []
+
+    async def request(t: Ticket) -> None:
+        slot = await q.enter(t, up)
+        order.append(t.rid)
+        await clock.advance(1)
+        slot.release()
+
+    tasks = [asyncio.create_task(request(ticket("b", 1, rid=f"batch{i}"))) for i in range(2)]
+    await turn()
+    tasks.append(asyncio.create_task(request(ticket("c", 0, rid="interactive"))))
+    await turn()
+    held.release()
+    await asyncio.gather(*tasks)
+    assert order == ["interactive", "batch0", "batch1"]
+
+
+async def test_a_full_queue_evicts_the_newest_lowest_class_waiter_before_refusing_a_higher_one(
+    clock: VirtualClock,
+) -> None:
+    q = model_queue(capacity=1, max_waiting=3)
+    held = await q.enter(ticket("a"), up)
+    waits = {
+        rid: asyncio.create_task(q.enter(ticket(team, rank, rid=rid), up))
+        for rid, team, rank in (("b1", "b", 1), ("bulk1", "c", 2), ("bulk2", "c", 2))
+    }
+    await turn()
+    newcomer = asyncio.create_task(q.enter(ticket("a", 0, rid="i1"), up))
+    await turn()
+    with pytest.raises(RateLimited) as shed:
+        await waits["bulk2"]
+    assert shed.value.headers["X-Gateway-Queue"] == "shed-evicted"
+    assert shed.value.retry_after is not None and shed.value.retry_after >= 1
+    # full again, and nothing below the lowest class: the newcomer of that class is refused
+    with pytest.raises(RateLimited) as full:
+        await q.enter(ticket("c", 2, rid="bulk3"), up)
+    assert full.value.headers["X-Gateway-Queue"] == "shed-full"
+    assert not waits["bulk1"].done()
+    held.release()
+    slot = await newcomer  # the interactive one goes first
+    slot.release()
+    for rid in ("b1", "bulk1"):
+        (await waits[rid]).release()
+    assert q.local.running == 0 and q.local.waiting == 0
+    assert q.gauges.shed == {("bulk", "c", "evicted"): 1, ("bulk", "c", "full"): 1}
+
+
+async def test_a_wait_past_its_deadline_is_shed_with_retry_after_from_the_drain_rate(clock: VirtualClock) -> None:
+    q = model_queue(capacity=2, max_waiting=10, timeout=5.0)
+    for _ in range(4):  # slots held 4 s each: the queue drains 2 / 4 s
+        slot = await q.enter(ticket("a"), up)
+        await clock.advance(4)
+        slot.release()
+    for _ in range(100):
+        q.drain.held(4.0)
+    held = [await q.enter(ticket("a"), up) for _ in range(2)]
+    ahead = [asyncio.create_task(q.enter(ticket("a", rid=f"w{i}"), up)) for i in range(3)]
+    await turn()
+    began = clock.now
+    with pytest.raises(RateLimited) as shed:
+        await q.enter(ticket("b", deadline=clock.now + 2.0), up)  # its own deadline is sooner than 5 s
+    assert clock.now - began == pytest.approx(2.0, abs=0.01)
+    assert shed.value.headers["X-Gateway-Queue"] == "shed-timeout"
+    assert shed.value.retry_after == 8.0  # 3 ahead + itself, at 2 slots per 4 s
+    for task in ahead:
+        with pytest.raises(RateLimited):
+            await task  # the queue's own timeout
+    for slot in held:
+        slot.release()
+    assert q.local.running == 0 and q.local.waiting == 0
+
+
+async def test_a_client_gone_while_queued_leaves_at_once_and_leaks_no_slot(clock: VirtualClock) -> None:
+    q = model_queue(capacity=1, max_waiting=10)
+    held = await q.enter(ticket("a"), up)
+    gone = asyncio.create_task(q.enter(ticket("b"), up))
+    after = asyncio.create_task(q.enter(ticket("c"), up))
+    await turn()
+    assert q.local.waiting == 2
+    gone.cancel()
+    await eventually(lambda: q.local.waiting == 1, "the cancelled waiter out of the queue")
+    held.release()
+    (await after).release()
+    assert q.local.running == 0
+
+
+async def test_a_client_gone_as_its_slot_was_granted_gives_the_slot_to_the_next() -> None:
+    q = model_queue(capacity=1, max_waiting=10)
+    held = await q.enter(ticket("a"), up)
+    gone = asyncio.create_task(q.enter(ticket("b"), up))
+    after = asyncio.create_task(q.enter(ticket("c"), up))
+    await turn()
+    held.release()  # granted to "b" ...
+    gone.cancel()  # ... whose client went before its task ran again
+    (outcome,) = await asyncio.gather(gone, return_exceptions=True)
+    if isinstance(outcome, Slot):  # asyncio let the grant win the race: its holder gives it back
+        outcome.release()
+    else:
+        assert isinstance(outcome, asyncio.CancelledError)
+    (await after).release()
+    assert q.local.running == 0 and q.local.waiting == 0
+
+
+async def test_the_pool_down_is_its_503_at_arrival_and_at_the_end_of_a_wait(clock: VirtualClock) -> None:
+    q = model_queue(capacity=1, max_waiting=10, timeout=1.0)
+    held = await q.enter(ticket("a"), up)
+    state = {"down": False}
+
+    def down() -> NoHealthyTarget | None:
+        return NoHealthyTarget("every target is cooling down") if state["down"] else None
+
+    waiting = asyncio.create_task(q.enter(ticket("b"), down))
+    await turn()
+    state["down"] = True
+    with pytest.raises(NoHealthyTarget):
+        await waiting
+    with pytest.raises(NoHealthyTarget):
+        await q.enter(ticket("b"), down)
+    held.release()
+    assert q.gauges.shed == {("interactive", "b", "down"): 2}
+
+
+# --- classes ------------------------------------------------------------------------------------------
+
+
+def policy() -> FairPolicy:
+    return fair_policy(
+        parse_config(
+            {
+                "teams": [
+                    {
+                        "id": "t",
+                        "priority": "batch",
+                        "keys": [{"id": "vip", "sha256": "0" * 64, "priority": "interactive"}],
+                    },
+                    {"id": "u", "weight": 3},
+                ],
+                "models": [{"name": "m", "targets": [{"provider": "mock"}], "queue": {"capacity": 4}}],
+            }
+        )
+    )
+
+
+def test_a_header_lowers_the_class_and_never_raises_it() -> None:
+    p = policy()
+    assert p.rank("t", "other-key", None) == 1  # the team's default
+    assert p.rank("t", "vip", None) == 0  # the key's own
+    assert p.rank("t", "vip", "batch") == 1  # lowered
+    assert p.rank("t", "other-key", "interactive") == 1  # not raised past the key's own
+    assert p.rank("u", "k", None) == 0  # the first class by default
+    assert p.ticket("r", "u", "k", None, None).weight == 3.0
+    assert p.ticket("r", "issued-at-run-time", "k", None, None).label == "other"
+
+
+def test_an_unknown_class_is_a_400_naming_the_header() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        policy().rank("t", "k", "urgent")
+    assert err.value.param == "X-Gateway-Priority"
+    assert "urgent" in err.value.message and "interactive, batch" in err.value.message
+
+
+def test_the_config_refuses_a_class_it_does_not_list() -> None:
+    with pytest.raises(ConfigError, match=r"teams\[0\].priority: unknown class 'urgent'"):
+        parse_config({"teams": [{"id": "t", "priority": "urgent"}]})
+    with pytest.raises(ConfigError, match="capacity"):
+        parse_config({"models": [{"name": "m", "targets": [{"provider": "mock"}], "queue": {"capacity": 0}}]})
+
+
+# --- capacity: auto ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    running: float = 0.0
+    waiting: float = 0.0
+    scraped_at: float = 10.0
+
+
+def test_auto_capacity_is_what_the_replicas_ran_when_they_began_to_queue() -> None:
+    learner = Learner()
+    a, b = Replica(running=3), Replica(running=5)
+    assert learner.learn("m", [a, b], fresh_since=0.0) is None  # nobody has queued: no limit yet
+    a.running, a.waiting = 4, 2  # a's batch is full at 4
+    assert learner.learn("m", [a, b], 0.0) == 9  # 4 + the most b ran (5)
+    b.running, b.waiting = 6, 1
+    assert learner.learn("m", [a, b], 0.0) == 10
+    a.running, a.waiting = 2, 3  # KV cache pressure: a now queues at 2
+    assert learner.learn("m", [a, b], 0.0) == 8
+    a.scraped_at, a.running, a.waiting = -1.0, 50, 0  # stale gauges teach nothing
+    assert learner.learn("m", [a, b], 0.0) == 8
+
+
+def test_a_learned_capacity_applies_to_an_auto_queue_only() -> None:
+    config = parse_config(
+        {
+            "models": [
+                {"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}},
+                {"name": "fixed", "targets": [{"provider": "mock"}], "queue": {"capacity": 3}},
+            ],
+            "limits": {"replicas": 2},
+        }
+    )
+    fair = FairQueues(fair_policy(config))
+    assert fair.queues["auto"].settings.capacity == UNLEARNED
+    fair.learned("auto", 7, 2)
+    fair.learned("fixed", 7, 2)
+    assert (fair.queues["auto"].settings.capacity, fair.queues["auto"].settings.share) == (7, 4)
+    assert fair.queues["auto"].local.capacity == 7
+    assert fair.queues["fixed"].settings.capacity == 3
+
+
+def test_a_reload_keeps_what_an_auto_queue_learned() -> None:
+    data = {
+        "models": [{"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}}],
+        "limits": {"replicas": 2},
+    }
+    fair = FairQueues(fair_policy(parse_config(data)))
+    fair.learned("auto", 7, 2)
+    data["models"][0]["queue"]["timeout"] = 5  # type: ignore[index]
+    fair.configure(fair_policy(parse_config(data)))
+    settings = fair.queues["auto"].settings
+    assert (settings.capacity, settings.share, settings.timeout) == (7, 4, 5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["enter", "cancel", "release"]), st.integers(0, 9)), max_size=60),
+    capacity=st.integers(1, 3),
+)
+async def test_no_slot_is_leaked_or_doubled_whatever_clients_do(ops: list[tuple[str, int]], capacity: int) -> None:
+    """Requests enter, clients go while queued (or as their slot is granted), answers end: the
+    slots in use are always exactly those held, never above capacity, and every slot comes back."""
+    q = model_queue(capacity=capacity, max_waiting=100)
+    pending: list[asyncio.Task[Slot]] = []
+    held: list[Slot] = []
+    for op, pick in ops:
+        if op == "enter":
+            pending.append(asyncio.create_task(q.enter(ticket("abc"[pick % 3], pick % 2), up)))
+        elif op == "cancel" and pending:
+            pending.pop(pick % len(pending)).cancel()
+        elif op == "release" and held:
+            held.pop(pick % len(held)).release()
+
+        def settled() -> bool:  # a slot granted reaches its request within a few turns of the loop
+            granted = sum(1 for t in pending if t.done() and not t.cancelled())
+            return q.local.running == len(held) + granted
+
+        await eventually(settled, "the slots in use are those held")
+        for task in [t for t in pending if t.done()]:
+            pending.remove(task)
+            if not task.cancelled():
+                held.append(task.result())
+        assert q.local.running == len(held) <= capacity
+    for task in pending:
+        task.cancel()
+    for outcome in await asyncio.gather(*pending, return_exceptions=True):
+        if isinstance(outcome, Slot):
+            held.append(outcome)
+    for slot in held:
+        slot.release()
+    await eventually(lambda: q.local.running == 0 and q.local.waiting == 0, "every slot back, nobody waiting")
