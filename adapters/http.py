@@ -54,6 +54,9 @@ PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 # What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
 NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
+# native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
+# a stream that may resume takes the chat path, which returns the output's token ids
+CHAT_PATHS = frozenset({"anthropic"})
 DEFAULT_BUDGET = Server().max_buffered_bytes
 
 
@@ -195,8 +198,12 @@ class HTTPUpstream(Identity[Target]):
         raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
     def wire_for(self, req: InternalRequest) -> Wire:
-        """The wire ``req`` goes out in: the native one for a client's own body, while served."""
+        """The wire ``req`` goes out in: the native one for a client's own body, while served. Not for
+        a Messages stream that may resume: vLLM's /v1/messages is its chat path without the output's
+        token ids, and only a continuation from the ids is the unbroken answer token for token."""
         if req.native is None or req.native_dialect is None:
+            return self.wire
+        if req.resumable and req.native_dialect in CHAT_PATHS:
             return self.wire
         return self.native.get(req.native_dialect, self.wire)
 
@@ -370,6 +377,7 @@ class HTTPUpstream(Identity[Target]):
             else:
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()
+                call.progress.usage = decoder.usage  # what a stream cut short is settled by, if any
 
     async def _next_read(self, watch: StreamWatch, read: Callable[[], Awaitable[bytes]], call: Call) -> bytes:
         """The body's next read (``b""`` at its end), bounded by the stream's idle timeout."""

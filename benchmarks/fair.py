@@ -21,6 +21,7 @@ arrivals per team, alternating between the two gateways. Scenarios:
 
 Requests due in the first ``--warmup`` seconds are left out of the figures (the queue fills). Writes
 ``benchmarks/results/fair.json`` and ``fair.md`` (``--name`` for another stem).
+``python -m benchmarks.fair --combine NAME A.json B.json`` renders runs of one mode each side by side.
 """
 
 from __future__ import annotations
@@ -359,7 +360,9 @@ def render(report: dict[str, Any]) -> str:
         res = report["modes"][mode]
         idle = res["scenarios"].get("idle", {}).get("teams", {}).get("quiet", {}).get("ttft_p99_s")
         bound = res.get("verdicts", {}).get("bound_s")
-        bounds.append(f"{mode}: idle p99 {fmt_s(idle)} + turnover {m['turnover_ms']:.0f} ms = {fmt_s(bound)}")
+        own = res.get("meta", m)  # a combined report: each run's own calibration
+        turnover = f"turnover {own['turnover_ms']:.0f} ms (service {own['service_ms']:.0f} ms / {own['capacity']})"
+        bounds.append(f"{mode}: idle p99 {fmt_s(idle)} + {turnover} = {fmt_s(bound)}")
     lines += ["", "Bounds: " + "; ".join(bounds) + ".", ""]
     return "\n".join(lines)
 
@@ -400,7 +403,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def combine(files: list[Path], out: Path, name: str) -> int:
+    """One table from runs of one mode each (``--modes without``, then ``--modes with`` once the feature
+    landed), side by side; each run keeps its own commit, pool calibration and bound."""
+    runs = [json.loads(f.read_text()) for f in files]
+    report: dict[str, Any] = {"modes": {}, "mode_order": [], "scenario_order": runs[0]["scenario_order"]}
+    for r in runs:
+        for mode in r["mode_order"]:
+            report["modes"][mode] = r["modes"][mode] | {"meta": r["meta"]}
+            report["mode_order"].append(mode)
+    report["meta"] = runs[-1]["meta"] | {
+        "note": runs[-1]["meta"]["note"]
+        + " Combined from separate runs: "
+        + "; ".join(f"`{r['meta']['command']}` at git {r['meta']['git']}, {r['meta']['date']}" for r in runs)
+        + "."
+    }
+    write_report(out, name, report, render(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    given = argv if argv is not None else sys.argv[1:]
+    if given[:1] == ["--combine"] and len(given) >= 3:
+        return combine([Path(f) for f in given[2:]], RESULTS, given[1])
     args = parse_args(argv)
     background = background_load()
     report: dict[str, Any] = {"modes": {}, "mode_order": args.mode_list, "scenario_order": args.scenario_list}

@@ -237,12 +237,16 @@ class ReplicaPool(Identity[Target]):
         return events
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A prompt's token ids from the first healthy replica that tokenizes it."""
+        """A prompt's token ids from the first replica that tokenizes it: the healthy ones first, then
+        those only a health scrape marked down (a busy engine's /health can be slow to answer, and
+        without the ids a continuation is from text, not token for token); never one cooling off
+        after a failure (it may be the one that just broke)."""
         err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica tokenizes")
         now = time.monotonic()
-        for state, member in zip(self.states, self.members, strict=True):
+        pairs = sorted(zip(self.states, self.members, strict=True), key=lambda pair: not pair[0].healthy)
+        for state, member in pairs:
             tokenize = getattr(member, "prompt_ids", None)
-            if tokenize is None or not state.healthy or state.cool_until > now:
+            if tokenize is None or state.cool_until > now:
                 continue
             try:
                 ids: list[int] = await tokenize(request, call)

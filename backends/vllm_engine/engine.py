@@ -217,4 +217,5 @@ class VLLMEngine(Identity[Target]):
                     batch = []
             yield Batch([*batch, UsageReport(reader.usage())], Then.END)  # the answer ends in the same send
         finally:
+            call.progress.usage = reader.usage()  # exact as of the last output: a cut stream's settlement
             await outputs.aclose()

@@ -34,6 +34,7 @@ class FairPolicy:
     lease_ttl: float = 30.0  # ``limits.lease_ttl``: a slot's lease in Redis, renewed every third of it
     closed: bool = False  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
     retry_seconds: float = 1.0  # ``redis.retry_seconds``: how long a failure keeps Redis out
+    replicas: int = 1  # ``limits.replicas``: the gateways whose shares make the capacity while Redis is out
 
     def rank(self, team: str, key_id: str, asked: str | None) -> int:
         """The request's class: its key's default, lowered by ``asked``, never raised by it."""
@@ -71,6 +72,7 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
         config.limits.lease_ttl,
         config.redis is not None and config.redis.on_failure.get("concurrency") == "closed",
         config.redis.retry_seconds if config.redis is not None else 1.0,
+        replicas,
     )
 
 
@@ -131,6 +133,10 @@ class FairQueues:
             if queue is None or len(queue.local.counts) != len(policy.classes):  # other classes: a fresh order
                 queue = self.build(model, settings)
             else:
+                if settings.auto and queue.settings.auto:  # what was learned stays until learned again
+                    slots = queue.settings.capacity
+                    share = math.ceil(slots / policy.replicas)
+                    settings = QueueSettings(slots, settings.max_waiting, settings.timeout, share, True)
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues

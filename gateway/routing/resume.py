@@ -163,6 +163,9 @@ def continuation(
     """The request that continues ``request`` after ``progress`` on a target that continues ``how``
     (``CONTINUERS``): the sampling carried, the lengths shrunk by what was sent; ``prompt_ids``: the
     prompt's tokens, when the output's ids are known."""
+    # the gateway's own request, never the client's body as it came: sent natively, that body would
+    # start the answer over without the part already sent (a prefill, the ids, the partial message)
+    request = dataclasses.replace(request, native=None, native_dialect=None)
     sent = progress.sent
     s = request.sampling
     max_tokens = s.max_tokens
@@ -318,8 +321,10 @@ class Resumer:
             return None
         try:
             return tuple(await tokenize(req, self.call))
-        except GatewayError:
-            return None  # the text continues it then
+        except GatewayError as exc:  # the text continues it then: not always token for token
+            what = "no prompt ids from %s (%s): continuing from text"
+            throttled.warning(f"prompt-ids:{upstream.name}", what, upstream.name, exc.code)
+            return None
 
 
 async def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Batches:

@@ -262,6 +262,7 @@ async def call(ex: Exchange) -> web.StreamResponse:
         resume=resume.wanted(headers.get(resume.HEADER)),
     )
     if ireq.stream:
+        log.progress = call.progress
         opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
         log.observe(opened[0].events)
         return await relay(ex, opened)

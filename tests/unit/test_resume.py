@@ -9,6 +9,7 @@ import pytest
 
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Token, Usage, UsageReport
+from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.routing import resume
 
 
@@ -83,6 +84,25 @@ def test_a_chat_continues_its_partial_message() -> None:
     assert prefill.messages[-1] == ChatMessage("assistant", " a b") and prefill.extra_body is None
     with pytest.raises(Exception, match="whitespace"):
         resume.continuation(CHAT, sent((" a ", ())), None, "prefill")
+
+
+@pytest.mark.parametrize(
+    ("request_", "ids", "how"),
+    [(COMPLETION, (1, 2), "vllm"), (COMPLETION, None, "vllm"), (CHAT, None, "vllm"), (CHAT, None, "prefill")],
+    ids=["completion-ids", "completion-text", "chat-text", "prefill"],
+)
+def test_a_continuation_never_carries_the_clients_own_body(
+    request_: InternalRequest, ids: tuple[int, ...] | None, how: str
+) -> None:
+    """Sent natively (an Anthropic client's body to an Anthropic target, or to vLLM's /v1/messages),
+    the client's body would start the answer over, without what was already sent."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "say"}], "max_tokens": 10}
+    progress = sent(("a", (5,)), (" b", (6,))) if ids else sent(("a", ()), (" b", ()))
+    cont = resume.continuation(_with(request_, native=body), progress, ids, how)
+    assert cont.native is None
+    if how == "prefill":
+        encoded = ANTHROPIC_WIRE.encode(cont, "m")
+        assert encoded["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "a b"}]}
 
 
 def test_a_vllm_completion_without_max_tokens_keeps_vllm_s_default_in_all() -> None:
