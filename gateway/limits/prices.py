@@ -33,8 +33,7 @@ class Rate:
 
     @classmethod
     def of(cls, price: Price) -> Rate:
-        cached = price.cached_input if price.cached_input is not None else price.input
-        return cls(price.input, cached, price.output, price.cache_write, price.embedding)
+        return cls(price.input, price.read, price.output, price.cache_write, price.embedding)
 
     def for_embeddings(self) -> Rate:
         """The rate an embeddings request is charged: every input token at the embedding price (no

@@ -45,10 +45,8 @@ def team_lines(team: Team, currency: str) -> list[str]:
 def _price(price: Price | None, currency: str) -> str:
     if price is None:
         return "unpriced (spend not counted)"
-    cached = price.cached_input if price.cached_input is not None else price.input
-    write = price.cache_write if price.cache_write is not None else price.input
     return (
-        f"input {price.input}, cached input {cached}, cache write {write}, output {price.output} "
+        f"input {price.input}, cache read {price.read}, cache write {price.write}, output {price.output} "
         f"{currency} per 1M tokens{'' if price.target else ' (the model price)'}"
     )
 

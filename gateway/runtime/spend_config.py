@@ -23,17 +23,36 @@ class _Model(BaseModel):
 
 class Price(_Model):
     """What one model costs on one target (or on any target of it, with no ``target``), per million
-    tokens: prompt tokens, the prompt tokens the upstream served from its cache (``cached_input``) and
+    tokens: prompt tokens, the prompt tokens the upstream served from its cache (``cache_read``, once
+    ``cached_input``) and
     those it wrote to its cache (``cache_write``), completion tokens; and the input tokens of an embeddings
     request (``embedding``: an embedding model's own rate, which has no output tokens)."""
 
     model: str  # the public model name, as under ``models``
     target: str | None = None  # a target's name (``provider:model`` unless it names itself)
     input: Annotated[Decimal, Field(ge=0)]
-    cached_input: Annotated[Decimal, Field(ge=0)] | None = None  # cache reads; default: the input price
+    cache_read: Annotated[Decimal, Field(ge=0)] | None = None  # prompt-cache reads; default: the input price
+    cached_input: Annotated[Decimal, Field(ge=0)] | None = None  # cache_read's earlier name, still taken
     cache_write: Annotated[Decimal, Field(ge=0)] | None = None  # prompt-cache writes (Anthropic's); default: input
     output: Annotated[Decimal, Field(ge=0)]
     embedding: Annotated[Decimal, Field(ge=0)] | None = None  # embeddings' input tokens; default: input
+
+    @model_validator(mode="after")
+    def _one_read_price(self) -> Price:
+        if self.cache_read is not None and self.cached_input is not None:
+            raise ValueError("give 'cache_read' or its earlier name 'cached_input', not both")
+        return self
+
+    @property
+    def read(self) -> Decimal:
+        """The price of a prompt token read from the upstream's cache."""
+        given = self.cache_read if self.cache_read is not None else self.cached_input
+        return self.input if given is None else given
+
+    @property
+    def write(self) -> Decimal:
+        """The price of a prompt token written to the upstream's cache."""
+        return self.input if self.cache_write is None else self.cache_write
 
 
 class SpendSettings(_Model):

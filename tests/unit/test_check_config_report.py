@@ -65,6 +65,6 @@ def test_each_targets_price_is_the_one_the_price_table_charges() -> None:
             if rate is None:
                 assert line.endswith("unpriced (spend not counted)"), line
             else:
-                assert f"input {rate.input}, cached input {rate.cached_input}," in line, line
+                assert f"input {rate.input}, cache read {rate.cached_input}," in line, line
                 assert f"output {rate.output} EUR per 1M tokens" in line, line
     assert next(lines, None) is None

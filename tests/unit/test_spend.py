@@ -220,3 +220,18 @@ def test_the_reservation_of_an_embeddings_request_uses_the_dearest_embedding_rat
     limits = layout("t", "k", LimitValues(), LimitValues(), tuple(budget))
     plan = planned("t", "k", limits, request, "lease", worst)
     assert 0 < plan.cost_estimate == plan.prompt_estimate * 3
+
+
+def test_cache_reads_and_writes_have_their_own_prices() -> None:
+    """``cache_read`` and ``cache_write`` each price their own tokens; ``cached_input`` is cache_read's
+    earlier name, and giving both is refused by name."""
+    price = Price(
+        model="c", input=Decimal(3), cache_read=Decimal("0.3"), cache_write=Decimal("3.75"), output=Decimal(15)
+    )
+    rate = Rate.of(price)
+    # 1000 prompt tokens: 600 read from the cache, 300 written to it, 100 fresh; 10 completion tokens
+    assert rate.cost(1000, 600, 10, written=300) == 100 * 3 + 600 * Decimal("0.3") + 300 * Decimal("3.75") + 150
+    assert Rate.of(Price(model="c", input=Decimal(3), cached_input=Decimal(1), output=Decimal(0))).cost(4, 4, 0) == 4
+    assert Rate.of(Price(model="c", input=Decimal(3), output=Decimal(0))).cost(4, 2, 0, written=2) == 12
+    with pytest.raises(ValueError, match="'cache_read' or its earlier name 'cached_input'"):
+        Price(model="c", input=Decimal(3), cache_read=Decimal(1), cached_input=Decimal(1), output=Decimal(0))
