@@ -9,7 +9,7 @@ also the metric label and log field for its targets. A new vendor is a new ``Wir
 from __future__ import annotations
 
 from adapters.http import HTTPUpstream
-from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE, VLLM_MESSAGES_WIRE
+from gateway.dialects.anthropic.egress import ANTHROPIC_TRANSLATED_WIRE, ANTHROPIC_WIRE, VLLM_MESSAGES_WIRE
 from gateway.dialects.base import Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
@@ -35,8 +35,27 @@ NATIVE: dict[str, dict[str, Wire]] = {
 }
 
 
+# The same providers with ``passthrough: false``: every body translated (nothing only the vendor's own
+# path takes is sent; it is refused by name instead).
+TRANSLATED: dict[str, Wire] = {"anthropic": ANTHROPIC_TRANSLATED_WIRE}
+
+
+def wire_for(target: Target) -> Wire:
+    """The target's wire: its provider's, or with ``passthrough: false`` the translating one."""
+    return (
+        PROVIDERS[target.provider]
+        if target.passthrough
+        else TRANSLATED.get(target.provider, PROVIDERS[target.provider])
+    )
+
+
+def native_for(target: Target) -> dict[str, Wire] | None:
+    """The target's own paths for a client's body as it came; none with ``passthrough: false``."""
+    return NATIVE.get(target.provider) if target.passthrough else None
+
+
 def build(target: Target, public_model: str) -> HTTPUpstream:
-    return HTTPUpstream(target, public_model, PROVIDERS[target.provider], native=NATIVE.get(target.provider))
+    return HTTPUpstream(target, public_model, wire_for(target), native=native_for(target))
 
 
-__all__ = ["NATIVE", "PROVIDERS", "HTTPUpstream", "build"]
+__all__ = ["NATIVE", "PROVIDERS", "HTTPUpstream", "build", "native_for", "wire_for"]

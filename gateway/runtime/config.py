@@ -144,6 +144,9 @@ class Target(_Model):
     drop_unsupported: tuple[str, ...] = ()  # features that may be dropped (counted, logged)
     adapters: dict[str, str] = {}  # adapter / peft / deployment id → upstream model name
     name: str | None = None  # target id for logs and metrics; defaults to provider:model
+    # a client's own body (an Anthropic client's to ``anthropic`` or ``vllm``, a Responses client's to
+    # ``openai`` or ``vllm``) goes to the target's own path for it as it came; false: always translated
+    passthrough: bool = True
 
     @field_validator("base_url")
     @classmethod

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import NATIVE, PROVIDERS, HTTPUpstream
+from adapters import PROVIDERS, HTTPUpstream, native_for, wire_for
 from backends import ENGINE_EXTRAS, ENGINES
 from backends.pool.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
@@ -101,19 +101,19 @@ def build_upstream(
             return ENGINES[target.provider](target, public)
         except ImportError as exc:
             raise ConfigError(f"provider {target.provider!r} needs an optional extra: {exc}") from None
-    wire = PROVIDERS[target.provider]
+    wire = wire_for(target)
     secret = secrets.for_target(target) if secrets is not None else None
     if target.replicas:
         return ReplicaPool(
             target,
             public,
             wire,
-            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, NATIVE.get(t.provider)),
+            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, native_for(t)),
             ReplicaGaugeSet(),
             redis,
             routing.pool if routing is not None else None,
         )
-    return HTTPUpstream(target, public, wire, budget, secret, NATIVE.get(target.provider))
+    return HTTPUpstream(target, public, wire, budget, secret, native_for(target))
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:

@@ -251,3 +251,25 @@ async def test_sdk_accumulates_relayed_thinking(
     assert redacted == KNOWN_BLOCKS[1]
     assert text["text"] == "!" and len(text["citations"]) == 2  # the block's own, then the delta's
     assert m.bodies[-1]["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+
+
+async def test_passthrough_false_translates(
+    gateway: GatewayFactory, mirror: tuple[Mirror, TestServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target's ``passthrough: false``: an Anthropic client's body is translated like any dialect's
+    (the answer rebuilt from what the gateway models), and what only pass-through carries is refused."""
+    m, server = mirror
+    monkeypatch.setenv("X_KEY", "up-key")
+    gw = await gateway(config([{"name": "claude", "targets": [mirror_target(server) | {"passthrough": False}]}]))
+    m.answer = message([{"type": "text", "text": "hi"}], {"x_extra": 1})
+    body = {"model": "claude", "max_tokens": 16, "system": "be brief", "messages": [{"role": "user", "content": "q"}]}
+    status, raw = await asyncio.to_thread(exchange, gw.url, body)
+    assert status == 200, raw
+    got = json.loads(raw)
+    assert got["content"] == [{"type": "text", "text": "hi"}] and "x_extra" not in got
+    assert m.bodies[-1]["system"] == "be brief" and m.bodies[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "q"}]}
+    ]
+    status, raw = await asyncio.to_thread(exchange, gw.url, body | {"x_new": 1})
+    assert status == 400 and "x_new (not modelled" in json.loads(raw)["error"]["message"], raw
+    assert len(m.bodies) == 1

@@ -152,8 +152,8 @@ def tool(t: JSON, i: int) -> dict[str, JSON]:
     return out
 
 
-def encode(req: InternalRequest, model: str) -> dict[str, JSON]:
-    if req.native is not None and req.native_dialect == "anthropic":  # an Anthropic client's own body, as it came
+def encode(req: InternalRequest, model: str, passthrough: bool = True) -> dict[str, JSON]:
+    if passthrough and req.native is not None and native(req):  # an Anthropic client's own body, as it came
         return {**req.native, "model": model}
     s = req.sampling
     for name in UNSERVED_SAMPLING:
@@ -347,6 +347,7 @@ class AnthropicWire:
     # A vLLM replica's /v1/messages: its base URL ends in /v1 (OpenAI's convention), and it takes the
     # key as ``Authorization: Bearer``.
     bearer: bool = False
+    passthrough: bool = True  # false (a target's ``passthrough: false``): an Anthropic client's body translated
 
     def path(self, operation: Operation) -> str:
         return "/messages" if self.bearer else "/v1/messages"
@@ -360,15 +361,17 @@ class AnthropicWire:
         return headers
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
-        return encode(request, model)
+        return encode(request, model, self.passthrough)
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
-        return decode(data, native(request))
+        return decode(data, self.passthrough and native(request))
 
     def reader(self, request: InternalRequest) -> EventReader:
-        return EventReader(native(request))
+        return EventReader(self.passthrough and native(request))
 
 
 ANTHROPIC_WIRE = AnthropicWire()
+# ``passthrough: false``: what only Anthropic's own wire carries is refused by name, not sent
+ANTHROPIC_TRANSLATED_WIRE = AnthropicWire(FEATURES - {F.ANTHROPIC_NATIVE}, passthrough=False)
 # An Anthropic client's own body to a vLLM replica that serves /v1/messages (vLLM 0.32 does).
 VLLM_MESSAGES_WIRE = AnthropicWire(bearer=True)
