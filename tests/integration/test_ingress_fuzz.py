@@ -285,7 +285,10 @@ async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
     server = await upstream("openai")
     async with scripted_upstream() as embedder:  # an embedding model's upstream
         embedding = {"name": "e", "kind": "embedding", "targets": [scripted_target(embedder)]}
-        models = [{"name": "m", "targets": [target(server, "vllm")]}, {"name": "o", "targets": [target(server, "openai")]}]
+        models = [
+            {"name": "m", "targets": [target(server, "vllm")]},
+            {"name": "o", "targets": [target(server, "openai")]},
+        ]
         yield await gateway(config([*models, embedding]))
 
 
