@@ -28,7 +28,7 @@ from backends.pool.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.pool_report import NO_REPORT, PoolReport
 from gateway.core.request import InternalRequest
-from gateway.core.response import Completion, StreamEvent
+from gateway.core.response import Batch, Completion, StreamEvent
 from gateway.core.upstream import Call, Identity, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
@@ -281,7 +281,7 @@ class ReplicaPool(Identity[Target]):
             return completion
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         lease = f"{self._lease_id}:{next(self._serial)}"
         try:
             async with contextlib.aclosing(self._stream(request, call, lease)) as batches:
@@ -290,9 +290,7 @@ class ReplicaPool(Identity[Target]):
         finally:
             self.index.release(lease)
 
-    async def _stream(
-        self, request: InternalRequest, call: Call, lease: str
-    ) -> AsyncGenerator[list[StreamEvent], None]:
+    async def _stream(self, request: InternalRequest, call: Call, lease: str) -> AsyncGenerator[Batch, None]:
         order, hashes = await self.router.order(request, call.session, time.monotonic(), lease)
         for attempt, i in enumerate(order):
             state = self.states[i]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Token, Usage, UsageReport
 from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.routing import resume
 
@@ -30,7 +30,7 @@ VLLM, OPENAI, ANTHROPIC = Target("vllm"), Target("openai"), Target("anthropic")
 
 
 def sent(*pieces: tuple[str, tuple[int, ...]]) -> resume.Progress:
-    return resume.read_back([[Delta(0, text, ids) for text, ids in pieces]], None, COMPLETION, None)
+    return resume.read_back([Batch([Delta(0, text, ids) for text, ids in pieces])], None, COMPLETION, None)
 
 
 def test_who_may_resume() -> None:
@@ -111,9 +111,9 @@ def test_a_vllm_completion_without_max_tokens_keeps_vllm_s_default_in_all() -> N
 
 
 def test_tool_calls_or_a_finish_are_seen() -> None:
-    tools = resume.read_back([[Delta(0, "", (), tool_calls=({"id": "x"},))]], None, CHAT, None)
+    tools = resume.read_back([Batch([Delta(0, "", (), tool_calls=({"id": "x"},))])], None, CHAT, None)
     assert tools.stuck is not None
-    done = resume.read_back([[Delta(0, " a", (5,)), Finish(0, "stop")]], None, CHAT, None)
+    done = resume.read_back([Batch([Delta(0, " a", (5,)), Finish(0, "stop")])], None, CHAT, None)
     assert done.finished
 
 
@@ -137,6 +137,8 @@ def test_relayed_chunks_are_read_back_by_their_target() -> None:
         assert relayed == [b"data: x\n\n"]
         return [Delta(0, " r", (9,))]
 
-    progress = resume.read_back([[b"data: x\n\n", Delta(0, " d", (3,))]], replay, COMPLETION, sent((" a", (5,))))
+    progress = resume.read_back(
+        [Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])], replay, COMPLETION, sent((" a", (5,)))
+    )
     assert (progress.text, progress.token_ids, progress.sent) == (" a r d", [5, 9, 3], 3)
-    assert resume.read_back([[b"data: x\n\n"]], None, COMPLETION, None).stuck is not None
+    assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None
