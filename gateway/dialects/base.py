@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import Completion, Frame, StreamEvent
+from gateway.core.response import Completion, Frame, StreamEvent, Usage
 
 JSON = Any
 
@@ -53,6 +53,11 @@ class ChunkReader(Protocol):
     @property
     def finished(self) -> bool:
         """At least one choice reported its end: a stream that stops after this is complete."""
+        ...
+
+    @property
+    def usage(self) -> Usage | None:
+        """The usage the upstream reported so far (the last report wins); None before any."""
         ...
 
     def relay(self, data: bytes) -> Frame | None:

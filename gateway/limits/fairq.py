@@ -10,9 +10,11 @@ virtual time is the tag last served. A freed slot goes to the head of the queue,
 while anyone waits.
 
 Shedding: a wait past the request's deadline or the queue's ``timeout`` is refused (429 with a
-``Retry-After`` from the queue's drain rate); a full queue evicts its newest waiter of the lowest
-class below the newcomer's, else refuses the newcomer; while every target of the model cools down,
-its 503. A waiter cancelled (its client gone) leaves at once, giving back a slot granted meanwhile.
+``Retry-After`` from the queue's drain rate); a full queue evicts the last in line of the lowest
+class below the newcomer's, else the last in line of its own class when that one's team is further
+over its share than the newcomer's (its tag is later), else refuses the newcomer; while every target
+of the model cools down, its 503. A waiter cancelled (its client gone) leaves at once, giving back a
+slot granted meanwhile.
 
 This module is the in-process queue: the whole of it without Redis, and each gateway's share while
 Redis is out. ``gateway.limits.fairq_shared`` keeps the same order in Redis for every gateway.
@@ -70,10 +72,18 @@ class Tags:
         self.virtual: dict[int, float] = {}
         self.last: dict[tuple[int, str], float] = {}
 
+    def next(self, rank: int, team: str, weight: float) -> float:
+        """The finish tag ``team``'s next request of class ``rank`` would get."""
+        return max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0)) + 1.0 / weight
+
     def tag(self, rank: int, team: str, weight: float) -> float:
-        start = max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0))
-        finish = self.last[rank, team] = start + 1.0 / weight
+        finish = self.last[rank, team] = self.next(rank, team, weight)
         return finish
+
+    def unwind(self, rank: int, team: str, tag: float, weight: float) -> None:
+        """An evicted request is not charged to its team: its last tag goes back one request."""
+        if self.last.get((rank, team)) == tag:
+            self.last[rank, team] = tag - 1.0 / weight
 
     def served(self, rank: int, tag: float) -> None:
         if tag > self.virtual.get(rank, 0.0):
@@ -120,13 +130,14 @@ class LocalQueue:
         return False
 
     def join(self, ticket: Ticket) -> Waiter:
-        """Queued in order; past the bound the newest waiter of the lowest class below it goes
-        (told ``EVICTED``), or ``QueueFull``."""
+        """Queued in order; past the bound ``victim`` goes (told ``EVICTED``), or ``QueueFull``."""
         if self.waiting >= self.max_waiting:
-            victim = self.newest_below(ticket.rank)
+            victim = self.victim(ticket)
             if victim is None:
                 raise QueueFull
             self._drop(victim, EVICTED)
+            t = victim.ticket
+            self.tags.unwind(t.rank, t.team, victim.tag, t.weight)
             victim.fut.set_result(None)
         self.seq += 1
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -174,12 +185,22 @@ class LocalQueue:
                 return waiter
         return None
 
-    def newest_below(self, rank: int) -> Waiter | None:
-        for lower in range(len(self.heaps) - 1, rank, -1):
-            live = [w for _, _, w in self.heaps[lower] if w.state == WAITING]
-            if live:
-                return max(live, key=lambda w: w.seq)
+    def victim(self, ticket: Ticket) -> Waiter | None:
+        """Who makes room in a full queue: the last in line of the lowest class below the newcomer's;
+        else the last in line of its own class, when that one's tag is behind the newcomer's (its team
+        is over its share: a quiet team's request is never refused to keep a noisy team's)."""
+        for lower in range(len(self.heaps) - 1, ticket.rank, -1):
+            last = self.last_in_line(lower)
+            if last is not None:
+                return last
+        last = self.last_in_line(ticket.rank)
+        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team, ticket.weight):
+            return last
         return None
+
+    def last_in_line(self, rank: int) -> Waiter | None:
+        live = [(tag, seq, w) for tag, seq, w in self.heaps[rank] if w.state == WAITING]
+        return max(live, key=lambda e: (e[0], e[1]))[2] if live else None
 
     def ahead(self, rank: int) -> int:
         """Waiting requests that go before a newcomer of class ``rank``."""

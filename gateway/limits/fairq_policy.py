@@ -3,7 +3,7 @@
 
 A request's class is its key's default (its team's, else the first class); the ``X-Gateway-Priority``
 header may lower it, never raise it: a higher class named there is held to the key's own. A class the
-config does not list is the client's mistake, a 400 naming the header.
+config does not list, or the header given twice, is the client's mistake, a 400 naming the header.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class FairPolicy:
     lease_ttl: float = 30.0  # ``limits.lease_ttl``: a slot's lease in Redis, renewed every third of it
     closed: bool = False  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
     retry_seconds: float = 1.0  # ``redis.retry_seconds``: how long a failure keeps Redis out
+    replicas: int = 1  # ``limits.replicas``: the gateways whose shares make the capacity while Redis is out
 
     def rank(self, team: str, key_id: str, asked: str | None) -> int:
         """The request's class: its key's default, lowered by ``asked``, never raised by it."""
@@ -48,6 +49,15 @@ class FairPolicy:
                 f"{PRIORITY_HEADER}: unknown class {asked[:64]!r} (known: {known})", param=PRIORITY_HEADER
             ) from None
         return max(own, wanted)
+
+    @staticmethod
+    def asked(values: list[str]) -> str | None:
+        """The class the header names: none, or its one value. Given twice it is a list (HTTP reads a
+        repeated field as the values joined by commas), which no class is: the client's mistake."""
+        if len(values) > 1:
+            message = f"{PRIORITY_HEADER}: given {len(values)} times; name one class"
+            raise InvalidRequest(message, param=PRIORITY_HEADER)
+        return values[0] if values else None
 
     def ticket(self, rid: str, team: str, key_id: str, asked: str | None, deadline: float | None) -> Ticket:
         rank = self.rank(team, key_id, asked)
@@ -71,6 +81,7 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
         config.limits.lease_ttl,
         config.redis is not None and config.redis.on_failure.get("concurrency") == "closed",
         config.redis.retry_seconds if config.redis is not None else 1.0,
+        replicas,
     )
 
 
@@ -131,6 +142,10 @@ class FairQueues:
             if queue is None or len(queue.local.counts) != len(policy.classes):  # other classes: a fresh order
                 queue = self.build(model, settings)
             else:
+                if settings.auto and queue.settings.auto:  # what was learned stays until learned again
+                    slots = queue.settings.capacity
+                    share = math.ceil(slots / policy.replicas)
+                    settings = QueueSettings(slots, settings.max_waiting, settings.timeout, share, True)
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues

@@ -50,14 +50,15 @@ local op, cap, bound, lease, chan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = string.format('%d', now + lease)
-local run, alive = KEYS[1], KEYS[2]
-local n = (#KEYS - 2) / 2
+local run, alive, who = KEYS[1], KEYS[2], KEYS[#KEYS]
+local n = (#KEYS - 3) / 2
 local function wait(r) return KEYS[3 + r] end
 local function tags(r) return KEYS[3 + n + r] end
 
 local function drop_waiter(id)
   for r = 0, n - 1 do redis.call('ZREM', wait(r), id) end
   redis.call('ZREM', alive, id)
+  redis.call('HDEL', who, id)
 end
 
 local function waiting()
@@ -83,6 +84,7 @@ local function tidy_and_promote()
     end
     if head == nil then break end
     redis.call('ZREM', alive, head)
+    redis.call('HDEL', who, head)
     redis.call('ZADD', run, expiry, head)
     promoted[#promoted + 1] = head
   end
@@ -122,22 +124,36 @@ if queued == 0 and redis.call('ZCARD', run) < cap then
   redis.call('ZADD', run, expiry, id)
   return {1}
 end
-if queued >= bound then
-  local victim = nil
-  for r = n - 1, rank + 1, -1 do
-    local last = redis.call('ZRANGE', wait(r), -1, -1)
-    if #last > 0 then victim = last[1] break end
-  end
-  if victim == nil then return {-1} end
-  drop_waiter(victim)
-  redis.call('PUBLISH', chan, 'evicted:' .. victim)
-end
 local team, weight = ARGV[8], tonumber(ARGV[9])
 local v = tonumber(redis.call('HGET', tags(rank), '~v') or '0')
 local last = tonumber(redis.call('HGET', tags(rank), team) or '0')
 -- every digit of the tag, as the Python twin sums it (a Lua number passed to Redis keeps 14)
 local tag = string.format('%.17g', math.max(v, last) + 1 / weight)
-redis.call('HSET', tags(rank), team, tag)
+if queued >= bound then
+  -- the last in line of the lowest class below; else of its own class, if behind the newcomer
+  local victim, vtag, vr = nil, nil, nil
+  for r = n - 1, rank, -1 do
+    local tail = redis.call('ZRANGE', wait(r), -1, -1, 'WITHSCORES')
+    if #tail > 0 and (r > rank or tonumber(tail[2]) > tonumber(tag)) then
+      victim, vtag, vr = tail[1], tail[2], r
+      break
+    end
+  end
+  if victim == nil then return {-1} end
+  -- not charged to its team: that team's last tag goes back one request
+  local vteam = redis.call('HGET', who, victim)
+  if vteam then
+    local vw = tonumber(redis.call('HGET', tags(vr), 'w:' .. vteam) or '0')
+    local vlast = tonumber(redis.call('HGET', tags(vr), vteam) or '-1')
+    if vw > 0 and vlast == tonumber(vtag) then
+      redis.call('HSET', tags(vr), vteam, string.format('%.17g', vlast - 1 / vw))
+    end
+  end
+  drop_waiter(victim)
+  redis.call('PUBLISH', chan, 'evicted:' .. victim)
+end
+redis.call('HSET', tags(rank), team, tag, 'w:' .. team, ARGV[9])
+redis.call('HSET', who, id, team)
 redis.call('ZADD', wait(rank), tag, id)
 redis.call('ZADD', alive, expiry, id)
 tidy_and_promote()
@@ -150,9 +166,8 @@ GRANTED, WAITING, FULL, GONE = 1, 0, -1, -2
 
 def keys(model: str, classes: int) -> list[str]:
     base = f"gw:fq:{{{model}}}"
-    return [f"{base}:run", f"{base}:alive", *(f"{base}:wait:{r}" for r in range(classes))] + [
-        f"{base}:tag:{r}" for r in range(classes)
-    ]
+    waits = [f"{base}:wait:{r}" for r in range(classes)]
+    return [f"{base}:run", f"{base}:alive", *waits, *(f"{base}:tag:{r}" for r in range(classes)), f"{base}:who"]
 
 
 def channel(model: str) -> str:
@@ -278,6 +293,9 @@ class SharedQueue(ModelQueue):
         except FAILURES as exc:
             self.failed(exc)
             return await self.outage(ticket, down)
+        except asyncio.CancelledError:  # its client went mid-call: whatever the call took goes back
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
+            raise
         if answer[0] == GRANTED:
             return self.granted(ticket)
         if answer[0] == FULL:

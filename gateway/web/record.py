@@ -16,7 +16,8 @@ import logging
 import time
 
 from gateway.core.errors import GatewayError
-from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
+from gateway.core.response import Completion, Delta, Frame, StreamEvent, Token, UsageReport
+from gateway.core.upstream import StreamProgress
 from gateway.limits.budget_rules import money
 from gateway.limits.plan import Plan
 from gateway.obs import logs
@@ -72,6 +73,7 @@ class RequestLog:
         "model",
         "model_label",
         "principal",
+        "progress",
         "prompt_tokens",
         "rid",
         "started",
@@ -112,6 +114,7 @@ class RequestLog:
         self.cache_write_tokens: int | None = None  # of the prompt tokens, written to its prompt cache
         self.cost: int | None = None  # millionths of the currency, when priced (``Admission.release``)
         self.budget_exceeded: str | None = None  # the soft budget gone past: "team" or "key"
+        self.progress: StreamProgress | None = None  # a stream's usage as its upstream last reported it
 
     def first_byte(self) -> None:
         self.ttfb = time.perf_counter() - self.started
@@ -128,7 +131,7 @@ class RequestLog:
         now = 0.0
         for event in events:
             chunks = 1
-            if type(event) is bytes:  # a Token: one relayed chunk
+            if type(event) is Token:  # one relayed chunk
                 tokens = 1
             elif isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
                 # not looked into: one token per chunk, as a delta without ids
@@ -170,10 +173,17 @@ class RequestLog:
             self.cache_write_tokens = completion.usage.cache_write_tokens
 
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
-        """Tokens to settle: the upstream's own count; for a stream cut short (client gone, upstream
-        broke off) the tokens streamed so far and the prompt's estimate."""
+        """Tokens to settle: the upstream's own count. For a stream cut short (client gone, upstream
+        broke off): the upstream's count as of the last chunk read where it reported one as it went
+        (its prompt's real count, and at least the tokens streamed); else the prompt's estimate (an
+        upper bound) and the tokens streamed (chunks, or token ids where chunks carry them)."""
         if self.completion_tokens is not None or not self.streamed:
             return self.prompt_tokens, self.completion_tokens
+        seen = self.progress.usage if self.progress is not None else None
+        if seen is not None and seen.prompt_tokens:
+            if self.cached_tokens is None:
+                self.cached_tokens, self.cache_write_tokens = seen.cached_tokens, seen.cache_write_tokens
+            return seen.prompt_tokens, max(seen.completion_tokens, self.streamed)
         return plan.prompt_estimate, self.streamed
 
     def failed(self, err: GatewayError) -> None:
@@ -363,6 +373,7 @@ class InFlight:
 
     def busy(self) -> bool:
         """Other requests are in flight. A split read's first events then wait for the rest of their
-        read (``SplitBatch``), to go in one send: under load every send costs CPU that other requests
-        wait for, while a lone request's first token goes out at once (docs/performance.md)."""
+        read (``Then.REST``, ``gateway.web.relay``), to go in one send: under load every send costs
+        CPU that other requests wait for, while a lone request's first token goes out at once
+        (docs/performance.md)."""
         return len(self.tasks) > 1  # the tasks serving requests, counted once, not summed over dialects

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gateway.runtime.config import hash_key
+from gateway.runtime.config import hash_key, parse_config
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import BY_NAME, INGRESSES, Ingress
+from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, Ingress
 from tests.support import eventually
 
 HOLD = "[[fault:hang_before=60]]"  # holds its slot until its client goes
@@ -123,5 +123,26 @@ async def test_auto_capacity_is_learned_from_the_replicas_gauges(gateway: Gatewa
     await eventually(lambda: fair.local.running == 1, "the one slot held")
     waiter = asyncio.create_task(gw.send(BY_NAME["openai"], "m", "after", False))
     await eventually(lambda: fair.local.waiting == 1, "the next request waiting in the gateway")
+    holder.cancel()
+    assert (await waiter).status == 200
+
+
+async def test_the_header_never_raises_a_request_above_its_keys_class(gateway: GatewayFactory, upstream: Any) -> None:
+    server = await upstream("openai")
+    queue = {"capacity": 1, "max_waiting": 4, "timeout": 60}
+    cfg = parse_config(
+        {
+            "models": [{"name": "m", "targets": [target(server, "openai")], "queue": queue}],
+            "teams": [{"id": "team1", "priority": "batch", "keys": [{"id": "k1", "sha256": hash_key(KEY)}]}],
+        }
+    )
+    gw = await gateway(cfg)
+    holder = asyncio.create_task(gw.send(BY_NAME["openai"], "m", HOLD, False))
+    await eventually(lambda: server.active == 1, "the slot held")
+    raised = with_header(BY_NAME["openai"], "X-Gateway-Priority", "interactive")
+    waiter = asyncio.create_task(gw.send(raised, "m", "asks for more", False))
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    await eventually(lambda: fair.local.waiting == 1, "the request queued")
+    assert fair.local.counts == [0, 1]  # in the key's own class, batch, not the one it asked for
     holder.cancel()
     assert (await waiter).status == 200

@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.limits.fairq import GRANTED, LocalQueue, QueueSettings, Ticket
+from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
 from gateway.limits.fairq_shared import FULL, GONE, Listener, Shared, SharedQueue, keys
 from gateway.limits.fairq_shared import GRANTED as SLOT
 from gateway.web.state import GATEWAY
@@ -51,41 +51,78 @@ def queued(server: Any, redis_url: str, capacity: int, **extra: Any) -> Any:
 
 # --- the script and its Python twin -------------------------------------------------------------------
 
-arrivals = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), min_size=1, max_size=30)
+steps = st.lists(
+    st.one_of(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), st.just(("serve", 0))), min_size=1, max_size=40
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arrivals=arrivals, weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)))
-async def test_the_script_serves_in_the_order_of_its_python_twin(
-    redis_server: RedisServer, arrivals: list[tuple[str, int]], weights: tuple[int, int, int]
+@given(
+    steps=steps,
+    weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+    bound=st.integers(1, 6),
+)
+async def test_the_script_serves_and_sheds_as_its_python_twin(
+    redis_server: RedisServer, steps: list[tuple[str, int]], weights: tuple[int, int, int], bound: int
 ) -> None:
+    """Arrivals and services replayed on the script and on the in-process queue, one slot, a small
+    bound: the same refusals, the same evictions, the same order of service."""
     weight = dict(zip("abc", weights, strict=True))
     client = aioredis.Redis.from_url(redis_server.url)
-    model = uuid.uuid4().hex
-    shared = Shared(client, model, 2, 30_000)
-    # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival (real ids are random)
-    tickets = [Ticket(f"r{i:04d}", t, t, "", r, float(weight[t])) for i, (t, r) in enumerate(arrivals)]
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    twin = LocalQueue(1, bound, 2)
+    assert twin.take()
+    waiters: list[Waiter] = []
     try:
-        assert (await shared.call("enter", 1, 100, "holder", 0, "x", "1.0")) == [1]
-        for t in tickets:
-            assert (await shared.enter(t, 1, 100))[0] == 0
-        redis_order, last = [], "holder"
-        for _ in tickets:
-            await shared.leave(last, 0, 1, 100)
-            (last,) = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
-            redis_order.append(last)
+        assert (await shared.call("enter", 1, bound, "holder", 0, "x", "1.0")) == [1]
+        holding = "holder"
+        for i, (team, rank) in enumerate(steps):
+            if team == "serve":
+                await shared.leave(holding, 0, 1, bound)
+                ran = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
+                twin.release()
+                served = [w for w in waiters if w.state == GRANTED]
+                assert ran == [w.ticket.rid for w in served]  # the same next request, or none
+                for w in served:
+                    w.state = "served"
+                if not ran:
+                    assert twin.take()
+                    await shared.call("enter", 1, bound, f"holder{i}", 0, "x", "1.0")
+                    ran = [f"holder{i}"]
+                holding = ran[0]
+                continue
+            # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival
+            ticket = Ticket(f"r{i:04d}", team, team, "", rank, float(weight[team]))
+            answer = await shared.enter(ticket, 1, bound)
+            try:
+                waiters.append(twin.join(ticket))
+            except QueueFull:
+                assert answer == [FULL]
+                continue
+            assert answer[0] == 0
+            evicted = {w.ticket.rid for w in waiters if w.state == EVICTED}
+            in_redis = {m.decode() for r in (2, 3) for m in await client.zrange(shared.keys[r], 0, -1)}
+            assert in_redis == {w.ticket.rid for w in waiters if w.state == WAITING}, evicted
     finally:
         await client.aclose()
-    twin = LocalQueue(1, 100, 2)
-    assert twin.take()
-    waiters = [twin.join(t) for t in tickets]
-    twin_order = []
-    for _ in tickets:
-        twin.release()
-        (w,) = [w for w in waiters if w.state == GRANTED]
-        w.state = "served"
-        twin_order.append(w.ticket.rid)
-    assert redis_order == twin_order
+
+
+async def test_a_full_queue_makes_room_for_a_quiet_team_from_the_team_over_its_share(
+    redis_server: RedisServer,
+) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    try:
+        assert (await shared.call("enter", 1, 4, "holder", 0, "x", "1.0")) == [1]
+        for i in range(4):
+            assert (await shared.enter(Ticket(f"noisy{i}", "noisy", "noisy", "", 0), 1, 4))[0] == 0
+        assert await shared.enter(Ticket("noisy4", "noisy", "noisy", "", 0), 1, 4) == [FULL]  # its own: refused
+        for i in range(2):  # the quiet team's are never refused: the noisy team's last in line goes
+            assert (await shared.enter(Ticket(f"quiet{i}", "quiet", "quiet", "", 0), 1, 4))[0] == 0
+        line = [m.decode() for m in await client.zrange(shared.keys[2], 0, -1)]
+        assert line == ["noisy0", "quiet0", "noisy1", "quiet1"]
+    finally:
+        await client.aclose()
 
 
 # --- gateways in front of one upstream ----------------------------------------------------------------
@@ -243,3 +280,30 @@ async def test_a_client_gone_while_queued_leaves_the_shared_queue(
 
 async def _zero(count: Any) -> bool:
     return await count == 0
+
+
+async def test_a_client_gone_during_the_enter_call_leaves_nothing_behind(redis_server: RedisServer) -> None:
+    """Cancelled while its script call is under way (the call may have taken a slot): the slot goes
+    back at once, not when its lease runs out."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    queue = SharedQueue("m", QueueSettings(1, 4), 2, shared, closed=False, retry_seconds=1.0)
+    called = asyncio.Event()
+    real = shared.call
+
+    async def call_then_hang(*args: Any) -> list[int]:
+        answer = await real(*args)  # the slot is taken in Redis ...
+        called.set()
+        await asyncio.Event().wait()  # ... and the answer never reaches the request
+        return answer
+
+    shared.call = call_then_hang  # type: ignore[method-assign]
+    try:
+        entering = asyncio.create_task(queue.enter(Ticket("gone", "a", "a", "interactive", 0), lambda: None))
+        await called.wait()
+        assert await client.zcard(shared.keys[0]) == 1
+        shared.call = real  # type: ignore[method-assign]
+        entering.cancel()
+        await eventually(lambda: _zero(client.zcard(shared.keys[0])), "the slot given back")
+    finally:
+        await client.aclose()

@@ -195,6 +195,51 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
 
 
+@pytest.mark.parametrize("decoded", [True, False])
+async def test_a_cut_stream_is_settled_by_the_upstreams_own_count_where_it_reports_one(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer, decoded: bool
+) -> None:
+    """A vLLM target streaming chunks the gateway decodes (here: logprobs asked) is asked for usage on
+    every chunk, so a stream its client cuts is settled by vLLM's count as of the last chunk read:
+    the prompt's real tokens, not its estimate. Relayed chunks (no logprobs) are not (they would all
+    have to be decoded): the fallback settles the prompt's estimate and the chunks streamed."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"][0]["provider"] = "vllm"
+    gw = await gateway(parse_config(data))
+    prompt, fields = "alpha beta gamma [[fault:slow=0.3]]", {"logprobs": 1} if decoded else {}
+    whole = await gw.send(OPENAI, "m", prompt, False, max_tokens=50, **fields)
+    assert whole.status == 200
+    real = whole.usage["prompt_tokens"]  # the upstream's count of this prompt
+    path, headers, body = OPENAI.request("m", prompt, True, max_tokens=50, **fields)
+    received = 0
+    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        async for line in resp.content:
+            received += line.startswith(b"data: {")
+            if received == 3:
+                break  # the client hangs up mid-stream
+    await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
+    asked = server.requests[-1].body["stream_options"]
+    assert asked.get("continuous_usage_stats", False) is decoded
+    usage = await settled(redis_server.url, team, 2)
+    prompt_tokens, completion = (
+        usage["prompt_tokens"] - real,
+        usage["completion_tokens"] - whole.usage["completion_tokens"],
+    )
+    if decoded:
+        assert prompt_tokens == real  # vLLM's count, as of the last chunk read
+    else:
+        assert prompt_tokens > real  # the estimate: an upper bound
+    assert 2 <= completion < whole.usage["completion_tokens"]  # at least what was streamed; cut short
+    assert (
+        usage["spend"]
+        == cost(usage["prompt_tokens"], usage["completion_tokens"])
+        == await budget_spent(redis_server.url, team)
+    )
+
+
 @pytest.fixture
 async def processes(gateways: Gateways) -> Any:
     """The old launcher's face over ``gateways``, while other tests use it: ``await processes(cfg)`` is
@@ -486,12 +531,17 @@ async def test_a_budget_is_charged_exactly_what_answers_cost(
         return bool(rows) and rows[0]["spend_micros"] == micros
 
     await eventually(lambda: reported_is(sum(costs)), "the report equal to the costs (settled after the answers)")
-    async with gw.session.get(gw.url + "/status", headers=admin) as resp:
-        page = await resp.text()
     spent_row = (
         f"<td>{team}</td><td>0.050000 EUR</td><td>per 3600 s rolling</td><td>hard</td><td>0.{sum(costs):06d} EUR"
     )
-    assert spent_row in page, page  # the failed request's worst case went back too
+
+    async def shown() -> bool:
+        async with gw.session.get(gw.url + "/status", headers=admin) as resp:
+            return spent_row in await resp.text()
+
+    # the failed request's worst case goes back too, with its own settlement (it may come after the
+    # answered ones': settlements are batched)
+    await eventually(shown, "the status page's spend back at the answers' costs")
     refused = await gw.send(OPENAI, "m", "alpha beta", False, max_tokens=160)  # tokens: past the key's 200
     assert refused.status == 429 and "the key's budget of 200 tokens per week" in refused.body["error"]["message"]
 

@@ -4,6 +4,7 @@ trace context on to each upstream try, so an upstream that traces joins the same
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from collections.abc import AsyncIterator
@@ -20,14 +21,17 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from gateway.runtime.config import hash_key
+from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BEARER, KEY
 from tests.integration.test_responses import scripted_target, scripted_upstream
+from tests.support import eventually
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 SAMPLED = 0x01  # the trace-flags bit (W3C Trace Context); others, such as "random", may be set too
 PROMPT = "Tell nobody: the walrus recipe is pickled herring"
+HOLD = "[[fault:hang_before=60]]"  # holds its slot until its client goes
 TEAMS = [{"id": "team1", "keys": [{"id": "k1", "sha256": hash_key(KEY)}], "limits": {"concurrency": 4}}]
 
 
@@ -276,3 +280,26 @@ async def test_each_operation_is_named_by_the_genai_conventions(
     assert attrs(server).get("openai.api.type") == api
     (client,) = (s for s in got.spans if s.kind == Span.SPAN_KIND_CLIENT)
     assert client.name == f"{operation} up-model"
+
+
+async def test_a_queued_request_has_a_queue_span_with_its_wait_and_class(
+    gateway: GatewayFactory, upstream: Any, receiver: tuple[Receiver, str]
+) -> None:
+    got, endpoint = receiver
+    live = await upstream("openai")
+    model = {"name": "m", "targets": [target(live, "openai")], "queue": {"capacity": 1, "timeout": 60}}
+    gw = await gateway(config([model], tracing={"endpoint": endpoint}))
+    path, headers, body = "/v1/completions", {**BEARER, "X-Gateway-Priority": "batch"}, {"model": "m", "max_tokens": 2}
+    holder = asyncio.create_task(gw.session.post(gw.url + path, json={**body, "prompt": HOLD}, headers=BEARER))
+    await eventually(lambda: live.active == 1, "the slot held")
+    waiting = asyncio.create_task(gw.session.post(gw.url + path, json={**body, "prompt": "after"}, headers=headers))
+    fair = gw.server.app[GATEWAY].fair.queues["m"]
+    await eventually(lambda: fair.local.waiting == 1, "the second request queued")
+    holder.cancel()
+    async with await waiting as resp:
+        assert resp.status == 200
+    await gw.server.close()
+    queued = [s for s in got.spans if s.name == "gateway.queue"]
+    assert len(queued) == 2  # the holder's (no wait) and the waiter's
+    waited = max(queued, key=lambda s: attrs(s)["gateway.queue.wait_seconds"])
+    assert attrs(waited)["gateway.queue.class"] == "batch" and attrs(waited)["gateway.queue.wait_seconds"] > 0

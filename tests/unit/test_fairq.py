@@ -344,3 +344,55 @@ def test_a_learned_capacity_applies_to_an_auto_queue_only() -> None:
     assert (fair.queues["auto"].settings.capacity, fair.queues["auto"].settings.share) == (7, 4)
     assert fair.queues["auto"].local.capacity == 7
     assert fair.queues["fixed"].settings.capacity == 3
+
+
+def test_a_reload_keeps_what_an_auto_queue_learned() -> None:
+    data = {
+        "models": [{"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}}],
+        "limits": {"replicas": 2},
+    }
+    fair = FairQueues(fair_policy(parse_config(data)))
+    fair.learned("auto", 7, 2)
+    data["models"][0]["queue"]["timeout"] = 5  # type: ignore[index]
+    fair.configure(fair_policy(parse_config(data)))
+    settings = fair.queues["auto"].settings
+    assert (settings.capacity, settings.share, settings.timeout) == (7, 4, 5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["enter", "cancel", "release"]), st.integers(0, 9)), max_size=60),
+    capacity=st.integers(1, 3),
+)
+async def test_no_slot_is_leaked_or_doubled_whatever_clients_do(ops: list[tuple[str, int]], capacity: int) -> None:
+    """Requests enter, clients go while queued (or as their slot is granted), answers end: the
+    slots in use are always exactly those held, never above capacity, and every slot comes back."""
+    q = model_queue(capacity=capacity, max_waiting=100)
+    pending: list[asyncio.Task[Slot]] = []
+    held: list[Slot] = []
+    for op, pick in ops:
+        if op == "enter":
+            pending.append(asyncio.create_task(q.enter(ticket("abc"[pick % 3], pick % 2), up)))
+        elif op == "cancel" and pending:
+            pending.pop(pick % len(pending)).cancel()
+        elif op == "release" and held:
+            held.pop(pick % len(held)).release()
+
+        def settled() -> bool:  # a slot granted reaches its request within a few turns of the loop
+            granted = sum(1 for t in pending if t.done() and not t.cancelled())
+            return q.local.running == len(held) + granted
+
+        await eventually(settled, "the slots in use are those held")
+        for task in [t for t in pending if t.done()]:
+            pending.remove(task)
+            if not task.cancelled():
+                held.append(task.result())
+        assert q.local.running == len(held) <= capacity
+    for task in pending:
+        task.cancel()
+    for outcome in await asyncio.gather(*pending, return_exceptions=True):
+        if isinstance(outcome, Slot):
+            held.append(outcome)
+    for slot in held:
+        slot.release()
+    await eventually(lambda: q.local.running == 0 and q.local.waiting == 0, "every slot back, nobody waiting")

@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest
@@ -183,7 +183,7 @@ def test_the_end_token_forced_after_a_stop_sequence_is_neither_shown_nor_billed(
         assert streamed(ids, reason, stops, cuts) == (kept, len(kept)), cuts
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prefix=st.lists(st.integers(3, 6), max_size=6),
     stop=st.lists(st.integers(3, 6), min_size=2, max_size=3),

@@ -519,6 +519,11 @@ class OpenAIWire:
         if self.token_ids:
             vllm_ranges(request)
         body = encode(request, model, token_ids=self.token_ids)
+        if self.token_ids and request.stream and not self.relayed(request):
+            # vLLM's usage on every chunk: a stream the client cuts is settled by vLLM's own count
+            # (``StreamProgress``). Asked only where every chunk is decoded anyway: a relayed chunk
+            # carrying usage would have to be decoded too.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         total = request.sampling.max_total_tokens
         if total is not None and "max_tokens" not in body:
             # vLLM's completion default is 16 new tokens (null too); the total_length plugin ends
@@ -538,12 +543,16 @@ class OpenAIWire:
         stops = long_stops(s) if self.token_ids else ()
         return trim_forced_ends(completion, stops) if stops else completion
 
+    def relayed(self, request: InternalRequest) -> bool:
+        """The stream's plain chunks go to the client as they come (``ChunkDecoder.relay``)."""
+        return request.relay == STREAM_FORMAT and not (self.token_ids and long_stops(request.sampling))
+
     def reader(self, request: InternalRequest) -> ChunkDecoder:
-        relay, s = request.relay == STREAM_FORMAT, request.sampling
+        s = request.sampling
         echoed = s.logprobs is not None if s.prompt_logprobs is not None and self.token_ids else None
         stops = long_stops(s) if self.token_ids else ()
         ids = asks_token_ids(request, self.token_ids)
-        return ChunkDecoder(request.operation, relay and not stops, ids, echoed, stops if ids else ())
+        return ChunkDecoder(request.operation, self.relayed(request), ids, echoed, stops if ids else ())
 
 
 PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}

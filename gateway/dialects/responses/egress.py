@@ -158,6 +158,7 @@ class EventReader:
     __slots__ = ("finished", "provider", "started", "turn")
 
     relaying = False  # every event is read (``decode``): its name and JSON make its frame
+    usage: Usage | None = None  # a Responses stream reports its usage at its end only
 
     def __init__(self, turn: Turn, provider: str) -> None:
         self.turn, self.provider = turn, provider
