@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -38,7 +38,7 @@ from gateway.core.errors import (
     UpstreamRejected,
 )
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import Completion, LastBatch, SplitBatch, StreamEvent
+from gateway.core.response import Batch, Completion, StreamEvent, Then, Token
 from gateway.core.upstream import Call, Identity
 from gateway.dialects.base import ChunkReader, Wire
 from gateway.dialects.sse import Event, SSEParser
@@ -54,6 +54,9 @@ PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 # What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
 NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
+# native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
+# a stream that may resume takes the chat path, which returns the output's token ids
+CHAT_PATHS = frozenset({"anthropic"})
 DEFAULT_BUDGET = Server().max_buffered_bytes
 
 
@@ -99,7 +102,7 @@ def _split_first(chunk: bytes) -> tuple[bytes, bytes] | None:
 def _first_apart(chunk: bytes, decoder: ChunkReader) -> tuple[bytes, ...]:
     """A network read, split after the stream's first event when more follows. The first event is
     decoded on its own (the stream's identity), so the rest of the read can be relayed; and its batch,
-    a ``SplitBatch``, may go to the client (with the answer's head) without waiting for the work on
+    ``Then.REST``, may go to the client (with the answer's head) without waiting for the work on
     the rest of a read that may hold the whole answer: the first token reaches the client sooner, and
     the stream's end too (the client reads while the rest is relayed; docs/performance.md). A model's
     first read holds just its first event: no split."""
@@ -195,8 +198,12 @@ class HTTPUpstream(Identity[Target]):
         raise InvalidRequest(f"adapter {req.adapter!r} is not served by target '{self.name}'", param="model")
 
     def wire_for(self, req: InternalRequest) -> Wire:
-        """The wire ``req`` goes out in: the native one for a client's own body, while served."""
+        """The wire ``req`` goes out in: the native one for a client's own body, while served. Not for
+        a Messages stream that may resume: vLLM's /v1/messages is its chat path without the output's
+        token ids, and only a continuation from the ids is the unbroken answer token for token."""
         if req.native is None or req.native_dialect is None:
+            return self.wire
+        if req.resumable and req.native_dialect in CHAT_PATHS:
             return self.wire
         return self.native.get(req.native_dialect, self.wire)
 
@@ -326,7 +333,10 @@ class HTTPUpstream(Identity[Target]):
         except SHAPE_ERRORS as exc:
             raise malformed(self.name, exc) from None
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
+        """The answer's events, a batch per network read, read one of three ways: a token's event in
+        the last one's shape relayed as read (``Token``); a read of whole events relayed whole (one
+        ``Frame``); any other read parsed and decoded (``_batches``)."""
         first_byte = call.hop(self.target.timeouts.first_byte)
         self._wheel = wheel = on_loop(self._wheel)
         watch = StreamWatch(first_byte, self.target.timeouts.idle, call.remaining(), wheel)
@@ -337,62 +347,28 @@ class HTTPUpstream(Identity[Target]):
             raise call.timed_out(self.name, "no response headers in time") from None
         drain_whole(resp.content)
         watch.reading(resp.content)
-        parser = SSEParser()
-        decoder = wire.reader(request)
-        sentinel = wire.done_sentinel
+        parser, decoder = SSEParser(), wire.reader(request)
         relaying = decoder.relaying  # set for the stream: not asked again per read
-        clock, read, same_shape = watch.loop.time, resp.content.readany, decoder.same_shape
+        read, same_shape = resp.content.readany, decoder.same_shape
         fast = relaying  # and the parser holds nothing of an event: a read may be a token's whole event
         ended = False
         try:
             while True:
-                watch.since = clock()
-                try:
-                    chunk = await read()
-                except StreamIdle:
-                    raise call.timed_out(self.name, "stream idle for too long") from None
-                except aiohttp.ClientError as exc:
-                    raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
-                watch.since = None
-                if fast and same_shape(chunk):
-                    # A token's event in the last one's shape (a model server writes one per read):
-                    # relayed as read, checked in a few compares.
-                    yield [chunk]
+                chunk = await self._next_read(watch, read, call)
+                if fast and same_shape(chunk):  # a model server writes one event per read
+                    yield Batch([Token(chunk)])
                     continue
                 if relaying and chunk[-2:] == b"\n\n" and parser.idle:
-                    # Whole events, relayed whole (a model server's read is one token's event): no
-                    # splitting or batching. A read cut inside an event takes the general path.
-                    run = decoder.relay_run(chunk)
+                    run = decoder.relay_run(chunk)  # whole events: no splitting or batching
                     if run is not None and run[1] == len(chunk):
-                        yield [run[0]]
+                        yield Batch([run[0]])
                         continue
-                pieces = _first_apart(chunk, decoder)
-                for i, piece in enumerate(pieces):
-                    batch: list[StreamEvent] = []
-                    try:
-                        if piece:
-                            done = self._take(piece, parser, decoder, batch, sentinel)
-                        elif not (done := self._read(parser.close(), decoder, batch, sentinel)):
-                            if not decoder.finished or resp.content.exception() is not None:
-                                raise UpstreamFailed(f"target '{self.name}' ended the stream early")
-                            # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
-                            batch += decoder.finish()
-                            done = True
-                    except SHAPE_ERRORS as exc:
-                        if batch:  # what arrived before the failure still reaches the client
-                            yield batch
-                        raise malformed(self.name, exc) from None
-                    except GatewayError:
-                        if batch:
-                            yield batch
-                        raise
-                    if done:
-                        ended = True
-                        if batch:
-                            yield LastBatch(batch)
-                        return
-                    if batch:
-                        yield SplitBatch(batch) if i < len(pieces) - 1 else batch
+                for batch in self._batches(chunk, parser, decoder, resp, wire.done_sentinel):
+                    ended = batch.then is Then.END
+                    if batch.events:
+                        yield batch
+                if ended:
+                    return
                 fast = relaying and parser.idle
         finally:
             watch.cancel()
@@ -402,6 +378,49 @@ class HTTPUpstream(Identity[Target]):
                 # Closing (not releasing) drops the connection, which is how vLLM learns to abort.
                 resp.close()
                 call.progress.usage = decoder.usage  # what a stream cut short is settled by, if any
+
+    async def _next_read(self, watch: StreamWatch, read: Callable[[], Awaitable[bytes]], call: Call) -> bytes:
+        """The body's next read (``b""`` at its end), bounded by the stream's idle timeout."""
+        watch.since = watch.loop.time()
+        try:
+            chunk = await read()
+        except StreamIdle:
+            raise call.timed_out(self.name, "stream idle for too long") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
+        watch.since = None
+        return chunk
+
+    def _batches(
+        self, chunk: bytes, parser: SSEParser, decoder: ChunkReader, resp: aiohttp.ClientResponse, sentinel: bool
+    ) -> Iterator[Batch]:
+        """One read parsed and decoded (``b""``: the body's end): its batches, the last ``Then.END``
+        when the stream's end was seen. What arrived before a failure still comes, then the error."""
+        pieces = _first_apart(chunk, decoder)
+        for i, piece in enumerate(pieces):
+            batch: list[StreamEvent] = []
+            try:
+                if piece:
+                    done = self._take(piece, parser, decoder, batch, sentinel)
+                elif not (done := self._read(parser.close(), decoder, batch, sentinel)):
+                    if not decoder.finished or resp.content.exception() is not None:
+                        raise UpstreamFailed(f"target '{self.name}' ended the stream early")
+                    # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
+                    batch += decoder.finish()
+                    done = True
+            except SHAPE_ERRORS as exc:
+                if batch:
+                    yield Batch(batch)
+                raise malformed(self.name, exc) from None
+            except GatewayError:
+                if batch:
+                    yield Batch(batch)
+                raise
+            if done:
+                yield Batch(batch, Then.END)
+                return
+            if batch:
+                yield Batch(batch, Then.REST if i < len(pieces) - 1 else Then.MORE)
 
     def _take(
         self,

@@ -53,6 +53,7 @@ from tests.support.redis_servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+REDIS_FAILED = "shared queue: Redis failed"  # gateway/limits/fairq_shared.py's warning (throttled)
 TEAMS = ("quiet", "noisy", "heavy", "light", "interactive", "batch")
 
 
@@ -176,13 +177,15 @@ def wait_pool_idle(pool: PoolInfo, within: float = 120.0) -> None:
 # --- the gateways ------------------------------------------------------------------------------------
 
 
-def gateway_config(pool: PoolInfo, port: int, redis_url: str, mode: str, sc: Scenario) -> dict[str, Any]:
+def gateway_config(
+    pool: PoolInfo, port: int, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0
+) -> dict[str, Any]:
     target: dict[str, Any] = {"provider": "vllm", "base_url": pool.base + "/v1", "model": "tiny", "name": "pool"}
     target["timeouts"] = {"total": 300, "idle": 120}
     teams = [{"id": t, "keys": [{"id": f"k-{t}", "sha256": hash_key(key_of(t))}]} for t in TEAMS]
     config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port, "max_connections_per_client": 0},
-        "redis": {"url": redis_url},
+        "redis": {"url": redis_url} | ({"timeout_ms": timeout_ms} if timeout_ms else {}),
         "models": [{"name": "tiny", "targets": [target]}],
         "teams": teams,
     }
@@ -206,12 +209,14 @@ def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario) -> None:
             team["priority"] = sc.classes[team["id"]]
 
 
-def start_gateways(procs: Processes, tmp: Path, pool: PoolInfo, redis_url: str, mode: str, sc: Scenario) -> list[str]:
+def start_gateways(
+    procs: Processes, tmp: Path, pool: PoolInfo, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0
+) -> list[str]:
     urls = []
     for i in range(2):
         port = free_port()
         path = tmp / f"gateway{i}.yaml"
-        path.write_text(yaml.safe_dump(gateway_config(pool, port, redis_url, mode, sc)))
+        path.write_text(yaml.safe_dump(gateway_config(pool, port, redis_url, mode, sc, timeout_ms)))
         serve = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "1"]
         procs.start(f"gateway{i}-{mode}-{sc.name}", [*serve, "--log-format", "json"], env=dict(os.environ))
         procs.wait_http(f"gateway{i}-{mode}-{sc.name}", f"http://127.0.0.1:{port}/ready", timeout=60)
@@ -227,7 +232,7 @@ def run_scenario(
 ) -> tuple[dict[str, Any], list[fl.Outcome]]:
     wait_pool_idle(pool)
     redis.Redis.from_url(args.redis_url).flushall()
-    gateways = start_gateways(procs, tmp, pool, args.redis_url, mode, sc)
+    gateways = start_gateways(procs, tmp, pool, args.redis_url, mode, sc, args.redis_timeout_ms)
     reset_pool(pool)
     teams = [
         fl.Team(name, key_of(name), load * capacity_rps, seed=args.seed + TEAMS.index(name))
@@ -238,6 +243,8 @@ def run_scenario(
     outcomes = asyncio.run(fl.drive(teams, gateways, args.seconds, args.deadline, pool.max_tokens, pool.body))
     took = time.monotonic() - began
     stats = pool_stats(pool)
+    # each gateway's shared queue that fell back to its own share (a Redis call past redis.timeout_ms)
+    stats["redis_failures"] = sum(procs.count_lines(f"gateway{i}-{mode}-{sc.name}", REDIS_FAILED) for i in range(2))
     for i in range(2):
         procs.stop(f"gateway{i}-{mode}-{sc.name}")
     figures = team_figures(sc, outcomes, capacity_rps, args)
@@ -336,7 +343,8 @@ def render(report: dict[str, Any]) -> str:
             if r is None:
                 continue
             p = r["pool"]
-            peak = f"{p.get('peak_running', 'n/a')} / {p.get('peak_waiting', 'n/a')}" if p else "n/a"
+            peak = f"{p.get('peak_running', 'n/a')} / {p.get('peak_waiting', 'n/a')}" if "capacity" in p else "n/a"
+            peak += f" ({p['redis_failures']} Redis failures logged)" if p.get("redis_failures") else ""
             for team, t in r["teams"].items():
                 lines.append(
                     f"| {name} | {mode} | {team} | {t['offered_x']:g}x ({t['offered_rps']:g}/s) | {t['sent']} | "
@@ -385,6 +393,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=5.0, help="leading seconds left out of the figures (default 5)")
     p.add_argument("--deadline", type=float, default=20.0, help="the client gives a request up after this (s)")
     p.add_argument("--seed", type=int, default=41)
+    p.add_argument("--redis-timeout-ms", type=int, default=0, help="the gateways' redis.timeout_ms (default: theirs)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--name", default=None, help="results stem (default fair, or fair-vllm)")
     p.add_argument("--records", type=Path, help="write every request's outcome here (JSON lines)")

@@ -8,7 +8,10 @@ subject's process runs in user space (its threads too), not the kernel's work: s
 the instructions around them, so ratios here run higher than ratios of CPU time. Valgrind slows the
 subject about 50x: 1000 requests take about 40 s per subject.
 
-    python -m benchmarks.instructions [--dialects openai,friendli] [--stream] [--redis]
+    python -m benchmarks.instructions [--dialects openai,friendli] [--stream] [--redis] [--gap-ms 1]
+
+``--gap-ms`` paces the upstream's chunks (a stream's reads then carry one chunk each, as a model
+server's tokens come): with ``--stream``, instructions per stream of 64 relayed tokens.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the target's provider (vllm: streams may resume)",
     )
     p.add_argument("--resume", choices=("on", "off"), help="the model's mid-stream resume switch (default: unset)")
+    p.add_argument("--gap-ms", type=float, default=0.0, help="the fake upstream's delay between chunks")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=300)
     return p.parse_args(argv)
@@ -132,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         upstream = [PY, "-m", "tests.fakes.upstream", "--fast", "--port", str(up_port), "--chunks", str(CHUNKS)]
         if a.provider == "vllm":
             upstream.append("--vllm-chunks")
+        if a.gap_ms:
+            upstream += ["--gap-ms", str(a.gap_ms)]
         procs.start("upstream", upstream)
         procs.wait_http("upstream", f"http://127.0.0.1:{up_port}/health")
         redis_url = None

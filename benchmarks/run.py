@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from benchmarks import resume_cost
 from benchmarks.clients import CHUNKS, DIALECTS, KEY, OPENAI, TEAM, Dialect, pacing, preflight, run_async, ttft
 from benchmarks.machine import ensure_wrk, machine_meta
 from benchmarks.procs import (
@@ -456,6 +457,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="interleaved rounds for the CPU and streams/s ratios (default 5, --quick 2): more of them on a "
         "machine whose speed drifts",
     )
+    p.add_argument(
+        "--resume-only",
+        action="store_true",
+        help="only the mid-stream resume on/off comparison (benchmarks/resume_cost.py): resume.json and resume.md",
+    )
     p.add_argument("--out", type=Path, default=RESULTS, help="where latest.json and latest.md go")
     p.add_argument("--keep-logs", action="store_true", help="keep the temporary directory (config, process logs)")
     a = p.parse_args(argv)
@@ -472,12 +478,14 @@ def _terminate(signum: int, frame: Any) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    ensure_wrk()
+    if args.resume_only:
+        return resume_cost.run_alone(args)
     profile = QUICK if args.quick else FULL
     if args.rounds is not None:
         profile = dataclasses.replace(profile, rounds=args.rounds)
     soak_requests = profile.soak_requests if args.soak_requests is None else args.soak_requests
     signal.signal(signal.SIGTERM, _terminate)
-    ensure_wrk()
     cores = choose_cores(args.nice)
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # the runner too (it is the TTFT client)
@@ -492,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = Processes(tmp)
     results: list[dict[str, Any]] = []
     soak_result: dict[str, Any] = {}
+    resumed: dict[str, Any] = {}
     server_logs: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     try:
@@ -578,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
             }
             if with_redis:
                 procs.stop("redis")
+        if not args.no_gateway:  # resume on and off, in the same run (benchmarks/resume_cost.py)
+            resume_upstream, resume_subjects = resume_cost.start(procs, cores, tmp)
+            resumed = resume_cost.rounds(load, resume_upstream, resume_subjects, profile.rounds, profile.round_s)
     finally:
         procs.stop_all()
         if args.keep_logs:
@@ -616,9 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"meta": meta, "settings": settings, "results": results, "soak": soak_result}
     report["targets"] = evaluate(results, soak_result)
     report["notes"] = notes(meta, results, soak_result, settings)
+    report["resume"] = resumed
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    text = render(report)
+    text = render(report) + ("\n" + "\n".join(resume_cost.markdown(resumed)) + "\n" if resumed else "")
     (args.out / "latest.md").write_text(text)
     sys.stdout.write(text)
     log(f"done in {meta['duration_s']} s: {args.out / 'latest.md'}")

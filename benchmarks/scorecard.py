@@ -13,18 +13,23 @@ the way its client reads it and judged against an unbroken run of the same greed
 * hang: no end within ``--patience`` seconds.
 
 Run: ``.venv/bin/python -m benchmarks.scorecard`` (about a minute; in process, loopback only). It
-writes ``benchmarks/results/scorecard.{json,md}``. The real-vLLM rows (a replica SIGKILLed and one
-SIGSTOPped mid-stream) are ``tests/vllm/test_vllm_resume.py``.
+writes ``benchmarks/results/scorecard.{json,md}``. ``--vllm`` adds the real-vLLM rows: two ``vllm
+serve`` replicas of the tiny CPU model in one pool, a greedy 300-token stream per dialect whose replica
+is SIGKILLed, or SIGSTOPped past the idle deadline, at its 50th event (the rig
+of ``tests/vllm/test_vllm_resume.py``; about 10 more minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
+import signal
+import tempfile
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -35,25 +40,9 @@ from benchmarks.procs import ROOT
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.conftest import config, target
-from tests.integration.dialect_clients import INGRESSES, KEY, Ingress, frames
+from tests.integration.dialect_clients import STREAMING, Ingress, Reading, read_stream, read_whole
 
-
-@dataclass(frozen=True)
-class ChatIngress(Ingress):
-    """A chat client: OpenAI's chat completions, or Anthropic's Messages."""
-
-    def request(self, model: str, prompt: str, stream: bool, **fields: Any) -> tuple[str, dict[str, str], Any]:
-        body = {"model": model, "messages": [{"role": "user", "content": prompt}], **fields, "stream": stream}
-        if stream and self.name == "openai-chat":
-            body["stream_options"] = {"include_usage": True}
-        return self.path, {"Content-Type": "application/json", **self.headers}, body
-
-
-CLIENTS = [
-    *INGRESSES,
-    ChatIngress("openai-chat", "/v1/chat/completions", {"Authorization": f"Bearer {KEY}"}, {}),
-    ChatIngress("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, {}),
-]
+CLIENTS = STREAMING
 OUTCOMES = ("rescued exact", "rescued with gap", "clean error", "false ending", "hang")
 TIMEOUTS = {"connect": 1, "first_byte": 5, "idle": 0.5, "total": 30, "ttft": 0.5}
 PROMPT = "tell me a story"
@@ -81,58 +70,14 @@ SETUPS = {
     "alone": "no second target",
     "openai": "a second target of OpenAI's API, which cannot continue",
 }
-
-
-@dataclass
-class Reading:
-    """What a client made of an answer."""
-
-    complete: bool  # a normal finish, and the terminator where the dialect has one
-    error: bool
-    text: str
-    usage: Any
-
-
-def read_stream(ingress: Ingress, raw: bytes) -> Reading:
-    text, finish, error, done, usage = "", False, False, False, None
-    for data in frames(raw):
-        if data == "[DONE]":
-            done = True
-            continue
-        chunk = json.loads(data)
-        if "error" in chunk or chunk.get("object") == "error" or chunk.get("event") == "error":
-            error = True
-        kind = chunk.get("type")  # Anthropic's named events
-        if kind == "content_block_delta":
-            text += chunk["delta"].get("text") or ""
-        elif kind == "message_delta":
-            finish, usage = bool(chunk["delta"].get("stop_reason")), chunk.get("usage")
-        elif kind == "message_stop":
-            done = True
-        if chunk.get("event") == "token_sampled":
-            text += chunk["text"]
-        if chunk.get("event") == "complete":
-            finish = True
-            usage = chunk.get("usage")
-            continue
-        for c in chunk.get("choices") or ():
-            text += c.get("text") or (c.get("delta") or {}).get("content") or ""
-            finish = finish or bool(c.get("finish_reason"))
-        usage = chunk.get("usage") or usage
-    complete = finish and not error and (done or not ingress.done)
-    return Reading(complete, error, text, usage)
-
-
-def read_whole(status: int, raw: bytes) -> Reading:
-    if status != 200:
-        return Reading(False, True, "", None)
-    body = json.loads(raw)
-    if "content" in body:  # Anthropic's message
-        text = "".join(b.get("text") or "" for b in body["content"])
-        return Reading(bool(body.get("stop_reason")), False, text, body.get("usage"))
-    choice = body["choices"][0]
-    text = choice.get("text") or (choice.get("message") or {}).get("content") or ""
-    return Reading(bool(choice.get("finish_reason")), False, text, body.get("usage"))
+# the real-vLLM rows (``--vllm``): the signal its replica gets mid-stream
+VLLM_FAULTS = {
+    "replica SIGKILLed mid-stream (real vLLM)": signal.SIGKILL,
+    "replica SIGSTOPped mid-stream (real vLLM)": signal.SIGSTOP,
+}
+VLLM_SETUP = "replicas"
+VLLM_SETUP_SAYS = "two real vLLM replicas (CPU, tiny model) in one pool, 300 greedy tokens, the fault after 50"
+VLLM_PATIENCE = 180.0  # seconds: 300 tokens on a CPU engine, and a continuation after a 3 s stall
 
 
 def judge(got: Reading | None, want: Reading) -> str:
@@ -192,6 +137,36 @@ async def row(session: aiohttp.ClientSession, fault: Fault, setup: str, patience
             await f.close()
 
 
+async def vllm_rows(session: aiohttp.ClientSession, logs: Path) -> list[dict[str, Any]]:
+    """The real-vLLM rows: each dialect's unbroken answer, then the same with the replica signalled."""
+    from tests.vllm import resume_rig as rig
+    from tests.vllm import server
+
+    def start(log: Path, env: dict[str, str] | None) -> AbstractContextManager[server.VLLM]:
+        server.ensure_env()
+        return server.running_vllm(log, env=env)
+
+    rows, wants = [], {}
+    with rig.replica_pair(logs, start) as replicas:
+        for fault, sig in VLLM_FAULTS.items():
+            outcomes, resumed = {}, {}
+            for ingress in CLIENTS:
+                async with rig.gateway(replicas) as (url, breakers):
+                    if ingress.name not in wants:
+                        wants[ingress.name] = await rig.read(session, url, ingress)
+                    try:
+                        async with asyncio.timeout(VLLM_PATIENCE):
+                            got, came, n = await rig.broken(session, url, breakers, ingress, sig)
+                    except TimeoutError:
+                        got, came, n = None, True, 0
+                assert came, f"{ingress.name}: the answer ended before the fault"
+                outcomes[ingress.name], resumed[ingress.name] = judge(got, wants[ingress.name]), n
+            row = {"fault": fault, "marker": sig.name, "setup": VLLM_SETUP, "outcomes": outcomes, "resumes": resumed}
+            rows.append(row)
+            print(f"{fault:44} {dict(Counter(outcomes.values()))}", flush=True)
+    return rows
+
+
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     dialects = [i.name for i in CLIENTS]
     lines = [
@@ -206,7 +181,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['fault']} | {r['setup']} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + f" | {by} |")
     false_endings = sum(Counter(r["outcomes"].values())["false ending"] for r in rows)
     hangs = sum(Counter(r["outcomes"].values())["hang"] for r in rows)
-    setups = "; ".join(f"`{k}`: {v}" for k, v in SETUPS.items())
+    described = {**SETUPS, **({VLLM_SETUP: VLLM_SETUP_SAYS} if any(r["setup"] == VLLM_SETUP for r in rows) else {})}
+    setups = "; ".join(f"`{k}`: {v}" for k, v in described.items())
     lines += ["", f"False endings: {false_endings}; hangs: {hangs}. Setups: {setups}."]
     return "\n".join(lines) + "\n"
 
@@ -220,17 +196,26 @@ async def main(args: argparse.Namespace) -> None:
                 outcomes = await row(session, fault, setup, args.patience)
                 rows.append({"fault": fault.name, "marker": fault.marker, "setup": setup, "outcomes": outcomes})
                 print(f"{fault.name:28} {setup:7} {dict(Counter(outcomes.values()))}", flush=True)
-    meta = basic_meta("python -m benchmarks.scorecard")
+        if args.vllm:
+            with tempfile.TemporaryDirectory(prefix="scorecard-vllm-") as logs:
+                rows += await vllm_rows(session, Path(logs))
+    meta = basic_meta("python -m benchmarks.scorecard" + (" --vllm" if args.vllm else ""))
     meta["note"] = (
-        "Each dialect's client (greedy, 16 tokens; chat for openai-chat and anthropic, completions for the "
-        "others) against the fake upstream's vLLM stand-in "
+        "Each dialect's client (greedy, 16 tokens; chat for openai-chat and anthropic, Responses for "
+        "responses, completions for the others) against the fake upstream's vLLM stand-in "
         f"with the fault injected into the first target; timeouts {TIMEOUTS}; hang = no end within "
         f"{args.patience:g} s."
     )
+    if args.vllm:
+        meta["note"] += (
+            f" Real-vLLM rows: {VLLM_SETUP_SAYS}, idle deadline 3 s, judged against the same dialect's "
+            f"unbroken run; hang = no end within {VLLM_PATIENCE:g} s."
+        )
     write_report(ROOT / "benchmarks" / "results", "scorecard", {"meta": meta, "rows": rows}, markdown(meta, rows))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--patience", type=float, default=20.0, help="seconds before an answer counts as a hang")
+    parser.add_argument("--vllm", action="store_true", help="add the real-vLLM rows (SIGKILL, SIGSTOP mid-stream)")
     asyncio.run(main(parser.parse_args()))

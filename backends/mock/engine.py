@@ -18,12 +18,13 @@ from gateway.core.errors import GatewayError
 from gateway.core.request import Feature, InternalRequest, Operation, PromptItem
 from gateway.core.response import (
     Accumulator,
+    Batch,
     Completion,
     Delta,
     Finish,
-    LastBatch,
     StreamEvent,
     StreamStart,
+    Then,
     Usage,
     UsageReport,
 )
@@ -125,7 +126,7 @@ class MockEngine(Identity[Target]):
         acc.add(UsageReport(usage))
         return acc.completion()
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         call.hop(0)  # an expired deadline is refused, paced or not, as by every upstream kind
         answers, usage, asked = self._write(request)
         fail_after = None
@@ -149,9 +150,9 @@ class MockEngine(Identity[Target]):
                     if step == len(answer.pieces) - 1:
                         batch.append(Finish(i, answer.reason))
             if step < steps - 1:
-                yield batch
+                yield Batch(batch)
                 batch = []
         if fail_after is not None:  # asked to fail after more tokens than the answer has: at its end
             assert asked is not None
             raise asked[0]
-        yield LastBatch([*batch, UsageReport(usage)])  # the answer ends in the same send
+        yield Batch([*batch, UsageReport(usage)], Then.END)  # the answer ends in the same send

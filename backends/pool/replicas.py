@@ -28,7 +28,7 @@ from backends.pool.prefix_index import router
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.pool_report import NO_REPORT, PoolReport
 from gateway.core.request import InternalRequest
-from gateway.core.response import Completion, StreamEvent
+from gateway.core.response import Batch, Completion, StreamEvent
 from gateway.core.upstream import Call, Identity, NoGauges, ReplicaGauges, Upstream
 from gateway.dialects.base import Wire
 from gateway.runtime.config import ConfigError, Target
@@ -237,12 +237,16 @@ class ReplicaPool(Identity[Target]):
         return events
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A prompt's token ids from the first healthy replica that tokenizes it."""
+        """A prompt's token ids from the first replica that tokenizes it: the healthy ones first, then
+        those only a health scrape marked down (a busy engine's /health can be slow to answer, and
+        without the ids a continuation is from text, not token for token); never one cooling off
+        after a failure (it may be the one that just broke)."""
         err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica tokenizes")
         now = time.monotonic()
-        for state, member in zip(self.states, self.members, strict=True):
+        pairs = sorted(zip(self.states, self.members, strict=True), key=lambda pair: not pair[0].healthy)
+        for state, member in pairs:
             tokenize = getattr(member, "prompt_ids", None)
-            if tokenize is None or not state.healthy or state.cool_until > now:
+            if tokenize is None or state.cool_until > now:
                 continue
             try:
                 ids: list[int] = await tokenize(request, call)
@@ -277,7 +281,7 @@ class ReplicaPool(Identity[Target]):
             return completion
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         lease = f"{self._lease_id}:{next(self._serial)}"
         try:
             async with contextlib.aclosing(self._stream(request, call, lease)) as batches:
@@ -286,9 +290,7 @@ class ReplicaPool(Identity[Target]):
         finally:
             self.index.release(lease)
 
-    async def _stream(
-        self, request: InternalRequest, call: Call, lease: str
-    ) -> AsyncGenerator[list[StreamEvent], None]:
+    async def _stream(self, request: InternalRequest, call: Call, lease: str) -> AsyncGenerator[Batch, None]:
         order, hashes = await self.router.order(request, call.session, time.monotonic(), lease)
         for attempt, i in enumerate(order):
             state = self.states[i]

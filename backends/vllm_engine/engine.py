@@ -38,7 +38,7 @@ from gateway.core.errors import (
     UpstreamFailed,
 )
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Accumulator, Completion, LastBatch, StreamEvent, StreamStart, UsageReport
+from gateway.core.response import Accumulator, Batch, Completion, StreamEvent, StreamStart, Then, UsageReport
 from gateway.core.upstream import Call, Identity
 from gateway.dialects.common import invalid_from
 from gateway.dialects.openai.egress import VLLM_WIRE
@@ -195,7 +195,7 @@ class VLLMEngine(Identity[Target]):
             completion.choices = [c for c in completion.choices if c.index == 0]
         return completion
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         job = await self._prepare(request)
         reader = Reader(job, self._engine.renderer.tokenizer)
         # The start goes out with the first output, so that what vLLM refuses on admission is still
@@ -213,9 +213,9 @@ class VLLMEngine(Identity[Target]):
                     raise call.timed_out(self.name, "no output for too long") from None
                 batch += reader.read(i, out)
                 if batch:
-                    yield batch
+                    yield Batch(batch)
                     batch = []
-            yield LastBatch([*batch, UsageReport(reader.usage())])  # the answer ends in the same send
+            yield Batch([*batch, UsageReport(reader.usage())], Then.END)  # the answer ends in the same send
         finally:
             call.progress.usage = reader.usage()  # exact as of the last output: a cut stream's settlement
             await outputs.aclose()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Literal
 
 from gateway.core.records import record
@@ -117,8 +118,8 @@ class Frame(bytes):
 
     A frame of one event may carry its ``shape``: the bytes before and after its text, which holds no
     quote, backslash or newline. The stream's next events with that shape around such a text come as
-    plain ``bytes`` (``Token``), not frames: one chunk each, the read as it came, for the client's
-    encoder to treat as it treated the frame that carried the shape."""
+    ``Token``s, not frames: one chunk each, the read as it came, for the client's encoder to treat as
+    it treated the frame that carried the shape."""
 
     chunks: int = 1
     shape: tuple[bytes, bytes] | None = None
@@ -130,26 +131,36 @@ class Frame(bytes):
         return frame
 
 
-# One relayed event of the shape the stream's last shaped ``Frame`` carried: plain bytes, so that a
-# token's read is relayed without a copy into a frame (a model server writes one event per token).
-Token = bytes
+@dataclass(slots=True)
+class Token:
+    """One relayed event of the shape the stream's last shaped ``Frame`` carried, the upstream's read
+    as it came (``data``, one whole one-line SSE event): not copied into a frame, since a model server
+    writes one event per token. The client's encoder treats it as it treated the frame that carried
+    the shape."""
+
+    data: bytes
+
+
 StreamEvent = StreamStart | Delta | Finish | UsageReport | Frame | Token
 
 
-class LastBatch(list[StreamEvent]):
-    """A stream's final batch, marked by an upstream that saw the stream's end in the same read:
-    nothing follows it, so the client's answer can end in the same write as its last events (one
-    send, not two). Unmarked batches stay correct: the end is then learnt when the stream stops."""
+class Then(Enum):
+    """What an upstream knows, at a batch, of what follows it (a relay concern: ``gateway/web/relay.py``
+    may save a send with it; every other reader of a stream may ignore it)."""
 
-    __slots__ = ()
+    MORE = "more"  # more may follow, after a wait on the upstream; or nothing (learnt when it stops)
+    REST = "rest"  # the first events of a read that was cut after them: the rest follows at once
+    END = "end"  # the stream's last batch: its end was seen in the same read, nothing follows
 
 
-class SplitBatch(list[StreamEvent]):
-    """The first events of a network read that was cut after them: the rest of the read follows at
-    once, with no wait on the upstream. The client's writer may send them at once (the first token
-    sooner) or hold them for that rest (one send, not two). Unmarked, they are sent at once."""
+@dataclass(slots=True)
+class Batch:
+    """The events of one network read (or one engine step), in order, and what follows them. The
+    unit a stream is made of: an upstream yields batches, routing passes them on, the relay writes
+    each in one send."""
 
-    __slots__ = ()
+    events: list[StreamEvent]
+    then: Then = Then.MORE
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from typing import Generic, Protocol, TypeVar
 from gateway.core.errors import DeadlineExceeded, GatewayError, UpstreamTimeout
 from gateway.core.records import record
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Completion, StreamEvent, Usage
+from gateway.core.response import Batch, Completion, Usage
 
 
 class StreamProgress:
@@ -89,12 +89,12 @@ class Upstream(Protocol):
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion: ...
 
-    def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         """Events of one answer, in batches: all that one network read brought, so the client gets one
-        write per read (the stream's first event may come in a ``SplitBatch`` of its own, the rest of
-        its read right after). Errors before the first batch may be retried elsewhere. A batch may come
-        as a ``LastBatch`` only if nothing follows it: the client's answer then ends with it, and the
-        stream is closed unread. A wrapper keeps the mark on the batch it was given or drops it."""
+        write per read (the stream's first event may come in a batch of its own, ``Then.REST``, the
+        rest of its read right after). Errors before the first batch may be retried elsewhere. A batch
+        is ``Then.END`` only if nothing follows it: the client's answer then ends with it, and the
+        stream is closed unread. A wrapper keeps ``then`` on the batch it was given or makes it MORE."""
         ...
 
     async def start(self) -> None:

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Completion, Finish, StreamEvent
+from gateway.core.response import Batch, Completion, Finish
 from gateway.core.upstream import Call, Upstream
 from gateway.obs.tracing import RequestTrace
 from gateway.routing import first_token, resume
@@ -169,7 +169,7 @@ def _with_seeds(completion: Completion, req: InternalRequest) -> Completion:
     return completion
 
 
-Batches = AsyncIterator[list[StreamEvent]]
+Batches = AsyncIterator[Batch]
 
 
 async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
@@ -177,11 +177,11 @@ async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
     try:
         async for batch in batches:
             if seeds:
-                batch[:] = [  # in place: a LastBatch stays one
+                batch.events = [
                     Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
                     if isinstance(ev, Finish) and ev.seed is None
                     else ev
-                    for ev in batch
+                    for ev in batch.events
                 ]
             yield batch
     finally:
@@ -200,7 +200,7 @@ def _opener(attempt: Attempt, call: Call) -> resume.Opener:
     return open_on
 
 
-async def _first(events: Batches, upstream: Upstream, call: Call) -> list[StreamEvent]:
+async def _first(events: Batches, upstream: Upstream, call: Call) -> Batch:
     bound = first_token.bound(upstream, call)
     if bound is None:
         return await anext(events)
@@ -222,8 +222,8 @@ def _resumable(
     i: int,
     call: Call,
     attempt: Attempt,
-    opened: tuple[list[StreamEvent], Batches],
-) -> tuple[list[StreamEvent], Batches]:
+    opened: tuple[Batch, Batches],
+) -> tuple[Batch, Batches]:
     """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``)."""
     upstream, req = candidates[i]
     targets = [u for u, _ in candidates[i:] + candidates[:i]]
@@ -243,7 +243,7 @@ def _resumable(
 
 async def open_stream(
     table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
-) -> tuple[list[StreamEvent], Batches]:
+) -> tuple[Batch, Batches]:
     """The first batch of events and the rest of the stream, from the first target that produces one."""
     candidates = _candidates(table, route, request, attempt)
     may = _may_resume(route, request, call, candidates)
@@ -251,7 +251,7 @@ async def open_stream(
         candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
     open_on = _opener(attempt, call)
 
-    async def opened(n: int, upstream: Upstream, req: InternalRequest) -> tuple[list[StreamEvent], Batches]:
+    async def opened(n: int, upstream: Upstream, req: InternalRequest) -> tuple[Batch, Batches]:
         events = open_on(upstream, req, n)
         try:
             return await _first(events, upstream, call), events

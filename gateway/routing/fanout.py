@@ -19,7 +19,17 @@ from collections.abc import AsyncIterator
 
 from gateway.core.caps import FANOUT_CONCURRENCY
 from gateway.core.request import Feature, InternalRequest
-from gateway.core.response import Completion, Delta, Finish, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import (
+    Batch,
+    Completion,
+    Delta,
+    Finish,
+    StreamEvent,
+    StreamStart,
+    Then,
+    Usage,
+    UsageReport,
+)
 from gateway.core.upstream import Call, Upstream
 
 
@@ -96,10 +106,10 @@ class FanOut:
         merged.usage = Usage(prompt, completion)
         return merged
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         parts = self._parts(request)
         n = len(parts)
-        queue: asyncio.Queue[tuple[int, list[StreamEvent] | BaseException | None]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
         async def pump(j: int, part: InternalRequest) -> None:
@@ -125,7 +135,7 @@ class FanOut:
                     raise item
                 seed = (parts[j][1].sampling.seeds or (None,))[0]
                 out: list[StreamEvent] = []
-                for ev in item:
+                for ev in item.events:
                     if isinstance(ev, StreamStart):
                         if not started:
                             started = True
@@ -138,8 +148,8 @@ class FanOut:
                         prompt += ev.usage.prompt_tokens
                         completion += ev.usage.completion_tokens
                 if out:
-                    yield out
-            yield LastBatch([UsageReport(Usage(prompt, completion))])  # the answer ends in the same send
+                    yield Batch(out)
+            yield Batch([UsageReport(Usage(prompt, completion))], Then.END)  # the answer ends in the same send
         finally:
             for task in tasks:
                 task.cancel()

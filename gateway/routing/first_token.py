@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from gateway.core.errors import FirstTokenTimeout
-from gateway.core.response import Delta, LastBatch, StreamEvent, StreamStart, UsageReport
+from gateway.core.response import Batch, Delta, StreamEvent, StreamStart, Then, UsageReport
 from gateway.core.upstream import Call, Upstream
 
 
@@ -25,10 +25,10 @@ def bound(upstream: Upstream, call: Call) -> float | None:
     return min(own, call.ttft)
 
 
-def has_token(batch: list[StreamEvent]) -> bool:
+def has_token(batch: Batch) -> bool:
     """The batch carries part of the answer (a token, a relayed chunk) or its end: not only the
     stream's identity, a role, or usage."""
-    for ev in batch:
+    for ev in batch.events:
         if isinstance(ev, Delta):
             if ev.text or ev.token_ids or ev.tool_calls or ev.reasoning or ev.logprobs:
                 return True
@@ -37,7 +37,7 @@ def has_token(batch: list[StreamEvent]) -> bool:
     return False
 
 
-async def first_token(events: AsyncIterator[list[StreamEvent]], seconds: float, target: str) -> list[StreamEvent]:
+async def first_token(events: AsyncIterator[Batch], seconds: float, target: str) -> Batch:
     """The stream's events up to and with its first token, as one batch; ``FirstTokenTimeout`` when
     it takes longer than ``seconds`` from now."""
     held: list[StreamEvent] = []
@@ -45,10 +45,10 @@ async def first_token(events: AsyncIterator[list[StreamEvent]], seconds: float, 
         async with asyncio.timeout(seconds):
             while True:
                 batch = await anext(events)
-                held += batch
-                if isinstance(batch, LastBatch):
-                    return LastBatch(held)
+                held += batch.events
+                if batch.then is Then.END:
+                    return Batch(held, Then.END)
                 if has_token(batch):
-                    return held
+                    return Batch(held)
     except TimeoutError:
         raise FirstTokenTimeout(f"target '{target}': no first token within {seconds:g} s") from None

@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
-from gateway.core.response import Delta, Finish, StreamEvent, StreamStart, UsageReport
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Token, UsageReport
 from gateway.core.upstream import Call, Upstream
 from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.resume")
 throttled = LogThrottle(log)  # lines a request can cause: one a period per kind
-Batches = AsyncIterator[list[StreamEvent]]
+Batches = AsyncIterator[Batch]
 HEADER = "X-Gateway-Resume"  # per request: "on" or "off", over the model's setting
 # How each provider's servers continue an answer: vLLM's OpenAI-compatible server takes a completion's
 # prompt as token ids and a chat's ``continue_final_message`` (shared/reference/vllm.md §3); Anthropic's
@@ -135,20 +135,20 @@ Replay = Callable[[InternalRequest, list[bytes]], list[StreamEvent]]
 
 
 def read_back(
-    batches: list[list[StreamEvent]], replay: Replay | None, request: InternalRequest, before: Progress | None
+    batches: list[Batch], replay: Replay | None, request: InternalRequest, before: Progress | None
 ) -> Progress:
     """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
     progress = Progress() if before is None else dataclasses.replace(before, token_ids=list(before.token_ids))
     for batch in batches:
-        relayed = [ev for ev in batch if isinstance(ev, bytes)]
+        relayed = [ev.data if isinstance(ev, Token) else ev for ev in batch.events if isinstance(ev, Frame | Token)]
         if relayed:
             if replay is None:
                 progress.stuck = "relayed chunks that its target cannot read back"
                 return progress
             for ev in replay(request, relayed):
                 progress.add(ev)
-        for ev in batch:
-            if not isinstance(ev, bytes):
+        for ev in batch.events:
+            if not isinstance(ev, Frame | Token):
                 progress.add(ev)
     return progress
 
@@ -163,6 +163,9 @@ def continuation(
     """The request that continues ``request`` after ``progress`` on a target that continues ``how``
     (``CONTINUERS``): the sampling carried, the lengths shrunk by what was sent; ``prompt_ids``: the
     prompt's tokens, when the output's ids are known."""
+    # the gateway's own request, never the client's body as it came: sent natively, that body would
+    # start the answer over without the part already sent (a prefill, the ids, the partial message)
+    request = dataclasses.replace(request, native=None, native_dialect=None)
     sent = progress.sent
     s = request.sampling
     max_tokens = s.max_tokens
@@ -263,9 +266,7 @@ class Resumer:
     failed: Callable[[Upstream, GatewayError], None]  # the break counted against the target's health
     tries: int = 1
 
-    async def resume(
-        self, broken: Upstream, err: GatewayError, progress: Progress
-    ) -> tuple[Upstream, Batches, list[StreamEvent]]:
+    async def resume(self, broken: Upstream, err: GatewayError, progress: Progress) -> tuple[Upstream, Batches, Batch]:
         """A continuation's stream and its first events, from the first target that opens one; the
         break's error when none can."""
         began = time.perf_counter()
@@ -320,20 +321,22 @@ class Resumer:
             return None
         try:
             return tuple(await tokenize(req, self.call))
-        except GatewayError:
-            return None  # the text continues it then
+        except GatewayError as exc:  # the text continues it then: not always token for token
+            what = "no prompt ids from %s (%s): continuing from text"
+            throttled.warning(f"prompt-ids:{upstream.name}", what, upstream.name, exc.code)
+            return None
 
 
-async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batches, resumer: Resumer) -> Batches:
+async def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Batches:
     """``events`` (after ``first``, already with the client) as one stream that survives breaks."""
-    sent: list[list[StreamEvent]] = [first]
+    sent: list[Batch] = [first]
     current, source, before = events, upstream, None
     offset = 0  # completion tokens sent before the current target's part
     while True:
         try:
             async for batch in current:
                 sent.append(batch)
-                yield batch if not offset else stitched(batch, offset)
+                yield batch if not offset else Batch(stitched(batch.events, offset), batch.then)
             return
         except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
             await current.aclose()  # type: ignore[attr-defined]
@@ -346,5 +349,5 @@ async def resumable(upstream: Upstream, first: list[StreamEvent], events: Batche
             resumer.failed(source, err)
             source, current, head = await resumer.resume(source, err, progress)
             sent, before, offset = [head], progress, progress.sent
-            if out := stitched(head, offset):
-                yield out
+            if out := stitched(head.events, offset):
+                yield Batch(out, head.then)

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from gateway.core.errors import GatewayError, ShuttingDown
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import LastBatch, SplitBatch, StreamEvent
+from gateway.core.response import Batch
 from gateway.core.upstream import Call
 from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
 from gateway.dialects.common import dumps, loads
@@ -47,6 +47,7 @@ from gateway.routing.table import Route, check_kind
 from gateway.runtime.internals import EventStream
 from gateway.web.body import read_body
 from gateway.web.record import FAULTS, InFlight, RequestLog
+from gateway.web.relay import Relay
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -239,7 +240,7 @@ async def queue(ex: Exchange, fq: ModelQueue) -> None:
     """Step ``queue``: a slot of the model's capacity, at once when one is free, else in its fair turn
     (``gateway.limits.fairq``); the wait goes to the trace."""
     policy, principal = ex.gw.fair.policy, ex.principal
-    asked = ex.request.headers.get(PRIORITY_HEADER)
+    asked = policy.asked(ex.request.headers.getall(PRIORITY_HEADER, []))
     # its own id in the queue: a client's X-Request-Id may repeat
     ticket = policy.ticket(f"{getrandbits(64):016x}", principal.team, principal.key_id, asked, ex.deadline)
     route, models = ex.route, ex.gen.models
@@ -263,7 +264,7 @@ async def call(ex: Exchange) -> web.StreamResponse:
     if ireq.stream:
         log.progress = call.progress
         opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
-        log.observe(opened[0])
+        log.observe(opened[0].events)
         return await relay(ex, opened)
     completion = await dispatch.complete(ex.gen.models, route, ireq, call, log.attempt)
     log.completed(completion)
@@ -272,51 +273,34 @@ async def call(ex: Exchange) -> web.StreamResponse:
     return await answer(ex, web.Response(body=body, content_type="application/json", headers=ex.reply_headers({})))
 
 
-async def relay(ex: Exchange, opened: tuple[list[StreamEvent], AsyncIterator[list[StreamEvent]]]) -> web.StreamResponse:
-    """Step ``relay``: the stream's events encoded in the client's dialect as they come; after the
-    head has gone out, every error ends the stream in-band, the dialect's way."""
+async def relay(ex: Exchange, opened: tuple[Batch, AsyncIterator[Batch]]) -> web.StreamResponse:
+    """Step ``relay``: the stream's events encoded in the client's dialect as they come
+    (``gateway.web.relay`` decides the sends); after the head has gone out, every error ends the
+    stream in-band, the dialect's way."""
     first, events = opened
     log = ex.log
     log.first_byte()
     encoder = ex.dialect.encoder(ex.ireq)
     resp = EventStream(headers=ex.reply_headers(SSE_HEADERS))  # its head leaves with the first events
     await resp.prepare(ex.request)
+    writer = Relay(resp, encoder, log)
     try:
-        out = b"".join([encoder.event(ev) for ev in first])  # what is encoded and not yet written
-        if not isinstance(first, LastBatch):
-            if not (isinstance(first, SplitBatch) and ex.gw.in_flight.busy()):
-                await resp.write(out)  # the head goes out with it (alone, if the first events wrote nothing)
-                out = b""
-            async for batch in events:
-                if len(batch) == 1 and type(token := batch[0]) is bytes and type(batch) is list:
-                    # a token's event relayed as it was read (a Token): most of a model server's stream
-                    log.token()
-                    await resp.write(out + encoder.event(token))
-                    out = b""
-                    continue
-                log.observe(batch)
-                # most batches of a model server's stream are one token's event
-                out += encoder.event(batch[0]) if len(batch) == 1 else b"".join([encoder.event(ev) for ev in batch])
-                if isinstance(batch, LastBatch):
-                    break  # written with the stream's end
-                if out:
-                    await resp.write(out)
-                    out = b""
-        tail = out + encoder.end()
+        await writer.run(first, events, ex.gw.in_flight.busy)
+        tail = writer.out + encoder.end()
         await keep(ex)
     except GatewayError as err:
         log.failed(err)
-        tail = out + encoder.error(err)  # first events held for the rest of their read go first
+        tail = writer.out + encoder.error(err)  # first events held for the rest of their read go first
     except ConnectionResetError:
         # The client went away mid-stream: a normal end for a stream, not a server error (aiohttp
         # logs an exception that escapes the handler with its traceback, and answers 500 to no one).
         log.gone()
         return resp
     except asyncio.CancelledError:
-        await cut_short(ex, resp, out, encoder)
+        await cut_short(ex, resp, writer.out, encoder)
         raise
     except Exception:  # a fault of ours after the head went out: the stream still ends in its dialect
-        tail = out + encoder.error(internal_error(log, "relaying"))
+        tail = writer.out + encoder.error(internal_error(log, "relaying"))
     finally:
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ import logging
 import time
 
 from gateway.core.errors import GatewayError
-from gateway.core.response import Completion, Delta, Frame, StreamEvent, UsageReport
+from gateway.core.response import Completion, Delta, Frame, StreamEvent, Token, UsageReport
 from gateway.core.upstream import StreamProgress
 from gateway.limits.budget_rules import money
 from gateway.limits.plan import Plan
@@ -131,7 +131,7 @@ class RequestLog:
         now = 0.0
         for event in events:
             chunks = 1
-            if type(event) is bytes:  # a Token: one relayed chunk
+            if type(event) is Token:  # one relayed chunk
                 tokens = 1
             elif isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
                 # not looked into: one token per chunk, as a delta without ids
@@ -373,6 +373,7 @@ class InFlight:
 
     def busy(self) -> bool:
         """Other requests are in flight. A split read's first events then wait for the rest of their
-        read (``SplitBatch``), to go in one send: under load every send costs CPU that other requests
-        wait for, while a lone request's first token goes out at once (docs/performance.md)."""
+        read (``Then.REST``, ``gateway.web.relay``), to go in one send: under load every send costs
+        CPU that other requests wait for, while a lone request's first token goes out at once
+        (docs/performance.md)."""
         return len(self.tasks) > 1  # the tasks serving requests, counted once, not summed over dialects

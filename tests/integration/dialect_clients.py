@@ -97,3 +97,122 @@ def without_team(ingress: Ingress) -> Ingress:
     teams = ("x-friendli-team", "x-selected-account-id", "openai-organization")
     headers = {k: v for k, v in ingress.headers.items() if k.lower() not in teams}
     return Ingress(ingress.name, ingress.path, headers, ingress.extra, ingress.done)
+
+
+@dataclass(frozen=True)
+class ChatIngress(Ingress):
+    """A chat client: OpenAI's chat completions, or Anthropic's Messages."""
+
+    def request(self, model: str, prompt: str, stream: bool, **fields: JSON) -> tuple[str, dict[str, str], JSON]:
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], **fields, "stream": stream}
+        if stream and self.name == "openai-chat":
+            body["stream_options"] = {"include_usage": True}
+        return self.path, {"Content-Type": "application/json", **self.headers}, body
+
+
+@dataclass(frozen=True)
+class ResponsesIngress(Ingress):
+    """OpenAI's Responses: ``input`` for the prompt, ``max_output_tokens`` for the length."""
+
+    def request(self, model: str, prompt: str, stream: bool, **fields: JSON) -> tuple[str, dict[str, str], JSON]:
+        if "max_tokens" in fields:
+            fields["max_output_tokens"] = fields.pop("max_tokens")
+        body = {"model": model, "input": prompt, "store": False, **fields, "stream": stream}
+        return self.path, {"Content-Type": "application/json", **self.headers}, body
+
+
+# Every ingress dialect that streams, as its client sends: completions (four vendors' and two API
+# versions), chat, Anthropic's Messages and OpenAI's Responses.
+STREAMING = [
+    *INGRESSES,
+    ChatIngress("openai-chat", "/v1/chat/completions", BEARER, {}),
+    ChatIngress("anthropic", "/v1/messages", {"x-api-key": KEY, "anthropic-version": "2023-06-01"}, {}),
+    ResponsesIngress("responses", "/v1/responses", BEARER, {}, done=False),
+]
+
+
+def pieces(chunk: JSON) -> list[str]:
+    """The answer's text pieces one streamed event carries, in any dialect."""
+    kind = chunk.get("type")  # Anthropic's and Responses' named events
+    if kind == "content_block_delta":
+        return [chunk["delta"].get("text") or ""]
+    if kind == "response.output_text.delta":
+        return [chunk["delta"]]
+    if chunk.get("event") == "token_sampled":  # Friendli's 2024 API; its "complete" repeats the text
+        return [chunk["text"]]
+    if chunk.get("event") == "complete":
+        return []
+    return [c.get("text") or (c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or ()]
+
+
+ENDINGS = {"message_stop", "response.completed", "response.incomplete"}  # a named event ends the stream
+
+
+@dataclass
+class Reading:
+    """What a client made of an answer."""
+
+    complete: bool  # a normal finish, and the terminator where the dialect has one
+    error: bool
+    text: str
+    usage: JSON
+    finishes: int = 0  # finish signals seen: one in a whole answer
+
+
+def read_stream(ingress: Ingress, raw: bytes) -> Reading:
+    """A streamed answer as its client reads it: complete only with a normal finish (and the
+    terminator where the dialect has one), never past an error."""
+    text, finishes, error, done, usage = "", 0, False, False, None
+    for data in frames(raw):
+        if data == "[DONE]":
+            done = True
+            continue
+        chunk = json.loads(data)
+        kind = chunk.get("type")
+        if "error" in chunk or chunk.get("object") == "error" or "error" in (chunk.get("event"), kind):
+            error = True
+        error = error or kind == "response.failed"
+        text += "".join(pieces(chunk))
+        if kind == "message_delta":
+            finishes, usage = finishes + bool(chunk["delta"].get("stop_reason")), chunk.get("usage")
+        elif kind in ENDINGS:
+            done = True
+            if kind != "message_stop":
+                finishes, usage = finishes + 1, chunk["response"].get("usage")
+        if chunk.get("event") == "complete":
+            finishes, usage = finishes + 1, chunk.get("usage")
+            continue
+        finishes += sum(1 for c in chunk.get("choices") or () if c.get("finish_reason"))
+        usage = chunk.get("usage") or usage
+    complete = finishes > 0 and not error and (done or not ingress.done)
+    return Reading(complete, error, text, usage, finishes)
+
+
+def read_whole(status: int, raw: bytes) -> Reading:
+    """A whole answer in any dialect; any status but 200 is the error."""
+    if status != 200:
+        return Reading(False, True, "", None)
+    body = json.loads(raw)
+    if body.get("object") == "response":
+        parts = [c for item in body.get("output") or () for c in item.get("content") or ()]
+        text = "".join(c.get("text") or "" for c in parts)
+        complete = body.get("status") in ("completed", "incomplete")
+        return Reading(complete, False, text, body.get("usage"), int(complete))
+    if "content" in body:  # Anthropic's message
+        text = "".join(b.get("text") or "" for b in body["content"])
+        stopped = bool(body.get("stop_reason"))
+        return Reading(stopped, False, text, body.get("usage"), int(stopped))
+    choice = body["choices"][0]
+    text = choice.get("text") or (choice.get("message") or {}).get("content") or ""
+    finished = bool(choice.get("finish_reason"))
+    return Reading(finished, False, text, body.get("usage"), int(finished))
+
+
+def completion_tokens(usage: JSON) -> int | None:
+    """The completion's token count in any dialect's usage."""
+    if not usage:
+        return None
+    for name in ("completion_tokens", "output_tokens"):
+        if name in usage:
+            return int(usage[name])
+    return None

@@ -163,3 +163,30 @@ async def test_a_replica_too_busy_to_answer_scrapes_is_loaded_before_it_is_down(
     finally:
         await pool._http.close()
         await stalled.close()
+
+
+async def test_prompt_ids_come_from_a_replica_a_scrape_marked_down_never_one_cooling_off() -> None:
+    """A continuation is token for token only with the prompt's ids: a replica marked down by slow
+    health scrapes (a busy engine) still tokenizes when no healthy one is left; the one that just
+    broke (cooling off) never does, and with nothing else the pool says no replica tokenizes."""
+    from gateway.core.errors import UpstreamFailed
+    from gateway.core.request import InternalRequest, Operation
+    from gateway.core.upstream import Call
+
+    ups = [await start("vllm", models=("tiny",)) for _ in range(2)]
+    target = pool_config([u.url for u in ups]).models[0].targets[0]
+    pool = ReplicaPool(target, "m", VLLM_WIRE, HTTPUpstream)
+    request = InternalRequest(operation=Operation.COMPLETION, model="m", prompts=("hello world",))
+    try:
+        broke, busy = pool.states
+        broke.cool_until = time.monotonic() + 60
+        busy.healthy = False
+        call = Call("r1")
+        assert await pool.prompt_ids(request, call) == await pool.members[1].prompt_ids(request, call)
+        busy.cool_until = time.monotonic() + 60
+        with pytest.raises(UpstreamFailed, match="no replica tokenizes"):
+            await pool.prompt_ids(request, call)
+    finally:
+        await pool.close()
+        for u in ups:
+            await u.close()

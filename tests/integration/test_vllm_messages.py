@@ -27,8 +27,8 @@ async def behind(gateway: GatewayFactory, fr: Front, vllm: Any) -> Gateway:
     return await gateway(config([{"name": "tiny", "targets": [{**target(vllm, "vllm"), "base_url": fr.url + "/v1"}]}]))
 
 
-async def messages(gw: Gateway, body: dict[str, Any]) -> tuple[int, bytes]:
-    async with gw.session.post(gw.url + "/v1/messages", json=body, headers=HEADERS) as resp:
+async def messages(gw: Gateway, body: dict[str, Any], **headers: str) -> tuple[int, bytes]:
+    async with gw.session.post(gw.url + "/v1/messages", json=body, headers={**HEADERS, **headers}) as resp:
         return resp.status, await resp.read()
 
 
@@ -55,7 +55,8 @@ async def test_served_messages_go_native(gateway: GatewayFactory, fakes: tuple[A
         assert sent.headers["authorization"] == "Bearer upstream-key"  # vLLM's way, not x-api-key
         assert whole["type"] == "message" and whole["stop_reason"] == "max_tokens"
         assert whole["usage"]["output_tokens"] == 6 and whole["content"][0]["type"] == "text"
-        status, raw = await messages(gw, {**BODY, "stream": True})
+        # a stream that may not resume goes native too (one that may: test_a_stream_that_may_resume_...)
+        status, raw = await messages(gw, {**BODY, "stream": True}, **{"X-Gateway-Resume": "off"})
         assert status == 200, raw
         kinds, text, stop = folded(raw)
         assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
@@ -65,6 +66,24 @@ async def test_served_messages_go_native(gateway: GatewayFactory, fakes: tuple[A
         status, raw = await messages(gw, {**BODY, "messages": [{"role": "user", "content": "[[fault:status=404]]"}]})
         assert status == 404 and json.loads(raw)["type"] == "error", raw
         assert (await messages(gw, BODY))[0] == 200 and len(anthropic.requests) == 4 and not vllm.requests
+
+
+async def test_a_stream_that_may_resume_goes_as_chat_with_token_ids(
+    gateway: GatewayFactory, fakes: tuple[Any, Any]
+) -> None:
+    """vLLM's /v1/messages returns no token ids, and a continuation from the text alone is not the
+    unbroken answer token for token: a Messages stream that may resume goes as chat, asking for ids."""
+    anthropic, vllm = fakes
+    async with front({"/v1/messages": anthropic.origin, "/v1": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, {**BODY, "stream": True})
+        assert status == 200, raw
+        kinds, _, stop = folded(raw)
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and stop == "max_tokens"
+        (sent,) = vllm.requests
+        assert sent.path == "/v1/chat/completions" and sent.body["return_token_ids"] is True
+        assert not anthropic.requests
+        assert (await messages(gw, BODY))[0] == 200 and len(anthropic.requests) == 1  # whole: native still
 
 
 async def test_unserved_messages_are_translated_after_one_404(gateway: GatewayFactory, fakes: tuple[Any, Any]) -> None:

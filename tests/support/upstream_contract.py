@@ -4,7 +4,7 @@ upstream, the mock, and the in-process vLLM engine (in vLLM's venv: ``python -m
 tests.support.upstream_contract engine ARGS``, which the vLLM tier runs).
 
 What every kind promises the core: its identity from its target; whole and streamed answers that agree;
-a stream in batches of events that ends with its finish and nothing after a ``LastBatch``; a stream closed
+a stream in batches of events that ends with its finish and nothing after a ``Then.END`` batch; a stream closed
 early that leaves the upstream serving; an expired deadline refused with ``DeadlineExceeded``; failures
 as retryable ``GatewayError``s and rejections as non-retryable ones, both before the first byte of a
 stream; and the models it lists.
@@ -23,7 +23,7 @@ from typing import Any
 
 from gateway.core.errors import DeadlineExceeded, GatewayError, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
-from gateway.core.response import Accumulator, Completion, Delta, Finish, LastBatch, StreamEvent
+from gateway.core.response import Accumulator, Batch, Completion, Delta, Finish, Then
 from gateway.core.upstream import Call, Upstream
 
 
@@ -46,12 +46,12 @@ def request(kit: Kit, prompt: str | None = None, stream: bool = False) -> Intern
     return InternalRequest(Operation.CHAT, kit.public_model, messages=messages, sampling=sampling, stream=stream)
 
 
-async def streamed(kit: Kit, req: InternalRequest, call: Call | None = None) -> list[list[StreamEvent]]:
+async def streamed(kit: Kit, req: InternalRequest, call: Call | None = None) -> list[Batch]:
     return [batch async for batch in kit.upstream.stream(req, call or Call("contract"))]
 
 
-def folded(batches: list[list[StreamEvent]]) -> Completion:
-    return Accumulator().extend(ev for batch in batches for ev in batch).completion()
+def folded(batches: list[Batch]) -> Completion:
+    return Accumulator().extend(ev for batch in batches for ev in batch.events).completion()
 
 
 async def identity(kit: Kit) -> None:
@@ -74,12 +74,12 @@ async def whole_and_streamed_agree(kit: Kit) -> None:
 
 async def stream_shape(kit: Kit) -> None:
     batches = await streamed(kit, request(kit, stream=True))
-    assert batches and all(isinstance(b, list) for b in batches)
-    events = [ev for b in batches for ev in b]
+    assert batches and all(isinstance(b, Batch) and b.events for b in batches)
+    events = [ev for b in batches for ev in b.events]
     assert any(isinstance(ev, Delta) and ev.text for ev in events), events
     finishes = [i for i, ev in enumerate(events) if isinstance(ev, Finish)]
     assert finishes, events
-    assert all(not isinstance(b, LastBatch) for b in batches[:-1])  # nothing follows a LastBatch
+    assert all(b.then is not Then.END for b in batches[:-1])  # nothing follows an END batch
 
 
 async def closed_early(kit: Kit) -> None:

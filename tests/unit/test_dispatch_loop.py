@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected, UpstreamTimeout
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
-from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent
+from gateway.core.response import Batch, Choice, Completion, Delta, Finish
 from gateway.core.upstream import Call
 from gateway.routing import dispatch
 from gateway.routing.table import ModelTable, Route
@@ -49,12 +49,12 @@ class Scripted:
             raise error(self.outcome)
         return Completion("c", 0, "m", [Choice(0, self.name, "stop")])
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         self.calls += 1
         if self.outcome != "ok":
             raise error(self.outcome)
-        yield [Delta(0, text=self.name)]
-        yield [Finish(0, "stop")]
+        yield Batch([Delta(0, text=self.name)])
+        yield Batch([Finish(0, "stop")])
 
 
 def expected(outcomes: list[str]) -> tuple[str | None, list[str]]:
@@ -82,8 +82,8 @@ async def run(outcomes: list[str], streamed: bool) -> tuple[str | None, list[str
         if streamed:
             first, rest = await dispatch.open_stream(table, route, request, Call("r"), attempt)
             await rest.aclose()  # type: ignore[attr-defined]
-            assert isinstance(first[0], Delta)
-            answered = first[0].text
+            assert isinstance(first.events[0], Delta)
+            answered = first.events[0].text
         else:
             answered = (await dispatch.complete(table, route, request, Call("r"), attempt)).choices[0].text
     except GatewayError as err:
@@ -116,7 +116,7 @@ async def test_a_stream_that_ends_at_once_fails_over_like_a_failure(streamed: bo
     answer's reset is."""
 
     class Empty(Scripted):
-        async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+        async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
             self.calls += 1
             return
             yield  # pragma: no cover
@@ -128,7 +128,7 @@ async def test_a_stream_that_ends_at_once_fails_over_like_a_failure(streamed: bo
     if streamed:
         head, rest = await dispatch.open_stream(ModelTable({"m": route}), route, request, Call("r"), attempt)
         await rest.aclose()  # type: ignore[attr-defined]
-        assert isinstance(head[0], Delta) and head[0].text == "t1"
+        assert isinstance(head.events[0], Delta) and head.events[0].text == "t1"
     else:
         answer = await dispatch.complete(ModelTable({"m": route}), route, request, Call("r"), attempt)
         assert answer.choices[0].text == "t1"

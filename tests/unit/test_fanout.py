@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from gateway.core.caps import FANOUT_CONCURRENCY, MAX_CHOICES
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
-from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart
+from gateway.core.response import Batch, Choice, Completion, Delta, Finish, StreamEvent, StreamStart
 from gateway.core.upstream import Call
 from gateway.routing.fanout import FanOut
 from tests.support import turn
@@ -47,9 +47,9 @@ class Held:
         await self._enter()
         return Completion("c", 0, "m", [Choice(0, text=str(request.sampling.seeds))])
 
-    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[list[StreamEvent]]:
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         await self._enter()
-        yield [StreamStart("c", 0, "m"), Delta(0, text="t"), Finish(0, "stop")]
+        yield Batch([StreamStart("c", 0, "m"), Delta(0, text="t"), Finish(0, "stop")])
 
     async def start(self) -> None:
         pass
@@ -88,7 +88,7 @@ async def test_a_seed_list_stream_keeps_its_calls_within_the_cap() -> None:
 
     async def read() -> None:
         async for batch in FanOut(inner).stream(REQUEST, Call("r")):
-            events.extend(batch)
+            events.extend(batch.events)
 
     task = asyncio.create_task(read())
     await settle(inner)

@@ -14,7 +14,7 @@ from backends.mock import MockEngine
 from backends.mock.text import count_tokens
 from gateway.core.errors import DeadlineExceeded, GatewayError, UpstreamFailed, UpstreamRejected, UpstreamTimeout
 from gateway.core.request import ChatMessage, InternalRequest, Operation, Sampling
-from gateway.core.response import Accumulator, Completion, Delta, Finish, LastBatch, StreamEvent, UsageReport
+from gateway.core.response import Accumulator, Batch, Completion, Delta, Finish, StreamEvent, Then, UsageReport
 from gateway.core.upstream import Call
 from gateway.runtime.config import ConfigError, Target, parse_config
 from gateway.web.app import check_target
@@ -42,12 +42,12 @@ def chat(text: str, **sampling: Any) -> InternalRequest:
     return InternalRequest(Operation.CHAT, "demo", messages=(ChatMessage("user", text),), sampling=Sampling(**sampling))
 
 
-async def streamed(mock: MockEngine, request: InternalRequest, call: Call | None = None) -> list[list[StreamEvent]]:
+async def streamed(mock: MockEngine, request: InternalRequest, call: Call | None = None) -> list[Batch]:
     return [batch async for batch in mock.stream(request, call or Call("r1"))]
 
 
-def folded(batches: list[list[StreamEvent]]) -> Completion:
-    return Accumulator().extend(ev for batch in batches for ev in batch).completion()
+def folded(batches: list[Batch]) -> Completion:
+    return Accumulator().extend(ev for batch in batches for ev in batch.events).completion()
 
 
 def test_tokenizer_is_words_and_marks() -> None:
@@ -115,7 +115,7 @@ async def test_stream_adds_up_to_the_whole_answer(operation: str) -> None:
     request = completion(n=2) if operation == "completion" else chat("Hi there", n=2)
     whole = await mock.complete(request, Call("a"))
     batches = await streamed(mock, request)
-    assert isinstance(batches[-1], LastBatch) and isinstance(batches[-1][-1], UsageReport)
+    assert batches[-1].then is Then.END and isinstance(batches[-1].events[-1], UsageReport)
     got = folded(batches)
     assert [(c.text, c.finish_reason, c.role) for c in got.choices] == [
         (c.text, c.finish_reason, c.role) for c in whole.choices
@@ -127,7 +127,7 @@ async def test_stream_is_paced_one_step_per_token() -> None:
     sleeps = Sleeps()
     mock = engine(tps=10, sleep=sleeps)
     batches = await streamed(mock, completion(max_tokens=8))
-    deltas = [ev for batch in batches for ev in batch if isinstance(ev, Delta)]
+    deltas = [ev for batch in batches for ev in batch.events if isinstance(ev, Delta)]
     assert len(deltas) == 8 and len(batches) == 8  # one token per batch
     assert sleeps.calls == [pytest.approx(0.1)] * 8
     sleeps.calls.clear()
@@ -177,7 +177,7 @@ async def test_error_after_some_tokens_comes_mid_stream() -> None:
     got: list[StreamEvent] = []
     with pytest.raises(UpstreamFailed, match=r"\[mock-error 500 after 3\]"):
         async for batch in mock.stream(completion("go [mock-error 500 after 3]", max_tokens=10), Call("a")):
-            got += batch
+            got += batch.events
     assert len([ev for ev in got if isinstance(ev, Delta)]) == 3
     assert not any(isinstance(ev, Finish) for ev in got)
 

@@ -75,3 +75,53 @@ def test_a_plain_body_takes_the_plain_path(dialect: str, monkeypatch: pytest.Mon
     assert PARSERS[dialect](body) == taken[0]
     PARSERS[dialect]({**body, "n": 2})  # any other field: the full parser
     assert len(taken) == 1
+
+
+# Chat: a plain body (``plain_chat``) against the full parse, messages of every shape the schema takes
+# (their parts are built by the same function on both paths), fields outside the plain set included so
+# that a body which must take the full path is seen to.
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant", "tool", "bogus"])},
+        optional={
+            "content": st.one_of(st.none(), st.text(max_size=8), st.just([{"type": "text", "text": "x"}])),
+            "name": st.sampled_from(["a", ""]),
+            "tool_call_id": st.just("c1"),
+        },
+    ),
+    max_size=3,
+)
+chat_bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["tiny", "openai/tiny", ""]), "messages": messages},
+    optional={
+        "max_tokens": st.one_of(st.none(), st.integers(-1, 5000)),
+        "max_completion_tokens": st.integers(1, 50),
+        "temperature": numbers,
+        "top_p": numbers,
+        "stream": st.one_of(st.none(), st.booleans()),
+        "stream_options": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"include_usage": st.booleans()})),
+        "n": st.integers(1, 2),
+        "user": st.just("u"),
+        "logprobs": st.booleans(),
+    },
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(body=chat_bodies, relay=st.sampled_from([STREAM_FORMAT, None]))
+def test_the_plain_chat_path_builds_what_the_full_parser_builds(body: dict[str, Any], relay: str | None) -> None:
+    short = outcome(lambda b: oai.parse_chat(b, relay), body)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(oai, "is_plain_chat", lambda *_: False)
+        full = outcome(lambda b: oai.parse_chat(b, relay), body)
+    assert short == full
+
+
+def test_a_plain_chat_body_takes_the_plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: list[InternalRequest] = []
+    plain = oai.plain_chat
+    monkeypatch.setattr(oai, "plain_chat", lambda *a: taken.append(plain(*a)) or taken[-1])
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 16, "stream": True}
+    assert oai.parse_chat(body, STREAM_FORMAT) == taken[0]
+    oai.parse_chat({**body, "n": 2}, STREAM_FORMAT)  # any other field: the full parser
+    assert len(taken) == 1

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream, _first_apart
 from gateway.core.request import InternalRequest, Operation, Sampling
-from gateway.core.response import Delta, Finish, Frame, LastBatch, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Then, Usage, UsageReport
 from gateway.core.upstream import Call, Upstream
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
@@ -104,9 +104,9 @@ def test_fanned_out_parts_are_never_relayed() -> None:
 class Parts:
     """An inner upstream whose every call ends with a marked last batch, as HTTPUpstream's may."""
 
-    async def stream(self, request: InternalRequest, call: object) -> AsyncIterator[list[StreamEvent]]:
-        yield [StreamStart("c", 1, "m", None), Delta(0, "hi")]
-        yield LastBatch([Finish(0, "length"), UsageReport(Usage(1, 2))])
+    async def stream(self, request: InternalRequest, call: object) -> AsyncIterator[Batch]:
+        yield Batch([StreamStart("c", 1, "m", None), Delta(0, "hi")])
+        yield Batch([Finish(0, "length"), UsageReport(Usage(1, 2))], Then.END)
 
 
 async def test_fanned_out_streams_end_on_one_marked_batch() -> None:
@@ -114,8 +114,8 @@ async def test_fanned_out_streams_end_on_one_marked_batch() -> None:
     sampling = Sampling(n=2, seeds=(1, 2))
     request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True)
     batches = [b async for b in FanOut(cast(Upstream, Parts())).stream(request, cast(Call, None))]
-    assert [isinstance(b, LastBatch) for b in batches] == [False] * (len(batches) - 1) + [True]
-    assert batches[-1] == [UsageReport(Usage(2, 4))]  # summed over the two calls
+    assert [b.then for b in batches] == [Then.MORE] * (len(batches) - 1) + [Then.END]
+    assert batches[-1].events == [UsageReport(Usage(2, 4))]  # summed over the two calls
 
 
 # A network read can carry many chunks: the content chunks it opens with go out as one frame.

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Token, Usage, UsageReport
+from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.routing import resume
 
 
@@ -29,7 +30,7 @@ VLLM, OPENAI, ANTHROPIC = Target("vllm"), Target("openai"), Target("anthropic")
 
 
 def sent(*pieces: tuple[str, tuple[int, ...]]) -> resume.Progress:
-    return resume.read_back([[Delta(0, text, ids) for text, ids in pieces]], None, COMPLETION, None)
+    return resume.read_back([Batch([Delta(0, text, ids) for text, ids in pieces])], None, COMPLETION, None)
 
 
 def test_who_may_resume() -> None:
@@ -85,15 +86,34 @@ def test_a_chat_continues_its_partial_message() -> None:
         resume.continuation(CHAT, sent((" a ", ())), None, "prefill")
 
 
+@pytest.mark.parametrize(
+    ("request_", "ids", "how"),
+    [(COMPLETION, (1, 2), "vllm"), (COMPLETION, None, "vllm"), (CHAT, None, "vllm"), (CHAT, None, "prefill")],
+    ids=["completion-ids", "completion-text", "chat-text", "prefill"],
+)
+def test_a_continuation_never_carries_the_clients_own_body(
+    request_: InternalRequest, ids: tuple[int, ...] | None, how: str
+) -> None:
+    """Sent natively (an Anthropic client's body to an Anthropic target, or to vLLM's /v1/messages),
+    the client's body would start the answer over, without what was already sent."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "say"}], "max_tokens": 10}
+    progress = sent(("a", (5,)), (" b", (6,))) if ids else sent(("a", ()), (" b", ()))
+    cont = resume.continuation(_with(request_, native=body), progress, ids, how)
+    assert cont.native is None
+    if how == "prefill":
+        encoded = ANTHROPIC_WIRE.encode(cont, "m")
+        assert encoded["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "a b"}]}
+
+
 def test_a_vllm_completion_without_max_tokens_keeps_vllm_s_default_in_all() -> None:
     cont = resume.continuation(_with(COMPLETION, sampling=Sampling()), sent((" a", (5,))), (1,))
     assert cont.sampling.max_tokens == resume.VLLM_COMPLETION_DEFAULT - 1
 
 
 def test_tool_calls_or_a_finish_are_seen() -> None:
-    tools = resume.read_back([[Delta(0, "", (), tool_calls=({"id": "x"},))]], None, CHAT, None)
+    tools = resume.read_back([Batch([Delta(0, "", (), tool_calls=({"id": "x"},))])], None, CHAT, None)
     assert tools.stuck is not None
-    done = resume.read_back([[Delta(0, " a", (5,)), Finish(0, "stop")]], None, CHAT, None)
+    done = resume.read_back([Batch([Delta(0, " a", (5,)), Finish(0, "stop")])], None, CHAT, None)
     assert done.finished
 
 
@@ -117,6 +137,8 @@ def test_relayed_chunks_are_read_back_by_their_target() -> None:
         assert relayed == [b"data: x\n\n"]
         return [Delta(0, " r", (9,))]
 
-    progress = resume.read_back([[b"data: x\n\n", Delta(0, " d", (3,))]], replay, COMPLETION, sent((" a", (5,))))
+    progress = resume.read_back(
+        [Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])], replay, COMPLETION, sent((" a", (5,)))
+    )
     assert (progress.text, progress.token_ids, progress.sent) == (" a r d", [5, 9, 3], 3)
-    assert resume.read_back([[b"data: x\n\n"]], None, COMPLETION, None).stuck is not None
+    assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None

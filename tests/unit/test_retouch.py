@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from adapters.http import HTTPUpstream
 from gateway.core.request import Operation
-from gateway.core.response import Frame, StreamEvent, StreamStart
+from gateway.core.response import Frame, StreamEvent, StreamStart, Token
 from gateway.dialects import FRIENDLI, FRIENDLI_2024, OCTOAI, OPENAI, SGP_V5, Dialect
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
 from gateway.dialects.openai.relay import Retouch, removal, without_key
@@ -124,7 +124,7 @@ def token_stream(
     out, tokens = [], 0
     for piece in read:
         if as_read and decoder.relaying and parser.idle and decoder.same_shape(piece):
-            out.append(encoder.event(piece))
+            out.append(encoder.event(Token(piece)))
             tokens += 1
             continue
         batch: list[StreamEvent] = []

@@ -24,6 +24,7 @@ from gateway.core.response import (
     Frame,
     StreamEvent,
     StreamStart,
+    Token,
     Usage,
     UsageReport,
 )
@@ -218,15 +219,16 @@ class ChunkEncoder:
         return out if self.held is None else self._release() + out
 
     def event(self, ev: StreamEvent) -> bytes:
-        if type(ev) is bytes:  # a Token: most events of a relayed stream (handled here, not in a call)
+        if type(ev) is Token:  # most events of a relayed stream (handled here, not in a call)
+            data = ev.data
             if not self.as_is:
                 around = self.around
                 if around is None:
-                    ev = self.retouch(ev)  # type: ignore[misc]  # (as_is is only False with a retouch)
+                    data = self.retouch(data)  # type: ignore[misc]  # (as_is is only False with a retouch)
                 else:
                     head, start, tail_size, tail = around
-                    ev = head + ev[start : len(ev) - tail_size] + tail
-            return ev if self.held is None else self._release() + ev
+                    data = head + data[start : len(data) - tail_size] + tail
+            return data if self.held is None else self._release() + data
         if isinstance(ev, Frame):
             self.relayed = True
             if ev.shape is not None:

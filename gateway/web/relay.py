@@ -1,0 +1,62 @@
+"""The relay seam: a stream's batches written to the client in its dialect, in as few sends as the
+batches allow. The one place that reads a batch's ``then`` and the one fast path of a lone ``Token``:
+
+- the first events of a read cut after them (``Then.REST``) wait for the rest of their read under
+  load (one send, not two), and go at once for a lone request (the first token sooner);
+- the stream's last batch (``Then.END``) is not written here but left for the answer's end, so that
+  the events and the stream's end leave in one write;
+- a batch that is one relayed ``Token`` (most of a model server's stream) is counted and written
+  without the per-batch bookkeeping.
+
+Everything else of a stream, upstream to encoder, exchanges typed events (``gateway.core.response``);
+this module decides only when the encoded bytes are sent (docs/performance.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from gateway.core.response import Batch, Then, Token
+from gateway.dialects.base import StreamEncoder
+from gateway.web.record import RequestLog
+
+
+class Relay:
+    """Writes one stream's batches; ``out`` is what is encoded and not yet written when ``run``
+    returns or raises: the caller ends the answer with it (``out + encoder.end()`` or ``.error()``)."""
+
+    __slots__ = ("encoder", "log", "out", "resp")
+
+    def __init__(self, resp: web.StreamResponse, encoder: StreamEncoder, log: RequestLog) -> None:
+        self.resp, self.encoder, self.log = resp, encoder, log
+        self.out = b""
+
+    async def run(self, first: Batch, events: AsyncIterator[Batch], busy: Callable[[], bool]) -> None:
+        """``first`` (already counted by the caller's log) and the rest of ``events``, up to the last
+        batch, which is left in ``out`` with nothing after it written."""
+        encode, write = self.encoder.event, self.resp.write
+        out = b"".join([encode(ev) for ev in first.events])
+        try:
+            if first.then is Then.END:
+                return
+            if not (first.then is Then.REST and busy()):
+                await write(out)  # the head goes out with it (alone, if the first events wrote nothing)
+                out = b""
+            async for batch in events:
+                got = batch.events
+                if len(got) == 1 and type(token := got[0]) is Token:
+                    self.log.token()
+                    await write(out + encode(token))
+                    out = b""
+                    continue
+                self.log.observe(got)
+                # most batches of a model server's stream are one token's event
+                out += encode(got[0]) if len(got) == 1 else b"".join([encode(ev) for ev in got])
+                if batch.then is Then.END:
+                    return  # written with the stream's end
+                if out:
+                    await write(out)
+                    out = b""
+        finally:
+            self.out = out
