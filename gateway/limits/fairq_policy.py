@@ -3,7 +3,7 @@
 
 A request's class is its key's default (its team's, else the first class); the ``X-Gateway-Priority``
 header may lower it, never raise it: a higher class named there is held to the key's own. A class the
-config does not list is the client's mistake, a 400 naming the header.
+config does not list, or the header given twice, is the client's mistake, a 400 naming the header.
 """
 
 from __future__ import annotations
@@ -49,6 +49,15 @@ class FairPolicy:
                 f"{PRIORITY_HEADER}: unknown class {asked[:64]!r} (known: {known})", param=PRIORITY_HEADER
             ) from None
         return max(own, wanted)
+
+    @staticmethod
+    def asked(values: list[str]) -> str | None:
+        """The class the header names: none, or its one value. Given twice it is a list (HTTP reads a
+        repeated field as the values joined by commas), which no class is: the client's mistake."""
+        if len(values) > 1:
+            message = f"{PRIORITY_HEADER}: given {len(values)} times; name one class"
+            raise InvalidRequest(message, param=PRIORITY_HEADER)
+        return values[0] if values else None
 
     def ticket(self, rid: str, team: str, key_id: str, asked: str | None, deadline: float | None) -> Ticket:
         rank = self.rank(team, key_id, asked)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -178,16 +179,27 @@ class Target(_Model):
         return self
 
 
+MAX_QUEUE_COUNT = 1_000_000  # a queue's capacity, share or max_waiting at most
+# A class is named by the X-Gateway-Priority header, which is trimmed and read as one token.
+PRIORITY_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 class Queue(_Model):
     """A model's slots and the queue in front of them (``gateway/limits/fairq.py``, docs/fair-queuing.md)."""
 
     # requests in flight to the model's targets, across every gateway; or ``auto``: learned from the
     # replicas' vLLM gauges (what each ran at once when it began to queue)
-    capacity: Annotated[int, Field(gt=0)] | Literal["auto"]
-    max_waiting: Annotated[int, Field(ge=0)] = 256  # waiting requests, every class and gateway; past it: shed
-    timeout: Annotated[float, Field(gt=0)] = 30.0  # seconds a request may wait for a slot (its deadline if sooner)
+    # Bounded: the counts are Lua numbers in Redis (exact below 2**53) and a float in the metrics; an
+    # unbounded timeout is a waiter that never hears back.
+    capacity: Annotated[int, Field(gt=0, le=MAX_QUEUE_COUNT)] | Literal["auto"]
+    max_waiting: Annotated[int, Field(ge=0, le=MAX_QUEUE_COUNT)] = (
+        256  # waiting, every class and gateway; past it: shed
+    )
+    timeout: Annotated[float, Field(gt=0, le=3600)] = (
+        30.0  # seconds a request may wait for a slot (its deadline if sooner)
+    )
     # this gateway's slots while Redis is out; default: capacity / limits.replicas, rounded up
-    share: Annotated[int, Field(gt=0)] | None = None
+    share: Annotated[int, Field(gt=0, le=MAX_QUEUE_COUNT)] | None = None
 
 
 class ModelEntry(_Model):
@@ -385,6 +397,10 @@ class GatewayConfig(_Model):
     def _classes_known(self) -> None:
         if len(set(self.priorities)) != len(self.priorities):
             raise _Placed(("priorities",), "a class is listed twice")
+        for i, name in enumerate(self.priorities):
+            if not PRIORITY_CLASS.fullmatch(name):
+                why = "letters, digits, '_', '.', '-' (up to 64), as the X-Gateway-Priority header names it"
+                raise _Placed(("priorities", i), f"a class is one token of {why}, not {name[:64]!r}")
         known = ", ".join(self.priorities)
         for i, team in enumerate(self.teams):
             if team.priority is not None and team.priority not in self.priorities:
@@ -474,6 +490,8 @@ def _path(loc: tuple[int | str, ...], data: Any) -> str:
             node = node[p]
             label = node.get("name") or node.get("id") if isinstance(node, dict) else None
             parts.append(f"[{label!r}]" if label else f"[{p}]")
+        elif parts and not isinstance(node, dict) and isinstance(p, str):
+            continue  # past a value: pydantic's tag of a union's member (``constrained-int``), not a key
         else:
             node = node.get(p) if isinstance(node, dict) else None
             parts.append(f".{p}" if parts else str(p))

@@ -240,7 +240,7 @@ async def queue(ex: Exchange, fq: ModelQueue) -> None:
     """Step ``queue``: a slot of the model's capacity, at once when one is free, else in its fair turn
     (``gateway.limits.fairq``); the wait goes to the trace."""
     policy, principal = ex.gw.fair.policy, ex.principal
-    asked = ex.request.headers.get(PRIORITY_HEADER)
+    asked = policy.asked(ex.request.headers.getall(PRIORITY_HEADER, []))
     # its own id in the queue: a client's X-Request-Id may repeat
     ticket = policy.ticket(f"{getrandbits(64):016x}", principal.team, principal.key_id, asked, ex.deadline)
     route, models = ex.route, ex.gen.models

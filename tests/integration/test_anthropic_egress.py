@@ -165,7 +165,8 @@ async def test_cache_tokens_and_stop_reasons_mapped_back(gateway: GatewayFactory
     anthropic_body = {"messages": body["messages"], "max_tokens": 4, "stream": stream}
     status, raw = await chat(gw, anthropic_body, headers, "/v1/messages")
     assert status == 200, raw
-    got = next(json.loads(d) for d in frames(raw) if '"message_delta"' in d) if stream else json.loads(raw)
+    # relayed as Anthropic wrote it: a stream's cache figures are in its message_start
+    got = next(json.loads(d)["message"] for d in frames(raw) if '"message_start"' in d) if stream else json.loads(raw)
     assert got["usage"]["cache_read_input_tokens"] == 3 and got["usage"]["cache_creation_input_tokens"] == 2
     assert got["usage"]["input_tokens"] + 3 + 2 == prompt
 

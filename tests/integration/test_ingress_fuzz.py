@@ -40,8 +40,8 @@ from tests.integration.test_responses import scripted_target, scripted_upstream
 
 JSON = Any
 ANSWER_TIMEOUT = 20.0  # seconds: a hang, not a slow answer, on a busy machine
-# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 14,000-request
-# acceptance run over the fourteen paths (CONTRIBUTING.md).
+# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 15,000-request
+# acceptance run over the fifteen paths (CONTRIBUTING.md).
 EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "60"))
 OPENAI_H = {**BEARER, "Content-Type": "application/json"}
 FRIENDLI_H = {**OPENAI_H, "X-Friendli-Team": "team1"}
@@ -56,6 +56,7 @@ class Path:
     dialect: Dialect
     chat: bool
     fields: tuple[str, ...]
+    model: str = "m"  # "m": a vllm target; "o": an openai target (Responses relayed to its own route)
 
 
 def names(*models: Any) -> tuple[str, ...]:
@@ -78,6 +79,7 @@ PATHS = [
     Path("/v1/messages", ANTHROPIC_H, ANTHROPIC, True, names(MessagesBody)),
     Path("/v1/messages/count_tokens", ANTHROPIC_H, ANTHROPIC, True, names(CountTokensBody)),
     Path("/v1/responses", OPENAI_H, RESPONSES, True, names(ResponsesBody)),
+    Path("/v1/responses", OPENAI_H, RESPONSES, True, names(ResponsesBody), "o"),
     Path("/v1/embeddings", OPENAI_H, EMBEDDINGS, False, names(EmbeddingsBody)),
 ]
 # The valid body each path's hostile fields are laid over, where it is not a completion or a chat.
@@ -174,7 +176,7 @@ def encode(body: JSON) -> bytes:
 
 def base(p: Path) -> dict[str, JSON]:
     if p.path in BASES:
-        return BASES[p.path]
+        return BASES[p.path] | ({"model": p.model} if p.model != "m" else {})
     body: dict[str, JSON] = {"model": "m", "max_tokens": 4}
     return body | ({"messages": [{"role": "user", "content": "hi"}]} if p.chat else {"prompt": "hi"})
 
@@ -283,10 +285,14 @@ async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
     server = await upstream("openai")
     async with scripted_upstream() as embedder:  # an embedding model's upstream
         embedding = {"name": "e", "kind": "embedding", "targets": [scripted_target(embedder)]}
-        yield await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}, embedding]))
+        models = [
+            {"name": "m", "targets": [target(server, "vllm")]},
+            {"name": "o", "targets": [target(server, "openai")]},
+        ]
+        yield await gateway(config([*models, embedding]))
 
 
-@pytest.mark.parametrize("p", PATHS, ids=lambda p: p.path)
+@pytest.mark.parametrize("p", PATHS, ids=lambda p: p.path + ("" if p.model == "m" else f"@{p.model}"))
 async def test_hostile_bodies_get_bounded_answers_in_the_dialects_envelope(gw: Any, p: Path) -> None:
     @settings(
         max_examples=EXAMPLES,

@@ -83,7 +83,8 @@ def test_prompt_parts_all_reach_the_request() -> None:
         req.chat.tool_choice == {"type": "function", "function": {"name": "f"}}
         and req.chat.parallel_tool_calls is False
     )
-    assert req.user == "u1" and req.features == {Feature.TOOLS}
+    assert req.user == "u1" and req.features == {Feature.TOOLS, Feature.ANTHROPIC_NATIVE}
+    assert req.field_name(Feature.ANTHROPIC_NATIVE).startswith("messages[1].content[0] (a 'thinking' block")
 
 
 def test_long_system_and_tool_results_raise_the_estimate() -> None:
@@ -99,7 +100,6 @@ def test_long_system_and_tool_results_raise_the_estimate() -> None:
         ({"max_tokens": None}, "max_tokens"),
         ({"temperature": 1.5}, "temperature"),
         ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0]"),
         ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
         ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f", "input_schema": {}}]}, "tool_choice.name"),
         ({"stop_sequences": [""]}, "stop_sequences"),
@@ -128,6 +128,52 @@ def test_thinking_and_platform_features_are_named_features() -> None:
     assert server.field_name(Feature.ANTHROPIC_NATIVE).startswith("tools[0] (server tool 'web_search_20250305'")
     assert parse(body(container="c")).field_name(Feature.ANTHROPIC_NATIVE).startswith("container (")
     assert parse(body(container="c")).native == body(container="c")  # for an Anthropic target, as it came
+
+
+UNMODELLED = [
+    ({"citations": {"enabled": True}}, "citations (not modelled"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0].type"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "citations": [{"a": 1}]}]}]},
+        "messages[0].content[0].citations",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "new_key": 1}]}]},
+        "messages[0].content[0].new_key",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "zz"}]},
+                {"role": "user", "content": "more"},
+            ]
+        },
+        "messages[1].content[0] (a 'redacted_thinking'",
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "search_result"}]}],
+                }
+            ]
+        },
+        "messages[0].content[0].content[0].type",
+    ),
+    ({"system": [{"type": "text", "text": "s", "x": 1}]}, "system[0].x"),
+]
+
+
+@pytest.mark.parametrize(("fields", "named"), UNMODELLED)
+def test_what_only_anthropic_takes_is_a_named_feature_and_the_body_kept(fields: JSON, named: str) -> None:
+    """The class: any key or block the schema does not model goes to Anthropic as it came, and is
+    named for every other target (which refuses it, never dropping it)."""
+    data = body() | fields
+    req = parse(data)
+    assert named in req.field_name(Feature.ANTHROPIC_NATIVE)
+    assert req.native == data
 
 
 def decode(raw: bytes) -> list[tuple[str, JSON]]:

@@ -91,3 +91,43 @@ def test_a_model_name_given_twice_names_the_name_and_both_positions() -> None:
     assert line == "gw.yaml: models[1]: model name 'm' is declared twice; first at models[0]"
     line = refusal({"models": [{"name": "m", "aliases": ["m"], "targets": mock}]})
     assert line == "gw.yaml: models[0]: model name 'm' is declared twice"
+
+
+def queued(queue: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    target = {"provider": "openai", "base_url": "http://127.0.0.1:1", "model": "u", "api_key_env": "X"}
+    return {"models": [{"name": "m", "targets": [target], "queue": queue}], "teams": [], **extra}
+
+
+HOSTILE_QUEUES = [
+    ("capacity", 0),
+    ("capacity", -1),
+    ("capacity", 10**400),  # past a float: the share's division raised OverflowError at load
+    ("capacity", 2**53 + 1),  # past Redis's Lua numbers
+    ("capacity", "AUTO"),
+    ("capacity", None),
+    ("max_waiting", -1),
+    ("max_waiting", 10**30),
+    ("timeout", 0),
+    ("timeout", -1.0),
+    ("timeout", float("nan")),
+    ("timeout", float("inf")),  # a waiter that never hears back
+    ("timeout", 1e308),
+    ("share", 0),
+    ("share", 10**400),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), HOSTILE_QUEUES, ids=lambda v: repr(v)[:24])
+def test_a_hostile_queue_value_is_refused_at_load_in_one_line_naming_the_field(field: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(queued({"capacity": 4, field: value}))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"<config>: models['m'].queue.{field}: "), message  # no union tag in the path
+
+
+@pytest.mark.parametrize("name", ["", " batch", "batch ", "a, b", "Batch\t", "é", "x" * 65, "-x"])
+def test_a_class_the_priority_header_cannot_name_is_refused_at_load(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"^<config>: priorities\[1\]: a class is one token of ") as caught:
+        parse_config(queued({"capacity": 4}, priorities=["interactive", name]))
+    assert "\n" not in str(caught.value)

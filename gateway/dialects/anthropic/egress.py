@@ -9,7 +9,12 @@ calls, stop reasons in the gateway's vocabulary (the stop sequence kept), usage 
 writes. Anthropic's stream is named events; its ``error`` event fails the stream in ``adapters/http``.
 
 A request that came in Anthropic's own dialect goes out as the client wrote it (``native``), with
-only the model replaced: the fields the gateway does not model reach Anthropic unchanged.
+only the model replaced: the fields the gateway does not model reach Anthropic unchanged. Its answer
+comes back as the upstream wrote it: a whole message as it is (``Completion.raw``), a stream's events
+relayed one by one as frames (thinking signatures, redacted thinking, server-tool blocks, citations
+and block types the gateway does not know included); what the gateway accounts for (finish, usage)
+is read beside them. A relayed stream that breaks is not resumed on another target: it ends in an
+``error`` event (its blocks cannot be read back into the gateway's vocabulary).
 """
 
 from __future__ import annotations
@@ -215,7 +220,12 @@ def tool_call(block: JSON, index: int | None = None) -> dict[str, JSON]:
     return call if index is None else {"index": index, **call}
 
 
-def decode(data: JSON) -> Completion:
+def native(request: InternalRequest) -> bool:
+    """The client speaks Anthropic's dialect: the answer goes back to it as the upstream wrote it."""
+    return request.native is not None and request.native_dialect == "anthropic"
+
+
+def decode(data: JSON, keep: bool = False) -> Completion:
     if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
         raise UpstreamMalformed("upstream answer is not an Anthropic message")
     text, reasoning, calls = "", None, []
@@ -237,6 +247,7 @@ def decode(data: JSON) -> Completion:
         model=str(data.get("model") or ""),
         choices=[choice],
         usage=usage_from(usage) if isinstance(usage, dict) else None,
+        raw=data if keep else None,
     )
 
 
@@ -246,7 +257,8 @@ class EventReader:
 
     relaying = False
 
-    def __init__(self) -> None:
+    def __init__(self, relay: bool = False) -> None:
+        self.relay_all = relay  # each event also goes to the client as it came (a ``Frame``)
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
@@ -286,6 +298,16 @@ class EventReader:
         return []  # signature_delta, citations_delta: nothing the gateway's vocabulary holds
 
     def decode(self, data: JSON) -> list[StreamEvent]:
+        events = self._read(data)
+        if not self.relay_all:
+            return events
+        kind = data.get("type") if isinstance(data, dict) else None
+        frame = Frame.of(b"event: " + str(kind).encode() + b"\ndata: " + pydantic_core.to_json(data) + b"\n\n", 1)
+        # The frame carries the content; only what the gateway accounts for is read beside it.
+        kept: list[StreamEvent] = [ev for ev in events if not isinstance(ev, Delta)]
+        return [*kept, frame]
+
+    def _read(self, data: JSON) -> list[StreamEvent]:
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == "message_start":
             message = data.get("message") or {}
@@ -341,10 +363,10 @@ class AnthropicWire:
         return encode(request, model)
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
-        return decode(data)
+        return decode(data, native(request))
 
     def reader(self, request: InternalRequest) -> EventReader:
-        return EventReader()
+        return EventReader(native(request))
 
 
 ANTHROPIC_WIRE = AnthropicWire()

@@ -3,8 +3,10 @@
 Every piece of prompt text goes into the request, so the pre-request token estimate counts it: the
 system blocks become one system message, ``tool_result`` blocks become tool messages (their text; an
 error result's text marked as such), images become image parts of the user message, tool schemas
-become the request's tools. Previous turns' thinking blocks are left out, as Anthropic's own models
-leave them out. ``cache_control`` marks are accepted and, for targets other than Anthropic, ignored.
+become the request's tools. What only an Anthropic target takes (unmodelled keys and blocks, earlier
+turns' thinking, citations) is named in ``native.py``: it goes to Anthropic targets in the body as it
+came, and every other target refuses it by name. ``cache_control`` marks are accepted and, for
+targets other than Anthropic, ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic_core import to_json
 
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
+from gateway.dialects.anthropic.native import checked_copy
 from gateway.dialects.anthropic.schema import (
     PLATFORM_FIELDS,
     Block,
@@ -189,7 +192,8 @@ def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
 def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     fs = FeatureSet()
     platform_only(data, betas, fs)
-    b = validate(MessagesBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
+    rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
+    b = validate(MessagesBody, checked_copy(rest, MessagesBody.model_fields, fs))
     top_k = b.top_k if b.top_k not in (None, -1) else None
     fs.use(Feature.TOP_K, "top_k", top_k is not None)
     stop = stop_list(b.stop_sequences, "stop_sequences", cap=None)
@@ -217,7 +221,8 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
 def parse_count(data: dict[str, JSON]) -> InternalRequest:
     """A count_tokens body: the request it would be, with no answer asked for."""
     fs = FeatureSet()
-    b = validate(CountTokensBody, {k: v for k, v in data.items() if k not in PLATFORM_FIELDS})
+    rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
+    b = validate(CountTokensBody, checked_copy(rest, CountTokensBody.model_fields, fs))
     return request_of(
         fs,
         Operation.CHAT,

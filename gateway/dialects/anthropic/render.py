@@ -1,6 +1,11 @@
 """Internal answers → Anthropic's Messages answers: a whole ``message``, the named-event stream, and the
 error envelope.
 
+An Anthropic target's answer to an Anthropic client comes as the upstream wrote it: a whole message
+as it is (``Completion.raw``), a stream as frames written unchanged; the encoder only tracks the
+relayed blocks, so that what a later target adds (none today: a relayed stream is not resumed)
+would number on from them.
+
 The stream is the sequence the Anthropic SDK's accumulator expects (``lib/streaming/_messages.py``):
 ``message_start``, a ``ping``, then per content block ``content_block_start`` / ``_delta`` (``text_delta``,
 ``input_json_delta``, ``thinking_delta``) / ``_stop``, one block open at a time, then ``message_delta``
@@ -108,6 +113,8 @@ def content(choice: Choice) -> list[dict[str, JSON]]:
 
 
 def render(req: InternalRequest, c: Completion) -> dict[str, JSON]:
+    if isinstance(c.raw, dict) and c.raw.get("type") == "message":  # an Anthropic target's own message
+        return c.raw
     choice = c.choices[0] if c.choices else Choice(index=0)
     return {
         "id": c.id,
@@ -139,6 +146,9 @@ class MessagesEncoder:
         self.stop_sequence: str | None = None
         self.usage: Usage | None = None
         self.started = False
+        self.pending: StreamStart | None = None  # held: the upstream's own message_start may follow
+        self.native = req.native is not None and req.native_dialect == "anthropic"
+        self.relayed = b""  # the last relayed event's name
 
     def _block(self, kind: str, tool: int, start: JSON) -> bytes:
         out = self._close()
@@ -196,9 +206,31 @@ class MessagesEncoder:
         }
         return event("message_start", {"type": "message_start", "message": message}) + PING
 
+    def _relay(self, frame: bytes) -> bytes:
+        self.pending, self.started = None, True
+        name = frame[7 : frame.find(b"\n")]  # after "event: "
+        if name == b"content_block_start":
+            self.index += 1
+            self.open = ("relayed", -1)
+        elif name == b"content_block_stop":
+            self.open = None
+        self.relayed = name
+        return frame
+
     def event(self, ev: StreamEvent) -> bytes:
+        if isinstance(ev, bytes):  # a Frame: one upstream event as it came
+            return self._relay(ev)
+        if isinstance(ev, StreamStart) and self.native and not self.started:
+            self.pending = ev
+            return b""
+        if self.pending is not None:  # not relayed: the message_start is ours
+            start, self.pending = self.pending, None
+            return self._start(start) + self.event(ev)
         if isinstance(ev, Delta):
             return self._content(ev) if ev.index == 0 else b""
+        return self._account(ev)
+
+    def _account(self, ev: StreamEvent) -> bytes:
         if isinstance(ev, Finish):
             if ev.index == 0:
                 self.reason, self.stop_sequence = ev.reason, ev.stop_sequence
@@ -207,11 +239,15 @@ class MessagesEncoder:
             self.usage = ev.usage
             return b""
         if isinstance(ev, StreamStart):
-            return self._start(ev)
-        raise TypeError("an Anthropic stream is never relayed as it came")  # relay is None in its requests
+            return b"" if self.started else self._start(ev)
+        raise TypeError(f"unexpected stream event {type(ev).__name__}")
 
     def end(self) -> bytes:
-        out = self._close()
+        if self.relayed in (b"message_stop", b"message_delta"):  # the upstream's own ending went out
+            return b"" if self.relayed == b"message_stop" else event("message_stop", {"type": "message_stop"})
+        out = self._start(self.pending) if self.pending is not None else b""
+        self.pending = None
+        out += self._close()
         if self.index < 0:  # an empty answer still has its one (empty) text block
             out += self._block("text", 0, {"type": "text", "text": ""}) + self._close()
         delta = {"stop_reason": stop_reason(self.reason, self.stop_sequence), "stop_sequence": self.stop_sequence}
