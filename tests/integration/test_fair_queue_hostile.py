@@ -1,25 +1,28 @@
 """Hostile input at a model's queue, on every ingress path that reaches one: any X-Gateway-Priority
 value (empty, unknown, mixed case, huge, repeated, not ASCII, not UTF-8) gets the class or a 4xx in
 the path's own dialect naming the header, never a 5xx; a client gone while queued, on any path,
-streamed or not, leaves no slot and no waiter behind."""
+streamed or not, with the queue in process or in Redis, leaves no slot and no waiter behind."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis.asyncio as aioredis
 
 from gateway.limits.fairq import ModelQueue
+from gateway.limits.fairq_shared import keys
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.test_ingress_fuzz import ANSWER_TIMEOUT, PATHS, Path, base, encode, named, shapes
 from tests.integration.test_responses import scripted_target, scripted_upstream
 from tests.support import eventually
+from tests.support.redis_servers import RedisServer
 
 HEADER = "X-Gateway-Priority"
 # every path whose request takes a slot of its model (count_tokens calls no model)
@@ -51,8 +54,14 @@ def body(p: Path, stream: bool = False) -> bytes:
     return encode(data | {"stream": True} if stream else data)
 
 
-@pytest.fixture
-async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+async def gateway_with_queues(gateway: GatewayFactory, upstream: Any, **extra: Any) -> AsyncIterator[Any]:
     server = await upstream("openai")
     queue = {"capacity": 1, "max_waiting": 8, "timeout": 60}
     async with scripted_upstream() as embedder:
@@ -61,7 +70,25 @@ async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
             {"name": "o", "targets": [target(server, "openai")], "queue": queue},
             {"name": "e", "kind": "embedding", "targets": [scripted_target(embedder)], "queue": queue},
         ]
-        yield await gateway(config(models))
+        yield await gateway(config(models, **extra))
+
+
+@pytest.fixture
+async def gw(gateway: GatewayFactory, upstream: Any) -> AsyncIterator[Any]:
+    async for g in gateway_with_queues(gateway, upstream):
+        yield g
+
+
+@pytest.fixture
+async def shared_gw(gateway: GatewayFactory, upstream: Any, redis_server: RedisServer) -> AsyncIterator[Any]:
+    client = aioredis.from_url(redis_server.url)
+    await client.flushall()
+    try:
+        async for g in gateway_with_queues(gateway, upstream, redis={"url": redis_server.url, "timeout_ms": 1000}):
+            g.redis = client
+            yield g
+    finally:
+        await client.aclose()
 
 
 def exchange(url: str, p: Path, raw: bytes, values: tuple[bytes, ...]) -> tuple[int, bytes]:
@@ -143,3 +170,35 @@ async def test_a_client_gone_while_queued_leaks_no_slot_on_any_path(gw: Any, p: 
     status, answer = await asyncio.to_thread(exchange, gw.url, p, body(p), ())
     assert status == 200, answer[:300]  # the capacity is whole: the next request takes the slot at once
     assert queue.local.running == 0 and queue.local.waiting == 0
+
+
+async def shared_counts(gw: Any, model: str) -> tuple[int, int]:
+    """(slots leased, waiters) of ``model``'s queue in Redis."""
+    run, alive = keys(model, 2)[:2]
+    return await gw.redis.zcard(run), await gw.redis.zcard(alive)
+
+
+@pytest.mark.parametrize("p", QUEUED, ids=PATH_IDS)
+async def test_a_client_gone_while_queued_in_redis_leaks_no_lease_on_any_path(shared_gw: Any, p: Path) -> None:
+    gw, model = shared_gw, model_of(p)
+    queue = queue_of(gw, p)
+    policy = gw.server.app[GATEWAY].fair.policy
+    held = await queue.enter(policy.ticket("holder", "team1", "k1", None, None), lambda: None)
+    parts = urlsplit(gw.url)
+    raw = body(p)
+    head = "".join(f"{k}: {v}\r\n" for k, v in {**p.headers, "Content-Length": str(len(raw))}.items())
+    _, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    writer.write(f"POST {p.path} HTTP/1.1\r\nHost: gw\r\n{head}\r\n".encode() + raw)
+    await writer.drain()
+    await eventually(lambda: _is(shared_counts(gw, model), (1, 1)), f"{p.path} queued in Redis")
+    writer.close()
+    await eventually(lambda: _is(shared_counts(gw, model), (1, 0)), f"{p.path}: the gone client out of Redis")
+    held.release()
+    await eventually(lambda: _is(shared_counts(gw, model), (0, 0)), "every lease given back")
+    status, answer = await asyncio.to_thread(exchange, gw.url, p, body(p), ())
+    assert status == 200, answer[:300]
+    await eventually(lambda: _is(shared_counts(gw, model), (0, 0)), "the last request's lease given back")
+
+
+async def _is(counts: Any, want: tuple[int, int]) -> bool:
+    return bool(await counts == want)
