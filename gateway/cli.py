@@ -327,8 +327,11 @@ def serve(args: argparse.Namespace) -> int:
     ctx = multiprocessing.get_context("fork")
     worker_args = (config, catch_all, host, port, log_to, args.config, os.getpid())
     procs = [ctx.Process(target=_worker, args=worker_args, daemon=False) for _ in range(workers)]
-    # Ignored until each worker's loop takes it (a reload), and here until it is forwarded.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    from gateway.web.reload import hold_sighup
+
+    # Held (inherited by the workers) until each worker's loop takes it: a reload asked for while a
+    # worker starts is applied once it serves. Here, once the workers run, it is forwarded.
+    hold_sighup()
     for p in procs:
         p.start()
 

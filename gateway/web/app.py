@@ -277,7 +277,6 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     gw = app[GATEWAY]
     await connect_redis(gw)
     await asyncio.gather(*(u.start() for u in gw.models.upstreams()))
-    set_config_info(gw.gen.version, gw.gen.digest)
     await ops.probe(gw)  # which logs each target's reachability, as it does every change of it
     tasks = [
         asyncio.create_task(ops.prober(gw), name="prober"),
@@ -286,6 +285,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(ops.learn_capacities(gw), name="capacity-learner"),
     ]
     async with admission_running(gw.admission), fair_running(gw.fair), reload.running(app):
+        # Only now, with SIGHUP taken: a worker's series says it serves this config and will reload.
+        set_config_info(gw.gen.version, gw.gen.digest)
         yield
     for task in tasks:
         task.cancel()

@@ -17,8 +17,10 @@ change only on restart: a reload keeps their running values and says which diffe
 Workers (``--workers N``): the parent process forwards SIGHUP to every worker. ``POST
 /admin/reload`` reaches one worker; once its reload is applied, it sends SIGHUP to the parent, which
 forwards it to all (the first worker's second reload finds nothing changed). A signal needs no Redis
-and no subscription, and the parent already supervises the workers. With ``reload.watch`` each
-worker watches the file itself.
+and no subscription, and the parent already supervises the workers. A worker holds a SIGHUP that
+comes before its loop takes the signal (``hold_sighup``) and reloads once it does, so a reload during
+a worker's start is not lost; its ``gateway_config_info`` series shows only from then on. With
+``reload.watch`` each worker watches the file itself.
 
 The same loop polls the targets' ``api_key_file``s (one ``stat`` each per ``reload.poll_seconds``)
 and re-reads those that changed (``gateway/runtime/secrets.py``).
@@ -254,6 +256,14 @@ class Reloader:
 
 
 RELOADER = web.AppKey("reloader", Reloader)
+_held: list[int] = []  # SIGHUPs taken before the loop's handler (``hold_sighup``)
+
+
+def hold_sighup() -> None:
+    """Until ``running`` takes SIGHUP, one is kept for it: set in the ``--workers`` parent before it
+    forks, so a worker holds a reload asked for while it starts."""
+    _held.clear()
+    signal.signal(signal.SIGHUP, lambda signum, frame: _held.append(signum))
 
 
 def install(app: web.Application, reloader: Reloader) -> None:
@@ -271,6 +281,9 @@ async def running(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
             loop.add_signal_handler(signal.SIGHUP, reloader.trigger, "sighup")
             hup = True
+            if _held:  # asked for before the handler was in place: the reload it asked for
+                _held.clear()
+                reloader.trigger("sighup")
     try:
         yield
     finally:
