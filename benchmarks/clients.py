@@ -142,12 +142,14 @@ async def ttft(url: str, dialect: Dialect, samples: int) -> dict[str, Any]:
             async with session.post(url + dialect.path, data=body, headers=headers) as resp:
                 t_head = time.perf_counter()
                 t_first = None
+                text = b""
                 while line := await resp.content.readline():
                     if t_first is None and line.startswith(b"data:"):
                         t_first = time.perf_counter()
+                    text = text or (line if resp.status != 200 else b"")
                 t_last = time.perf_counter()
-                if resp.status != 200 or t_first is None:
-                    raise BenchError(f"TTFT request failed: HTTP {resp.status}")
+                if resp.status != 200 or t_first is None:  # the answer says why (e.g. limits_unavailable)
+                    raise BenchError(f"TTFT request failed: HTTP {resp.status} {text[:300].decode(errors='replace')}")
             if i >= 10:
                 head.append(t_head - began)
                 first.append(t_first - began)

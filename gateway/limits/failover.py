@@ -127,6 +127,10 @@ class FailoverLimiter:
         REDIS_STATE.n = 0
 
     def _answered(self, held: int) -> None:
+        if not self.up:
+            # A call sent before the breaker opened answered while it is open: the policy is still
+            # in force until ``down_until``, so the outage (its gauge, its line's counts) goes on.
+            return
         REDIS_STATE.n = 1
         if self.outage.since is not None:
             self.outage.ended(held)
