@@ -71,7 +71,7 @@ CHAT_PLACES: dict[str, Any] = {
         "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call(x)]}]
     },
     "assistant": lambda x: {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": x}]},
-    "name": lambda x: {"messages": [{"role": "user", "name": "n" + x[:200], "content": "q"}]},
+    "name": lambda x: {"messages": [{"role": "user", "name": "n" + x, "content": "q"}]},
     "tool description": lambda x: {"messages": [{"role": "user", "content": "q"}], "tools": [tool(description=x)]},
     "tool schema": lambda x: {"messages": [{"role": "user", "content": "q"}], "tools": [tool(field_doc=x)]},
     "json schema": lambda x: {

@@ -348,6 +348,9 @@ class AnthropicWire:
     # key as ``Authorization: Bearer``.
     bearer: bool = False
     passthrough: bool = True  # false (a target's ``passthrough: false``): an Anthropic client's body translated
+    # the answer goes back as the upstream wrote it; not vLLM's, whose messages lack fields Anthropic's
+    # SDKs read (``stop_sequence``): it is rebuilt in Anthropic's whole shape
+    relay: bool = True
 
     def path(self, operation: Operation) -> str:
         return "/messages" if self.bearer else "/v1/messages"
@@ -364,14 +367,14 @@ class AnthropicWire:
         return encode(request, model, self.passthrough)
 
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
-        return decode(data, self.passthrough and native(request))
+        return decode(data, self.relay and self.passthrough and native(request))
 
     def reader(self, request: InternalRequest) -> EventReader:
-        return EventReader(self.passthrough and native(request))
+        return EventReader(self.relay and self.passthrough and native(request))
 
 
 ANTHROPIC_WIRE = AnthropicWire()
 # ``passthrough: false``: what only Anthropic's own wire carries is refused by name, not sent
 ANTHROPIC_TRANSLATED_WIRE = AnthropicWire(FEATURES - {F.ANTHROPIC_NATIVE}, passthrough=False)
 # An Anthropic client's own body to a vLLM replica that serves /v1/messages (vLLM 0.32 does).
-VLLM_MESSAGES_WIRE = AnthropicWire(bearer=True)
+VLLM_MESSAGES_WIRE = AnthropicWire(bearer=True, relay=False)
