@@ -1,5 +1,5 @@
 """Driver for the Anthropic SDK against the gateway in front of real vLLM (tests/vllm): every request
-greedy (temperature 0). Run with .sdk-venvs/anthropic/bin/python; prints one JSON object, case → result
+greedy (temperature 0, in ``extra_body``: SDK 2.x has no typed sampling fields). Run with .sdk-venvs/anthropic/bin/python; prints one JSON object, case → result
 (``{"ok": true, ...}`` or ``{"ok": false, "error": <exception class>, "status": ..., "type": ...}``).
 
 The stop-sequence case picks its sequence from the whole answer it just got (a stretch from the middle
@@ -34,7 +34,8 @@ CLIENT = anthropic.Anthropic(api_key=a.key, base_url=a.base_url.rstrip("/"), max
 
 
 def fields(**kw):
-    return {"model": a.model, "max_tokens": MAX_TOKENS, "temperature": 0,
+    # 2.x types no sampling fields (Claude's newer models refuse them); the wire still takes them
+    return {"model": a.model, "max_tokens": MAX_TOKENS, "extra_body": {"temperature": 0},
             "messages": [{"role": "user", "content": PROMPT}]} | kw
 
 
