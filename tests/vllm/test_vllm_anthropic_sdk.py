@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from aiohttp.test_utils import TestServer
 from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
 from tests.fakes.front import front
-from tests.vllm.conftest import VLLM
+from tests.vllm import server as vllm
+from tests.vllm.conftest import VLLM, running_vllm
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,14 +38,24 @@ DRIVER_TIMEOUT = 600.0  # four greedy requests on a busy 2-core CPU; a bound, no
 FIRST = {"messages": [{"role": "user", "content": "the quick brown fox"}], "max_tokens": 16, "temperature": 0}
 
 
+@pytest.fixture(scope="module")
+def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
+    """vLLM as a deployment that serves tools runs it: 0.32 refuses ``tool_choice: required`` (what
+    ``any`` becomes) without a tool-call parser (400, relayed as ``invalid_request_error``). For
+    ``required`` it decodes under the tools' JSON schema and needs no parser's format; ``hermes`` is any."""
+    args = (*vllm.DEFAULT_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    with running_vllm(tmp_path_factory.mktemp("vllm-tools") / "vllm.log", extra=args) as running:
+        yield running
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["native", "translated"])
-async def runs(vllm_server: VLLM, request: pytest.FixtureRequest) -> dict[str, Any]:
+async def runs(vllm_tools: VLLM, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The driver's results against a gateway whose one model is the real vLLM, on one path (one run
     per path: the SDK's import and four CPU generations are most of the time)."""
-    origin = vllm_server.url.removesuffix("/v1")
+    origin = vllm_tools.url.removesuffix("/v1")
     async with front({"/v1/chat": origin, "/v1/models": origin}) as fr:
-        url = vllm_server.url if request.param == "native" else fr.url + "/v1"
-        target = {"provider": "vllm", "base_url": url, "model": vllm_server.model}
+        url = vllm_tools.url if request.param == "native" else fr.url + "/v1"
+        target = {"provider": "vllm", "base_url": url, "model": vllm_tools.model}
         cfg = parse_config(
             {
                 "models": [{"name": "tiny", "targets": [target]}],
@@ -82,11 +94,11 @@ async def drive(base_url: str) -> dict[str, Any]:
     return out
 
 
-async def vllm_own(vllm_server: VLLM) -> dict[str, Any]:
+async def vllm_own(vllm_tools: VLLM) -> dict[str, Any]:
     """The first request straight to vLLM's own /v1/messages: its text and token counts."""
     async with aiohttp.ClientSession() as session:
-        body = {**FIRST, "model": vllm_server.model}
-        async with session.post(vllm_server.base + "/v1/messages", json=body) as resp:
+        body = {**FIRST, "model": vllm_tools.model}
+        async with session.post(vllm_tools.base + "/v1/messages", json=body) as resp:
             assert resp.status == 200, await resp.text()
             got: dict[str, Any] = await resp.json()
     return got
@@ -98,8 +110,8 @@ def case(runs: dict[str, Any], name: str, ok: bool = True) -> dict[str, Any]:
     return got
 
 
-async def test_sdk_against_real_vllm(runs: dict[str, Any], vllm_server: VLLM) -> None:
-    whole, own = case(runs, "create"), await vllm_own(vllm_server)
+async def test_sdk_against_real_vllm(runs: dict[str, Any], vllm_tools: VLLM) -> None:
+    whole, own = case(runs, "create"), await vllm_own(vllm_tools)
     assert whole["stop_reason"] in ("end_turn", "max_tokens") and whole["stop_sequence"] is None
     assert [b["type"] for b in whole["blocks"]] == ["text"] and whole["text"] == own["content"][0]["text"]
     usage = whole["usage"]
@@ -129,4 +141,6 @@ async def test_tool_choice_any(runs: dict[str, Any]) -> None:
         assert block["name"] == "get_weather" and got["stop_reason"] == "tool_use"
         assert isinstance(block["input"], dict) and block["input"]["city"] in ("Paris", "Oslo"), got
     else:
-        assert (got["error"], got["status"], got["type"]) == ("InternalServerError", 502, "api_error"), got
+        assert (got["error"], got["status"], got["type"]) == ("InternalServerError", 502, "api_error"), (
+            f"{got['body']}{runs['_context']}"
+        )

@@ -1,6 +1,7 @@
 """Driver for the Anthropic SDK against the gateway in front of real vLLM (tests/vllm): every request
-greedy (temperature 0, in ``extra_body``: SDK 2.x has no typed sampling fields). Run with .sdk-venvs/anthropic/bin/python; prints one JSON object, case → result
-(``{"ok": true, ...}`` or ``{"ok": false, "error": <exception class>, "status": ..., "type": ...}``).
+greedy (temperature 0, in ``extra_body``: SDK 2.x has no typed sampling fields). Run with
+.sdk-venvs/anthropic/bin/python; prints one JSON object, case → result (``{"ok": true, ...}`` or
+``{"ok": false, "error": <exception class>, "status": ..., "type": ...}``).
 
 The stop-sequence case picks its sequence from the whole answer it just got (a stretch from the middle
 of the text, first seen after the start), so nothing about the model's output is written down here.
