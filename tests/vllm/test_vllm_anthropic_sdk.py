@@ -138,7 +138,6 @@ async def test_tool_choice_any(runs: dict[str, Any]) -> None:
     /v1/messages instead fails building its answer from such arguments and says 400 (a pydantic error
     on ``input``), which the gateway relays: the native path's known vLLM defect, checked by its text."""
     got = runs["tool_any"]
-    print("tool_any:", json.dumps({k: v for k, v in got.items() if k != "_context"}))
     if got["ok"]:
         (block,) = [b for b in got["blocks"] if b["type"] == "tool_use"]
         assert block["name"] == "get_weather" and got["stop_reason"] == "tool_use"
