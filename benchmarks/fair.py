@@ -194,6 +194,9 @@ def gateway_config(
     return config
 
 
+GATEWAYS = 2  # gateways in front of the pool, sharing one Redis
+
+
 QUEUE = {"max_waiting": 64, "timeout": 10.0}  # 64 waiting: about 6.5 s of the scripted pool's turnover
 
 
@@ -202,6 +205,8 @@ def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario) -> None:
     bound, and per team its weight and default priority class."""
     config["priorities"] = ["interactive", "batch"]
     config["models"][0]["queue"] = {"capacity": pool.capacity, **QUEUE}
+    # with Redis out each gateway serves ceil(capacity / replicas): together, the pool's capacity
+    config["limits"] = {"replicas": GATEWAYS}
     for team in config["teams"]:
         if team["id"] in sc.weights:
             team["weight"] = sc.weights[team["id"]]
@@ -213,7 +218,7 @@ def start_gateways(
     procs: Processes, tmp: Path, pool: PoolInfo, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0
 ) -> list[str]:
     urls = []
-    for i in range(2):
+    for i in range(GATEWAYS):
         port = free_port()
         path = tmp / f"gateway{i}.yaml"
         path.write_text(yaml.safe_dump(gateway_config(pool, port, redis_url, mode, sc, timeout_ms)))

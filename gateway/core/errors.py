@@ -14,6 +14,7 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── NotFound            404    unknown model or path
     │   ├── MethodNotAllowed    405    a served path, another method
     │   ├── PayloadTooLarge     413
+    │   ├── HeaderFieldsTooLarge 431   a header line past the HTTP parser's limit, or too many
     │   └── RequestTimeout      408    the body did not arrive whole in time
     ├── RateLimited             429    a limit refused admission (carries retry_after)
     ├── Overloaded              503    this process cannot hold the answer now (its answer buffer is full)
@@ -93,6 +94,11 @@ class MethodNotAllowed(RequestError):
 class PayloadTooLarge(RequestError):
     status = 413
     code = "payload_too_large"
+
+
+class HeaderFieldsTooLarge(RequestError):
+    status = 431
+    code = "header_fields_too_large"
 
 
 class ShuttingDown(GatewayError):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -209,14 +210,21 @@ class Shared:
                 self.told[rid] = GONE if rid != word else GRANTED
                 event.set()
 
+    def expect(self, rid: str) -> None:
+        """From now until ``forget``, a message naming ``rid`` is kept for its ``park``."""
+        self.parked[rid] = asyncio.Event()
+
+    def forget(self, rid: str) -> None:
+        self.parked.pop(rid, None)
+        self.told.pop(rid, None)
+
     async def park(self, rid: str, seconds: float) -> int | None:
-        """Until a message names ``rid`` (what it said), or ``seconds`` pass (None)."""
-        event = self.parked[rid] = asyncio.Event()
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), seconds)
-        finally:
-            self.parked.pop(rid, None)
+        """Until a message names ``rid`` (what it said; at once if one came since the last park), or
+        ``seconds`` pass (None). ``rid`` is expected (``expect``)."""
+        event = self.parked.setdefault(rid, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+        event.clear()
         return self.told.pop(rid, None)
 
 
@@ -287,11 +295,21 @@ class SharedQueue(ModelQueue):
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
         if time.monotonic() < self.down_until:
             return await self.outage(ticket, down)
+        # the wait, here or in this gateway's share after a failure, ends at arrival + timeout
+        ticket = self.until(ticket, asyncio.get_running_loop().time() + self.settings.timeout)
+        self.shared.expect(ticket.rid)  # before the call: a grant published meanwhile is not missed
+        try:
+            return await self.enter_shared(ticket, down)
+        finally:
+            self.shared.forget(ticket.rid)
+
+    async def enter_shared(self, ticket: Ticket, down: Down) -> Slot:
         s = self.settings
         try:
             answer = await self.shared.enter(ticket, s.capacity, s.max_waiting)
-        except FAILURES as exc:
+        except FAILURES as exc:  # the script may have run (a slot or a place taken): given back
             self.failed(exc)
+            self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
             return await self.outage(ticket, down)
         except asyncio.CancelledError:  # its client went mid-call: whatever the call took goes back
             self.later(self.shared.leave(ticket.rid, ticket.rank, s.capacity, s.max_waiting))
@@ -301,6 +319,13 @@ class SharedQueue(ModelQueue):
         if answer[0] == FULL:
             raise self.refused(ticket, "full", s.max_waiting)
         return await self.wait_shared(ticket, down, answer[1])
+
+    @staticmethod
+    def until(ticket: Ticket, until: float) -> Ticket:
+        """``ticket`` with its deadline no later than ``until`` (loop clock)."""
+        if ticket.deadline is not None and ticket.deadline <= until:
+            return ticket
+        return dataclasses.replace(ticket, deadline=until)
 
     async def outage(self, ticket: Ticket, down: Down) -> Slot:
         if self.closed:
@@ -326,7 +351,7 @@ class SharedQueue(ModelQueue):
             raise err
         loop = asyncio.get_running_loop()
         began = loop.time()
-        until = min(began + self.settings.timeout, ticket.deadline or float("inf"))
+        until = ticket.deadline if ticket.deadline is not None else began + self.settings.timeout
         waiters = self.gauges.waiters(ticket)
         waiters.n += 1
         s = self.settings

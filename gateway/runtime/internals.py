@@ -25,6 +25,15 @@ same send, one send per stream fewer. The answer is prepared only once the first
 so the head is never held back waiting on the upstream. Retired by: a public way to ask for it
 (a ``StreamResponse`` argument, or ``prepare()`` taking the first bytes).
 
+``ParseErrors`` answers a request aiohttp's HTTP parser refuses (a header line past 8190 bytes, a
+control character in a header, a bad method, request line or chunk size) through the gateway's own
+``answer``, in the dialect of the request's path, where aiohttp's ``handle_error`` answers plain text
+that quotes the client's bytes back. aiohttp hands its error handler a placeholder request (path
+``/``) and keeps the parsed URL in its compiled parser, so ``data_received`` keeps the first bytes of
+the head being parsed (``SEEN``, copied only until a head is parsed) to find the path when the
+parser fails; ``handle_error``, ``_request_count``, ``_messages`` and ``_ErrInfo`` are aiohttp's.
+Retired by: a public hook for parser errors in aiohttp (an error handler given the raw request line).
+
 **redis-py.** ``RawConnection`` is one connection borrowed for good from a client's pool, on which
 ``gateway.limits.channel`` sends script calls packed here as RESP (``evalsha_head``) and reads the
 replies in order: below the client's command API. Per call, the client's own cost (a pipeline
@@ -41,10 +50,15 @@ against ``hashlib.sha256`` it saved 1.6k of 900k instructions per request (docs/
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
+from aiohttp.web_request import BaseRequest
 from redis.exceptions import ResponseError
 
 # The library ranges each use here was checked against: pyproject.toml pins the same ranges
@@ -103,6 +117,95 @@ class EventStream(web.StreamResponse):
     """An SSE answer whose head leaves with its first write (module docstring)."""
 
     _send_headers_immediately = False
+
+
+# What ParseErrors reads of aiohttp's request handler and server (private names)
+HANDLER_USES = frozenset({"_request_count", "_messages"})
+SEEN = 16384  # the head's first bytes kept: a request line is at most 8190 (aiohttp's max_line_size)
+TAIL = 4096  # of a read that ended a head: the next head may begin in it
+# A request line's start: the method (even a bad one), the path up to its query, and the target
+REQUEST_LINE = re.compile(rb"(?:^|\n)[^ :\r\n]{1,32} ((/[^ ?#\r\n]{0,2048})[^ \r\n]{0,100})")
+QUOTED = re.compile(r"""b?'[^']*'?|b?"[^"]*"?""")
+HEADER_NAME = re.compile(r"""b["']([!#$%&*+.^_`|~0-9A-Za-z-]{1,64}):""")
+Answer = Callable[[str | None, int, str], web.StreamResponse]
+
+
+def request_line(head: bytes) -> tuple[str | None, bytes]:
+    """The path of the last request line in ``head`` (None: none found) and its target's start."""
+    found = None
+    for found in REQUEST_LINE.finditer(head):  # noqa: B007 (the last one is wanted)
+        continue
+    if found is None:
+        return None, b""
+    return found.group(2).decode("latin-1"), found.group(1)
+
+
+def describe(exc: HttpProcessingError, target: bytes) -> tuple[int, str]:
+    """The status and a message naming what is wrong, without the client's bytes: aiohttp's messages
+    quote them, so only the reason before the quote is kept, and a header's name if it is a token."""
+    if isinstance(exc, LineTooLong):
+        line, limit = bytes(exc.args[0]).removesuffix(b"..."), exc.args[1]
+        if line and target.startswith(line[:100]):  # aiohttp quotes the target's first 100 bytes
+            return 400, f"the request line is longer than {limit} bytes"
+        return 431, f"a header line is longer than {limit} bytes"
+    text = exc.message if isinstance(exc.message, str) else ""
+    text = text.removeprefix("Bad status line:").strip()
+    reason = re.split(r"[:\n]", text, maxsplit=1)[0]
+    reason = " ".join(QUOTED.sub(" ", reason).split()).rstrip(".")  # a quoted part is the client's
+    if not reason or not reason.isprintable() or "b'" in reason or 'b"' in reason or "\\" in reason or len(reason) > 80:
+        reason = "malformed request"
+    if reason.startswith("Too many headers"):
+        return 431, "the request has too many headers"
+    name = HEADER_NAME.search(text)
+    if "header value" in reason.lower() and name is not None:
+        return 400, f"header {name.group(1)} has an invalid character ({reason.lower()})"
+    return 400, f"the HTTP request is malformed: {reason.lower()}"
+
+
+class ParseErrors(RequestHandler):
+    """aiohttp's request handler whose parser errors are answered by ``answer(path, status, message)``
+    (module docstring); every other error is aiohttp's own."""
+
+    __slots__ = ("_answer", "_failed_path", "_seen", "_target")
+
+    def __init__(self, manager: web.Server, answer: Answer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._answer = answer
+        self._seen = b""
+        self._failed_path: str | None = None
+        self._target = b""
+
+    def data_received(self, data: bytes) -> None:
+        count = self._request_count
+        super().data_received(data)
+        if self._request_count == count:  # a head (or a body) goes on: keep its first bytes
+            if len(self._seen) < SEEN:
+                self._seen = (self._seen + data)[:SEEN]
+            return
+        if self._messages and isinstance(self._messages[-1][0], _ErrInfo):
+            self._failed_path, self._target = request_line(self._seen + data)
+        self._seen = data[-TAIL:]
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError) or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        code, text = describe(exc, self._target)
+        self.logger.debug("refused a malformed request from %s: %s", request.remote, text)
+        resp = self._answer(self._failed_path, code, text)
+        resp.force_close()  # as aiohttp's: the parser cannot go on after a refused head
+        return resp
+
+
+def parse_errors(server: web.Server, answer: Answer) -> Callable[[], RequestHandler]:
+    """A protocol factory in place of ``server`` (an ``AppRunner.server``): its connections answer
+    parser errors through ``answer``; anything else as ``server()`` would."""
+    return lambda: ParseErrors(server, answer, loop=server._loop, **server._kwargs)
 
 
 def evalsha_head(sha: bytes, keys: list[bytes], args: int) -> bytes:

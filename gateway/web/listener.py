@@ -28,6 +28,10 @@ from typing import cast
 
 from aiohttp import web
 
+from gateway.runtime.internals import parse_errors
+from gateway.web.routes import ROUTES
+from gateway.web.unrouted import parse_error
+
 log = logging.getLogger("gateway")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -217,7 +221,7 @@ async def serve(
     listener: asyncio.Server | None = None
     try:
         assert runner.server is not None  # set by setup()
-        factory = guarded_factory(runner.server, clients)
+        factory = guarded_factory(parse_errors(runner.server, parse_error(ROUTES)), clients)
         listener = await loop.create_server(factory, host or None, port, reuse_port=True, backlog=BACKLOG)
         await stop.wait()
     finally:

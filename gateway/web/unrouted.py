@@ -1,6 +1,7 @@
 """404 and 405: a request no route takes gets an error in the dialect its path belongs to (an SGP
 path, SGP's envelope; anything else, OpenAI's), JSON like every other error, with the request id and
-the overhead header, never aiohttp's plain text.
+the overhead header, never aiohttp's plain text. ``parse_error`` does the same for a request
+aiohttp's parser refuses (``gateway.runtime.internals.ParseErrors``): dialect from the path alone.
 
 It is the last route of the table, matching every path and method, so that no middleware runs on the
 requests the table does serve; routes added after it would never be reached (``install`` comes last
@@ -9,9 +10,11 @@ in ``web.app.create_app``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
-from gateway.core.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.core.errors import GatewayError, HeaderFieldsTooLarge, MethodNotAllowed, NotFound, RequestError
 from gateway.dialects import OPENAI
 from gateway.dialects.base import Dialect
 from gateway.web.pipeline import OVERHEAD_HEADER, RouteSpec, error_response, request_id
@@ -33,6 +36,19 @@ def dialect_for(path: str, routes: tuple[RouteSpec, ...]) -> Dialect:
         if n >= len(theirs) - 1 and n > shared:
             best, shared = spec.dialect, n
     return best
+
+
+def parse_error(routes: tuple[RouteSpec, ...]) -> Callable[[str | None, int, str], web.Response]:
+    """``answer(path, status, message)`` for a request the HTTP parser refused (``path`` None: none
+    could be read), in that path's dialect."""
+
+    def answer(path: str | None, status: int, message: str) -> web.Response:
+        err = HeaderFieldsTooLarge(message) if status == HeaderFieldsTooLarge.status else RequestError(message)
+        resp = error_response(dialect_for(path or "/", routes), err, request_id({}))
+        resp.headers[OVERHEAD_HEADER] = "0.000"  # no step of the gateway's ran
+        return resp
+
+    return answer
 
 
 def install(app: web.Application, routes: tuple[RouteSpec, ...]) -> None:

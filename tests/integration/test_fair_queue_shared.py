@@ -307,3 +307,37 @@ async def test_a_client_gone_during_the_enter_call_leaves_nothing_behind(redis_s
         await eventually(lambda: _zero(client.zcard(shared.keys[0])), "the slot given back")
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("free", [True, False], ids=["slot-taken", "place-taken"])
+async def test_an_enter_call_past_its_timeout_leaves_nothing_in_redis(redis_server: RedisServer, free: bool) -> None:
+    """The script ran (a slot, or a place in line, taken) but its answer came too late: the request
+    falls back to this gateway's share and what the call took in Redis goes back at once, not when a
+    lease runs out (a ghost slot nobody uses)."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    queue = SharedQueue("m", QueueSettings(1, 4, share=1), 2, shared, closed=False, retry_seconds=60.0)
+    real = shared.call
+
+    async def late(*args: Any) -> list[int]:
+        got = await real(*args)
+        if args[0] == "enter":
+            raise TimeoutError  # redis.timeout_ms passed after Redis ran it
+        return got
+
+    try:
+        if not free:
+            assert (await real("enter", 1, 4, "holder", 0, "x", "1.0")) == [SLOT]
+        shared.call = late  # type: ignore[method-assign]
+        slot = await queue.enter(Ticket("late", "a", "a", "interactive", 0), lambda: None)
+        assert slot.rid == ""  # this gateway's share served it
+        waits = shared.keys[2:4]
+        await eventually(lambda: _members(client, [shared.keys[0], shared.keys[1], *waits]), "nothing of it left")
+        slot.release()
+    finally:
+        await client.aclose()
+
+
+async def _members(client: Any, zsets: list[str]) -> bool:
+    found = [m.decode() for key in zsets for m in await client.zrange(key, 0, -1)]
+    return "late" not in found

@@ -15,8 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import fair_load as fl
-from benchmarks.fair import verdicts
+from benchmarks.fair import GATEWAYS, SCENARIOS, PoolInfo, gateway_config, verdicts
 from benchmarks.fair_pool import POOL, Slots, make_app
+from gateway.limits.fairq_policy import fair_policy
+from gateway.runtime.config import parse_config
 from tests.support.waiting import eventually
 
 
@@ -154,3 +156,14 @@ async def test_the_client_sees_the_pools_queue_in_ttft_and_gives_up_at_its_deadl
     assert [o.status for o in done] == [200, 200] and [o.tokens for o in done] == [3, 3]
     assert done[1].ttft is not None and done[1].ttft >= 0.07 + 0.01  # the first answer, then its own prefill
     assert (late.status, late.ttft) == ("timeout", None)
+
+
+@pytest.mark.parametrize("capacity", [1, 4, 5])
+def test_with_redis_out_the_gateways_shares_add_up_to_the_pools_capacity(capacity: int) -> None:
+    """Each gateway's Redis-out share is ceil(capacity / limits.replicas): the benchmark's gateways
+    say how many they are, or each would serve the whole capacity on its own."""
+    pool = PoolInfo("http://127.0.0.1:1", "scripted", capacity, 16, {})
+    config = gateway_config(pool, 1, "redis://127.0.0.1:6379/0", "with", SCENARIOS["a"])
+    queue = fair_policy(parse_config(config)).queues["tiny"]
+    assert queue.share == math.ceil(capacity / GATEWAYS)
+    assert GATEWAYS * queue.share < capacity + GATEWAYS

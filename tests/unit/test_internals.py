@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.http_exceptions
 import pytest
 from aiohttp import web
 from aiohttp.streams import StreamReader
@@ -249,3 +250,52 @@ def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> 
     assert command_name.default is None
     assert "check_health" in inspect.signature(AbstractConnection.send_packed_command).parameters
     assert "self.socket_timeout" in inspect.getsource(AbstractConnection.read_response)
+
+
+def test_the_request_handler_has_every_private_name_parse_errors_relies_on() -> None:
+    from aiohttp import web_protocol, web_server
+
+    assert set(web_protocol.RequestHandler.__slots__) >= tuning.HANDLER_USES
+    assert "_ErrInfo(status=400, exc=exc, message=exc.message)" in inspect.getsource(
+        web_protocol.RequestHandler.data_received
+    )
+    assert "self._request_count += 1" in inspect.getsource(web_protocol.RequestHandler.data_received)
+    assert "self.handle_error(" in inspect.getsource(web_protocol.RequestHandler._make_error_handler)
+    # parse_errors builds the handler exactly as the server's own factory does
+    assert "RequestHandler(self, loop=self._loop, **self._kwargs)" in inspect.getsource(web_server.Server.__call__)
+
+
+@pytest.mark.parametrize(
+    ("exc", "target", "status", "words"),
+    [
+        (aiohttp.http_exceptions.LineTooLong(b"zqx" * 40 + b"...", 8190), b"/v1/x", 431, "header line"),
+        (aiohttp.http_exceptions.LineTooLong(b"/v1/x?zqx...", 8190), b"/v1/x?zqxzqx", 400, "request line"),
+        (
+            aiohttp.http_exceptions.BadHttpMessage("Invalid header value char:\n\n  b'X-Pri: zqx\\x7f'\n       ^"),
+            b"/v1/x",
+            400,
+            "header X-Pri has an invalid character",
+        ),
+        (aiohttp.http_exceptions.InvalidHeader(b"zqx\x00"), b"", 400, "malformed"),
+        (
+            aiohttp.http_exceptions.BadHttpMethod(error="Invalid method encountered:\n\n  b'zqx'\n  ^"),
+            b"",
+            400,
+            "method",
+        ),
+        (aiohttp.http_exceptions.BadStatusLine("zqx"), b"", 400, "bad status line"),
+        (aiohttp.http_exceptions.BadHttpMessage("Duplicate 'zqx' header found."), b"", 400, "duplicate header found"),
+        (aiohttp.http_exceptions.BadHttpMessage("zqx\\x00: b'zqx'"), b"", 400, "malformed request"),
+    ],
+)
+def test_a_parser_error_is_described_without_the_clients_bytes(
+    exc: aiohttp.http_exceptions.HttpProcessingError, target: bytes, status: int, words: str
+) -> None:
+    got_status, text = tuning.describe(exc, target)
+    assert got_status == status and words in text and "zqx" not in text
+
+
+def test_the_request_line_found_is_the_last_in_the_head() -> None:
+    head = b"GET /health HTTP/1.1\r\nHost: a\r\n\r\nP@ST /v1/messages?x=1 HTTP/1.1\r\nReferer: /v5/x\r\n"
+    assert tuning.request_line(head) == ("/v1/messages", b"/v1/messages?x=1")
+    assert tuning.request_line(b"\x16\x03\x01 garbage") == (None, b"")
