@@ -4,9 +4,11 @@ A model with a ``queue`` has ``capacity`` slots: requests in flight to its targe
 finds a slot free and nobody waiting takes it at once (no await, nothing else done); one that does
 not waits in the model's queue. The queue is ordered by class first (strict: every waiting request
 of a higher class goes before any of a lower one) and, within a class, by weighted fair queuing
-across teams: self-clocked fair queuing's finish tags, where a team's next request is tagged
-max(the class's virtual time, the team's last tag) + 1/weight, the lowest tag goes next, and the
-virtual time is the tag last served. A freed slot goes to the head of the queue, never to a newcomer
+across teams: start-time fair queuing, where a team's next request starts at max(the class's
+virtual time, the team's last finish), finishes 1/weight later, the lowest start goes next (equal
+starts: the earlier arrival), and the virtual time is the start last served. A newcomer from an idle
+team starts at the virtual time, so it goes before every backlogged team's next request: one slot's
+turnover, not a place behind them. A freed slot goes to the head of the queue, never to a newcomer
 while anyone waits.
 
 Shedding: a wait past the request's deadline or the queue's ``timeout`` is refused (429 with a
@@ -64,7 +66,8 @@ class Ticket:
 
 
 class Tags:
-    """Finish tags per class: the WFQ arithmetic the Redis script repeats (``fairq_shared``)."""
+    """Start tags per class (start-time fair queuing): the arithmetic the Redis script repeats
+    (``fairq_shared``). ``last``: each team's last finish; ``virtual``: the start last served."""
 
     __slots__ = ("last", "virtual")
 
@@ -72,18 +75,19 @@ class Tags:
         self.virtual: dict[int, float] = {}
         self.last: dict[tuple[int, str], float] = {}
 
-    def next(self, rank: int, team: str, weight: float) -> float:
-        """The finish tag ``team``'s next request of class ``rank`` would get."""
-        return max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0)) + 1.0 / weight
+    def next(self, rank: int, team: str) -> float:
+        """The start tag ``team``'s next request of class ``rank`` would get."""
+        return max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0))
 
     def tag(self, rank: int, team: str, weight: float) -> float:
-        finish = self.last[rank, team] = self.next(rank, team, weight)
-        return finish
+        start = self.next(rank, team)
+        self.last[rank, team] = start + 1.0 / weight
+        return start
 
-    def unwind(self, rank: int, team: str, tag: float, weight: float) -> None:
-        """An evicted request is not charged to its team: its last tag goes back one request."""
-        if self.last.get((rank, team)) == tag:
-            self.last[rank, team] = tag - 1.0 / weight
+    def unwind(self, rank: int, team: str, start: float, weight: float) -> None:
+        """An evicted request is not charged to its team: its last finish goes back to its start."""
+        if self.last.get((rank, team)) == start + 1.0 / weight:
+            self.last[rank, team] = start
 
     def served(self, rank: int, tag: float) -> None:
         if tag > self.virtual.get(rank, 0.0):
@@ -194,7 +198,7 @@ class LocalQueue:
             if last is not None:
                 return last
         last = self.last_in_line(ticket.rank)
-        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team, ticket.weight):
+        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team):
             return last
         return None
 

@@ -5,8 +5,11 @@ One Lua script does everything atomically, on Redis's clock. Its keys share the 
 
     gw:fq:{model}:run          ZSET  slot leases: request id → expiry (ms)
     gw:fq:{model}:alive        ZSET  waiters' leases: request id → expiry (ms)
-    gw:fq:{model}:wait:<rank>  ZSET  waiters of a class: request id → WFQ finish tag
-    gw:fq:{model}:tag:<rank>   HASH  team → its last finish tag; ``~v``: the class's virtual time
+    gw:fq:{model}:wait:<rank>  ZSET  waiters of a class: request id → start tag (start-time fair queuing)
+    gw:fq:{model}:tag:<rank>   HASH  team → its last finish; ``~v``: the class's virtual time
+    gw:fq:{model}:who          HASH  waiter id → team; ``#<id>`` → its arrival number (``~n``: the last)
+
+Equal start tags go in arrival order (the ``#<id>`` numbers), never by id, as in the Python twin.
 
 Every call first drops run-out leases (a gateway killed with its slots: they come back within
 ``limits.lease_ttl``) and run-out waiters, then gives free slots to the heads of the queue, highest
@@ -59,7 +62,20 @@ local function tags(r) return KEYS[3 + n + r] end
 local function drop_waiter(id)
   for r = 0, n - 1 do redis.call('ZREM', wait(r), id) end
   redis.call('ZREM', alive, id)
-  redis.call('HDEL', who, id)
+  redis.call('HDEL', who, id, '#' .. id)
+end
+
+-- of the waiters of class r whose tag is that of its first (or last) in line: the earliest arrival
+-- (or the latest); ties are as few as the teams that started at one virtual time
+local function pick(r, last)
+  local edge = redis.call('ZRANGE', wait(r), last and -1 or 0, last and -1 or 0, 'WITHSCORES')
+  if #edge == 0 then return nil, nil end
+  local best, bseq = nil, nil
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', wait(r), edge[2], edge[2])) do
+    local seq = tonumber(redis.call('HGET', who, '#' .. id) or '0')
+    if best == nil or (last and seq > bseq) or (not last and seq < bseq) then best, bseq = id, seq end
+  end
+  return best, edge[2]
 end
 
 local function waiting()
@@ -75,17 +91,18 @@ local function tidy_and_promote()
   while redis.call('ZCARD', run) < cap do
     local head = nil
     for r = 0, n - 1 do
-      local got = redis.call('ZPOPMIN', wait(r))
-      if #got > 0 then
-        head = got[1]
+      local id, start = pick(r, false)
+      if id ~= nil then
+        head = id
+        redis.call('ZREM', wait(r), id)
         local v = tonumber(redis.call('HGET', tags(r), '~v') or '0')
-        if tonumber(got[2]) > v then redis.call('HSET', tags(r), '~v', got[2]) end
+        if tonumber(start) > v then redis.call('HSET', tags(r), '~v', start) end
         break
       end
     end
     if head == nil then break end
     redis.call('ZREM', alive, head)
-    redis.call('HDEL', who, head)
+    redis.call('HDEL', who, head, '#' .. head)
     redis.call('ZADD', run, expiry, head)
     promoted[#promoted + 1] = head
   end
@@ -128,33 +145,34 @@ end
 local team, weight = ARGV[8], tonumber(ARGV[9])
 local v = tonumber(redis.call('HGET', tags(rank), '~v') or '0')
 local last = tonumber(redis.call('HGET', tags(rank), team) or '0')
--- every digit of the tag, as the Python twin sums it (a Lua number passed to Redis keeps 14)
-local tag = string.format('%.17g', math.max(v, last) + 1 / weight)
+-- every digit of the tags, as the Python twin sums them (a Lua number passed to Redis keeps 14)
+local tag = string.format('%.17g', math.max(v, last))
+local finish = string.format('%.17g', math.max(v, last) + 1 / weight)
 if queued >= bound then
   -- the last in line of the lowest class below; else of its own class, if behind the newcomer
   local victim, vtag, vr = nil, nil, nil
   for r = n - 1, rank, -1 do
-    local tail = redis.call('ZRANGE', wait(r), -1, -1, 'WITHSCORES')
-    if #tail > 0 and (r > rank or tonumber(tail[2]) > tonumber(tag)) then
-      victim, vtag, vr = tail[1], tail[2], r
+    local tail, ttag = pick(r, true)
+    if tail ~= nil and (r > rank or tonumber(ttag) > tonumber(tag)) then
+      victim, vtag, vr = tail, ttag, r
       break
     end
   end
   if victim == nil then return {-1} end
-  -- not charged to its team: that team's last tag goes back one request
+  -- not charged to its team: that team's last finish goes back to the victim's start
   local vteam = redis.call('HGET', who, victim)
   if vteam then
     local vw = tonumber(redis.call('HGET', tags(vr), 'w:' .. vteam) or '0')
     local vlast = tonumber(redis.call('HGET', tags(vr), vteam) or '-1')
-    if vw > 0 and vlast == tonumber(vtag) then
-      redis.call('HSET', tags(vr), vteam, string.format('%.17g', vlast - 1 / vw))
+    if vw > 0 and vlast == tonumber(vtag) + 1 / vw then
+      redis.call('HSET', tags(vr), vteam, vtag)
     end
   end
   drop_waiter(victim)
   redis.call('PUBLISH', chan, 'evicted:' .. victim)
 end
-redis.call('HSET', tags(rank), team, tag, 'w:' .. team, ARGV[9])
-redis.call('HSET', who, id, team)
+redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[9])
+redis.call('HSET', who, id, team, '#' .. id, redis.call('HINCRBY', who, '~n', 1))
 redis.call('ZADD', wait(rank), tag, id)
 redis.call('ZADD', alive, expiry, id)
 tidy_and_promote()

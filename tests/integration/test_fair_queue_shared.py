@@ -91,8 +91,8 @@ async def test_the_script_serves_and_sheds_as_its_python_twin(
                     ran = [f"holder{i}"]
                 holding = ran[0]
                 continue
-            # ids in arrival order: Redis breaks a tie of tags by id, the twin by arrival
-            ticket = Ticket(f"r{i:04d}", team, team, "", rank, float(weight[team]))
+            # random ids, as the gateway's: equal tags go by arrival in both, never by id
+            ticket = Ticket(uuid.uuid4().hex, team, team, "", rank, float(weight[team]))
             answer = await shared.enter(ticket, 1, bound)
             try:
                 waiters.append(twin.join(ticket))
@@ -341,3 +341,28 @@ async def test_an_enter_call_past_its_timeout_leaves_nothing_in_redis(redis_serv
 async def _members(client: Any, zsets: list[str]) -> bool:
     found = [m.decode() for key in zsets for m in await client.zrange(key, 0, -1)]
     return "late" not in found
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(backlog=st.integers(2, 12), weight=st.integers(1, 4), quiet_weight=st.integers(1, 4), serves=st.integers(1, 6))
+async def test_a_newcomer_from_an_idle_team_is_served_next_by_the_script(
+    redis_server: RedisServer, backlog: int, weight: int, quiet_weight: int, serves: int
+) -> None:
+    """A noisy team backlogged and being served, then a quiet team's first request: the next slot is
+    the quiet one's, whatever the ids (scenario a's one slot's turnover)."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    try:
+        holding = uuid.uuid4().hex
+        assert (await shared.call("enter", 1, 64, holding, 0, "x", "1.0")) == [SLOT]
+        for _ in range(backlog):
+            assert (await shared.enter(Ticket(uuid.uuid4().hex, "noisy", "noisy", "", 0, float(weight)), 1, 64))[0] == 0
+        for _ in range(min(serves, backlog - 1)):
+            await shared.leave(holding, 0, 1, 64)
+            holding = (await client.zrange(shared.keys[0], 0, 0))[0].decode()
+        quiet = Ticket(uuid.uuid4().hex, "quiet", "quiet", "", 0, float(quiet_weight))
+        assert (await shared.enter(quiet, 1, 64))[0] == 0
+        await shared.leave(holding, 0, 1, 64)
+        assert [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)] == [quiet.rid]
+    finally:
+        await client.aclose()

@@ -102,6 +102,52 @@ def check_bound(
                 assert gap <= 1 / weight[i] + 1 / weight[j] + 1e-9, (r, i, j, si, sj)
 
 
+@settings(max_examples=200, deadline=None)
+@given(ops=ops, weights=st.tuples(*[st.integers(1, 4) for _ in TEAMS]), rank=st.integers(0, 1))
+async def test_a_newcomer_from_an_idle_team_is_served_next_in_its_class(
+    ops: list[Op], weights: tuple[int, ...], rank: int
+) -> None:
+    """Whatever came before, a team's first request goes before every backlogged team's next one in
+    its class (one slot's turnover), behind only those that started at the same virtual time and
+    came first: earlier arrivals from teams as idle as it was."""
+    weight = dict(zip(TEAMS, weights, strict=True))
+    queue = LocalQueue(capacity=1, max_waiting=10_000, classes=2)
+    assert queue.take()
+    waiters: list[Waiter] = []
+    for kind, team, r in ops:
+        if kind == "arrive":
+            waiters.append(queue.join(ticket(team, r, weight[team], rid=f"{team}{len(waiters)}")))
+            continue
+        queue.release()
+        if not any(w.state == GRANTED for w in waiters):
+            assert queue.take()
+        waiters = [w for w in waiters if w.state != GRANTED]
+    newcomer = queue.join(ticket("new", rank, 2.0))
+    same = [w for w in waiters if w.state == "waiting" and w.ticket.rank == rank]
+    before = [w for w in same if w.tag == newcomer.tag]  # started at the same virtual time, earlier
+    higher = sum(1 for w in waiters if w.state == "waiting" and w.ticket.rank < rank)
+    for _ in range(higher + len(before)):
+        queue.release()
+    queue.release()
+    assert newcomer.state == GRANTED
+    assert all(w.state == GRANTED for w in before)
+    assert all(w.state == "waiting" for w in same if w not in before)
+
+
+async def test_a_quiet_teams_request_goes_before_a_noisy_backlog() -> None:
+    queue = LocalQueue(capacity=1, max_waiting=10_000, classes=1)
+    assert queue.take()
+    noisy = [queue.join(ticket("noisy", rid=f"n{i}")) for i in range(8)]
+    queue.release()
+    assert noisy[0].state == GRANTED
+    for i in range(1, 4):  # a quiet request now and then, behind a noisy backlog
+        quiet = queue.join(ticket("quiet", rid=f"q{i}"))
+        queue.release()
+        assert quiet.state == GRANTED, i  # the next slot: not a place behind the noisy head
+        queue.release()
+        assert noisy[i].state == GRANTED
+
+
 async def test_backlogged_teams_share_by_weight() -> None:
     queue = LocalQueue(capacity=1, max_waiting=10_000, classes=1)
     assert queue.take()
