@@ -189,22 +189,38 @@ class _InForce:
     series it ``remove``d (at 0), so without this ``gateway_config_info`` would grow a series per
     worker and reload."""
 
-    def __init__(self) -> None:
-        self.files = mp.MultiProcessCollector(None)  # type: ignore[no-untyped-call]
+    def __init__(self, path: str) -> None:
+        self.path = path
 
     def collect(self) -> Iterator[Metric]:
-        for family in self.files.collect():  # type: ignore[no-untyped-call]
+        merged = mp.MultiProcessCollector.merge(_sized(self.path), accumulate=True)  # type: ignore[no-untyped-call]
+        for family in merged:
             if family.name == "gateway_config_info":
                 family.samples = [s for s in family.samples if s.value != 0]
             yield family
 
 
+def _sized(path: str) -> list[str]:
+    """The workers' files that have their header. A worker creates its file before sizing it, so a
+    scrape while one starts can find it empty, and prometheus-client's reader then fails the whole
+    scrape (a 500 on /metrics; client_python issue 1199): an empty file holds nothing yet."""
+    found = []
+    for entry in os.scandir(path):
+        try:
+            if entry.name.endswith(".db") and entry.stat().st_size > 0:
+                found.append(entry.path)
+        except FileNotFoundError:  # a dead worker's live gauges removed as we list them
+            continue
+    return found
+
+
 def registry() -> CollectorRegistry:
     """What /metrics and /status read: this process's registry, or every worker's files."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
         return REGISTRY
     files = CollectorRegistry()
-    files.register(_InForce())
+    files.register(_InForce(path))
     return files
 
 
