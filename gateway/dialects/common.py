@@ -297,6 +297,17 @@ class FeatureSet:
         return frozenset(self.features)
 
 
+def openai_headers(key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
+    """OpenAI's request headers, for its chat/completions and its Responses wire alike: the key as a
+    bearer token, the team as ``OpenAI-Organization``, and what the client asked to pass on."""
+    headers = dict(request.extra_headers or {})
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if team:
+        headers["OpenAI-Organization"] = team
+    return headers
+
+
 def request_of(fs: FeatureSet, operation: Operation, model: str, **fields: Any) -> InternalRequest:
     """How every dialect's parse ends: the request, with the features it uses and the client's name for
     each (what a refusal or a dropped feature names)."""

@@ -27,7 +27,7 @@ from gateway.core.response import (
     Usage,
     UsageReport,
 )
-from gateway.dialects.common import logprobs_from, usage_from
+from gateway.dialects.common import logprobs_from, openai_headers, usage_from
 from gateway.dialects.openai import embeddings
 from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
@@ -506,12 +506,7 @@ class OpenAIWire:
         return PATHS[operation]
 
     def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
-        headers = dict(request.extra_headers or {})
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        if team:
-            headers["OpenAI-Organization"] = team
-        return headers
+        return openai_headers(key, team, request)
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         if request.operation is Operation.EMBEDDING:

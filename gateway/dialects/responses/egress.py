@@ -36,6 +36,7 @@ from gateway.core.response import (
     Usage,
     UsageReport,
 )
+from gateway.dialects.common import openai_headers
 from gateway.dialects.responses.parse import Turn
 
 JSON = Any
@@ -114,12 +115,7 @@ class ResponsesWire:
         return "/responses"
 
     def headers(self, key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
-        headers = dict(request.extra_headers or {})
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        if team:
-            headers["OpenAI-Organization"] = team
-        return headers
+        return openai_headers(key, team, request)
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         body = {**(request.native or {}), "model": model}
