@@ -18,8 +18,8 @@ from gateway.web.pipeline import OVERHEAD_HEADER
 from gateway.web.status import NO_MODEL
 from tests.integration.conftest import Gateway, GatewayFactory
 from tests.integration.dialect_clients import KEY
-from tests.integration.test_spend import until
 from tests.redis_servers import free_port
+from tests.support.waiting import eventually
 
 ADMIN = "client-errors-admin"
 CAP = 4096
@@ -86,7 +86,7 @@ async def test_the_status_page_shows_utilisation_in_percent_and_labels_the_model
     async def counted() -> bool:  # request metrics are made in batches, just after the answer
         return NO_MODEL in await status_page(g)
 
-    await until(counted)
+    await eventually(counted, "the request was counted")
     page = await status_page(g)
     assert "<tr><td>-</td>" not in page  # no bare "-" row
     (utilisation,) = re.findall(r"<tr><td>t</td>(?:<td>[^<]*</td>){4}<td>([^<]*)</td>", page)
