@@ -49,7 +49,7 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # ``sampling`` is counted for its ``suffix`` (the text after the insertion) and ``structured`` (a
 # schema some upstreams describe in the prompt); its other fields steer generation only.
 COUNTED: dict[type, frozenset[str]] = {
-    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native"}),
+    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native", "chain"}),
     ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
     ChatOptions: frozenset({"tools", "tool_choice", "reasoning"}),
     Sampling: frozenset({"suffix", "structured"}),
@@ -205,6 +205,7 @@ def bound(request: InternalRequest) -> int:
         total += json_tokens(request.extra_body)
     if request.native is not None:
         # The client's body, sent whole to a target of its own vendor (fields the gateway does not
-        # model included): the bound is the larger of the two, whichever the chosen target is sent.
-        total = max(total, CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native))
+        # model included), with the stored chain it continues: whichever the chosen target is sent.
+        whole = CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native)
+        total = max(total, whole + json_tokens(request.chain) if request.chain else whole)
     return total
