@@ -16,7 +16,9 @@ JSON (tool definitions and calls, parts other than text, fields passed through) 
 compact text (a template may indent it), and ``IMAGE_TOKENS`` per image. A tokenizer or template
 that spends more (a model counting more tokens per image, a template with a longer preamble) can go
 past the bound by that much; docs/spend.md states the trade-off against ordinary text, where a token
-is about four bytes.
+is about four bytes. The gateway loads no tokenizer: for any model this is the stated factor, which
+holds for every tokenizer whose tokens each cover a byte of the text, and not where a normalizer
+lengthens it (NFKC).
 
 What does not belong here: the completion's worst case (``max_tokens``, the limits' planning).
 """

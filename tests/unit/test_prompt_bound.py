@@ -424,3 +424,72 @@ def test_token_arrays_raise_the_bound_a_token_an_id(ids: list[int], more: int) -
         )
         assert prompt.bound(large) - prompt.bound(small) >= more
         assert prompt.bound(large) >= sum(len(p) for p in large.prompts)
+
+
+# --- tokenizers the gateway does not know: the stated factor --------------------------------------------
+
+
+def wordpiece() -> Tokenizer:
+    """BERT's kind: words split into known pieces, an unknown word one ``[UNK]``; [CLS] and [SEP]."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        CORPUS, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]", "[CLS]", "[SEP]"])
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+    )
+    return tok
+
+
+def unigram() -> Tokenizer:
+    """SentencePiece's unigram model without byte fallback (T5's kind): an unknown character ``<unk>``."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(
+        CORPUS, trainers.UnigramTrainer(vocab_size=200, special_tokens=["<unk>"], unk_token="<unk>")
+    )
+    return tok
+
+
+def characters() -> Tokenizer:
+    """One token a character, an unknown one ``<unk>``: the most a tokenizer without merges spends."""
+    vocab = {"<unk>": 0} | {c: i + 1 for i, c in enumerate(sorted(set("".join(CORPUS))))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    return tok
+
+
+UNKNOWN = [("wordpiece", wordpiece()), ("unigram", unigram()), ("characters", characters())]
+
+
+@pytest.mark.parametrize(("name", "tok"), UNKNOWN, ids=[n for n, _ in UNKNOWN])
+@settings(max_examples=60, deadline=None)
+@given(messages=MESSAGES, parts=st.booleans(), prompts=st.lists(TEXT, min_size=1, max_size=3))
+def test_the_stated_factor_bounds_tokenizers_we_do_not_know(
+    name: str, tok: Tokenizer, messages: list[tuple[str, list[str]]], parts: bool, prompts: list[str]
+) -> None:
+    """The bound is a factor, not a tokenizer: a token a UTF-8 byte (plus the template's fixed counts)
+    bounds any tokenizer whose every token covers at least a byte of the text (docs/spend.md)."""
+    request = chat(messages, parts)
+    assert real_count(tok, request) <= prompt.bound(request)
+    completion = InternalRequest(COMPLETION, "m", prompts=tuple(prompts))
+    assert real_count(tok, completion) <= prompt.bound(completion)
+
+
+@given(text=TEXT)
+def test_the_factor_is_the_one_the_docs_state(text: str) -> None:
+    """docs/spend.md: a text counts its UTF-8 bytes and one token; a prompt one BOS more; a chat 64,
+    8 a message besides its role's text."""
+    assert prompt.bound(InternalRequest(COMPLETION, "m", prompts=(text,))) == size(text) + 2
+    one = InternalRequest(CHAT, "m", messages=(ChatMessage("user", text),))
+    assert prompt.bound(one) == 64 + 8 + size("user") + 1 + size(text) + 1
+
+
+def test_a_normalizer_that_lengthens_text_is_the_factors_named_exception() -> None:
+    """docs/spend.md names it: NFKC makes 18 characters of U+FDFA (3 bytes), 18 tokens one a character."""
+    tok = characters()
+    tok.normalizer = normalizers.NFKC()
+    request = InternalRequest(COMPLETION, "m", prompts=("\ufdfa",))
+    assert real_count(tok, request) == 18 > prompt.bound(request) == 5
