@@ -21,8 +21,9 @@ import yaml
 
 from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import GatewayFactory
-from tests.integration.test_spend import budget_spent, until
+from tests.integration.test_spend import budget_spent
 from tests.redis_servers import REDIS_SERVER, free_port, wait_port
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-key-for-durability"
@@ -111,7 +112,7 @@ async def test_a_redis_restart_keeps_issued_keys_and_spend(
     async def settled() -> bool:
         return await budget_spent(redis.url, "durable") > 0
 
-    await until(settled)  # the settlement follows the answer
+    await eventually(settled, "the answer settled")  # the settlement follows the answer
     spent = await budget_spent(redis.url, "durable")
 
     redis.stop()

@@ -19,7 +19,7 @@ from gateway.runtime.config import hash_key, parse_config
 from gateway.web.state import GATEWAY
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory
-from tests.integration.test_reload import until
+from tests.support.waiting import eventually
 
 OLD, NEW, CLIENT = "upstream-old-key", "upstream-new-key", "client-key"
 CANARY = b"KEYBYTES"
@@ -115,7 +115,7 @@ async def test_a_bad_key_file_swapped_in_after_a_401_is_a_named_502_never_a_500(
         async def taken() -> bool:
             return secret.value == NEW
 
-        await until(taken, "the poll re-read the key file")
+        await eventually(taken, "the poll re-read the key file")
         assert (await ask(gw.session, gw.url.rstrip("/")))[0] == 200
         assert any("usable again" in r.getMessage() for r in caplog.records)
 
@@ -140,5 +140,5 @@ async def test_a_key_rotated_upstream_first_is_taken_from_a_cool_down_when_the_f
         async def taken() -> bool:
             return secret.value == NEW
 
-        await until(taken, "the poll re-read the key file")
+        await eventually(taken, "the poll re-read the key file")
         assert (await ask(gw.session, url))[0] == 200

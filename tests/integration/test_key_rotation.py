@@ -16,7 +16,7 @@ from gateway.web.state import GATEWAY
 from tests.fakes import upstream as fake
 from tests.integration import test_reload
 from tests.integration.conftest import GatewayFactory
-from tests.integration.test_reload import stopped, until
+from tests.support.waiting import eventually
 
 OLD, NEW, CLIENT = "upstream-old-key", "upstream-new-key", "client-key"
 served = test_reload.served  # a real ``llm-gateway serve``
@@ -59,7 +59,7 @@ async def test_a_401_rereads_the_key_file_once_and_retries_with_the_new_key(serv
         cfg = tmp_path / "gw.yaml"
         cfg.write_text(config(upstream.url, key_file, poll=3600))
         gw = await served(cfg)
-        url, proc, log = gw.url, gw.proc, gw.log
+        url = gw.url
         async with aiohttp.ClientSession() as session:
             status, text = await ask(session, url)
             assert status == 502 and "refused the gateway's credentials" in text
@@ -69,7 +69,7 @@ async def test_a_401_rereads_the_key_file_once_and_retries_with_the_new_key(serv
             assert keys_sent(upstream) == [OLD, OLD, NEW]  # refused, re-read, sent once more
             assert (await ask(session, url))[0] == 200
             assert keys_sent(upstream)[3:] == [NEW]
-    logged = await stopped(proc, log)
+    logged = await gw.stop()
     assert OLD not in logged and NEW not in logged and CLIENT not in logged
 
 
@@ -97,6 +97,6 @@ async def test_the_poll_takes_a_rewritten_key_file_before_any_refusal(gateway: G
         async def taken() -> bool:
             return secret.value == NEW
 
-        await until(taken, "the poll re-read the key file")
+        await eventually(taken, "the poll re-read the key file")
         assert (await ask(gw.session, gw.url.rstrip("/")))[0] == 200
         assert keys_sent(upstream) == [NEW]

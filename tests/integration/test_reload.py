@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -106,17 +105,6 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str, **labels: 
 
 async def answers(session: aiohttp.ClientSession, url: str, model: str, status: int) -> bool:
     return await ask(session, url, LOAD_KEY, model) == status
-
-
-async def until(done: Callable[[], Awaitable[bool]], what: str) -> None:
-    """The old name of ``eventually``, while other tests import it from here."""
-    await eventually(done, what)
-
-
-async def stopped(proc: subprocess.Popen[bytes], log: Path) -> str:
-    """The old way to stop a served gateway and read its log (``Served.stop`` now)."""
-    await Served("", proc, log).stop()
-    return await asyncio.to_thread(log.read_text)
 
 
 def log_lines(text: str) -> list[dict[str, Any]]:

@@ -33,9 +33,9 @@ from tests.integration.test_spend import (
     budget_spent,
     settled,
     spend_config,
-    until,
 )
 from tests.redis_servers import RedisServer
+from tests.support.waiting import eventually
 
 spend_processes = test_spend.processes  # gateway processes (a fixture)
 TTL = 2.0  # limits.lease_ttl here: the bound the docs state, in seconds
@@ -93,7 +93,8 @@ async def test_a_reservation_nobody_renews_is_taken_back_by_the_next_admission(r
     limiter, dead, held = await admitted(redis)
     team = dead.team
     assert await used(redis, dead) == 93 and await redis.zcard(held) == 1
-    await until(lambda: expired(redis, held))  # its holder never renews it: a gateway that died
+    # its holder never renews it: a gateway that died
+    await eventually(lambda: expired(redis, held), "the dead holder's reservation expired")
     alive = budget_plan(team, 10)
     assert await limiter.admit(alive, 60_000) is None  # takes the dead one's back first
     assert await used(redis, alive) == 13 and await redis.zcard(held) == 1
@@ -114,7 +115,8 @@ async def test_a_renewed_reservation_stays_and_a_late_settlement_charges_the_rea
     # what the request cost, and takes back nothing twice
     late = budget_plan(team, 20)
     assert await limiter.admit(late, 300) is None
-    await until(lambda: expired(redis, held, 2))  # the 10- and 20-token ones (the renewed one lives on)
+    # the 10- and 20-token ones (the renewed one lives on)
+    await eventually(lambda: expired(redis, held, 2), "the two unrenewed reservations expired")
     assert await limiter.admit(budget_plan(team, 1), 60_000) is None  # reclaims the expired ones
     assert await used(redis, running) == 93 + 4
     await limiter.settle([Settlement(late, 0, 5, 6, 1, spent_tokens=11 - 23)])
@@ -160,7 +162,8 @@ async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
     base = f"{tag(team)}"
     async with aiohttp.ClientSession() as session:
         hung = [asyncio.create_task(post(session, url_a, "hold on [[fault:hang_before=60]]", 500)) for _ in range(20)]
-        await until(lambda: len(server.requests) >= 20)  # all 20 admitted and at the upstream
+        # all 20 admitted and at the upstream
+        await eventually(lambda: len(server.requests) >= 20, "20 requests at the upstream")
         assert await budget_spent(redis_server.url, team) > 0
         assert await redis.zcard(f"{base}:conc") == 20
         assert await redis.zcard(f"{base}:budget:held") == 20 and await redis.zcard(f"{base}:key:k1:budget:held") == 20
@@ -184,7 +187,7 @@ async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
             spent = usage["prompt_tokens"] + usage["completion_tokens"]
             return money == usage["spend"] and tokens == spent and await redis.zcard(f"{base}:conc") == 0
 
-        await until(released)
+        await eventually(released, "every reservation released")
         assert await redis.zcard(f"{base}:budget:held") == 0 and await redis.zcard(f"{base}:key:k1:budget:held") == 0
         # the tokens-per-minute bucket: A's reserve comes back as the bucket refills, within a minute
 
@@ -192,4 +195,4 @@ async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
             level, ts = await redis.hmget(f"{base}:tpm", "level", "ts")
             return float(level) + (await redis_ms(redis) - float(ts)) * 600_000 / 60_000 >= 600_000
 
-        await until(refilled)
+        await eventually(refilled, "the budget refilled")

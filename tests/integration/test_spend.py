@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -76,11 +76,6 @@ def spend_config(
     if redis_url is not None:
         data["redis"] = {"url": redis_url, "timeout_ms": 1000, "cluster": cluster}
     return data
-
-
-async def until(condition: Callable[[], Any]) -> None:
-    """The old name of ``eventually``, while other tests import it from here."""
-    await eventually(condition, "a condition other tests wait for")
 
 
 def cost(prompt: int, completion: int) -> int:

@@ -23,7 +23,8 @@ from backends.pool.balance import Balancer, ReplicaState
 from backends.pool.kv_events import chain_hashes
 from backends.pool.kv_router import EventsRouter
 from backends.pool.prefix_index import LocalRouter
-from tests.unit.test_kv_router import BS, URLS, Publisher, Scrape, model_dir, stored, target, until
+from tests.support.waiting import eventually
+from tests.unit.test_kv_router import BS, URLS, Publisher, Scrape, model_dir, stored, target
 
 __all__ = ["model_dir"]  # the fixture, shared with the router's tests
 
@@ -78,7 +79,7 @@ async def two_replicas(
         try:
             for v in vllms:
                 assert await v.pub.recv() == b"\x01"
-            await until(lambda: all(view.live for view in router.events.views))
+            await eventually(lambda: all(view.live for view in router.events.views), "every view live")
             yield vllms, router, scrape
         finally:
             await router.close()
@@ -99,19 +100,21 @@ async def test_no_bad_batch_ends_the_reader_of_the_pool(
         for n, (case, (bad_seq, payload)) in enumerate(BAD.items()):
             good = list(range(n * BS, (n + 1) * BS))
             await vllms[0].send(seq, stored([200 + n], good))  # the view holds one block
-            await until(lambda good=good: views[0].depth(chain_hashes(good, BS)) == 1)  # type: ignore[misc]
+            await eventually(lambda good=good: views[0].depth(chain_hashes(good, BS)) == 1, "the good block stored")  # type: ignore[misc]
             gaps = views[0].gaps
             await vllms[0].pub.send_multipart([b"", bad_seq.to_bytes(8, "big", signed=True), payload])
-            await until(lambda gaps=gaps: views[0].gaps > gaps)  # type: ignore[misc]
+            await eventually(lambda gaps=gaps: views[0].gaps > gaps, "a gap counted")  # type: ignore[misc]
             assert len(views[0]) == 0, case  # emptied: nothing stale is routed on
             after = list(range(1000 + n * BS, 1000 + (n + 1) * BS))
             seq += 10  # a gap after the bad batch too: the replay (nothing buffered) is asked and answers
             await vllms[0].send(seq, stored([300 + n], after))
-            await until(lambda after=after: views[0].depth(chain_hashes(after, BS)) == 1)  # type: ignore[misc]
+            await eventually(
+                lambda after=after: views[0].depth(chain_hashes(after, BS)) == 1, "the block after the gap stored"
+            )  # type: ignore[misc]
             seq += 1
             assert views[0].live and scrape("gateway_kv_events_connected", replica="r0") == 1, case
         await vllms[1].send(0, stored([1], list(range(BS))))  # the other replica's reader lives on
-        await until(lambda: len(views[1]) == 1)
+        await eventually(lambda: len(views[1]) == 1, "replica 1's view has one block")
         assert views[1].gaps == 0 and scrape("gateway_kv_events_connected", replica="r1") == 1
         assert scrape("gateway_kv_events_gaps_total", replica="r0") >= len(BAD)
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
@@ -141,13 +144,13 @@ async def test_a_reader_that_fails_is_started_again_and_says_so_meanwhile(
         await failed.wait()
         # Not the XPUB's subscription message: when the new reader subscribes before the old one's
         # socket is gone, a non-verbose XPUB reports neither, and a wait for it hung one run in three.
-        await until(lambda: said == [True, False, True] and views[0].live)
+        await eventually(lambda: said == [True, False, True] and views[0].live, "the gauge said live, down, live")
         # A new subscriber may miss the first batches sent after it connected (ZeroMQ's slow joiner):
         # the same block is sent again, in sequence, until the new reader has it.
         for seq in range(1, 3001):
             await vllms[0].send(seq, stored([2], list(range(BS, 2 * BS))))
             with contextlib.suppress(AssertionError):
-                await until(lambda: len(views[0]) == 1, polls=10)
+                await eventually(lambda: len(views[0]) == 1, "replica 0's view has one block")
                 break
         assert len(views[0]) == 1
         assert scrape("gateway_kv_events_connected", replica="r0") == 1

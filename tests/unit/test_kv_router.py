@@ -8,7 +8,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,6 @@ TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-
-
-async def until(condition: Callable[[], Any], polls: int = 0) -> None:
-    """The old name of ``eventually``, while other tests import it from here (``polls``: ignored, the
-    bound being a hang guard)."""
-    await eventually(condition, "a condition other tests wait for")
 
 
 @pytest.fixture(scope="module")
