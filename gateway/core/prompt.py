@@ -16,7 +16,9 @@ JSON (tool definitions and calls, parts other than text, fields passed through) 
 compact text (a template may indent it), and ``IMAGE_TOKENS`` per image. A tokenizer or template
 that spends more (a model counting more tokens per image, a template with a longer preamble) can go
 past the bound by that much; docs/spend.md states the trade-off against ordinary text, where a token
-is about four bytes.
+is about four bytes. The gateway loads no tokenizer: for any model this is the stated factor, which
+holds for every tokenizer whose tokens each cover a byte of the text, and not where a normalizer
+lengthens it (NFKC).
 
 What does not belong here: the completion's worst case (``max_tokens``, the limits' planning).
 """
@@ -49,7 +51,7 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # ``sampling`` is counted for its ``suffix`` (the text after the insertion) and ``structured`` (a
 # schema some upstreams describe in the prompt); its other fields steer generation only.
 COUNTED: dict[type, frozenset[str]] = {
-    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native"}),
+    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native", "chain"}),
     ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
     ChatOptions: frozenset({"tools", "tool_choice", "reasoning"}),
     Sampling: frozenset({"suffix", "structured"}),
@@ -205,6 +207,7 @@ def bound(request: InternalRequest) -> int:
         total += json_tokens(request.extra_body)
     if request.native is not None:
         # The client's body, sent whole to a target of its own vendor (fields the gateway does not
-        # model included): the bound is the larger of the two, whichever the chosen target is sent.
-        total = max(total, CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native))
+        # model included), with the stored chain it continues: whichever the chosen target is sent.
+        whole = CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native)
+        total = max(total, whole + json_tokens(request.chain) if request.chain else whole)
     return total
