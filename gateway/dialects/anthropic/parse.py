@@ -33,6 +33,7 @@ from gateway.dialects.anthropic.schema import (
     ToolUseBlock,
 )
 from gateway.dialects.common import FeatureSet, request_of, stop_list, validate
+from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 
@@ -211,6 +212,8 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         chat=chat,
         stream=stream,
         stream_usage=stream,
+        # an OpenAI-wire target's text chunks are relayed and written as Messages events in bytes
+        relay=STREAM_FORMAT if stream else None,
         user=b.metadata.user_id if b.metadata is not None else None,
         extra_headers={"anthropic-beta": betas} if betas else None,
         native=data,
