@@ -138,6 +138,9 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
     if system:
         out.append(ChatMessage(role="system", content=system if isinstance(system, str) else text_of(system)))
     for i, m in enumerate(params):
+        if len(m.content) == 1 and type(text := m.content[0]) is TextBlock and text.text:
+            out.append(ChatMessage(role=m.role, content=text.text))  # a turn of one text: most turns
+            continue
         where = f"messages[{i}].content"
         _non_empty(m.content, where)
         if m.role == "user":
