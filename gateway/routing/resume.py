@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
-from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
+from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Token, UsageReport
 from gateway.core.upstream import Call, Upstream
 from gateway.runtime.throttle import LogThrottle
@@ -110,12 +110,12 @@ class Progress:
     ids_complete: bool = True  # every token chunk carried its id
     finished: bool = False
     stuck: str | None = None  # why the answer cannot be continued (a tool call in progress...)
-    # The junction: the ids whose text the client surely has whole (up to the last event of one token
-    # that released text), and the text sent after them. The server holds a token's text back while
-    # it ends inside a character (byte-level BPE), and an event of several tokens does not say which
-    # of them its text covers.
-    settled: int = 0
-    unsettled_text: str = ""
+    # Where the client's text is whole for the ids sent: after an event of one token that released
+    # text (ids, characters sent). The server holds a token's text back while it ends inside a
+    # character (byte-level BPE), an event of several tokens does not say which of them its text
+    # covers, and vLLM keeps ``lag`` more characters back while a stop string could still match.
+    marks: list[tuple[int, int]] = field(default_factory=list)
+    lag: int = 0
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, Delta):
@@ -132,6 +132,9 @@ class Progress:
         elif isinstance(event, Finish):
             self.finished = True
 
+    def copy(self) -> Progress:
+        return dataclasses.replace(self, token_ids=list(self.token_ids), marks=list(self.marks))
+
     @property
     def sent(self) -> int:
         """Completion tokens the client has."""
@@ -139,19 +142,39 @@ class Progress:
 
     def _settle(self, event: Delta) -> None:
         if len(event.token_ids) == 1 and event.text:
-            self.settled, self.unsettled_text = len(self.token_ids), ""
-        else:
-            self.unsettled_text += event.text
+            self.marks.append((len(self.token_ids), len(self.text)))
+
+    @property
+    def settled(self) -> int:
+        """The ids whose text the client surely has whole: where a continuation from ids starts."""
+        return self._junction()[0]
+
+    @property
+    def unsettled_text(self) -> str:
+        """The text the client has past the ``settled`` ids."""
+        return self.text[self._junction()[1] :]
+
+    def _junction(self) -> tuple[int, int]:
+        """The last mark whose text, the ``lag`` held back with it, the client has: (ids, characters)."""
+        for ids, chars in reversed(self.marks):
+            if chars + self.lag <= len(self.text):
+                return ids, chars + self.lag
+        return 0, 0
 
 
 Replay = Callable[[InternalRequest, list[bytes]], list[StreamEvent]]
+
+
+def held_back(s: Sampling) -> int:
+    """The characters vLLM keeps back from a stream's text while a stop string could still match."""
+    return max(map(len, s.stop)) - 1 if s.stop and not s.include_stop_str_in_output else 0
 
 
 def read_back(
     batches: list[Batch], replay: Replay | None, request: InternalRequest, before: Progress | None
 ) -> Progress:
     """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
-    progress = Progress() if before is None else dataclasses.replace(before, token_ids=list(before.token_ids))
+    progress = Progress(lag=held_back(request.sampling)) if before is None else before.copy()
     for batch in batches:
         relayed = [ev.data if isinstance(ev, Token) else ev for ev in batch.events if isinstance(ev, Frame | Token)]
         if relayed:
@@ -243,9 +266,10 @@ class Junction:
     """Where a continuation's events join the client's stream. From ids it starts at the last settled
     token (``Progress.settled``): fed a prompt that ends inside a character, vLLM 0.32 writes text that
     is not the unbroken run's (tokenizers' ``DecodeStream`` primed with it has given the prompt's own
-    start, ``<|user|>he``), so the tokens after the junction are generated again, and their ids and
-    text, which the client has, are dropped here. ``moved``: the continuation's prompt tokens that are
-    the answer's (its usage bills them as output)."""
+    start, ``<|user|>he``), and a continuation finds stop strings in its own output alone, so the
+    tokens after the junction are generated again, and their ids and text, which the client has, are
+    dropped here. ``moved``: the continuation's prompt tokens that are the answer's (its usage bills
+    them as output)."""
 
     moved: int
     ids: int = 0

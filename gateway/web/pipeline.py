@@ -228,14 +228,18 @@ def choose(ex: Exchange) -> None:
 
 async def admit(ex: Exchange) -> None:
     """The request's deadline, then every applicable limit (``gateway.limits.admission``)."""
-    principal, gen, route = ex.principal, ex.gen, ex.route
+    principal, gen, route, ireq = ex.principal, ex.gen, ex.route, ex.ireq
     admission = ex.gw.admission
-    ex.deadline = admission.deadline_for(principal.team, ex.ireq, gen.policies)
-    ask = Ask(
-        principal.team, principal.key_id, ex.ireq, ex.deadline, ex.load, gen.policies, route.label, route.upstreams
-    )
-    admitting = admission.admit(ask)
-    ex.plan = plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
+    ex.deadline = admission.deadline_for(principal.team, ireq, gen.policies)
+    # an unlimited team's plan at once; traced, admission keeps its span
+    plan = None if ex.trace is not None else admission.unlimited(principal.team, principal.key_id, ireq, gen.policies)
+    if plan is None:
+        ask = Ask(
+            principal.team, principal.key_id, ireq, ex.deadline, ex.load, gen.policies, route.label, route.upstreams
+        )
+        admitting = admission.admit(ask)
+        plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
+    ex.plan = plan
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
 

@@ -46,9 +46,13 @@ def pair(broken: ByteUpstream, healthy: ByteUpstream, idle: float) -> Any:
     return config([{"name": "m", "targets": [target(broken, 1e6), target(healthy, 1e-6)]}])
 
 
-async def answer(gateway: GatewayFactory, cfg: Any, ingress: Ingress) -> Reading:
+def stop_text(stop: str) -> str:
+    return (STOPS[stop] or ["\0"])[0]
+
+
+async def answer(gateway: GatewayFactory, cfg: Any, ingress: Ingress, **fields: Any) -> Reading:
     gw = await gateway(cfg)
-    path, headers, body = ingress.request("m", PROMPT, True, max_tokens=len(ANSWER), temperature=0)
+    path, headers, body = ingress.request("m", PROMPT, True, max_tokens=len(ANSWER), temperature=0, **fields)
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 200, await resp.text()
         return read_stream(ingress, await resp.read())
@@ -65,21 +69,29 @@ def break_points(events: list[bytes]) -> list[int]:
     return points
 
 
+# stop strings: none; one that never matches, whose length vLLM holds back; one that ends the answer
+STOPS = {"no-stop": None, "stop-held": ["zzzz"], "stop-matched": ["A ü"]}
+
+
 @pytest.mark.parametrize("per_event", [1, 3], ids=["token-events", "merged-events"])
 @pytest.mark.parametrize("dialect", list(DIALECTS))
+@pytest.mark.parametrize("stop", list(STOPS))
 async def test_a_resumed_stream_joins_at_the_break_exactly(
-    gateway: GatewayFactory, byte_upstream: Started, dialect: str, per_event: int
+    gateway: GatewayFactory, byte_upstream: Started, dialect: str, per_event: int, stop: str
 ) -> None:
-    ingress = DIALECTS[dialect]
+    ingress, fields = DIALECTS[dialect], {} if STOPS[stop] is None else {"stop": STOPS[stop]}
+    if fields and dialect == "anthropic":
+        fields = {"stop_sequences": STOPS[stop]}
     broken, healthy = await byte_upstream(per_event), await byte_upstream(1)
     cfg = pair(broken, healthy, idle=5)
-    want = await answer(gateway, cfg, ingress)
-    assert want.complete and want.finishes == 1 and want.text == ANSWER.decode(errors="replace"), want
+    want = await answer(gateway, cfg, ingress, **fields)
+    text = ANSWER.decode(errors="replace")
+    assert want.complete and want.finishes == 1 and want.text == text.partition(stop_text(stop))[0], want
     points = break_points(broken.events)
-    assert len(points) >= 3 * (len(ANSWER) // per_event - 2), points
+    assert len(points) >= 15, points  # every event of the answer but its first and its finish
     for at in points:
         broken.cut, sent = Cut(at), len(healthy.bodies)
-        got = await answer(gateway, cfg, ingress)
+        got = await answer(gateway, cfg, ingress, **fields)
         assert broken.cut is None and len(healthy.bodies) == sent + 1, f"no break at {at}"
         assert (got.text, got.finishes, got.complete, got.usage) == (want.text, 1, True, want.usage), at
 

@@ -5,10 +5,12 @@ Its model: a token is one UTF-8 byte (id: the byte plus ``SPECIAL``, as a byte-l
 and the greedy answer to any prompt is ``ANSWER``'s bytes, from where the prompt's ids leave it (a
 prompt that is a prompt seen before plus the answer's first k ids is answered from byte k). Its text
 is vLLM's: a token whose bytes end inside a character releases nothing until the character is whole,
-and a byte that cannot start one is ``\\ufffd``. A continuation decodes its output afresh, without
-the prompt's dangling bytes: fed a prompt that ends inside a character, vLLM 0.32's text is not the
-unbroken run's either (tokenizers' ``DecodeStream`` primed with it has written the prompt's own
-start). A prompt that ends on a whole character continues exactly, as vLLM's does.
+a byte that cannot start one is ``\\ufffd``, and while a ``stop`` string could still match, the last
+characters are held back too. A continuation decodes its output afresh, without the prompt's dangling
+bytes, and looks for stop strings in its own output alone, as vLLM does: fed a prompt that ends inside
+a character, vLLM 0.32's text is not the unbroken run's either (tokenizers' ``DecodeStream`` primed
+with it has written the prompt's own start). A prompt that ends on a whole character continues
+exactly, as vLLM's does.
 
 Routes: ``/tokenize`` (a completion's prompt with ``BOS``, a chat's through the template
 ``<|role|>content\\n`` and ``<|assistant|>``, or ``continue_final_message``), and streamed ``/v1/completions`` and
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,21 +131,39 @@ class ByteUpstream:
 def _events(body: dict[str, Any], prompt: list[int], out: bytes, per_event: int) -> list[bytes]:
     """The stream's SSE events: one a ``per_event`` tokens, their text as vLLM releases it."""
     chat, ids = "messages" in body, bool(body.get("return_token_ids"))
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     head: dict[str, Any] = {"id": "cmpl-b", "object": "chat.completion.chunk" if chat else "text_completion"}
     head |= {"created": 0, "model": body["model"]}
     events = [_sse(head | {"choices": [_choice(chat, "", None) | {"delta": {"role": "assistant", "content": ""}}]})]
-    events = events if chat else []
-    for at in range(0, len(out), per_event):
-        piece = out[at : at + per_event]
-        last = at + per_event >= len(out)
-        choice = _choice(chat, decoder.decode(piece, final=last), "length" if last else None)
-        choice |= {"token_ids": byte_ids(piece) if ids else None}
+    events, done = events if chat else [], 0
+    for tokens, text, finish in _released(body, out, per_event):
+        choice = _choice(chat, text, finish) | {"token_ids": byte_ids(tokens) if ids else None}
         events.append(_sse(head | {"choices": [choice]}))
+        done += len(tokens)
     if (body.get("stream_options") or {}).get("include_usage"):
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(out), "total_tokens": len(prompt) + len(out)}
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": done, "total_tokens": len(prompt) + done}
         events.append(_sse(head | {"choices": [], "usage": usage}))
     return [*events, b"data: [DONE]\n\n"]
+
+
+def _released(body: dict[str, Any], out: bytes, per_event: int) -> Iterator[tuple[bytes, str, str | None]]:
+    """Each event's tokens, the text it releases and its finish: a token's text once its character is
+    whole, the last ones held while a stop string could still match; a stop ends it at its token."""
+    stops = body.get("stop") or []
+    hold = max(map(len, stops)) - 1 if stops and not body.get("include_stop_str_in_output") else 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text, released, tokens, finish = "", 0, b"", None
+    for i in range(len(out)):
+        tokens += out[i : i + 1]
+        text += decoder.decode(out[i : i + 1], final=i == len(out) - 1)
+        hit = min((text.find(stop) for stop in stops if stop in text), default=-1)  # this answer's text alone
+        text = text if hit == -1 else text[:hit]
+        finish = "stop" if hit != -1 else "length" if i == len(out) - 1 else None
+        if finish or len(tokens) == per_event:
+            end = len(text) if finish else max(released, len(text) - hold)
+            yield tokens, text[released:end], finish
+            released, tokens = end, b""
+        if finish:
+            return
 
 
 def _choice(chat: bool, text: str, finish: str | None) -> dict[str, Any]:

@@ -162,3 +162,17 @@ def test_a_continuation_from_ids_starts_where_the_text_is_whole() -> None:
 def test_from_text_nothing_is_generated_again() -> None:
     progress = sent((" a", ()), (" b", ()))
     assert resume.Junction.after(COMPLETION, progress, None) == resume.Junction(2)
+
+
+def test_with_a_stop_string_the_junction_is_before_the_characters_held_back() -> None:
+    """vLLM holds a stream's last ``len(stop) - 1`` characters back while the stop string could still
+    match: the client's text is the ids' text but those, so the ids that wrote them are generated again."""
+    request = _with(COMPLETION, sampling=Sampling(max_tokens=10, stop=("abc", "x")))
+    progress = resume.read_back([Batch([Delta(0, t, ids) for t, ids in PIECES])], None, request, None)
+    assert (progress.lag, progress.settled, progress.unsettled_text) == (2, 2, "")
+    assert resume.Junction.after(request, progress, (1,)) == resume.Junction(2, 2, "")
+    included = _with(request, sampling=Sampling(stop=("abc",), include_stop_str_in_output=True))
+    assert resume.read_back([Batch([Delta(0, t, ids) for t, ids in PIECES])], None, included, None).settled == 4
+
+
+PIECES = [(" a", (5,)), (" b", (6,)), ("", (7,)), (" c", (8,))]
