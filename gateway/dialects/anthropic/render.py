@@ -3,8 +3,9 @@ error envelope.
 
 An Anthropic target's answer to an Anthropic client comes as the upstream wrote it: a whole message
 as it is (``Completion.raw``), a stream as frames written unchanged; the encoder only tracks the
-relayed blocks, so that what a later target adds (none today: a relayed stream is not resumed)
-would number on from them. An OpenAI-wire target's chunks come relayed too, and a text delta in
+relayed blocks, so that what a later target adds (a stream resumed on another target, with the
+partial text as its prefill: ``routing/resume.py``) goes on in the open text block, or numbers on
+from the relayed ones. An OpenAI-wire target's chunks come relayed too, and a text delta in
 the stream's usual shape is written with its text bytes put in as they came (``chunks``).
 
 The stream is the sequence the Anthropic SDK's accumulator expects (``lib/streaming/_messages.py``):
@@ -145,6 +146,7 @@ def event(name: str, data: JSON) -> bytes:
 
 
 PING = event("ping", {"type": "ping"})
+TEXT_BLOCK = b'"content_block":{"type":"text"'  # a relayed content_block_start's, as to_json writes it
 
 
 class MessagesEncoder:
@@ -226,9 +228,11 @@ class MessagesEncoder:
         name = frame[7 : frame.find(b"\n")]  # after "event: "
         if name == b"content_block_start":
             self.index += 1
-            self.open = ("relayed", -1)
+            text = TEXT_BLOCK in frame  # a stream resumed mid-text goes on in this block
+            self.open = ("text", 0) if text else ("relayed", -1)
+            self.text_head = text_head(self.index) if text else None
         elif name == b"content_block_stop":
-            self.open = None
+            self.open = self.text_head = None
         self.relayed = name
         return frame
 
