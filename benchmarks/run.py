@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_gateway:
             gw_runs: list[tuple[str, str | None, list[str]]] = [("gateway", None, args.dialect_list)]
             if args.redis:
-                gw_runs.append(("gateway+redis", "redis", ["openai"]))
+                gw_runs.append(("gateway+redis", "redis", args.dialect_list[:1]))
             for subject, redis, dialects in gw_runs:
                 extra: tuple[int, ...] = ()
                 redis_url = None

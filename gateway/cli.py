@@ -385,13 +385,22 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def schemas() -> dict[str, Any]:
+def schemas(rules: bool = True) -> dict[str, Any]:
     """The config file's JSON Schema, with the providers this gateway has."""
     from adapters import PROVIDERS
     from backends import ENGINES
     from gateway.runtime.schema import config_schema
 
-    return config_schema(PROVIDERS, ENGINES)
+    return config_schema(PROVIDERS, ENGINES, rules)
+
+
+def registry() -> str:
+    """The Helm chart's ``templates/_gateway.tpl``: the providers, and the features each takes."""
+    from adapters import PROVIDERS
+    from backends import ENGINE_EXTRAS
+    from gateway.runtime.schema import chart_registry
+
+    return chart_registry({p: wire.extras for p, wire in PROVIDERS.items()}, ENGINE_EXTRAS)
 
 
 def config_schema_cmd(args: argparse.Namespace) -> int:
@@ -399,13 +408,13 @@ def config_schema_cmd(args: argparse.Namespace) -> int:
 
     from gateway.runtime.schema import chart_schema, dumps
 
-    schema = schemas()
     if args.chart is None:
-        print(dumps(schema), end="")
+        print(dumps(schemas()), end="")
         return 0
     path = Path(args.chart)
-    path.write_text(dumps(chart_schema(json.loads(path.read_text()), schema)))
-    print(f"{path}: config checked against the gateway's config schema")
+    path.write_text(dumps(chart_schema(json.loads(path.read_text()), schemas(rules=False))))
+    (path.parent / "templates" / "_gateway.tpl").write_text(registry())
+    print(f"{path}, templates/_gateway.tpl: config checked as the gateway checks it")
     return 0
 
 
@@ -465,8 +474,9 @@ def parser() -> argparse.ArgumentParser:
     cs = sub.add_parser(
         "config-schema",
         help="print the config file's JSON Schema",
-        description="Print the config file's JSON Schema (for editors); with --chart, write it into a Helm "
-        "chart's values.schema.json as the schema of its `config` value.",
+        description="Print the config file's JSON Schema (for editors); with --chart, write its shapes into a "
+        "Helm chart's values.schema.json as the schema of its `config` value, and the providers its templates "
+        "check into templates/_gateway.tpl beside it.",
     )
     cs.add_argument("--chart", help="a values.schema.json to update in place (default: print the schema)")
     cs.set_defaults(func=config_schema_cmd)

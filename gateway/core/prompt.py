@@ -16,7 +16,12 @@ JSON (tool definitions and calls, parts other than text, fields passed through) 
 compact text (a template may indent it), and ``IMAGE_TOKENS`` per image. A tokenizer or template
 that spends more (a model counting more tokens per image, a template with a longer preamble) can go
 past the bound by that much; docs/spend.md states the trade-off against ordinary text, where a token
-is about four bytes.
+is about four bytes. The gateway loads no tokenizer: for any model this is the stated factor, which
+holds for every tokenizer whose tokens each cover a byte of the text, and not where a normalizer
+lengthens it (NFKC).
+
+The same factor bounds what a stream carried (``relayed_tokens``, ``delta_tokens``): a stream cut
+before its usage came is settled by it where the upstream counted nothing as it went.
 
 What does not belong here: the completion's worst case (``max_tokens``, the limits' planning).
 """
@@ -36,6 +41,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
+from gateway.core.response import Delta
 
 MESSAGE_TOKENS = 8  # a template's markers around one message (its role name is counted as text)
 CHAT_TOKENS = 64  # BOS, the generation prompt, a template's own preamble (a date, a default system line)
@@ -49,7 +55,7 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # ``sampling`` is counted for its ``suffix`` (the text after the insertion) and ``structured`` (a
 # schema some upstreams describe in the prompt); its other fields steer generation only.
 COUNTED: dict[type, frozenset[str]] = {
-    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native"}),
+    InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native", "chain"}),
     ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
     ChatOptions: frozenset({"tools", "tool_choice", "reasoning"}),
     Sampling: frozenset({"suffix", "structured"}),
@@ -128,12 +134,17 @@ def text_tokens(text: str) -> int:
 def json_tokens(value: Any) -> int:
     """The most tokens a JSON value can take once a template renders it: its text, escapes included
     (an ``\\uXXXX`` is longer than the character's UTF-8 bytes), times ``JSON_FACTOR``."""
-    return JSON_FACTOR * len(json.dumps(value, default=_plain)) + 1
+    return JSON_FACTOR * len(ENCODER.encode(value)) + 1
 
 
 def _plain(value: object) -> Any:
     """What ``json.dumps`` does not take: read-only mappings as dicts, anything else as its text."""
     return dict(value) if isinstance(value, Mapping) else str(value)
+
+
+# ``json.dumps(value, default=_plain)``'s encoder, built once: dumps builds one per call when given
+# ``default`` (an Anthropic client's whole body is measured this way on every request).
+ENCODER = json.JSONEncoder(default=_plain)
 
 
 def part_tokens(part: Any) -> int:
@@ -205,6 +216,69 @@ def bound(request: InternalRequest) -> int:
         total += json_tokens(request.extra_body)
     if request.native is not None:
         # The client's body, sent whole to a target of its own vendor (fields the gateway does not
-        # model included): the bound is the larger of the two, whichever the chosen target is sent.
-        total = max(total, CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native))
+        # model included), with the stored chain it continues: whichever the chosen target is sent.
+        whole = CHAT_TOKENS + TOOLS_TOKENS + json_tokens(request.native)
+        total = max(total, whole + json_tokens(request.chain) if request.chain else whole)
+    return total
+
+
+# --- what a stream relayed as it came carried ------------------------------------------------------------
+
+# The keys whose string values hold generated text in the events relayed as they came: OpenAI's chat
+# chunks (content, a refusal, reasoning as vLLM names it, a tool call's name and arguments), its
+# completion chunks (text), and Responses events (each ``.delta``).
+GENERATED_KEYS = (
+    b'"content":"',
+    b'"text":"',
+    b'"arguments":"',
+    b'"name":"',
+    b'"reasoning_content":"',
+    b'"reasoning":"',
+    b'"refusal":"',
+    b'"delta":"',
+)
+
+
+def relayed_tokens(data: bytes, events: int) -> int:
+    """The most tokens ``events`` relayed events (``data``, not decoded) can carry: the same factor as
+    the prompt's, a token per byte of each generated text (its JSON string: an escape is no shorter
+    than the bytes it stands for) and one more, and one per event (a token that shows no text). A key
+    cannot be matched inside a string, where every quote is escaped. (On the relay's path: a find a
+    key, and two per text.)"""
+    total = events
+    for key in GENERATED_KEYS:
+        at = data.find(key)
+        while at >= 0:
+            start = at + len(key)
+            end = data.find(b'"', start)
+            if end < 0 or data[end - 1] == 0x5C:  # an escaped quote, or a string not closed here
+                end = _string_end(data, start)
+            total += end - start + 1
+            at = data.find(key, end)
+    return total
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """Where the JSON string opened before ``start`` closes (the end of ``data`` if it does not)."""
+    end = data.find(b'"', start)
+    while end >= 0:
+        escapes = end
+        while data[escapes - 1] == 0x5C:  # a quote after an odd run of backslashes is escaped
+            escapes -= 1
+        if (end - escapes) % 2 == 0:
+            return end
+        end = data.find(b'"', end + 1)
+    return len(data)
+
+
+def delta_tokens(delta: Delta) -> int:
+    """The most tokens a decoded delta can carry: its ids where it has them, else its texts' bytes
+    (and one each), a tool call's JSON as the prompt's JSON counts."""
+    if delta.token_ids:
+        return len(delta.token_ids)
+    total = text_tokens(delta.text)
+    if delta.reasoning:
+        total += text_tokens(delta.reasoning)
+    if delta.tool_calls:
+        total += json_tokens(delta.tool_calls)
     return total

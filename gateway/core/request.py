@@ -213,6 +213,9 @@ class InternalRequest:
     # Anthropic client to an Anthropic target: fields the gateway does not model pass through).
     native: Mapping[str, JSON] | None = None
     native_dialect: str | None = None  # whose body ``native`` is: a target's path for it is chosen by it
+    # What a target of ``native``'s vendor gets besides it (a stored Responses chain's items: sent as
+    # input, or held by the upstream that made them); counted in the prompt's bound, read by no codec.
+    chain: tuple[JSON, ...] = ()
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)
     embedding: EmbeddingOptions | None = None  # an embeddings request

@@ -128,6 +128,11 @@ def without(body: M, name: str) -> M:
 def validate(model: type[M], data: dict[str, JSON]) -> M:
     """``data`` as ``model``, once it holds to the caps (``check``)."""
     check(data)
+    return validated(model, data)
+
+
+def validated(model: type[M], data: dict[str, JSON]) -> M:
+    """``data``, already ``check``-ed, as ``model``."""
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:

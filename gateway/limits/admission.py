@@ -196,13 +196,22 @@ class Admission:
         seconds = request.timeout or (policy.deadline if policy else None)
         return asyncio.get_running_loop().time() + seconds if seconds else None
 
+    def unlimited(
+        self, team: str, key_id: str, request: InternalRequest, policies: Policies | None = None
+    ) -> Plan | None:
+        """The plan of a team no limit applies to, at once: no ``Ask`` built, nothing awaited (most
+        requests of an unlimited team; ``admit`` answers the same). None when limits apply."""
+        if team in (policies or self.policies).limited:
+            return None
+        return planning.unlimited(team, key_id, request)
+
     async def admit(self, ask: Ask) -> Plan:
         """A plan for ``ask`` once every applicable limit has let it through (waiting fairly for a
         concurrency slot until its deadline), or the refusal as a ``GatewayError``."""
         team, key_id, request, deadline, load = ask.team, ask.key_id, ask.request, ask.deadline, ask.load
         policies, model, targets = ask.policies or self.policies, ask.model, ask.targets
-        if team not in policies.limited:
-            return planning.unlimited(team, key_id, request)
+        if (free := self.unlimited(team, key_id, request, policies)) is not None:
+            return free
         limits = policies.layout(team, key_id)
         rate = self.spend.worst(policies.prices, model, targets) if limits.budgets else None
         plan = planning.planned(team, key_id, limits, request, planning.new_lease(), rate)

@@ -162,9 +162,18 @@ def bounded(value: Any, depth: int = 0) -> Any:
     return capped(str(value), MAX_FIELD)
 
 
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
 def bounded_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A line's structured fields, each ``bounded``: no field can make a line unbounded."""
-    return {k: bounded(v) for k, v in fields.items()}
+    """A line's structured fields, each ``bounded``: no field can make a line unbounded. A number or a
+    short string is kept without the call (a request line's fields are nearly all such: 3.4 -> 1.3 us
+    a line, docs/performance.md)."""
+    out = {}
+    for k, v in fields.items():
+        kind = type(v)
+        out[k] = v if kind in _PLAIN or (kind is str and len(v) <= MAX_FIELD) else bounded(v)
+    return out
 
 
 def exception_message(exc: BaseException) -> str:

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
-from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation
+from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Token, UsageReport
 from gateway.core.upstream import Call, Upstream
 from gateway.runtime.throttle import LogThrottle
@@ -110,6 +110,12 @@ class Progress:
     ids_complete: bool = True  # every token chunk carried its id
     finished: bool = False
     stuck: str | None = None  # why the answer cannot be continued (a tool call in progress...)
+    # Where the client's text is whole for the ids sent: after an event of one token that released
+    # text (ids, characters sent). The server holds a token's text back while it ends inside a
+    # character (byte-level BPE), an event of several tokens does not say which of them its text
+    # covers, and vLLM keeps ``lag`` more characters back while a stop string could still match.
+    marks: list[tuple[int, int]] = field(default_factory=list)
+    lag: int = 0
 
     def add(self, event: StreamEvent) -> None:
         if isinstance(event, Delta):
@@ -120,32 +126,65 @@ class Progress:
                 self.tokens += max(1, len(event.token_ids))
                 if event.token_ids:
                     self.token_ids += event.token_ids
+                    self._settle(event)
                 else:
                     self.ids_complete = False
         elif isinstance(event, Finish):
             self.finished = True
+
+    def copy(self) -> Progress:
+        return dataclasses.replace(self, token_ids=list(self.token_ids), marks=list(self.marks))
 
     @property
     def sent(self) -> int:
         """Completion tokens the client has."""
         return len(self.token_ids) if self.ids_complete and self.token_ids else self.tokens
 
+    def _settle(self, event: Delta) -> None:
+        if len(event.token_ids) == 1 and event.text:
+            self.marks.append((len(self.token_ids), len(self.text)))
 
-Replay = Callable[[InternalRequest, list[bytes]], list[StreamEvent]]
+    @property
+    def settled(self) -> int:
+        """The ids whose text the client surely has whole: where a continuation from ids starts."""
+        return self._junction()[0]
+
+    @property
+    def unsettled_text(self) -> str:
+        """The text the client has past the ``settled`` ids."""
+        return self.text[self._junction()[1] :]
+
+    def _junction(self) -> tuple[int, int]:
+        """The last mark whose text, the ``lag`` held back with it, the client has: (ids, characters)."""
+        for ids, chars in reversed(self.marks):
+            if chars + self.lag <= len(self.text):
+                return ids, chars + self.lag
+        return 0, 0
+
+
+# a target's reader of what it relayed, one per stream read back: (request) → (a batch's chunks) → events
+Replay = Callable[[InternalRequest], Callable[[list[bytes]], list[StreamEvent]]]
+
+
+def held_back(s: Sampling) -> int:
+    """The characters vLLM keeps back from a stream's text while a stop string could still match."""
+    return max(map(len, s.stop)) - 1 if s.stop and not s.include_stop_str_in_output else 0
 
 
 def read_back(
     batches: list[Batch], replay: Replay | None, request: InternalRequest, before: Progress | None
 ) -> Progress:
     """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
-    progress = Progress() if before is None else dataclasses.replace(before, token_ids=list(before.token_ids))
+    progress = Progress(lag=held_back(request.sampling)) if before is None else before.copy()
+    read = None  # the target's reader, one for the stream: made at the first relayed chunk
     for batch in batches:
         relayed = [ev.data if isinstance(ev, Token) else ev for ev in batch.events if isinstance(ev, Frame | Token)]
         if relayed:
             if replay is None:
                 progress.stuck = "relayed chunks that its target cannot read back"
                 return progress
-            for ev in replay(request, relayed):
+            read = read or replay(request)
+            for ev in read(relayed):
                 progress.add(ev)
         for ev in batch.events:
             if not isinstance(ev, Frame | Token):
@@ -166,7 +205,8 @@ def continuation(
     # the gateway's own request, never the client's body as it came: sent natively, that body would
     # start the answer over without the part already sent (a prefill, the ids, the partial message)
     request = dataclasses.replace(request, native=None, native_dialect=None)
-    sent = progress.sent
+    by_ids = _by_ids(request, progress, prompt_ids)
+    sent = progress.settled if by_ids else progress.sent
     s = request.sampling
     max_tokens = s.max_tokens
     if max_tokens is None and request.operation is Operation.COMPLETION:
@@ -183,11 +223,13 @@ def continuation(
             raise UpstreamFailed("the answer stopped after whitespace, which a prefill cannot end with")
         partial = ChatMessage("assistant", progress.text)
         return dataclasses.replace(request, messages=(*request.messages, partial), sampling=sampling)
-    chat = request.operation is Operation.CHAT
-    if prompt_ids is not None and progress.ids_complete and progress.token_ids and not (chat and s.max_tokens is None):
-        # the prompt (a chat's through its template) and the output as token ids: a completion, decoded
-        # (not relayed: its chunks are a completion's) into the events of the client's own stream
-        ids = (*prompt_ids, *progress.token_ids)
+    if by_ids:
+        # the prompt (a chat's through its template) and the output as token ids, up to the junction
+        # (``Progress.settled``): a completion, decoded into the events of the client's own stream (not
+        # relayed where its chunks are a completion's, or repeat what the client has: ``Junction``)
+        assert prompt_ids is not None
+        ids = (*prompt_ids, *progress.token_ids[: progress.settled])
+        exact = request.operation is not Operation.CHAT and progress.settled == len(progress.token_ids)
         return dataclasses.replace(
             request,
             operation=Operation.COMPLETION,
@@ -195,7 +237,7 @@ def continuation(
             messages=(),
             chat=None,
             sampling=sampling,
-            relay=None if request.operation is Operation.CHAT else request.relay,
+            relay=request.relay if exact else None,
             features=request.features | {Feature.TOKEN_PROMPT},
         )
     if request.operation is Operation.CHAT:
@@ -215,6 +257,48 @@ def continuation(
     return dataclasses.replace(request, prompts=(prompt + progress.text,), sampling=sampling)
 
 
+def _by_ids(request: InternalRequest, progress: Progress, prompt_ids: Sequence[int] | None) -> bool:
+    """Whether the continuation is from token ids (else from text): a chat without ``max_tokens`` keeps
+    its length to the context, which a completion would cut to vLLM's default."""
+    chat_unbounded = request.operation is Operation.CHAT and request.sampling.max_tokens is None
+    return prompt_ids is not None and progress.ids_complete and bool(progress.token_ids) and not chat_unbounded
+
+
+@dataclass(slots=True)
+class Junction:
+    """Where a continuation's events join the client's stream. From ids it starts at the last settled
+    token (``Progress.settled``): fed a prompt that ends inside a character, vLLM 0.32 writes text that
+    is not the unbroken run's (tokenizers' ``DecodeStream`` primed with it has given the prompt's own
+    start, ``<|user|>he``), and a continuation finds stop strings in its own output alone, so the
+    tokens after the junction are generated again, and their ids and text, which the client has, are
+    dropped here. ``moved``: the continuation's prompt tokens that are the answer's (its usage bills
+    them as output)."""
+
+    moved: int
+    ids: int = 0
+    text: str = ""
+
+    @classmethod
+    def after(cls, request: InternalRequest, progress: Progress, prompt_ids: Sequence[int] | None) -> Junction:
+        if not _by_ids(request, progress, prompt_ids):
+            return cls(progress.sent)
+        return cls(progress.settled, len(progress.token_ids) - progress.settled, progress.unsettled_text)
+
+    def join(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        """``events`` as the rest of the client's stream."""
+        return stitched([self._drop(ev) if isinstance(ev, Delta) else ev for ev in events], self.moved)
+
+    def _drop(self, ev: Delta) -> Delta:
+        if not (self.ids or self.text):
+            return ev
+        ids, self.ids = min(self.ids, len(ev.token_ids)), self.ids - min(self.ids, len(ev.token_ids))
+        chars = min(len(self.text), len(ev.text))
+        if ev.text[:chars] != self.text[:chars]:  # greedy and exact, the engine writes the same again
+            throttled.warning("junction", "a continuation's text differs from what the client has")
+        self.text = self.text[chars:]
+        return dataclasses.replace(ev, text=ev.text[chars:], token_ids=ev.token_ids[ids:], logprobs=ev.logprobs[ids:])
+
+
 def stitched(events: list[StreamEvent], sent: int) -> list[StreamEvent]:
     """A continuation's events as the rest of the client's stream: no second identity or role, and
     its usage with the sent tokens moved from prompt back to completion."""
@@ -222,10 +306,10 @@ def stitched(events: list[StreamEvent], sent: int) -> list[StreamEvent]:
     for ev in events:
         if isinstance(ev, StreamStart):
             continue
-        if isinstance(ev, Delta) and ev.role is not None:
-            ev = dataclasses.replace(ev, role=None)
+        if isinstance(ev, Delta):
+            ev = ev if ev.role is None else dataclasses.replace(ev, role=None)
             if not (ev.text or ev.token_ids or ev.logprobs or ev.tool_calls or ev.reasoning):
-                continue
+                continue  # nothing left once its role (or, at a junction, what the client has) is gone
         elif isinstance(ev, UsageReport):
             u = ev.usage
             moved = min(sent, u.prompt_tokens)
@@ -266,7 +350,9 @@ class Resumer:
     failed: Callable[[Upstream, GatewayError], None]  # the break counted against the target's health
     tries: int = 1
 
-    async def resume(self, broken: Upstream, err: GatewayError, progress: Progress) -> tuple[Upstream, Batches, Batch]:
+    async def resume(
+        self, broken: Upstream, err: GatewayError, progress: Progress
+    ) -> tuple[Upstream, Batches, Batch, Junction]:
         """A continuation's stream and its first events, from the first target that opens one; the
         break's error when none can."""
         began = time.perf_counter()
@@ -279,6 +365,7 @@ class Resumer:
             try:
                 ids = await self._prompt_ids(upstream, progress)
                 req = continuation(self.request, progress, ids, CONTINUERS[upstream.provider])
+                junction = Junction.after(self.request, progress, ids)
             except GatewayError:
                 continue
             self.tries += 1
@@ -302,7 +389,8 @@ class Resumer:
             log.info(
                 "stream resumed on %s after %d tokens (%s at %s)", upstream.name, progress.sent, err.code, broken.name
             )
-            return upstream, events, first
+            log.debug("continuation of %s on %s: %r after %r", broken.name, upstream.name, req, progress)
+            return upstream, events, first, junction
         raise err
 
     def _time_left(self) -> bool:
@@ -329,14 +417,16 @@ class Resumer:
 
 async def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Batches:
     """``events`` (after ``first``, already with the client) as one stream that survives breaks."""
-    sent: list[Batch] = [first]
+    sent: list[Batch] = [first]  # what the client has of the current target's part
     current, source, before = events, upstream, None
-    offset = 0  # completion tokens sent before the current target's part
+    junction: Junction | None = None  # where the current target's part joins the stream
     while True:
         try:
             async for batch in current:
+                if junction is not None:
+                    batch = Batch(junction.join(batch.events), batch.then)
                 sent.append(batch)
-                yield batch if not offset else Batch(stitched(batch.events, offset), batch.then)
+                yield batch
             return
         except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
             await current.aclose()  # type: ignore[attr-defined]
@@ -347,7 +437,7 @@ async def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: 
             if progress.finished or progress.stuck is not None:
                 raise
             resumer.failed(source, err)
-            source, current, head = await resumer.resume(source, err, progress)
-            sent, before, offset = [head], progress, progress.sent
-            if out := stitched(head.events, offset):
-                yield Batch(out, head.then)
+            source, current, head, junction = await resumer.resume(source, err, progress)
+            sent, before = [Batch(junction.join(head.events), head.then)], progress
+            if sent[0].events:
+                yield sent[0]

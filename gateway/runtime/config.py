@@ -474,6 +474,12 @@ def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapp
         raise ConfigError(f"{source}: {exc}") from None
     if config.auth == "none" or keyed:
         return
+    _someone_can_hold_a_key(config, source, environ)
+
+
+def _someone_can_hold_a_key(config: GatewayConfig, source: str, environ: Mapping[str, str]) -> None:
+    """With keys required and none in the config: an admin key to issue them (the chart checks the
+    same at render time, knowing which Secret gives the admin key)."""
     fix = "add keys to a team ({id, sha256} or {id, env}), or set auth: none for open access"
     if not config.teams:
         raise ConfigError(f"{source}: teams: none given, and auth: keys (the default) needs one with a key: {fix}")

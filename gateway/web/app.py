@@ -37,7 +37,7 @@ from gateway.runtime.secrets import Secrets
 from gateway.store.redis_client import close_redis, redis_client
 from gateway.web import admin, ops, reload, responses, spend_report, status, stored, unrouted
 from gateway.web.count_tokens import count_tokens
-from gateway.web.pipeline import make_handler
+from gateway.web.pipeline import RouteHandler
 from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
 
@@ -316,7 +316,7 @@ def create_app(
     gw = app[GATEWAY] = build_state(config, catch_all)
     reload.install(app, reload.Reloader(gw, config_path, siblings, rebuild))
     for spec in ROUTES:
-        app.router.add_route(spec.method, spec.path, make_handler(spec, gw.in_flight))
+        app.router.add_route(spec.method, spec.path, RouteHandler(spec, gw.in_flight).handle)
     app.router.add_routes(responses.routes())
     for path in MODEL_LIST_PATHS:
         app.router.add_get(path, ops.list_models)

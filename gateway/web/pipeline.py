@@ -2,7 +2,7 @@
 
     route → read → authenticate → parse → [recall] → choose → admit → [queue] → call → relay | answer → settle
 
-``route`` is ``make_handler``: one handler per route-table entry, built once at start-up around its
+``route`` is ``RouteHandler``: one handler per route-table entry, built once at start-up around its
 ``RouteSpec``. Each later step is a function of one ``Exchange``, the request's context, and fills in
 its part of it: ``read`` the body and the dialect it refines, ``authenticate`` the principal, ``parse``
 the ``InternalRequest`` (``recall``: a stored Responses chain put before it), ``choose`` the model's
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from random import getrandbits
 from typing import Any
@@ -50,7 +50,6 @@ from gateway.web.record import FAULTS, InFlight, RequestLog
 from gateway.web.relay import Relay
 from gateway.web.state import GATEWAY, Gateway, Generation
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OVERHEAD_HEADER = "X-Gateway-Overhead-Ms"
 BUDGET_HEADER = "X-Budget-Exceeded"  # a soft budget was gone past: whose ("team" or "key")
 SESSION_HEADER = "X-Session-Id"  # pins a conversation to one replica (prefix caches stay warm)
@@ -97,19 +96,24 @@ class Exchange:
         return headers
 
 
-def make_handler(spec: RouteSpec, requests: InFlight) -> Handler:
-    """Step ``route``: the handler of one route-table entry; counts its requests in flight under the
-    route's dialect (before the body refines it)."""
-    in_flight = requests.level(spec.dialect.name)
+class RouteHandler:
+    """Step ``route``: the handler of one route-table entry (``handle``, a bound method: aiohttp takes
+    coroutine functions only); counts its requests in flight under the route's dialect (before the
+    body refines it)."""
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    __slots__ = ("in_flight", "spec")
+
+    def __init__(self, spec: RouteSpec, requests: InFlight) -> None:
+        self.spec = spec
+        self.in_flight = requests.level(spec.dialect.name)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        in_flight = self.in_flight
         in_flight.n += 1
         try:
-            return await edge(begin(spec, request))
+            return await edge(begin(self.spec, request))
         finally:
             in_flight.n -= 1
-
-    return handle
 
 
 def begin(spec: RouteSpec, request: web.Request) -> Exchange:
@@ -224,14 +228,18 @@ def choose(ex: Exchange) -> None:
 
 async def admit(ex: Exchange) -> None:
     """The request's deadline, then every applicable limit (``gateway.limits.admission``)."""
-    principal, gen, route = ex.principal, ex.gen, ex.route
+    principal, gen, route, ireq = ex.principal, ex.gen, ex.route, ex.ireq
     admission = ex.gw.admission
-    ex.deadline = admission.deadline_for(principal.team, ex.ireq, gen.policies)
-    ask = Ask(
-        principal.team, principal.key_id, ex.ireq, ex.deadline, ex.load, gen.policies, route.label, route.upstreams
-    )
-    admitting = admission.admit(ask)
-    ex.plan = plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
+    ex.deadline = admission.deadline_for(principal.team, ireq, gen.policies)
+    # an unlimited team's plan at once; traced, admission keeps its span
+    plan = None if ex.trace is not None else admission.unlimited(principal.team, principal.key_id, ireq, gen.policies)
+    if plan is None:
+        ask = Ask(
+            principal.team, principal.key_id, ireq, ex.deadline, ex.load, gen.policies, route.label, route.upstreams
+        )
+        admitting = admission.admit(ask)
+        plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
+    ex.plan = plan
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
 

@@ -16,6 +16,7 @@ import logging
 import time
 
 from gateway.core.errors import GatewayError
+from gateway.core.prompt import delta_tokens, relayed_tokens
 from gateway.core.response import Completion, Delta, Frame, StreamEvent, Token, UsageReport
 from gateway.core.upstream import StreamProgress
 from gateway.limits.budget_rules import money
@@ -69,9 +70,11 @@ class RequestLog:
         "error",
         "hint",
         "last_chunk",
+        "lent",
         "logger",
         "model",
         "model_label",
+        "most",
         "principal",
         "progress",
         "prompt_tokens",
@@ -107,7 +110,9 @@ class RequestLog:
         self.ttft: float | None = None
         self.last_chunk = 0.0
         self.chunks = 0
-        self.streamed = 0
+        self.streamed = 0  # tokens streamed, at least (a chunk each, or its ids)
+        self.most = 0  # tokens streamed, at most (``prompt.relayed_tokens``, ``delta_tokens``)
+        self.lent = 1  # a ``Token``'s bytes that are not its text (its shape's), less the one it adds
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None  # of the prompt tokens, served from the upstream's cache
@@ -133,11 +138,16 @@ class RequestLog:
             chunks = 1
             if type(event) is Token:  # one relayed chunk
                 tokens = 1
+                self.most += len(event.data) - self.lent
             elif isinstance(event, Frame):  # relayed: one or more chunks, each a one-line SSE event
-                # not looked into: one token per chunk, as a delta without ids
+                # not decoded: one token per chunk at least, and at most what its texts' bytes allow
                 tokens = chunks = event.chunks
+                self.most += relayed_tokens(event, chunks)
+                if event.shape is not None:  # the shape of the Tokens that follow it
+                    self.lent = sum(map(len, event.shape)) - 1
             elif isinstance(event, Delta):
                 tokens = len(event.token_ids) or 1
+                self.most += delta_tokens(event)
             else:
                 if isinstance(event, UsageReport):
                     self.cached_tokens = event.usage.cached_tokens
@@ -155,13 +165,14 @@ class RequestLog:
             self.chunks += chunks
             self.streamed += tokens
 
-    def token(self) -> None:
-        """``observe`` for a read that was one relayed chunk (a ``Token``)."""
+    def token(self, size: int) -> None:
+        """``observe`` for a read that was one relayed chunk (a ``Token`` of ``size`` bytes)."""
         self.last_chunk = now = time.perf_counter()
         if self.ttft is None:  # (a Token follows the frame that lent it its shape: not in practice)
             self.ttft = now - self.started
         self.chunks += 1
         self.streamed += 1
+        self.most += size - self.lent
 
     def completed(self, completion: Completion) -> None:
         if self.trace is not None:
@@ -175,8 +186,8 @@ class RequestLog:
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
         """Tokens to settle: the upstream's own count. For a stream cut short (client gone, upstream
         broke off): the upstream's count as of the last chunk read where it reported one as it went
-        (its prompt's real count, and at least the tokens streamed); else the prompt's estimate (an
-        upper bound) and the tokens streamed (chunks, or token ids where chunks carry them)."""
+        (its prompt's real count, and at least the tokens streamed); else upper bounds: the prompt's
+        estimate and the most the streamed texts can hold (never past the completion's worst case)."""
         if self.completion_tokens is not None or not self.streamed:
             return self.prompt_tokens, self.completion_tokens
         seen = self.progress.usage if self.progress is not None else None
@@ -184,7 +195,8 @@ class RequestLog:
             if self.cached_tokens is None:
                 self.cached_tokens, self.cache_write_tokens = seen.cached_tokens, seen.cache_write_tokens
             return seen.prompt_tokens, max(seen.completion_tokens, self.streamed)
-        return plan.prompt_estimate, self.streamed
+        worst = plan.estimate - plan.prompt_estimate  # max_tokens for every choice (0: not planned)
+        return plan.prompt_estimate, max(self.streamed, min(self.most, worst) if worst > 0 else self.most)
 
     def failed(self, err: GatewayError) -> None:
         if self.ttfb is None:

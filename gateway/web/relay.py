@@ -46,7 +46,7 @@ class Relay:
             async for batch in events:
                 got = batch.events
                 if len(got) == 1 and type(token := got[0]) is Token:
-                    self.log.token()
+                    self.log.token(len(token.data))
                     await write(out + encode(token))
                     out = b""
                     continue

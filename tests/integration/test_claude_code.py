@@ -3,9 +3,9 @@ gateway with ``ANTHROPIC_BASE_URL`` and a gateway key, over a scripted upstream:
 wire, whose ``tool`` marker makes the first answer call Claude Code's Bash tool with ``ls``. The task
 completes in two turns, and the second request carries the command's output as the tool's result.
 
-The binary is looked for at ``$CLAUDE_CODE_BIN``, then ``.claude-code/`` (``npm install --prefix
-.claude-code @anthropic-ai/claude-code``, which needs the npm registry once; it runs offline after);
-without it the test is skipped, saying so. Claude Code sends betas and ``thinking`` that only Anthropic
+The binary is looked for at ``$CLAUDE_CODE_BIN``, then ``.claude-code/`` (``scripts/claude-code``, which
+``scripts/test`` runs, installs the pinned release there; it needs the npm registry once and runs offline
+after); without it the test is skipped, saying so. Claude Code sends betas and ``thinking`` that only Anthropic
 serves, so its target is an ``anthropic`` one (the body passes through); a vLLM or OpenAI target
 refuses them by name (docs/dialects.md#claude-code).
 """

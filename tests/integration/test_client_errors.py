@@ -6,12 +6,14 @@ hint goes to the request's log line and ``/status``. Every answer, errors includ
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from gateway.obs import logs
 from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
 from gateway.web.pipeline import OVERHEAD_HEADER
@@ -50,20 +52,36 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 async def test_an_unreachable_target_is_named_to_the_client_and_explained_to_the_operator(
-    gw: tuple[Gateway, str],
+    gw: tuple[Gateway, str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=logs.ACCESS_LOGGER)
     g, closed = gw
     body = {"model": "gone", "messages": [{"role": "user", "content": "hi"}]}
-    async with g.session.post(g.url + "/v1/chat/completions", json=body, headers=AUTH) as resp:
+    headers = {**AUTH, "X-Request-Id": "rid-gone"}
+    async with g.session.post(g.url + "/v1/chat/completions", json=body, headers=headers) as resp:
         answer = await resp.json()
         assert resp.status == 502 and OVERHEAD_HEADER in resp.headers
     message = answer["error"]["message"]
     assert "'gpu-box'" in message and "unreachable" in message and "connection refused" in message
-    for internal in ("http", "127.0.0.1", closed.split(":")[2].split("/")[0], "vllm serve", "--config"):
-        assert internal not in message, message
-    page = await status_page(g)
+    operator_only = ("http", "127.0.0.1", closed.split(":")[2].split("/")[0], "vllm serve", "--config", "base_url")
+    for internal in operator_only:
+        assert internal not in str(answer), answer  # not in the message, nor anywhere else in the answer
     # the operator's side: where, and what to do (the target is in a config file: fix its base_url)
+    hint = f"nothing listens at {closed}: start a model server there (`vllm serve MODEL --port"
+    assert hint in (await request_line(caplog, "rid-gone"))["hint"]
+    page = await status_page(g)
     assert f"nothing listens at {closed}" in page and "vllm serve MODEL" in page and "base_url in the config" in page
+
+
+async def request_line(caplog: pytest.LogCaptureFixture, rid: str) -> dict[str, Any]:
+    """The request's access log line, once written (lines go out in batches, just after the answer)."""
+
+    def line() -> dict[str, Any] | None:
+        fields = [getattr(r, "fields", {}) for r in caplog.records if r.name == logs.ACCESS_LOGGER]
+        return next((f for f in fields if f.get("request_id") == rid), None)
+
+    found: dict[str, Any] = await eventually(line, f"the log line of {rid}")
+    return found
 
 
 async def status_page(g: Gateway) -> str:

@@ -184,10 +184,33 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
                 break  # the client hangs up mid-stream
     await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
     usage = await settled(redis_server.url, team, 1)
-    natural = 9  # the fake's answer: 8 words and its end
-    assert received <= usage["completion_tokens"] < natural
+    assert received <= usage["completion_tokens"] < 50  # at least what was streamed; not the worst case
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"]) > 0
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
+
+
+async def test_a_cut_relayed_stream_is_charged_an_upper_bound_of_its_text(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Chunks relayed as they came carry no usage; a stream cut before its last is settled by the most
+    its texts can hold (a token a byte, as the prompt's bound), not a token a chunk: here the upstream
+    counts a token a byte (``dense_answer``) and sends a word a chunk."""
+    server, team, gw = await spend_gateway(gateway, upstream, redis_server.url, budget={"amount": "1"})
+    path, headers, body = OPENAI.request("m", "alpha beta gamma [[fault:slow=0.3,dense_answer]]", True, max_tokens=200)
+    texts: list[str] = []
+    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                texts.append(json.loads(line[6:])["choices"][0]["text"])
+            if len(texts) == 3:
+                break
+    await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
+    usage = await settled(redis_server.url, team, 1)
+    consumed = sum(len(t.encode()) for t in texts)  # the upstream's count of what the client received
+    assert len(texts) < consumed <= usage["completion_tokens"] < 200
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
+    assert await budget_spent(redis_server.url, team) == usage["spend"]
 
 
 @pytest.mark.parametrize("decoded", [True, False])
@@ -197,7 +220,8 @@ async def test_a_cut_stream_is_settled_by_the_upstreams_own_count_where_it_repor
     """A vLLM target streaming chunks the gateway decodes (here: logprobs asked) is asked for usage on
     every chunk, so a stream its client cuts is settled by vLLM's count as of the last chunk read:
     the prompt's real tokens, not its estimate. Relayed chunks (no logprobs) are not (they would all
-    have to be decoded): the fallback settles the prompt's estimate and the chunks streamed."""
+    have to be decoded): the fallback settles the prompt's estimate and the most the texts streamed
+    can hold."""
     server = await upstream("vllm")
     team = f"t-{uuid.uuid4().hex[:8]}"
     data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
@@ -225,9 +249,10 @@ async def test_a_cut_stream_is_settled_by_the_upstreams_own_count_where_it_repor
     )
     if decoded:
         assert prompt_tokens == real  # vLLM's count, as of the last chunk read
-    else:
-        assert prompt_tokens > real  # the estimate: an upper bound
-    assert 2 <= completion < whole.usage["completion_tokens"]  # at least what was streamed; cut short
+        assert 2 <= completion < whole.usage["completion_tokens"]  # at least what was streamed; cut short
+    else:  # upper bounds: the prompt's, and the most the texts streamed can hold
+        assert prompt_tokens > real
+        assert 2 <= completion < 50
     assert (
         usage["spend"]
         == cost(usage["prompt_tokens"], usage["completion_tokens"])

@@ -93,3 +93,23 @@ def test_link_checker_catches_what_it_should(tmp_path: Path) -> None:
 def test_named_metrics_exist(doc: Path) -> None:
     named = set(re.findall(r"\b(gateway_[a-z_]+[a-z])\b", doc.read_text()))
     assert named <= exported(), named - exported()
+
+
+def test_the_readme_names_every_cli_command_and_admin_path() -> None:
+    """Its layout line names each ``llm-gateway`` command and its paths table each admin path the app
+    serves (a path's own ``{id}`` under a listed one counts: ``/admin/keys/{key_id}`` under ``/admin/keys``).
+    Both once fell behind the code (``spend``, ``/admin/spend``: issue 39)."""
+    import argparse
+
+    from gateway.cli import parser
+    from gateway.runtime.config import parse_config
+    from gateway.web.app import create_app
+
+    readme = (ROOT / "README.md").read_text()
+    (commands,) = re.findall(r"^\s+cli\.py\s+llm-gateway (.+)$", readme, re.M)
+    (sub,) = (a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.split(" | ")) == set(sub.choices)
+    app = create_app(parse_config({"models": [{"name": "m", "targets": [{"provider": "mock"}]}], "auth": "none"}))
+    admin = {r.canonical for r in app.router.resources() if r.canonical.startswith("/admin/")}
+    named = set(re.findall(r"`(/admin/[^`]*)`", readme))
+    assert admin and {p for p in admin if p not in named and p.rpartition("/")[0] not in named} == set()

@@ -30,7 +30,7 @@ from tests.unit.helm_chart import (
 def test_only_the_keys_the_config_names_are_required() -> None:
     # the default config names no key; the admin key is optional, generated when none is given
     assert key_refs(render()) == GENERATED_ADMIN
-    assert key_refs(render("secrets.generateAdminKey=false")) == {}
+    assert key_refs(render("secrets.generateAdminKey=false", "config.auth=none")) == {}
     existing = key_refs(render(*VALUE_SETS["existing-secret"]))
     assert existing == {
         "FRIENDLI_TOKEN": {"name": "gw-keys", "key": "FRIENDLI_TOKEN"},

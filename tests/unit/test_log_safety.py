@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.obs import logs
 from gateway.policy.audit import AuditTrail
@@ -102,3 +104,26 @@ async def test_an_audit_entry_as_listed_is_bounded_too() -> None:
     await trail.record("admin", "key.create", name=HUGE)
     (entry,) = await trail.recent(1)
     assert len(entry["name"]) < logs.MAX_FIELD + 100
+
+
+class Text(str):
+    pass
+
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.integers(logs.MAX_FIELD - 2, logs.MAX_FIELD + 2).map(lambda n: "x" * n),
+    st.text(max_size=5).map(Text),
+    st.lists(st.text(max_size=3), max_size=logs.MAX_ITEMS + 2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
+)
+
+
+@given(st.dictionaries(st.text(max_size=5), values, max_size=6))
+def test_a_lines_fields_are_each_bounded_short_ones_as_they_are(fields: dict[str, object]) -> None:
+    bounded = logs.bounded_fields(fields)
+    assert bounded == {k: logs.bounded(v) for k, v in fields.items()}
+    assert [type(v) for v in bounded.values()] == [type(logs.bounded(v)) for v in fields.values()]

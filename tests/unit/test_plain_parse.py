@@ -77,29 +77,42 @@ def test_a_plain_body_takes_the_plain_path(dialect: str, monkeypatch: pytest.Mon
     assert len(taken) == 1
 
 
-# Chat: a plain body (``plain_chat``) against the full parse, messages of every shape the schema takes
-# (their parts are built by the same function on both paths), fields outside the plain set included so
-# that a body which must take the full path is seen to.
-messages = st.lists(
-    st.fixed_dictionaries(
-        {"role": st.sampled_from(["system", "user", "assistant", "tool", "bogus"])},
-        optional={
-            "content": st.one_of(st.none(), st.text(max_size=8), st.just([{"type": "text", "text": "x"}])),
-            "name": st.sampled_from(["a", ""]),
-            "tool_call_id": st.just("c1"),
-        },
+# Chat: a plain body (``typed_plain_chat`` on the raw body, ``plain_chat`` on the schema's) against the
+# full parse, messages of every shape the schema takes (their parts are built by the same function on
+# both paths) and values of the wrong type, fields outside the plain set included so that a body which
+# must take the full path is seen to.
+odd = st.sampled_from([True, 1.5, "1", [], {}, None])
+roles = st.sampled_from(["system", "developer", "user", "assistant", "tool", "bogus"])
+messages = st.one_of(
+    st.lists(st.fixed_dictionaries({"role": roles, "content": st.text(max_size=8)}), min_size=1, max_size=3),
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.one_of(roles, odd)},
+            optional={
+                "content": st.one_of(st.none(), st.text(max_size=8), st.just([{"type": "text", "text": "x"}]), odd),
+                "name": st.sampled_from(["a", ""]),
+                "tool_call_id": st.just("c1"),
+            },
+        ),
+        max_size=3,
     ),
-    max_size=3,
+    odd,
 )
 chat_bodies = st.fixed_dictionaries(
-    {"model": st.sampled_from(["tiny", "openai/tiny", ""]), "messages": messages},
+    {"model": st.one_of(st.sampled_from(["tiny", "openai/tiny", "", "m" * 257]), odd), "messages": messages},
     optional={
-        "max_tokens": st.one_of(st.none(), st.integers(-1, 5000)),
+        "max_tokens": st.one_of(st.none(), st.integers(-1, 5000), st.just(2**24 + 1), odd),
         "max_completion_tokens": st.integers(1, 50),
         "temperature": numbers,
         "top_p": numbers,
-        "stream": st.one_of(st.none(), st.booleans()),
-        "stream_options": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"include_usage": st.booleans()})),
+        "stream": st.one_of(st.none(), st.booleans(), odd),
+        "stream_options": st.one_of(
+            st.none(),
+            odd,
+            st.fixed_dictionaries(
+                {}, optional={"include_usage": st.one_of(st.booleans(), odd), "continuous_usage_stats": st.booleans()}
+            ),
+        ),
         "n": st.integers(1, 2),
         "user": st.just("u"),
         "logprobs": st.booleans(),
@@ -107,14 +120,31 @@ chat_bodies = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=500, deadline=None)
-@given(body=chat_bodies, relay=st.sampled_from([STREAM_FORMAT, None]))
+# bodies of the plain fields only, most of which the raw path reads
+plain_chat_bodies = st.fixed_dictionaries(
+    {"model": st.sampled_from(["tiny", ""]), "messages": messages},
+    optional={
+        "max_tokens": st.one_of(st.none(), st.integers(0, 3)),
+        "temperature": numbers,
+        "top_p": numbers,
+        "stream": st.one_of(st.none(), st.booleans()),
+        "stream_options": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"include_usage": st.booleans()})),
+    },
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(body=st.one_of(plain_chat_bodies, chat_bodies), relay=st.sampled_from([STREAM_FORMAT, None]))
 def test_the_plain_chat_path_builds_what_the_full_parser_builds(body: dict[str, Any], relay: str | None) -> None:
     short = outcome(lambda b: oai.parse_chat(b, relay), body)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(oai, "typed_plain_chat", lambda *_: None)
+        plain = outcome(lambda b: oai.parse_chat(b, relay), body)
         mp.setattr(oai, "is_plain_chat", lambda *_: False)
         full = outcome(lambda b: oai.parse_chat(b, relay), body)
-    assert short == full
+    assert short == plain == full
+    if isinstance(short, InternalRequest):  # the same values, of the same types (1 == 1.0 == True)
+        assert repr(short) == repr(full)
 
 
 def test_a_plain_chat_body_takes_the_plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,3 +155,19 @@ def test_a_plain_chat_body_takes_the_plain_path(monkeypatch: pytest.MonkeyPatch)
     assert oai.parse_chat(body, STREAM_FORMAT) == taken[0]
     oai.parse_chat({**body, "n": 2}, STREAM_FORMAT)  # any other field: the full parser
     assert len(taken) == 1
+
+
+def test_a_plain_chat_body_skips_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema: list[object] = []
+    validated = oai.validated
+
+    def spy(model: Any, data: dict[str, Any]) -> Any:
+        schema.append(model)
+        return validated(model, data)
+
+    monkeypatch.setattr(oai, "validated", spy)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Say hello"}], "temperature": 1, "stream": True}
+    assert oai.parse_chat({**body, "stream_options": {"include_usage": True}}).sampling.temperature == 1.0
+    assert schema == []
+    oai.parse_chat({**body, "messages": [{"role": "user", "content": "x", "name": "a"}]})  # a name: the schema
+    assert len(schema) == 1

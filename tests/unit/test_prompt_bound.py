@@ -19,10 +19,11 @@ from gateway.core import prompt
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, InternalRequest, Operation, Sampling
 from gateway.dialects import DIALECTS
+from gateway.dialects.responses import with_history
 from gateway.limits import plan as planning
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAT, COMPLETION = Operation.CHAT, Operation.COMPLETION
+CHAT, COMPLETION, EMBEDDING = Operation.CHAT, Operation.COMPLETION, Operation.EMBEDDING
 # what a client may write: any character, punctuation and whitespace often (token-dense text)
 TEXT = st.text(
     alphabet=st.one_of(
@@ -117,14 +118,78 @@ CHAT_PLACES |= {
         tools=[{"name": "f", "description": x, "input_schema": {"type": "object", "description": x}}]
     ),
 }
+# OpenAI Responses (``/v1/responses``): the input as a string or items of every type, instructions,
+# tools and the output's schema; items and parts only OpenAI serves ride in the body sent whole.
+FUNCTION_CALL = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+
+
+def responses_items(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"input": [{"role": "user", "content": "q"}, *items]}
+
+
+def called(output: Any) -> dict[str, Any]:
+    return responses_items(FUNCTION_CALL, {"type": "function_call_output", "call_id": "c", "output": output})
+
+
+CHAT_PLACES |= {
+    "input": lambda x: {"input": x},
+    "input message": lambda x: {"input": [{"type": "message", "role": "user", "content": x}]},
+    "input_text part": lambda x: {
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": x}]}]
+    },
+    "input developer": lambda x: responses_items({"role": "developer", "content": x}),
+    "input system parts": lambda x: responses_items({"role": "system", "content": [{"type": "input_text", "text": x}]}),
+    "input assistant": lambda x: responses_items({"role": "assistant", "content": x}),
+    "input output_text": lambda x: responses_items(
+        {"role": "assistant", "content": [{"type": "output_text", "text": x, "annotations": []}]}
+    ),
+    "input refusal": lambda x: responses_items({"role": "assistant", "content": [{"type": "refusal", "refusal": x}]}),
+    "function_call arguments": lambda x: responses_items({**FUNCTION_CALL, "arguments": x}),
+    "function_call name": lambda x: responses_items({**FUNCTION_CALL, "name": "f" + x}),
+    "function_call_output": lambda x: called(x),
+    "function_call_output parts": lambda x: called([{"type": "input_text", "text": x}]),
+    "reasoning summary": lambda x: responses_items(
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": x}]}
+    ),
+    "item only OpenAI serves": lambda x: responses_items(
+        {"type": "file_search_call", "id": "fs", "status": "completed", "queries": [x]}
+    ),
+    "input_file part": lambda x: {
+        "input": [{"role": "user", "content": [{"type": "input_file", "filename": "f.txt", "file_data": x}]}]
+    },
+    "instructions": lambda x: {"input": "q", "instructions": x},
+    "function tool description": lambda x: {
+        "input": "q",
+        "tools": [{"type": "function", "name": "f", "description": x, "parameters": {"type": "object"}}],
+    },
+    "function tool parameters": lambda x: {
+        "input": "q",
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "description": x}}],
+    },
+    "hosted tool": lambda x: {
+        "input": "q",
+        "tools": [{"type": "file_search", "vector_store_ids": ["v"], "filters": {"key": "k", "value": x}}],
+    },
+    "output schema": lambda x: {
+        "input": "q",
+        "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object", "description": x}}},
+    },
+}
 COMPLETION_PLACES: dict[str, Any] = {
     "prompt": lambda x: {"prompt": x},
     "batch": lambda x: {"prompt": ["a", x]},
     "suffix": lambda x: {"prompt": "a", "suffix": x},
 }
-PLACES = [(CHAT, name, place) for name, place in CHAT_PLACES.items()] + [
-    (COMPLETION, name, place) for name, place in COMPLETION_PLACES.items()
-]
+# OpenAI embeddings (``/v1/embeddings``): a string or a list of strings (token arrays: below)
+EMBEDDING_PLACES: dict[str, Any] = {
+    "embedding input": lambda x: {"input": x},
+    "embedding inputs": lambda x: {"input": ["a", x]},
+}
+PLACES = (
+    [(CHAT, name, place) for name, place in CHAT_PLACES.items()]
+    + [(COMPLETION, name, place) for name, place in COMPLETION_PLACES.items()]
+    + [(EMBEDDING, name, place) for name, place in EMBEDDING_PLACES.items()]
+)
 
 
 def parsed(dialect: Any, op: Operation, body: dict[str, Any]) -> InternalRequest | None:
@@ -258,8 +323,8 @@ def joined(content: Any) -> str:
 
 
 def real_count(tok: Tokenizer, request: InternalRequest) -> int:
-    if request.operation is COMPLETION:
-        return sum(len(tok.encode(p).ids) for p in request.prompts if isinstance(p, str))
+    if request.operation is not CHAT:  # completion and embedding prompts: each encoded alone
+        return sum(len(tok.encode(p).ids) if isinstance(p, str) else len(p) for p in request.prompts)
     messages = [{"role": m.role, "content": joined(m.content)} for m in request.messages if m.content is not None]
     return len(tok.encode(RENDER.render(messages=messages, add_generation_prompt=True)).ids)
 
@@ -291,6 +356,31 @@ def test_the_bound_holds_for_the_tokenizers_we_know(
     assert real_count(tok, completion) <= prompt.bound(completion)
 
 
+ITEMS = st.lists(
+    st.one_of(
+        st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "developer", "assistant"]), TEXT),
+        st.builds(lambda t: {"role": "user", "content": [{"type": "input_text", "text": t}]}, TEXT),
+        st.builds(lambda t: called(t)["input"][-1], TEXT),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@pytest.mark.parametrize(("name", "tok"), TOKENIZERS, ids=[n for n, _ in TOKENIZERS])
+@settings(max_examples=60, deadline=None)
+@given(items=ITEMS, instructions=st.none() | TEXT, inputs=st.lists(TEXT.filter(bool), min_size=1, max_size=3))
+def test_the_bound_holds_for_responses_and_embeddings(
+    name: str, tok: Tokenizer, items: list[dict[str, Any]], instructions: str | None, inputs: list[str]
+) -> None:
+    """A Responses request as a chat target gets it (its items as messages), and embeddings' inputs."""
+    body = {"model": "m", "input": [FUNCTION_CALL, *items], "instructions": instructions}
+    request = DIALECTS["responses"].parse(CHAT, body, "")
+    assert real_count(tok, request) <= prompt.bound(request)
+    embedding = DIALECTS["embeddings"].parse(EMBEDDING, {"model": "m", "input": inputs}, "")
+    assert real_count(tok, embedding) <= prompt.bound(embedding)
+
+
 DENSE = {"punctuation": "!?.,;:" * 67, "latin-1": "¿¡«»" * 100, "emoji": "🙂" * 100, "controls": "\x00\x01" * 200}
 
 
@@ -301,3 +391,105 @@ def test_token_dense_prompts_are_bounded(name: str, tok: Tokenizer, text: str) -
     request = InternalRequest(COMPLETION, "m", prompts=(text,))
     real = real_count(tok, request)
     assert real <= prompt.bound(request), (real, prompt.bound(request))
+
+
+# --- Responses chains and embeddings' token arrays -----------------------------------------------------
+
+HISTORY_ITEMS: dict[str, Any] = {
+    "message": lambda x: {"type": "message", "role": "user", "content": [{"type": "input_text", "text": x}]},
+    "function_call_output": lambda x: {"type": "function_call_output", "call_id": "c", "output": x},
+    "reasoning": lambda x: {"type": "reasoning", "summary": [], "encrypted_content": x},
+    "hosted tool call": lambda x: {"type": "web_search_call", "status": "completed", "action": {"query": x}},
+}
+
+
+@pytest.mark.parametrize("item", list(HISTORY_ITEMS.values()), ids=list(HISTORY_ITEMS))
+@settings(max_examples=25, deadline=None)
+@given(x=TEXT, y=TEXT.filter(bool))
+def test_a_stored_chain_raises_the_bound_a_token_a_byte_whatever_its_items(item: Any, x: str, y: str) -> None:
+    """A ``previous_response_id``'s chain goes upstream with the request (as input, or held by the
+    upstream that made it): every item counts, those chat targets are not sent included."""
+    request = DIALECTS["responses"].parse(CHAT, {"model": "m", "input": "q", "previous_response_id": "r"}, "")
+    small, large = with_history(request, [item("a" + x)]), with_history(request, [item("a" + x + y)])
+    assert prompt.bound(large) - prompt.bound(small) >= size(y)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ids=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=50), more=st.integers(1, 50))
+def test_token_arrays_raise_the_bound_a_token_an_id(ids: list[int], more: int) -> None:
+    """Embeddings' ``input`` as one token array or a list of them (and completions' token prompts)."""
+    for body in (lambda t: {"input": t}, lambda t: {"input": [[1], t]}):
+        small, large = (
+            DIALECTS["embeddings"].parse(EMBEDDING, {"model": "m", **body(t)}, "") for t in (ids, ids + [7] * more)
+        )
+        assert prompt.bound(large) - prompt.bound(small) >= more
+        assert prompt.bound(large) >= sum(len(p) for p in large.prompts)
+
+
+# --- tokenizers the gateway does not know: the stated factor --------------------------------------------
+
+
+def wordpiece() -> Tokenizer:
+    """BERT's kind: words split into known pieces, an unknown word one ``[UNK]``; [CLS] and [SEP]."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        CORPUS, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]", "[CLS]", "[SEP]"])
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+    )
+    return tok
+
+
+def unigram() -> Tokenizer:
+    """SentencePiece's unigram model without byte fallback (T5's kind): an unknown character ``<unk>``."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(
+        CORPUS, trainers.UnigramTrainer(vocab_size=200, special_tokens=["<unk>"], unk_token="<unk>")
+    )
+    return tok
+
+
+def characters() -> Tokenizer:
+    """One token a character, an unknown one ``<unk>``: the most a tokenizer without merges spends."""
+    vocab = {"<unk>": 0} | {c: i + 1 for i, c in enumerate(sorted(set("".join(CORPUS))))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    return tok
+
+
+UNKNOWN = [("wordpiece", wordpiece()), ("unigram", unigram()), ("characters", characters())]
+
+
+@pytest.mark.parametrize(("name", "tok"), UNKNOWN, ids=[n for n, _ in UNKNOWN])
+@settings(max_examples=60, deadline=None)
+@given(messages=MESSAGES, parts=st.booleans(), prompts=st.lists(TEXT, min_size=1, max_size=3))
+def test_the_stated_factor_bounds_tokenizers_we_do_not_know(
+    name: str, tok: Tokenizer, messages: list[tuple[str, list[str]]], parts: bool, prompts: list[str]
+) -> None:
+    """The bound is a factor, not a tokenizer: a token a UTF-8 byte (plus the template's fixed counts)
+    bounds any tokenizer whose every token covers at least a byte of the text (docs/spend.md)."""
+    request = chat(messages, parts)
+    assert real_count(tok, request) <= prompt.bound(request)
+    completion = InternalRequest(COMPLETION, "m", prompts=tuple(prompts))
+    assert real_count(tok, completion) <= prompt.bound(completion)
+
+
+@given(text=TEXT)
+def test_the_factor_is_the_one_the_docs_state(text: str) -> None:
+    """docs/spend.md: a text counts its UTF-8 bytes and one token; a prompt one BOS more; a chat 64,
+    8 a message besides its role's text."""
+    assert prompt.bound(InternalRequest(COMPLETION, "m", prompts=(text,))) == size(text) + 2
+    one = InternalRequest(CHAT, "m", messages=(ChatMessage("user", text),))
+    assert prompt.bound(one) == 64 + 8 + size("user") + 1 + size(text) + 1
+
+
+def test_a_normalizer_that_lengthens_text_is_the_factors_named_exception() -> None:
+    """docs/spend.md names it: NFKC makes 18 characters of U+FDFA (3 bytes), 18 tokens one a character."""
+    tok = characters()
+    tok.normalizer = normalizers.NFKC()
+    request = InternalRequest(COMPLETION, "m", prompts=("\ufdfa",))
+    assert real_count(tok, request) == 18 > prompt.bound(request) == 5

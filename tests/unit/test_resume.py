@@ -3,6 +3,7 @@ the client was sent, the continuation's request, and its events stitched into th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -133,12 +134,52 @@ def test_the_continuation_is_stitched_into_one_stream() -> None:
 
 
 def test_relayed_chunks_are_read_back_by_their_target() -> None:
-    def replay(req: InternalRequest, relayed: list[bytes]) -> list[object]:
-        assert relayed == [b"data: x\n\n"]
-        return [Delta(0, " r", (9,))]
+    readers = []
 
-    progress = resume.read_back(
-        [Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])], replay, COMPLETION, sent((" a", (5,)))
-    )
-    assert (progress.text, progress.token_ids, progress.sent) == (" a r d", [5, 9, 3], 3)
+    def replay(req: InternalRequest) -> Callable[[list[bytes]], list[object]]:
+        def read(relayed: list[bytes]) -> list[object]:
+            assert relayed == [b"data: x\n\n"]
+            return [Delta(0, " r", (9,))]
+
+        readers.append(read)
+        return read
+
+    batch = Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])
+    progress = resume.read_back([batch, batch], replay, COMPLETION, sent((" a", (5,))))
+    assert (progress.text, progress.token_ids, progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
+    assert len(readers) == 1  # one reader for the stream: a stream's later events may need its first
     assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None
+
+
+def test_a_continuation_from_ids_starts_where_the_text_is_whole() -> None:
+    """A token whose text the server still holds (it ends inside a character), or an event of several
+    tokens, is generated again: the client's text and ids agree only up to the last token alone
+    with its text."""
+    progress = sent((" a", (5,)), ("", (6,)), ("é", (7, 8)))
+    assert (progress.settled, progress.unsettled_text, progress.sent) == (1, "é", 4)
+    cont = resume.continuation(COMPLETION, progress, (1, 2))
+    assert cont.prompts == ((1, 2, 5),) and cont.sampling.max_tokens == 9 and cont.relay is None
+    junction = resume.Junction.after(COMPLETION, progress, (1, 2))
+    events = [StreamStart("id2", 1, "m"), Delta(0, "", (6,)), Delta(0, "", (7,)), Delta(0, "é", (8,))]
+    events += [Delta(0, " b", (9,)), UsageReport(Usage(prompt_tokens=3, completion_tokens=9))]
+    first, rest = junction.join(events[:2]), junction.join(events[2:])
+    assert first == [] and rest == [Delta(0, " b", (9,)), UsageReport(Usage(prompt_tokens=2, completion_tokens=10))]
+
+
+def test_from_text_nothing_is_generated_again() -> None:
+    progress = sent((" a", ()), (" b", ()))
+    assert resume.Junction.after(COMPLETION, progress, None) == resume.Junction(2)
+
+
+def test_with_a_stop_string_the_junction_is_before_the_characters_held_back() -> None:
+    """vLLM holds a stream's last ``len(stop) - 1`` characters back while the stop string could still
+    match: the client's text is the ids' text but those, so the ids that wrote them are generated again."""
+    request = _with(COMPLETION, sampling=Sampling(max_tokens=10, stop=("abc", "x")))
+    progress = resume.read_back([Batch([Delta(0, t, ids) for t, ids in PIECES])], None, request, None)
+    assert (progress.lag, progress.settled, progress.unsettled_text) == (2, 2, "")
+    assert resume.Junction.after(request, progress, (1,)) == resume.Junction(2, 2, "")
+    included = _with(request, sampling=Sampling(stop=("abc",), include_stop_str_in_output=True))
+    assert resume.read_back([Batch([Delta(0, t, ids) for t, ids in PIECES])], None, included, None).settled == 4
+
+
+PIECES = [(" a", (5,)), (" b", (6,)), ("", (7,)), (" c", (8,))]

@@ -48,3 +48,18 @@ async def test_a_plan_is_released_once() -> None:
     admission.release(plan, 1, 1)
     admission.release(plan, 1, 1)
     assert admission.usage[(plan.usage_key, "k1", "", "")][1] == [1, 1, 1, 0]  # requests, tokens, cost
+
+
+async def test_an_unlimited_teams_plan_comes_at_once_as_admit_makes_it() -> None:
+    admission = Admission(Recording(), {"capped": TeamPolicy(limits=LimitValues(rpm=1000))}, Settings())
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x" * 40,))
+    at_once = admission.unlimited("free", "k1", request)
+    admitted = await admission.admit(Ask("free", "k1", request))
+    assert at_once is not None and at_once.checks == admitted.checks == ()
+    assert (at_once.team, at_once.key_id, at_once.prompt_estimate, at_once.usage_key) == (
+        admitted.team,
+        admitted.key_id,
+        admitted.prompt_estimate,
+        admitted.usage_key,
+    )
+    assert admission.unlimited("capped", "k1", request) is None  # limits apply: admit

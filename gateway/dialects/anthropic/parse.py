@@ -33,6 +33,7 @@ from gateway.dialects.anthropic.schema import (
     ToolUseBlock,
 )
 from gateway.dialects.common import FeatureSet, request_of, stop_list, validate
+from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 
@@ -137,6 +138,9 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
     if system:
         out.append(ChatMessage(role="system", content=system if isinstance(system, str) else text_of(system)))
     for i, m in enumerate(params):
+        if len(m.content) == 1 and type(text := m.content[0]) is TextBlock and text.text:
+            out.append(ChatMessage(role=m.role, content=text.text))  # a turn of one text: most turns
+            continue
         where = f"messages[{i}].content"
         _non_empty(m.content, where)
         if m.role == "user":
@@ -211,6 +215,8 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         chat=chat,
         stream=stream,
         stream_usage=stream,
+        # an OpenAI-wire target's text chunks are relayed and written as Messages events in bytes
+        relay=STREAM_FORMAT if stream else None,
         user=b.metadata.user_id if b.metadata is not None else None,
         extra_headers={"anthropic-beta": betas} if betas else None,
         native=data,

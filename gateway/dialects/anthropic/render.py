@@ -3,8 +3,10 @@ error envelope.
 
 An Anthropic target's answer to an Anthropic client comes as the upstream wrote it: a whole message
 as it is (``Completion.raw``), a stream as frames written unchanged; the encoder only tracks the
-relayed blocks, so that what a later target adds (none today: a relayed stream is not resumed)
-would number on from them.
+relayed blocks, so that what a later target adds (a stream resumed on another target, with the
+partial text as its prefill: ``routing/resume.py``) goes on in the open text block, or numbers on
+from the relayed ones. An OpenAI-wire target's chunks come relayed too, and a text delta in
+the stream's usual shape is written with its text bytes put in as they came (``chunks``).
 
 The stream is the sequence the Anthropic SDK's accumulator expects (``lib/streaming/_messages.py``):
 ``message_start``, a ``ping``, then per content block ``content_block_start`` / ``_delta`` (``text_delta``,
@@ -24,7 +26,18 @@ import pydantic_core
 
 from gateway.core.errors import GatewayError, UpstreamMalformed
 from gateway.core.request import InternalRequest
-from gateway.core.response import Choice, Completion, Delta, Finish, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.core.response import (
+    Choice,
+    Completion,
+    Delta,
+    Finish,
+    StreamEvent,
+    StreamStart,
+    Token,
+    Usage,
+    UsageReport,
+)
+from gateway.dialects.anthropic.chunks import TEXT_END, ChunkText, events, text_event, text_head
 from gateway.dialects.base import ErrorReply, retry_headers
 
 JSON = Any
@@ -133,6 +146,7 @@ def event(name: str, data: JSON) -> bytes:
 
 
 PING = event("ping", {"type": "ping"})
+TEXT_BLOCK = b'"content_block":{"type":"text"'  # a relayed content_block_start's, as to_json writes it
 
 
 class MessagesEncoder:
@@ -149,11 +163,14 @@ class MessagesEncoder:
         self.pending: StreamStart | None = None  # held: the upstream's own message_start may follow
         self.native = req.native is not None and req.native_dialect == "anthropic"
         self.relayed = b""  # the last relayed event's name
+        self.text_head: bytes | None = None  # the open text block's delta event, up to its text
+        self.chunk_text: ChunkText | None = None  # OpenAI-shaped chunks relayed (``chunks``), once any came
 
     def _block(self, kind: str, tool: int, start: JSON) -> bytes:
         out = self._close()
         self.index += 1
         self.open = (kind, tool)
+        self.text_head = text_head(self.index) if kind == "text" else None
         return out + event(
             "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": start}
         )
@@ -161,7 +178,7 @@ class MessagesEncoder:
     def _close(self) -> bytes:
         if self.open is None:
             return b""
-        self.open = None
+        self.open = self.text_head = None
         return event("content_block_stop", {"type": "content_block_stop", "index": self.index})
 
     def _delta(self, delta: JSON) -> bytes:
@@ -185,9 +202,9 @@ class MessagesEncoder:
                 out += self._block("thinking", 0, {"type": "thinking", "thinking": "", "signature": ""})
             out += self._delta({"type": "thinking_delta", "thinking": ev.reasoning})
         if ev.text:
-            if self.open is None or self.open[0] != "text":
+            if self.text_head is None:
                 out += self._block("text", 0, {"type": "text", "text": ""})
-            out += self._delta({"type": "text_delta", "text": ev.text})
+            out += text_event(self.text_head, ev.text)  # type: ignore[arg-type]  # (set by the block)
         for call in ev.tool_calls:
             out += self._tool(call)
         return out
@@ -211,15 +228,32 @@ class MessagesEncoder:
         name = frame[7 : frame.find(b"\n")]  # after "event: "
         if name == b"content_block_start":
             self.index += 1
-            self.open = ("relayed", -1)
+            text = TEXT_BLOCK in frame  # a stream resumed mid-text goes on in this block
+            self.open = ("text", 0) if text else ("relayed", -1)
+            self.text_head = text_head(self.index) if text else None
         elif name == b"content_block_stop":
-            self.open = None
+            self.open = self.text_head = None
         self.relayed = name
         return frame
 
+    def _chunk(self, event: bytes) -> bytes:
+        """One relayed OpenAI-shaped chunk: its text into the open text block's event as it came, when
+        it has the stream's text shape (``chunks``); else decoded."""
+        reader = self.chunk_text
+        if reader is None:
+            reader = self.chunk_text = ChunkText()
+        head = self.text_head
+        if head is not None and (text := reader.text(event)) is not None:
+            return head + b'"' + text + TEXT_END if text else b""
+        return b"".join([self.event(ev) for ev in reader.decode(event)])
+
     def event(self, ev: StreamEvent) -> bytes:
-        if isinstance(ev, bytes):  # a Frame: one upstream event as it came
-            return self._relay(ev)
+        if type(ev) is Token:  # an OpenAI-shaped chunk in the shape of the last relayed frame
+            return self._chunk(ev.data)
+        if isinstance(ev, bytes):  # a Frame: upstream events as they came
+            if ev.startswith(b"data: "):  # an OpenAI-wire target's chunks (``InternalRequest.relay``)
+                return b"".join([self._chunk(one) for one in events(ev)])
+            return self._relay(ev)  # an Anthropic target's own events
         if isinstance(ev, StreamStart) and self.native and not self.started:
             self.pending = ev
             return b""

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import (
     ChatMessage,
@@ -20,9 +21,20 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, choice_cap, exclusive, logit_bias, request_of, stop_list, validate
+from gateway.dialects.common import (
+    FeatureSet,
+    check,
+    choice_cap,
+    exclusive,
+    logit_bias,
+    request_of,
+    stop_list,
+    validate,
+    validated,
+)
 from gateway.dialects.openai.schema import (
     PLATFORM_FIELDS,
+    ROLES,
     STREAM_FORMAT,
     ChatBody,
     CompletionBody,
@@ -312,25 +324,90 @@ def is_plain_chat(b: ChatBody) -> bool:
     return b.model_fields_set <= PLAIN_CHAT_FIELDS
 
 
-def plain_chat(b: ChatBody, relay: str | None) -> InternalRequest:
-    """A plain chat body's request (``is_plain_chat``)."""
-    stream = bool(b.stream)
+def plain_chat(
+    model: str, msgs: tuple[ChatMessage, ...], sampling: Sampling, stream: bool, usage: bool, relay: str | None
+) -> InternalRequest:
+    """A plain chat body's request (``is_plain_chat``, ``typed_plain_chat``)."""
     return InternalRequest(
         operation=Operation.CHAT,
-        model=b.model,
-        messages=messages(b),
-        sampling=Sampling(max_tokens=b.max_tokens, temperature=b.temperature, top_p=b.top_p),
+        model=model,
+        messages=msgs,
+        sampling=sampling,
         chat=PLAIN_CHAT_OPTIONS,
         stream=stream,
-        stream_usage=stream_usage(stream, b.stream_options),
+        stream_usage=usage,
         relay=relay if stream else None,
     )
 
 
+def _plain_number(value: JSON, high: float) -> bool:
+    """A plain body's ``temperature`` or ``top_p`` as the strict schema takes it without a question: absent,
+    or a number (an int becomes its float) within 0..``high`` (finite, as ``check`` has made sure)."""
+    kind = type(value)
+    return value is None or ((kind is float or kind is int) and 0 <= value <= high)
+
+
+def _typed_messages(msgs: JSON) -> tuple[ChatMessage, ...] | None:
+    """Messages of a role and a text only, as the schema would take them; None for any other shape."""
+    if type(msgs) is not list or not msgs:
+        return None
+    out = []
+    for m in msgs:
+        if type(m) is not dict or len(m) != 2:
+            return None
+        role, content = m.get("role"), m.get("content")
+        if type(role) is not str or role not in ROLES or type(content) is not str:
+            return None
+        out.append(ChatMessage(role=role, content=content))
+    return tuple(out)
+
+
+def typed_plain_chat(data: dict[str, JSON], relay: str | None) -> InternalRequest | None:
+    """A plain chat body (a model, messages of a role and a text, a length, temperature, top_p, a
+    stream and its usage option) read by type checks alone, once ``check`` has passed it: the schema's
+    validation costs more than the rest of the parse (docs/performance.md). None for any value the
+    schema might coerce, refuse or read otherwise: the full parse then judges it.
+    tests/unit/test_plain_parse.py holds both to the same request or error."""
+    model, max_tokens = data.get("model"), data.get("max_tokens")
+    if not data.keys() <= PLAIN_CHAT_FIELDS or type(model) is not str or len(model) > caps.MAX_NAME:
+        return None
+    if max_tokens is not None and (type(max_tokens) is not int or not 1 <= max_tokens <= caps.MAX_TOKENS):
+        return None
+    temperature, top_p = data.get("temperature"), data.get("top_p")
+    stream, options = data.get("stream"), data.get("stream_options")
+    if not (_plain_number(temperature, 2) and _plain_number(top_p, 1)):
+        return None
+    if stream is not None and type(stream) is not bool:
+        return None
+    usage = None
+    if options is not None:  # without a stream: the full parse's refusal
+        if not stream or type(options) is not dict or not options.keys() <= {"include_usage"}:
+            return None
+        usage = options.get("include_usage")
+        if usage is not None and type(usage) is not bool:
+            return None
+    msgs = _typed_messages(data.get("messages"))
+    if msgs is None:
+        return None
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=None if temperature is None else float(temperature),
+        top_p=None if top_p is None else float(top_p),
+    )
+    return plain_chat(model, msgs, sampling, bool(stream), bool(usage), relay)
+
+
 def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
-    b = validate(OpenAIChatBody, data)
+    check(data)
+    typed = typed_plain_chat(data, relay)
+    if typed is not None:
+        return typed
+    b = validated(OpenAIChatBody, data)
     if is_plain_chat(b):
-        return plain_chat(b, relay)
+        stream = bool(b.stream)
+        sampling = Sampling(max_tokens=b.max_tokens, temperature=b.temperature, top_p=b.top_p)
+        usage = stream_usage(stream, b.stream_options)
+        return plain_chat(b.model, messages(b), sampling, stream, usage, relay)
     fs = FeatureSet()
     kw = chat_sampling(b, fs) | vllm_extras(b, fs)
     vllm_so = structured_from_vllm(b.structured_outputs, fs)

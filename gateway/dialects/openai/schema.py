@@ -7,7 +7,7 @@ The chat body here is also the base of every other dialect's chat body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Discriminator, Field, Tag
 
@@ -127,8 +127,12 @@ class CompletionBody(VLLMExtras):
     user: Name | None = None
 
 
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+ROLES: frozenset[str] = frozenset(get_args(Role))
+
+
 class ChatMessageBody(OpenPart):
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    role: Role
     content: str | Objects | None = None
     name: Name | None = None
     tool_calls: Objects | None = None

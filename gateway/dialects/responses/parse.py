@@ -370,12 +370,13 @@ def with_history(request: InternalRequest, history: list[JSON], upstream: str | 
     turn.history = history
     turn.previous_upstream = upstream
     kinds = sorted({str(item.get("type")) for item in history} - CHAT_ITEMS)
+    chain = tuple(history)  # all of it counts: an upstream's own /v1/responses reads items chat drops
     if not kinds:
-        return replace(request, messages=conversation(turn))
+        return replace(request, messages=conversation(turn), chain=chain)
     field = f"previous_response_id (its chain holds {kinds[0]!r} items, {NATIVE})"
     features = request.features | {Feature.RESPONSES_NATIVE}
     fields = {Feature.RESPONSES_NATIVE: field, **request.fields}
-    return replace(request, messages=conversation(turn), features=features, fields=fields)
+    return replace(request, messages=conversation(turn), features=features, fields=fields, chain=chain)
 
 
 CHAT_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})

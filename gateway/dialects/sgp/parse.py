@@ -85,12 +85,9 @@ def stream_usage(b: SGPCompletionBody) -> bool:
     return bool(b.stream) and bool((b.stream_options or {}).get("include_usage", True))
 
 
-def parse_completion(data: dict[str, JSON]) -> InternalRequest:
-    b = validate(SGPCompletionBody, data)
-    stream = bool(b.stream)
-    if oai.is_plain(b):
-        return oai.plain_completion(b, max_new_tokens(b), stream_usage(b), STREAM_FORMAT)
-    fs = FeatureSet()
+def completion_logprobs(b: SGPCompletionBody, fs: FeatureSet) -> int | None:
+    """The logprobs asked for: OpenAI's ``logprobs`` (a count, or true with ``top_logprobs``), or SGP's
+    own ``return_token_log_probs``."""
     if b.top_logprobs is not None and b.logprobs is not True:
         raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
     if b.logprobs is True or (b.logprobs is None and b.return_token_log_probs):
@@ -98,6 +95,16 @@ def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     else:
         logprobs = None if b.logprobs is False else b.logprobs
     fs.use(Feature.LOGPROBS, "logprobs" if b.logprobs is not None else "return_token_log_probs", logprobs is not None)
+    return logprobs
+
+
+def parse_completion(data: dict[str, JSON]) -> InternalRequest:
+    b = validate(SGPCompletionBody, data)
+    stream = bool(b.stream)
+    if oai.is_plain(b):
+        return oai.plain_completion(b, max_new_tokens(b), stream_usage(b), STREAM_FORMAT)
+    fs = FeatureSet()
+    logprobs = completion_logprobs(b, fs)
     stop = tuple(dict.fromkeys(stop_list(b.stop) + stop_list(b.stop_sequences, "stop_sequences")))
     fs.use(Feature.STOP, "stop" if b.stop else "stop_sequences", stop)
     fs.use(Feature.TOP_K, "top_k", b.top_k not in (None, 0, -1))

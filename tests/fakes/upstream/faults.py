@@ -28,6 +28,9 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``dense`` is no fault either: the usage counts the prompt as a byte-level tokenizer's worst case,
   one token per UTF-8 byte of each prompt as rendered (the chat template's text included) and one
   more, as token-dense text (punctuation, digits, rare scripts) costs.
+* ``dense_answer`` is no fault either: the usage counts the answer a token per UTF-8 byte of its
+  text, as a token-dense answer costs, while the stream still sends a word per chunk (so a chunk
+  holds several of the tokens counted).
 * ``tool=NAME`` makes a chat offered tools call NAME (not the first); ``tool_arg=TEXT`` gives each of
   its required string arguments that text (not the answer's first word).
 * ``once:...`` applies only to the first request carrying that exact marker text, so a retry succeeds;
@@ -47,7 +50,7 @@ FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
     | {"burst", "id", "cached", "cache_write", "tool", "tool_arg", "stall_after", "first_token", "truncate"}
-    | {"probes_hang", "end_after", "dense"}
+    | {"probes_hang", "end_after", "dense", "dense_answer"}
 )
 
 
@@ -71,6 +74,7 @@ class Faults:
     probes_hang: bool = False
     end_after: float = 0.0
     dense: bool = False
+    dense_answer: bool = False
 
     def injected(self) -> ApiError:
         headers = {"Retry-After": self.retry_after} if self.retry_after else {}
@@ -110,6 +114,7 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             probes_hang="probes_hang" in fields,
             end_after=float(fields.get("end_after") or 0),
             dense="dense" in fields,
+            dense_answer="dense_answer" in fields,
         )
     except ValueError as exc:
         raise ApiError(500, f"fake upstream: bad fault marker value ({exc})") from None

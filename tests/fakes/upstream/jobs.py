@@ -96,13 +96,17 @@ class Job:
     cache_written: int = 0  # prompt tokens reported as written to a prompt cache (``cache_write``)
     tool_call: ToolCall | None = None  # the answer calls this tool; its steps are the arguments' pieces
     dense: bool = False  # prompt tokens counted a token a byte (the ``dense`` marker)
+    dense_answer: bool = False  # completion tokens counted a token a byte (``dense_answer``)
 
     def prompt_of(self, index: int) -> Prompt:
         return self.prompts[index // self.n]
 
     def usage(self) -> JSON:
         prompt = sum(len(p.text.encode()) + 1 if self.dense else len(p.ids) for p in self.prompts)
-        completion = sum(len(c.steps) for c in self.choices)
+        if self.dense_answer:
+            completion = sum(len(step.text.encode()) for c in self.choices for step in c.steps)
+        else:
+            completion = sum(len(c.steps) for c in self.choices)
         usage: JSON = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
         if self.cached:
             usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached, prompt)}

@@ -229,8 +229,8 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
             job = build(state.engine, wire.read(body), rid)
         if faults.cached or faults.cache_write:
             job = replace(job, cached=faults.cached, cache_written=faults.cache_write)
-        if faults.dense:
-            job = replace(job, dense=True)
+        if faults.dense or faults.dense_answer:
+            job = replace(job, dense=faults.dense, dense_answer=faults.dense_answer)
         if job.stream:
             return await stream(request, faults, wire.chunks(job, chat))
         await pause(request, faults.gap * max(len(c.steps) for c in job.choices))

@@ -17,6 +17,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
      processes each limit is shared while Redis is unreachable (fail-open: each takes limit / replicas).
      Pods × workers, with the HPA's maximum: the shares never add up to more than the limit. */}}
 {{- define "gw.config" -}}
+{{- $_ := include "gw.checkConfig" . -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- with include "gw.redisUrl" . -}}
 {{- $_ := set $cfg "redis" (dict "url" . "cluster" $.Values.redis.cluster) -}}
@@ -57,6 +58,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
      gateway refuses to start, without an upstream key every request to it fails. The admin key is
      optional: without it the admin API is off. */}}
 {{- define "gw.keyVars" -}}
+{{- $_ := include "gw.checkConfig" . -}}{{/* a config the gateway refuses says so before what it names */}}
 {{- $required := dict -}}
 {{- $cfg := .Values.config -}}
 {{- range $cfg.models -}}
