@@ -296,24 +296,29 @@ def after_text(mid: bytes, tail: bytes) -> re.Pattern[bytes]:
     return re.compile(rb'[^"\\\n]*' + re.escape(mid) + rb"\d+(?:,\d+)*" + re.escape(tail))
 
 
-def shape(event: bytes, ids: bool = False) -> Shape | None:
+def shape(event: bytes) -> tuple[bytes, bytes] | None:
     """A relayed event around its text, (head, tail), when the text is plain (``NOT_PLAIN``) and
     closed as JSON closes a value (by ``,`` or ``}``): then no key the retouch looks for can take in
-    a byte of another plain text put in its place (``ChunkEncoder``). With ``ids`` (the upstream was
-    asked for them), a tail that holds the token's ids is cut around them: (head, mid, tail)."""
+    a byte of another plain text put in its place (``ChunkEncoder``)."""
     for key in TEXT_KEYS:
         if (at := event.find(key)) >= 0:
             start = at + len(key)
             end = event.find(b'"', start)
             if end < 0 or NOT_PLAIN.search(event, start, end) is not None or event[end + 1 : end + 2] not in CLOSERS:
                 return None
-            head, tail = event[:start], event[end:]
-            if not ids or (cut := tail.find(IDS_KEY)) < 0:
-                return head, tail
-            cut += len(IDS_KEY)
-            close = tail.find(b"]", cut)
-            return (head, tail[:cut], tail[close:]) if IDS.fullmatch(tail, cut, close) else None
+            return event[:start], event[end:]
     return None
+
+
+def cut_ids(found: tuple[bytes, bytes]) -> Shape | None:
+    """A shape whose tail holds its token's ids (the upstream was asked for them) cut around them,
+    (head, mid, tail); one whose tail holds none, as it is."""
+    head, tail = found
+    if (cut := tail.find(IDS_KEY)) < 0:
+        return found
+    cut += len(IDS_KEY)
+    close = tail.find(b"]", cut)
+    return (head, tail[:cut], tail[close:]) if IDS.fullmatch(tail, cut, close) else None
 
 
 class ChunkDecoder:
@@ -396,7 +401,9 @@ class ChunkDecoder:
                 if buffer[:8] != b'data: {"' or EVENT_ACCOUNTED.search(buffer) is not None:
                     return None
                 frame = Frame(buffer)
-                frame.shape = lent = shape(buffer, self.token_ids)  # the next tokens of it: ``same_shape``
+                plain = shape(buffer)
+                lent = cut_ids(plain) if plain is not None and self.token_ids else plain
+                frame.shape = lent  # the next tokens of it: ``same_shape``
                 if lent is not None and len(lent) == 3:
                     self.shape, self.ids_shape = None, (lent[0], after_text(lent[1], lent[2]))
                 else:
