@@ -31,6 +31,7 @@ from gateway.core.response import (
     Completion,
     Delta,
     Finish,
+    Frame,
     StreamEvent,
     StreamStart,
     Token,
@@ -236,12 +237,30 @@ class MessagesEncoder:
         self.relayed = name
         return frame
 
-    def _chunk(self, event: bytes) -> bytes:
-        """One relayed OpenAI-shaped chunk: its text into the open text block's event as it came, when
-        it has the stream's text shape (``chunks``); else decoded."""
+    def _reader(self) -> ChunkText:
         reader = self.chunk_text
         if reader is None:
             reader = self.chunk_text = ChunkText()
+        return reader
+
+    def _frame(self, frame: Frame) -> bytes:
+        """Relayed OpenAI-shaped chunks: a run of text deltas in the stream's text shape at once, else
+        chunk by chunk (the first alone, as it may lend the shape to the rest of its run)."""
+        reader, rest, chunks, out = self._reader(), bytes(frame), frame.chunks, b""
+        for _ in range(2):
+            if self.text_head is not None and (run := reader.texts(rest, chunks, self.text_head)) is not None:
+                return out + run
+            cut = rest.find(b"\n\n") + 2
+            out += self._chunk(rest[:cut])
+            rest, chunks = rest[cut:], chunks - 1
+            if not rest:
+                return out
+        return out + b"".join([self._chunk(one) for one in events(rest)])
+
+    def _chunk(self, event: bytes) -> bytes:
+        """One relayed OpenAI-shaped chunk: its text into the open text block's event as it came, when
+        it has the stream's text shape (``chunks``); else decoded."""
+        reader = self._reader()
         head = self.text_head
         if head is not None and (text := reader.text(event)) is not None:
             return head + b'"' + text + TEXT_END if text else b""
@@ -252,7 +271,7 @@ class MessagesEncoder:
             return self._chunk(ev.data)
         if isinstance(ev, bytes):  # a Frame: upstream events as they came
             if ev.startswith(b"data: "):  # an OpenAI-wire target's chunks (``InternalRequest.relay``)
-                return b"".join([self._chunk(one) for one in events(ev)])
+                return self._frame(ev)
             return self._relay(ev)  # an Anthropic target's own events
         if isinstance(ev, StreamStart) and self.native and not self.started:
             self.pending = ev
