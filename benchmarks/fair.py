@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -115,7 +116,14 @@ def running_pool(args: argparse.Namespace, procs: Processes, tmp: Path) -> Itera
         return
     port = free_port()
     cmd = [sys.executable, "-m", "benchmarks.fair_pool", "--port", str(port), "--capacity", str(args.capacity)]
-    cmd += ["--tokens", str(args.tokens), "--gap-ms", str(args.gap_ms), "--prefill-ms", str(args.prefill_ms)]
+    cmd += [
+        "--tokens",
+        str(math.ceil(args.tokens * (1 + args.spread))),
+        "--gap-ms",
+        str(args.gap_ms),
+        "--prefill-ms",
+        str(args.prefill_ms),
+    ]
     procs.start("pool", cmd, env=dict(os.environ))
     procs.wait_http("pool", f"http://127.0.0.1:{port}/health")
     yield PoolInfo(f"http://127.0.0.1:{port}", "scripted", args.capacity, args.tokens, {})
@@ -245,7 +253,8 @@ def run_scenario(
     ]
     log(f"{mode} / {sc.name}: " + ", ".join(f"{t.name} {t.rate:.1f} req/s" for t in teams))
     began = time.monotonic()
-    outcomes = asyncio.run(fl.drive(teams, gateways, args.seconds, args.deadline, pool.max_tokens, pool.body))
+    lengths = fl.Lengths(pool.max_tokens, args.spread, args.seed)
+    outcomes = asyncio.run(fl.drive(teams, gateways, args.seconds, args.deadline, lengths, pool.body))
     took = time.monotonic() - began
     stats = pool_stats(pool)
     # each gateway's shared queue that fell back to its own share (a Redis call past redis.timeout_ms)
@@ -393,6 +402,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--capacity", type=int, default=4, help="streams the pool serves at once (default 4)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per answer (default 16; 256 with --pool vllm)")
     p.add_argument("--gap-ms", type=float, default=25.0, help="the scripted pool's gap between tokens")
+    p.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="each request asks for a length drawn uniformly within ±spread of --tokens (default 0: all equal)",
+    )
     p.add_argument("--prefill-ms", type=float, default=25.0, help="the scripted pool's time to the first token")
     p.add_argument("--seconds", type=float, default=40.0, help="seconds of arrivals per scenario (default 40)")
     p.add_argument("--warmup", type=float, default=5.0, help="leading seconds left out of the figures (default 5)")
@@ -465,11 +480,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             procs.stop_all()
             rs.close()
+    spread = f" ±{args.spread:.0%} (uniform, per request)" if args.spread else ""
     pool_desc = (
-        f"scripted (benchmarks/fair_pool.py): {args.capacity} at once, {args.tokens} tokens {args.gap_ms:g} ms apart "
-        f"after {args.prefill_ms:g} ms"
+        f"scripted (benchmarks/fair_pool.py): {args.capacity} at once, {args.tokens} tokens{spread} "
+        f"{args.gap_ms:g} ms apart after {args.prefill_ms:g} ms"
         if args.pool == "scripted"
-        else f"vllm serve of the tiny model on CPU, --max-num-seqs {args.capacity}, {args.tokens} tokens (ignore_eos)"
+        else f"vllm serve of the tiny model on CPU, --max-num-seqs {args.capacity}, {args.tokens} tokens{spread} "
+        "(ignore_eos)"
     )
     report["meta"] = {
         **basic_meta(

@@ -16,6 +16,7 @@ import asyncio
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,12 +90,28 @@ async def one(
         o.status = "error"
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """Each request's ``max_tokens``: ``mean``, or drawn uniformly within ±``spread`` of it (seeded).
+    One length for all makes the pool's slots free in step once they have (nothing spreads them)."""
+
+    mean: int
+    spread: float = 0.0
+    seed: int = 0
+
+    def draws(self) -> Iterator[int]:
+        rng = random.Random(self.seed)
+        low, high = round(self.mean * (1 - self.spread)), round(self.mean * (1 + self.spread))
+        while True:
+            yield rng.randint(max(1, low), max(1, high))
+
+
 async def drive(
     teams: list[Team],
     gateways: list[str],
     seconds: float,
     deadline: float,
-    max_tokens: int,
+    lengths: Lengths,
     extra: dict[str, Any] | None = None,
 ) -> list[Outcome]:
     """Every team's arrivals over ``seconds``, round-robin over ``gateways`` (base URLs); returns once
@@ -105,12 +122,13 @@ async def drive(
     )
     connector = aiohttp.TCPConnector(limit=0)
     tasks: list[asyncio.Task[None]] = []
+    drawn = lengths.draws()
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         t0 = time.perf_counter() + 0.1
         for i, (o, team) in enumerate(plan):
             o.gateway = i % len(gateways)
             url = gateways[o.gateway] + "/v1/completions"
-            body = {"model": "tiny", "prompt": f"team={team.name} hello", "max_tokens": max_tokens, "stream": True}
+            body = {"model": "tiny", "prompt": f"team={team.name} hello", "max_tokens": next(drawn), "stream": True}
             body |= extra or {}
             wait = t0 + o.due - time.perf_counter()
             if wait > 0:

@@ -6,10 +6,12 @@ not waits in the model's queue. The queue is ordered by class first (strict: eve
 of a higher class goes before any of a lower one) and, within a class, by weighted fair queuing
 across teams: start-time fair queuing, where a team's next request starts at max(the class's
 virtual time, the team's last finish), finishes 1/weight later, the lowest start goes next (equal
-starts: the earlier arrival), and the virtual time is the start last served. A newcomer from an idle
-team starts at the virtual time, so it goes before every backlogged team's next request: one slot's
-turnover, not a place behind them. A freed slot goes to the head of the queue, never to a newcomer
-while anyone waits.
+starts: the earlier arrival). SFQ's virtual time is the start of the request in service; with
+``capacity`` slots in service it is the lowest start of the last ``capacity`` served (at most
+``WINDOW``). A newcomer from an idle team starts there, so a burst of up to its slots goes before
+every backlogged team's next request: one slot's turnover, not a place behind them (with the start
+last served, a second request of the burst ties with the backlog's head and waits two turnovers, and
+a burst of k, 2k). A freed slot goes to the head of the queue, never to a newcomer while anyone waits.
 
 Shedding: a wait past the request's deadline or the queue's ``timeout`` is refused (429 with a
 ``Retry-After`` from the queue's drain rate); a full queue evicts the last in line of the lowest
@@ -37,6 +39,7 @@ from gateway.obs.metrics import FAIR_CAPACITY, FAIR_SHED, FAIR_SLOTS, FAIR_WAIT,
 PRIORITY_HEADER = "X-Gateway-Priority"
 REASONS = ("full", "evicted", "timeout", "down")
 MAX_RETRY_AFTER = 600.0
+WINDOW = 64  # served starts kept per class for the virtual time (the script keeps as many)
 QUEUE_HEADER = "X-Gateway-Queue"
 
 Down = Callable[[], GatewayError | None]  # the model's 503 while every target cools down, else None
@@ -67,17 +70,21 @@ class Ticket:
 
 class Tags:
     """Start tags per class (start-time fair queuing): the arithmetic the Redis script repeats
-    (``fairq_shared``). ``last``: each team's last finish; ``virtual``: the start last served."""
+    (``fairq_shared``). ``last``: each team's last finish; ``starts``: the starts last served, oldest
+    first, as many as the slots (the virtual time is their lowest)."""
 
-    __slots__ = ("last", "virtual")
+    __slots__ = ("last", "starts")
 
     def __init__(self) -> None:
-        self.virtual: dict[int, float] = {}
+        self.starts: dict[int, list[float]] = {}
         self.last: dict[tuple[int, str], float] = {}
+
+    def virtual(self, rank: int) -> float:
+        return min(self.starts.get(rank) or (0.0,))
 
     def next(self, rank: int, team: str) -> float:
         """The start tag ``team``'s next request of class ``rank`` would get."""
-        return max(self.virtual.get(rank, 0.0), self.last.get((rank, team), 0.0))
+        return max(self.virtual(rank), self.last.get((rank, team), 0.0))
 
     def tag(self, rank: int, team: str, weight: float) -> float:
         start = self.next(rank, team)
@@ -89,9 +96,10 @@ class Tags:
         if self.last.get((rank, team)) == start + 1.0 / weight:
             self.last[rank, team] = start
 
-    def served(self, rank: int, tag: float) -> None:
-        if tag > self.virtual.get(rank, 0.0):
-            self.virtual[rank] = tag
+    def served(self, rank: int, tag: float, slots: int) -> None:
+        starts = self.starts.setdefault(rank, [])
+        starts.append(tag)
+        del starts[: max(0, len(starts) - max(1, min(slots, WINDOW)))]
 
 
 WAITING, GRANTED, EVICTED, LEFT = "waiting", "granted", "evicted", "left"
@@ -185,7 +193,7 @@ class LocalQueue:
                     self._drop(waiter, LEFT)
                     continue
                 self.counts[rank] -= 1
-                self.tags.served(rank, tag)
+                self.tags.served(rank, tag, self.capacity)
                 return waiter
         return None
 

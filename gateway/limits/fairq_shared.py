@@ -6,21 +6,26 @@ One Lua script does everything atomically, on Redis's clock. Its keys share the 
     gw:fq:{model}:run          ZSET  slot leases: request id → expiry (ms)
     gw:fq:{model}:alive        ZSET  waiters' leases: request id → expiry (ms)
     gw:fq:{model}:wait:<rank>  ZSET  waiters of a class: request id → start tag (start-time fair queuing)
-    gw:fq:{model}:tag:<rank>   HASH  team → its last finish; ``~v``: the class's virtual time
+    gw:fq:{model}:tag:<rank>   HASH  team → its last finish
+    gw:fq:{model}:vt:<rank>    LIST  the starts last served, as many as the slots (at most 64): the
+                                     class's virtual time is their lowest
     gw:fq:{model}:who          HASH  waiter id → team; ``#<id>`` → its arrival number (``~n``: the last)
 
 Equal start tags go in arrival order (the ``#<id>`` numbers), never by id, as in the Python twin.
 
 Every call first drops run-out leases (a gateway killed with its slots: they come back within
-``limits.lease_ttl``) and run-out waiters, then gives free slots to the heads of the queue, highest
-class first, and publishes the ids it promoted on ``gw:fq:{model}:free``. A waiting gateway learns of
-its grant from that message (no further call), and checks by itself at most every ``POLL_SECONDS``
-otherwise (a lease that ran out publishes nothing). A free slot with nobody waiting costs one round
-trip: the ``enter`` call that takes it.
+``limits.lease_ttl``) and run-out waiters (``WAITER_LEASE`` after their gateway last checked), then
+gives free slots to the heads of the queue, highest class first, and publishes the ids it promoted on
+``gw:fq:{model}:free``. So the call that releases a slot hands it to the head of the fair order in the
+same step, and the waiter's gateway learns of it from that message (no further call): a grant is one
+round trip after the release. A waiter checks by itself every ``POLL_SECONDS`` when no message names
+it (a lease that ran out publishes nothing), which renews its place. A free slot with nobody waiting
+costs one round trip: the ``enter`` call that takes it.
 
 While Redis is out (``redis.retry_seconds`` breaker), each gateway queues on its own share
 (``queue.share``, or capacity / ``limits.replicas``) as limits do, or refuses with 503 under
-``redis.on_failure.concurrency: closed``.
+``redis.on_failure.concurrency: closed``. The requests still running on slots this gateway took from
+Redis count against that share until they end.
 """
 
 from __future__ import annotations
@@ -43,21 +48,35 @@ from gateway.runtime.throttle import LogThrottle
 log = logging.getLogger("gateway.limits")
 throttled = LogThrottle(log)
 POLL_SECONDS = 0.5  # a waiter checks by itself this often when no message names it
+WAITER_LEASE = 10 * POLL_SECONDS  # a waiter not checked for this long (its gateway gone) leaves the queue
 FAILURES = (RedisError, OSError, TimeoutError)
 
-# KEYS: run, alive, wait:0..n-1, tag:0..n-1. ARGV: op (enter|check|leave|renew), capacity,
-# max_waiting, lease ms, channel, then per op: enter/check: id, rank, team, weight; leave: id, rank;
-# renew: the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full; {-2} gone (evicted); leave: {n}
-# slots given back; renew: {n} renewed.
+# KEYS: run, alive, wait:0..n-1, tag:0..n-1, vt:0..n-1, who. ARGV: op (enter|check|leave|renew),
+# capacity, max_waiting, slot lease ms, channel, waiter lease ms, then per op: enter/check: id, rank,
+# team, weight; leave: id, rank; renew: the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full;
+# {-2} gone (evicted); leave: {n} slots given back; renew: {n} renewed.
 SCRIPT = """
 local op, cap, bound, lease, chan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = string.format('%d', now + lease)
+local wexpiry = string.format('%d', now + tonumber(ARGV[6]))
 local run, alive, who = KEYS[1], KEYS[2], KEYS[#KEYS]
-local n = (#KEYS - 3) / 2
+local n = (#KEYS - 3) / 3
+local window = math.max(1, math.min(cap, 64))
 local function wait(r) return KEYS[3 + r] end
 local function tags(r) return KEYS[3 + n + r] end
+local function starts(r) return KEYS[3 + 2 * n + r] end
+
+-- the class's virtual time: the lowest start of the last ``window`` served (0 before any)
+local function virtual(r)
+  local v = nil
+  for _, s in ipairs(redis.call('LRANGE', starts(r), 0, -1)) do
+    local x = tonumber(s)
+    if v == nil or x < v then v = x end
+  end
+  return v or 0
+end
 
 local function drop_waiter(id)
   for r = 0, n - 1 do redis.call('ZREM', wait(r), id) end
@@ -95,8 +114,8 @@ local function tidy_and_promote()
       if id ~= nil then
         head = id
         redis.call('ZREM', wait(r), id)
-        local v = tonumber(redis.call('HGET', tags(r), '~v') or '0')
-        if tonumber(start) > v then redis.call('HSET', tags(r), '~v', start) end
+        redis.call('RPUSH', starts(r), start)
+        redis.call('LTRIM', starts(r), -window, -1)
         break
       end
     end
@@ -117,11 +136,11 @@ end
 
 if op == 'renew' then
   local renewed = 0
-  for i = 6, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
+  for i = 7, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
   return {renewed}
 end
 
-local id, rank = ARGV[6], tonumber(ARGV[7])
+local id, rank = ARGV[7], tonumber(ARGV[8])
 if op == 'leave' then
   local held = redis.call('ZREM', run, id)
   drop_waiter(id)
@@ -133,7 +152,7 @@ tidy_and_promote()
 if redis.call('ZSCORE', run, id) then return {1} end
 local mine = redis.call('ZSCORE', wait(rank), id)
 if mine then
-  redis.call('ZADD', alive, expiry, id)
+  redis.call('ZADD', alive, wexpiry, id)
   return {0, ahead(rank, mine)}
 end
 if op == 'check' then return {-2} end
@@ -142,8 +161,8 @@ if queued == 0 and redis.call('ZCARD', run) < cap then
   redis.call('ZADD', run, expiry, id)
   return {1}
 end
-local team, weight = ARGV[8], tonumber(ARGV[9])
-local v = tonumber(redis.call('HGET', tags(rank), '~v') or '0')
+local team, weight = ARGV[9], tonumber(ARGV[10])
+local v = virtual(rank)
 local last = tonumber(redis.call('HGET', tags(rank), team) or '0')
 -- every digit of the tags, as the Python twin sums them (a Lua number passed to Redis keeps 14)
 local tag = string.format('%.17g', math.max(v, last))
@@ -171,10 +190,10 @@ if queued >= bound then
   drop_waiter(victim)
   redis.call('PUBLISH', chan, 'evicted:' .. victim)
 end
-redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[9])
+redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[10])
 redis.call('HSET', who, id, team, '#' .. id, redis.call('HINCRBY', who, '~n', 1))
 redis.call('ZADD', wait(rank), tag, id)
-redis.call('ZADD', alive, expiry, id)
+redis.call('ZADD', alive, wexpiry, id)
 tidy_and_promote()
 if redis.call('ZSCORE', run, id) then return {1} end
 return {0, ahead(rank, tag)}
@@ -186,7 +205,8 @@ GRANTED, WAITING, FULL, GONE = 1, 0, -1, -2
 def keys(model: str, classes: int) -> list[str]:
     base = f"gw:fq:{{{model}}}"
     waits = [f"{base}:wait:{r}" for r in range(classes)]
-    return [f"{base}:run", f"{base}:alive", *waits, *(f"{base}:tag:{r}" for r in range(classes)), f"{base}:who"]
+    tags = [f"{base}:tag:{r}" for r in range(classes)]
+    return [f"{base}:run", f"{base}:alive", *waits, *tags, *(f"{base}:vt:{r}" for r in range(classes)), f"{base}:who"]
 
 
 def channel(model: str) -> str:
@@ -207,7 +227,7 @@ class Shared:
         self.told: dict[str, int] = {}  # parked ids a message named: GRANTED or GONE (evicted)
 
     async def call(self, op: str, capacity: int, bound: int, *args: str | int | float) -> list[int]:
-        argv = [op, capacity, bound, self.lease_ms, self.channel, *args]
+        argv = [op, capacity, bound, self.lease_ms, self.channel, int(WAITER_LEASE * 1000), *args]
         return [int(x) for x in await self.script(keys=self.keys, args=argv)]
 
     async def enter(self, ticket: Ticket, capacity: int, bound: int, op: str = "enter") -> list[int]:
@@ -305,6 +325,7 @@ class SharedQueue(ModelQueue):
         self.retry_seconds = retry_seconds
         self.down_until = 0.0
         self.held: dict[str, int] = {}  # this gateway's leases: request id → class, renewed while held
+        self.counted: set[str] = set()  # held leases counted in this gateway's share since Redis failed
         self.tasks: set[asyncio.Task[None]] = set()
 
     def local_capacity(self, settings: QueueSettings) -> int:
@@ -352,6 +373,10 @@ class SharedQueue(ModelQueue):
 
     def failed(self, exc: BaseException) -> None:
         self.down_until = time.monotonic() + self.retry_seconds
+        # the requests still running on Redis's slots fill this gateway's share until they end
+        for rid in self.held.keys() - self.counted:
+            self.counted.add(rid)
+            self.local.running += 1
         throttled.warning(
             f"fairq:{self.model}", "model %s's shared queue: Redis failed (%s); this gateway's share serves",
             self.model, type(exc).__name__,
@@ -406,6 +431,9 @@ class SharedQueue(ModelQueue):
             self.local.release()
             return
         self.held.pop(slot.rid, None)
+        if slot.rid in self.counted:
+            self.counted.discard(slot.rid)
+            self.local.release()
         self.later(self.shared.leave(slot.rid, slot.rank, self.settings.capacity, self.settings.max_waiting))
 
     def later(self, call: Any) -> None:

@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
-from gateway.limits.fairq_shared import FULL, GONE, Listener, Shared, SharedQueue, keys
+from gateway.limits.fairq_shared import FULL, GONE, WAITER_LEASE, Listener, Shared, SharedQueue, keys
 from gateway.limits.fairq_shared import GRANTED as SLOT
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
@@ -61,39 +61,46 @@ steps = st.lists(
     steps=steps,
     weights=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
     bound=st.integers(1, 6),
+    capacity=st.integers(1, 3),
+)
+@example(  # two slots: the idle team's second request goes before the backlog's head (ties at the last start)
+    steps=[("a", 0)] * 4 + [("serve", 0)] * 2 + [("b", 0)] * 2 + [("serve", 0)] * 3,
+    weights=(1, 1, 1),
+    bound=6,
+    capacity=2,
 )
 async def test_the_script_serves_and_sheds_as_its_python_twin(
-    redis_server: RedisServer, steps: list[tuple[str, int]], weights: tuple[int, int, int], bound: int
+    redis_server: RedisServer, steps: list[tuple[str, int]], weights: tuple[int, int, int], bound: int, capacity: int
 ) -> None:
-    """Arrivals and services replayed on the script and on the in-process queue, one slot, a small
-    bound: the same refusals, the same evictions, the same order of service."""
+    """Arrivals and services replayed on the script and on the in-process queue, a few slots (the
+    virtual time is the lowest start of the last ``capacity`` served), a small bound: the same
+    refusals, the same evictions, the same order of service."""
     weight = dict(zip("abc", weights, strict=True))
     client = aioredis.Redis.from_url(redis_server.url)
     shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
-    twin = LocalQueue(1, bound, 2)
-    assert twin.take()
+    twin = LocalQueue(capacity, bound, 2)
     waiters: list[Waiter] = []
+    holding: list[str] = []  # the slots' holders, oldest first: a serve ends the oldest
     try:
-        assert (await shared.call("enter", 1, bound, "holder", 0, "x", "1.0")) == [1]
-        holding = "holder"
-        for i, (team, rank) in enumerate(steps):
-            if team == "serve":
-                await shared.leave(holding, 0, 1, bound)
-                ran = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)]
-                twin.release()
+        for i, (team, rank) in enumerate([("fill", 0)] * capacity + steps):
+            if team in ("serve", "fill"):
+                if team == "serve":
+                    await shared.leave(holding.pop(0), 0, capacity, bound)
+                    twin.release()
+                ran = [m.decode() for m in await client.zrange(shared.keys[0], 0, -1) if m.decode() not in holding]
                 served = [w for w in waiters if w.state == GRANTED]
                 assert ran == [w.ticket.rid for w in served]  # the same next request, or none
                 for w in served:
                     w.state = "served"
                 if not ran:
                     assert twin.take()
-                    await shared.call("enter", 1, bound, f"holder{i}", 0, "x", "1.0")
+                    assert await shared.call("enter", capacity, bound, f"holder{i}", 0, "x", "1.0") == [SLOT]
                     ran = [f"holder{i}"]
-                holding = ran[0]
+                holding += ran
                 continue
             # random ids, as the gateway's: equal tags go by arrival in both, never by id
             ticket = Ticket(uuid.uuid4().hex, team, team, "", rank, float(weight[team]))
-            answer = await shared.enter(ticket, 1, bound)
+            answer = await shared.enter(ticket, capacity, bound)
             try:
                 waiters.append(twin.join(ticket))
             except QueueFull:
@@ -364,5 +371,22 @@ async def test_a_newcomer_from_an_idle_team_is_served_next_by_the_script(
         assert (await shared.enter(quiet, 1, 64))[0] == 0
         await shared.leave(holding, 0, 1, 64)
         assert [m.decode() for m in await client.zrange(shared.keys[0], 0, -1)] == [quiet.rid]
+    finally:
+        await client.aclose()
+
+
+async def test_a_waiters_place_is_leased_for_a_few_polls_not_the_slots_lease(redis_server: RedisServer) -> None:
+    """A waiter's place runs out ``WAITER_LEASE`` after its gateway last checked (every poll renews
+    it), so a killed gateway's waiters leave the order within seconds; a slot keeps ``lease_ttl``."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    run, alive = shared.keys[:2]
+    try:
+        assert await shared.call("enter", 1, 8, "holder", 0, "x", "1.0") == [SLOT]
+        assert (await shared.enter(Ticket("w", "a", "a", "", 0), 1, 8))[0] == 0
+        seconds, micros = await client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        assert now_ms < await client.zscore(alive, "w") <= now_ms + WAITER_LEASE * 1000
+        assert await client.zscore(run, "holder") > now_ms + WAITER_LEASE * 1000
     finally:
         await client.aclose()

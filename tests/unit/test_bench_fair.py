@@ -167,3 +167,12 @@ def test_with_redis_out_the_gateways_shares_add_up_to_the_pools_capacity(capacit
     queue = fair_policy(parse_config(config)).queues["tiny"]
     assert queue.share == math.ceil(capacity / GATEWAYS)
     assert GATEWAYS * queue.share < capacity + GATEWAYS
+
+
+def test_request_lengths_are_the_mean_or_spread_uniformly_around_it() -> None:
+    same = fl.Lengths(16).draws()
+    assert {next(same) for _ in range(50)} == {16}
+    spread = fl.Lengths(16, 0.5, seed=3).draws()
+    drawn = [next(spread) for _ in range(4000)]
+    assert min(drawn) == 8 and max(drawn) == 24
+    assert abs(sum(drawn) / len(drawn) - 16) < 0.3

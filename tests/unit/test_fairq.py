@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited
-from gateway.limits.fairq import GRANTED, LocalQueue, ModelQueue, QueueSettings, Slot, Ticket, Waiter
+from gateway.limits.fairq import GRANTED, WAITING, LocalQueue, ModelQueue, QueueSettings, Slot, Ticket, Waiter
 from gateway.limits.fairq_policy import UNLEARNED, FairPolicy, FairQueues, Learner, fair_policy
 from gateway.runtime.config import ConfigError, parse_config
 from tests.support.clock import VirtualClock
@@ -146,6 +146,27 @@ async def test_a_quiet_teams_request_goes_before_a_noisy_backlog() -> None:
         assert quiet.state == GRANTED, i  # the next slot: not a place behind the noisy head
         queue.release()
         assert noisy[i].state == GRANTED
+
+
+async def test_a_quiet_burst_up_to_the_slots_goes_before_a_noisy_backlog() -> None:
+    """Four slots busy with a noisy backlog's requests: a quiet team's burst of four goes on the next
+    four releases, the fifth after the backlog's head. The virtual time is the lowest start of the
+    last four served (SFQ's start in service); the start last served would tie the burst's second
+    with the backlog's head and put it behind."""
+    queue = LocalQueue(capacity=4, max_waiting=10_000, classes=1)
+    for _ in range(4):
+        assert queue.take()
+    noisy = [queue.join(ticket("noisy", rid=f"n{i}")) for i in range(12)]
+    for _ in range(4):
+        queue.release()
+    assert [n.state for n in noisy[:5]] == [GRANTED] * 4 + [WAITING]
+    quiet = [queue.join(ticket("quiet", rid=f"q{i}")) for i in range(5)]
+    for _ in range(4):
+        queue.release()
+    assert [q.state for q in quiet] == [GRANTED] * 4 + [WAITING]
+    assert noisy[4].state == WAITING
+    queue.release()
+    assert noisy[4].state == GRANTED and quiet[4].state == WAITING
 
 
 async def test_backlogged_teams_share_by_weight() -> None:

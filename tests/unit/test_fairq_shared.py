@@ -5,6 +5,7 @@ at once (no poll)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -108,3 +109,20 @@ async def test_a_grant_published_before_the_waiter_parks_is_seen_without_a_poll(
     assert clock.now - began < 0.01
     assert not shared.parked and not shared.told
     slot.release()
+
+
+async def test_slots_taken_from_redis_fill_the_share_while_redis_is_out() -> None:
+    """Redis fails while a request runs on a slot this gateway took from it: that request counts
+    against the share (one slot) until it ends, so the next one waits for it."""
+    shared = Scripted({"enter": answer([1]), "leave": answer([1])})
+    q = queue(shared)
+    held = await q.enter(ticket("r1"), lambda: None)
+    assert held.rid == "r1"
+    shared.answers["enter"] = fails_after_running([])
+    waiting = asyncio.create_task(q.enter(ticket("r2"), lambda: None))
+    await eventually(lambda: q.local.waiting == 1, "the next request waiting for the share")
+    held.release()
+    slot = await waiting
+    assert slot.rid == "" and q.local.running == 1
+    slot.release()
+    assert q.local.running == 0

@@ -41,12 +41,40 @@ class ChunkText:
     """The relayed chunks of one stream: ``shape`` is that of the last chunk found to be a text delta
     alone, whose text a chunk of the same shape is taken from without decoding."""
 
-    __slots__ = ("decoder", "shape")
+    __slots__ = ("decoder", "empty", "quotes", "shape")
 
     def __init__(self) -> None:
         self.decoder = ChunkDecoder(Operation.CHAT)
         self.decoder.started = True  # a relayed chunk follows the stream's first, decoded by the reader
         self.shape: Shape | None = None
+        self.quotes = 0  # the shape's quotes, head and tail
+        self.empty = b""  # an event of the shape with an empty text
+
+    def learn(self, found: Shape | None) -> None:
+        self.shape = found
+        if found is not None:
+            self.quotes, self.empty = found[0].count(b'"') + found[1].count(b'"'), found[0] + found[1]
+
+    def texts(self, frame: bytes, chunks: int, head: bytes) -> bytes | None:
+        """A relayed frame of ``chunks`` one-line events (``relay_run``), each of the known shape around
+        a plain, non-empty text, as the text block's events, ``head`` opening each; else None.
+
+        Counted, not split: a head and a tail hold quotes, so in JSON without a backslash neither can
+        begin inside a text, and a tail ends with its event's blank line. As many of each as events,
+        no quote but theirs, no other newline and no empty text: every event is head, text, tail."""
+        if (known := self.shape) is None:
+            return None
+        before, after = known
+        if (
+            frame.count(before) != chunks
+            or frame.count(after) != chunks
+            or frame.count(b'"') != chunks * self.quotes
+            or frame.count(b"\n") != 2 * chunks
+            or b"\\" in frame
+            or self.empty in frame
+        ):
+            return None
+        return frame.replace(after, TEXT_END).replace(before, head + b'"')
 
     def text(self, event: bytes) -> bytes | None:
         """The text of ``event`` (one whole ``data:`` event), when it has the known shape; else None."""
@@ -62,7 +90,7 @@ class ChunkText:
         """``event`` decoded; a text delta alone lends the stream its shape."""
         events = self.decoder.decode(pydantic_core.from_json(event[6:]))  # after "data: "
         if len(events) == 1 and plain_text(one := events[0]) and (found := shape(event)) is not None:
-            self.shape = found if text_of(event, found) == one.text.encode() else None
+            self.learn(found if text_of(event, found) == one.text.encode() else None)
         return events
 
 
