@@ -41,7 +41,7 @@ class ChunkText:
     """The relayed chunks of one stream: ``shape`` is that of the last chunk found to be a text delta
     alone, whose text a chunk of the same shape is taken from without decoding."""
 
-    __slots__ = ("decoder", "empty", "quotes", "shape")
+    __slots__ = ("decoder", "empty", "joint", "quotes", "shape")
 
     def __init__(self) -> None:
         self.decoder = ChunkDecoder(Operation.CHAT)
@@ -49,32 +49,38 @@ class ChunkText:
         self.shape: Shape | None = None
         self.quotes = 0  # the shape's quotes, head and tail
         self.empty = b""  # an event of the shape with an empty text
+        self.joint = b""  # a tail, then the next event's head
 
     def learn(self, found: Shape | None) -> None:
         self.shape = found
         if found is not None:
-            self.quotes, self.empty = found[0].count(b'"') + found[1].count(b'"'), found[0] + found[1]
+            head, tail = found
+            self.quotes, self.empty, self.joint = head.count(b'"') + tail.count(b'"'), head + tail, tail + head
 
     def texts(self, frame: bytes, chunks: int, head: bytes) -> bytes | None:
-        """A relayed frame of ``chunks`` one-line events (``relay_run``), each of the known shape around
-        a plain, non-empty text, as the text block's events, ``head`` opening each; else None.
+        """A relayed frame of ``chunks`` one-line events (``relay_run``: two newlines an event), each
+        of the known shape around a plain, non-empty text, as the text block's events, ``head``
+        opening each; else None.
 
-        Counted, not split: a head and a tail hold quotes, so in JSON without a backslash neither can
-        begin inside a text, and a tail ends with its event's blank line. As many of each as events,
-        no quote but theirs, no other newline and no empty text: every event is head, text, tail."""
+        Counted, not split: the frame opens with a head and ends with a tail, and each of the events'
+        boundaries is a tail then a head (a tail ends with its event's blank line, which no text
+        holds); with no quote but theirs and no backslash, a text holds none and no event is of
+        another shape (JSON ends a string at its first quote), and no text is empty."""
         if (known := self.shape) is None:
             return None
         before, after = known
         if (
-            frame.count(before) != chunks
-            or frame.count(after) != chunks
+            not frame.startswith(before)
+            or not frame.endswith(after)
+            or frame.count(self.joint) != chunks - 1
             or frame.count(b'"') != chunks * self.quotes
-            or frame.count(b"\n") != 2 * chunks
             or b"\\" in frame
             or self.empty in frame
         ):
             return None
-        return frame.replace(after, TEXT_END).replace(before, head + b'"')
+        opening = head + b'"'
+        inner = frame[len(before) : len(frame) - len(after)]
+        return opening + inner.replace(self.joint, TEXT_END + opening) + TEXT_END
 
     def text(self, event: bytes) -> bytes | None:
         """The text of ``event`` (one whole ``data:`` event), when it has the known shape; else None."""
