@@ -176,6 +176,16 @@ def bounded_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bound_in_place(fields: dict[str, Any]) -> dict[str, Any]:
+    """``bounded_fields`` for a dict nobody else holds (a request line, handed over whole): the values
+    that need it replaced, no copy made (the copy, grown a key at a time, cost more than the checks)."""
+    for k, v in fields.items():  # replacing a value is not resizing: the iteration stays valid
+        kind = type(v)
+        if kind not in _PLAIN and (kind is not str or len(v) > MAX_FIELD):
+            fields[k] = bounded(v)
+    return fields
+
+
 def exception_message(exc: BaseException) -> str:
     """What a logged exception may say of itself. A validation error's message quotes its input (a
     prompt, a completion), so only where it failed is kept; any other message is capped."""
@@ -292,7 +302,7 @@ class LogWriter:
         if isinstance(item, logging.LogRecord):
             fields = record_fields(item)
         elif isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
-            fields = bounded_fields(item)
+            fields = bound_in_place(item)
         else:
             raise TypeError(f"not a log line: {type(item).__name__}")
         fields["pid"] = self.pid

@@ -284,15 +284,13 @@ class LevelTally:
 
 class HistogramTally:
     """Observations of one histogram child. prometheus-client has no public way to add a count to a
-    bucket, so each goes to ``observe`` as it comes; the class keeps the callers' shape of a tally."""
+    bucket, so each goes to ``observe`` as it comes; the class keeps the callers' shape of a tally.
+    ``observe`` is the child's own bound method: no call of ours between (one frame less each)."""
 
-    __slots__ = ("_child",)
+    __slots__ = ("observe",)
 
     def __init__(self, child: Histogram) -> None:
-        self._child = child
-
-    def observe(self, value: float) -> None:
-        self._child.observe(value)
+        self.observe = child.observe
 
 
 def flush(*owned: Tallies) -> None:

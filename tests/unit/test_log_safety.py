@@ -127,3 +127,12 @@ def test_a_lines_fields_are_each_bounded_short_ones_as_they_are(fields: dict[str
     bounded = logs.bounded_fields(fields)
     assert bounded == {k: logs.bounded(v) for k, v in fields.items()}
     assert [type(v) for v in bounded.values()] == [type(logs.bounded(v)) for v in fields.values()]
+
+
+@given(st.dictionaries(st.text(max_size=5), values, max_size=6))
+def test_a_request_line_bounded_in_place_reads_as_one_bounded_apart(fields: dict[str, object]) -> None:
+    expected = logs.bounded_fields(fields)
+    line = dict(fields)
+    assert logs.bound_in_place(line) is line
+    assert logs.json_line(line) == logs.json_line(expected)
+    assert [type(v) for v in line.values()] == [type(v) for v in expected.values()]
