@@ -237,6 +237,7 @@ class RequestLog:
         self._metrics(duration, overhead)
         if not self.logger.isEnabledFor(logging.INFO):
             return
+        who, attempt = self.principal, self.attempt
         fields: dict[str, object] = {
             "ts": self.wall or time.time(),  # the writer thread makes it ISO 8601 (``logs.json_line``)
             "level": "info",
@@ -244,12 +245,12 @@ class RequestLog:
             "event": "request",
             "request_id": self.rid,
             "dialect": self.dialect,
-            "team": self.principal.team if self.principal else None,
-            "key_id": self.principal.key_id if self.principal else None,
+            "team": who.team if who else None,
+            "key_id": who.key_id if who else None,
             "model": self.model,
-            "target": self.attempt.target,
-            "provider": self.attempt.provider,
-            "tries": self.attempt.tries,
+            "target": attempt.target,
+            "provider": attempt.provider,
+            "tries": attempt.tries,
             "status": self.status,
             "error": self.error,
             "prompt_tokens": self.prompt_tokens,
@@ -267,12 +268,12 @@ class RequestLog:
         if self.cost is not None:  # exact: the same millionths the spend counters add up
             fields["cost"] = money(self.cost)
             fields["currency"] = self.backlog.currency
-        if self.attempt.dropped:
-            fields["dropped"] = [f.value for f in self.attempt.dropped]
-        if self.attempt.failed:  # every failed try, fallbacks included: which target, and how
-            fields["failures"] = [f"{target}: {code}" for target, code in self.attempt.failed]
-        if self.attempt.resumed:  # each continuation: where it broke, why, and where it went on
-            fields["resumes"] = [f"{r.broken} -> {r.target}: {r.cause} after {r.tokens}" for r in self.attempt.resumed]
+        if attempt.dropped:
+            fields["dropped"] = [f.value for f in attempt.dropped]
+        if attempt.failed:  # every failed try, fallbacks included: which target, and how
+            fields["failures"] = [f"{target}: {code}" for target, code in attempt.failed]
+        if attempt.resumed:  # each continuation: where it broke, why, and where it went on
+            fields["resumes"] = [f"{r.broken} -> {r.target}: {r.cause} after {r.tokens}" for r in attempt.resumed]
         if not logs.put_line(fields):
             self.logger.info("request", extra={"fields": fields})
 
@@ -297,17 +298,24 @@ class RequestLog:
             series.completion_tokens.n += self.completion_tokens
         if self.cost:
             m.SPEND.labels(team, model, self.backlog.currency).inc(self.cost / MICROS)
-        if self.attempt.tries > 1:
-            m.RETRIES.labels(model).inc(self.attempt.tries - 1)
-        for target in self.attempt.cooled:
-            m.COOLDOWNS.labels(target).inc()
-        for target, code in self.attempt.failed:
-            m.UPSTREAM_FAILURES.labels(target, code).inc()
-        for r in self.attempt.resumed:
-            m.RESUMES.labels(r.broken, r.cause).inc()
-            m.RESUME_LOST.labels(r.broken).observe(r.lost)
-        for feature in self.attempt.dropped:
-            m.DROPPED.labels(self.attempt.target or "-", feature.value).inc()
+        attempt = self.attempt
+        if attempt.tries > 1 or attempt.cooled or attempt.failed or attempt.resumed or attempt.dropped:
+            _tried(attempt, model)  # rare: one test for the requests that went at once
+
+
+def _tried(attempt: Attempt, model: str) -> None:
+    """The metrics of a request's tries beyond one plain success: fallbacks, failures, resumes."""
+    if attempt.tries > 1:
+        m.RETRIES.labels(model).inc(attempt.tries - 1)
+    for target in attempt.cooled:
+        m.COOLDOWNS.labels(target).inc()
+    for target, code in attempt.failed:
+        m.UPSTREAM_FAILURES.labels(target, code).inc()
+    for r in attempt.resumed:
+        m.RESUMES.labels(r.broken, r.cause).inc()
+        m.RESUME_LOST.labels(r.broken).observe(r.lost)
+    for feature in attempt.dropped:
+        m.DROPPED.labels(attempt.target or "-", feature.value).inc()
 
 
 class Backlog:
