@@ -226,34 +226,44 @@ def bound(request: InternalRequest) -> int:
 
 # The keys whose string values hold generated text in the events relayed as they came: OpenAI's chat
 # chunks (content, a refusal, reasoning as vLLM names it, a tool call's name and arguments), its
-# completion chunks (text), and Responses events (each ``.delta``).
+# completion chunks (text), Responses events (each ``.delta``) and Anthropic's (text, a tool's input
+# as ``partial_json``, thinking).
 GENERATED_KEYS = (
-    b'"content":"',
-    b'"text":"',
-    b'"arguments":"',
-    b'"name":"',
-    b'"reasoning_content":"',
-    b'"reasoning":"',
-    b'"refusal":"',
-    b'"delta":"',
+    b'"content":',
+    b'"text":',
+    b'"arguments":',
+    b'"name":',
+    b'"reasoning_content":',
+    b'"reasoning":',
+    b'"refusal":',
+    b'"delta":',
+    b'"partial_json":',
+    b'"thinking":',
 )
+QUOTE, BACKSLASH, BLANKS = 0x22, 0x5C, b" \t\r\n"
 
 
 def relayed_tokens(data: bytes, events: int) -> int:
     """The most tokens ``events`` relayed events (``data``, not decoded) can carry: the same factor as
     the prompt's, a token per byte of each generated text (its JSON string: an escape is no shorter
     than the bytes it stands for) and one more, and one per event (a token that shows no text). A key
-    cannot be matched inside a string, where every quote is escaped. (On the relay's path: a find a
-    key, and two per text.)"""
+    cannot be matched inside a string, where every quote is escaped; one whose value is no string
+    (``null``, a list) counts nothing. (On the relay's path: a find a key, and two per text.)"""
     total = events
     for key in GENERATED_KEYS:
         at = data.find(key)
         while at >= 0:
             start = at + len(key)
-            end = data.find(b'"', start)
-            if end < 0 or data[end - 1] == 0x5C:  # an escaped quote, or a string not closed here
-                end = _string_end(data, start)
-            total += end - start + 1
+            while start < len(data) and data[start] in BLANKS:  # ``"key": "..."``, as some servers write
+                start += 1
+            if start < len(data) and data[start] == QUOTE:
+                start += 1
+                end = data.find(b'"', start)
+                if end < 0 or data[end - 1] == BACKSLASH:  # an escaped quote, or a string not closed here
+                    end = _string_end(data, start)
+                total += end - start + 1
+            else:
+                end = start
             at = data.find(key, end)
     return total
 
@@ -263,7 +273,7 @@ def _string_end(data: bytes, start: int) -> int:
     end = data.find(b'"', start)
     while end >= 0:
         escapes = end
-        while data[escapes - 1] == 0x5C:  # a quote after an odd run of backslashes is escaped
+        while data[escapes - 1] == BACKSLASH:  # a quote after an odd run of backslashes is escaped
             escapes -= 1
         if (end - escapes) % 2 == 0:
             return end

@@ -12,7 +12,7 @@ TABLE='H1-M1|tests/unit/test_prompt_bound.py tests/integration/test_hard_budget.
 H1-chain|tests/unit/test_prompt_bound.py -k chain
 H2|tests/integration/test_reservation_expiry.py
 M1b|tests/integration/test_spend.py -k cut
-M1-relayed|tests/integration/test_spend.py -k cut_relayed
+M1-relayed|tests/integration/test_spend.py -k upper_bound_of_its_text
 M2|tests/integration/test_cli.py::test_a_request_on_a_keep_alive_connection_during_the_drain_gets_503_at_once
 M3|tests/integration/test_key_file_faults.py tests/unit/test_secrets.py
 M4|tests/integration/test_key_file_faults.py
