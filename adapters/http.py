@@ -478,16 +478,24 @@ class HTTPUpstream(Identity[Target]):
         except ValueError:
             raise UpstreamFailed(f"target '{self.name}' sent an invalid stream chunk") from None
 
-    def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
-        """Chunks this target's stream relayed as they came, read back as events: what the client
-        has of a stream that broke (``gateway/routing/resume.py``)."""
-        decoder, parser = self.wire_for(request).reader(dataclasses.replace(request, relay=None)), SSEParser()
-        events: list[StreamEvent] = []
-        for raw in relayed:
-            for event in parser.feed(raw):
-                if event.data != b"[DONE]":
-                    events += decoder.decode(self._chunk(event.data))
-        return events
+    def replay(self, request: InternalRequest) -> Callable[[list[bytes]], list[StreamEvent]]:
+        """A reader of the chunks this target's stream relayed as they came, batch after batch, read
+        back as events: what the client has of a stream that broke (``gateway/routing/resume.py``).
+        One reader for the stream: an Anthropic stream's events mean nothing without its first. The
+        wire's reader relays nothing here, a client's own body's (``native``) included."""
+        wire = self.wire_for(request)
+        decoder = wire.reader(dataclasses.replace(request, relay=None, native=None, native_dialect=None))
+        parser = SSEParser()
+
+        def read(relayed: list[bytes]) -> list[StreamEvent]:
+            events: list[StreamEvent] = []
+            for raw in relayed:
+                for event in parser.feed(raw):
+                    if event.data != b"[DONE]":
+                        events += decoder.decode(self._chunk(event.data))
+            return events
+
+        return read
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
         """A prompt's token ids, from the server's ``/tokenize`` (vLLM's): a completion's with special

@@ -228,13 +228,13 @@ class ReplicaPool(Identity[Target]):
             f"broke:{state.label}", "replica %s broke off a stream (%s: %s)", state.label, err.code, err.message
         )
 
-    def replay(self, request: InternalRequest, relayed: list[bytes]) -> list[StreamEvent]:
-        """Relayed chunks read back (every replica speaks the target's wire)."""
+    def replay(self, request: InternalRequest) -> Callable[[list[bytes]], list[StreamEvent]]:
+        """A reader of relayed chunks (every replica speaks the target's wire)."""
         replay = getattr(self.members[0], "replay", None)
         if replay is None:
             raise UpstreamFailed(f"target '{self.name}' cannot read back its relayed chunks")
-        events: list[StreamEvent] = replay(request, relayed)
-        return events
+        read: Callable[[list[bytes]], list[StreamEvent]] = replay(request)
+        return read
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
         """A prompt's token ids from the first replica that tokenizes it: the healthy ones first, then

@@ -162,7 +162,8 @@ class Progress:
         return 0, 0
 
 
-Replay = Callable[[InternalRequest, list[bytes]], list[StreamEvent]]
+# a target's reader of what it relayed, one per stream read back: (request) → (a batch's chunks) → events
+Replay = Callable[[InternalRequest], Callable[[list[bytes]], list[StreamEvent]]]
 
 
 def held_back(s: Sampling) -> int:
@@ -175,13 +176,15 @@ def read_back(
 ) -> Progress:
     """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
     progress = Progress(lag=held_back(request.sampling)) if before is None else before.copy()
+    read = None  # the target's reader, one for the stream: made at the first relayed chunk
     for batch in batches:
         relayed = [ev.data if isinstance(ev, Token) else ev for ev in batch.events if isinstance(ev, Frame | Token)]
         if relayed:
             if replay is None:
                 progress.stuck = "relayed chunks that its target cannot read back"
                 return progress
-            for ev in replay(request, relayed):
+            read = read or replay(request)
+            for ev in read(relayed):
                 progress.add(ev)
         for ev in batch.events:
             if not isinstance(ev, Frame | Token):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,8 @@ from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
 
 JSON = Any
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-TEXTS = st.sampled_from([" hello", " wörld", "", ' "quoted"', "two\nlines", "back\\slash", " 🙂", " tab\t"])
+SPECIAL = [" hello", " wörld", "", ' "quoted"', "two\nlines", "back\\slash", " 🙂", " tab\t"]
+TEXTS = st.sampled_from(SPECIAL)
 
 
 def chunk(delta: JSON, finish: str | None = None, usage: JSON = None, ascii_only: bool = False) -> bytes:
@@ -97,6 +99,14 @@ def test_relayed_chunks_are_written_as_decoded_ones_would_be(
     req = request()
     events = stream(kinds, ascii_only)
     assert encoded(relayed(events, cuts, req), req) == encoded(decoded(events, req), req)
+
+
+@pytest.mark.parametrize("ascii_only", [False, True])
+@pytest.mark.parametrize("text", SPECIAL)
+def test_a_run_of_texts_is_written_at_once_only_where_each_would_be(text: str, ascii_only: bool) -> None:
+    req = request()
+    events = stream([("text", " a"), ("text", text), ("text", " b"), ("text", " c")], ascii_only)
+    assert encoded(relayed(events, [2, 3], req), req) == encoded(decoded(events, req), req)
 
 
 def test_a_token_s_text_goes_into_the_open_text_block_s_event_as_it_came() -> None:

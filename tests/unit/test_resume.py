@@ -3,6 +3,7 @@ the client was sent, the continuation's request, and its events stitched into th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -133,14 +134,20 @@ def test_the_continuation_is_stitched_into_one_stream() -> None:
 
 
 def test_relayed_chunks_are_read_back_by_their_target() -> None:
-    def replay(req: InternalRequest, relayed: list[bytes]) -> list[object]:
-        assert relayed == [b"data: x\n\n"]
-        return [Delta(0, " r", (9,))]
+    readers = []
 
-    progress = resume.read_back(
-        [Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])], replay, COMPLETION, sent((" a", (5,)))
-    )
-    assert (progress.text, progress.token_ids, progress.sent) == (" a r d", [5, 9, 3], 3)
+    def replay(req: InternalRequest) -> Callable[[list[bytes]], list[object]]:
+        def read(relayed: list[bytes]) -> list[object]:
+            assert relayed == [b"data: x\n\n"]
+            return [Delta(0, " r", (9,))]
+
+        readers.append(read)
+        return read
+
+    batch = Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])
+    progress = resume.read_back([batch, batch], replay, COMPLETION, sent((" a", (5,))))
+    assert (progress.text, progress.token_ids, progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
+    assert len(readers) == 1  # one reader for the stream: a stream's later events may need its first
     assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None
 
 

@@ -41,12 +41,46 @@ class ChunkText:
     """The relayed chunks of one stream: ``shape`` is that of the last chunk found to be a text delta
     alone, whose text a chunk of the same shape is taken from without decoding."""
 
-    __slots__ = ("decoder", "shape")
+    __slots__ = ("decoder", "empty", "joint", "quotes", "shape")
 
     def __init__(self) -> None:
         self.decoder = ChunkDecoder(Operation.CHAT)
         self.decoder.started = True  # a relayed chunk follows the stream's first, decoded by the reader
         self.shape: Shape | None = None
+        self.quotes = 0  # the shape's quotes, head and tail
+        self.empty = b""  # an event of the shape with an empty text
+        self.joint = b""  # a tail, then the next event's head
+
+    def learn(self, found: Shape | None) -> None:
+        self.shape = found
+        if found is not None:
+            head, tail = found
+            self.quotes, self.empty, self.joint = head.count(b'"') + tail.count(b'"'), head + tail, tail + head
+
+    def texts(self, frame: bytes, chunks: int, head: bytes) -> bytes | None:
+        """A relayed frame of ``chunks`` one-line events (``relay_run``: two newlines an event), each
+        of the known shape around a plain, non-empty text, as the text block's events, ``head``
+        opening each; else None.
+
+        Counted, not split: the frame opens with a head and ends with a tail, and each of the events'
+        boundaries is a tail then a head (a tail ends with its event's blank line, which no text
+        holds); with no quote but theirs and no backslash, a text holds none and no event is of
+        another shape (JSON ends a string at its first quote), and no text is empty."""
+        if (known := self.shape) is None:
+            return None
+        before, after = known
+        if (
+            not frame.startswith(before)
+            or not frame.endswith(after)
+            or frame.count(self.joint) != chunks - 1
+            or frame.count(b'"') != chunks * self.quotes
+            or b"\\" in frame
+            or self.empty in frame
+        ):
+            return None
+        opening = head + b'"'
+        inner = frame[len(before) : len(frame) - len(after)]
+        return opening + inner.replace(self.joint, TEXT_END + opening) + TEXT_END
 
     def text(self, event: bytes) -> bytes | None:
         """The text of ``event`` (one whole ``data:`` event), when it has the known shape; else None."""
@@ -62,7 +96,7 @@ class ChunkText:
         """``event`` decoded; a text delta alone lends the stream its shape."""
         events = self.decoder.decode(pydantic_core.from_json(event[6:]))  # after "data: "
         if len(events) == 1 and plain_text(one := events[0]) and (found := shape(event)) is not None:
-            self.shape = found if text_of(event, found) == one.text.encode() else None
+            self.learn(found if text_of(event, found) == one.text.encode() else None)
         return events
 
 

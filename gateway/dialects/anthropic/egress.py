@@ -13,8 +13,9 @@ only the model replaced: the fields the gateway does not model reach Anthropic u
 comes back as the upstream wrote it: a whole message as it is (``Completion.raw``), a stream's events
 relayed one by one as frames (thinking signatures, redacted thinking, server-tool blocks, citations
 and block types the gateway does not know included); what the gateway accounts for (finish, usage)
-is read beside them. A relayed stream that breaks is not resumed on another target: it ends in an
-``error`` event (its blocks cannot be read back into the gateway's vocabulary).
+is read beside them. A relayed stream that breaks mid-text is resumed on the next target with the
+partial text as its prefill (``routing/resume.py``, which reads the relayed events back with this
+wire's reader); one that broke in a tool call or thinking ends in an ``error`` event.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ error envelope.
 
 An Anthropic target's answer to an Anthropic client comes as the upstream wrote it: a whole message
 as it is (``Completion.raw``), a stream as frames written unchanged; the encoder only tracks the
-relayed blocks, so that what a later target adds (none today: a relayed stream is not resumed)
-would number on from them. An OpenAI-wire target's chunks come relayed too, and a text delta in
+relayed blocks, so that what a later target adds (a stream resumed on another target, with the
+partial text as its prefill: ``routing/resume.py``) goes on in the open text block, or numbers on
+from the relayed ones. An OpenAI-wire target's chunks come relayed too, and a text delta in
 the stream's usual shape is written with its text bytes put in as they came (``chunks``).
 
 The stream is the sequence the Anthropic SDK's accumulator expects (``lib/streaming/_messages.py``):
@@ -30,6 +31,7 @@ from gateway.core.response import (
     Completion,
     Delta,
     Finish,
+    Frame,
     StreamEvent,
     StreamStart,
     Token,
@@ -145,6 +147,7 @@ def event(name: str, data: JSON) -> bytes:
 
 
 PING = event("ping", {"type": "ping"})
+TEXT_BLOCK = b'"content_block":{"type":"text"'  # a relayed content_block_start's, as to_json writes it
 
 
 class MessagesEncoder:
@@ -226,18 +229,38 @@ class MessagesEncoder:
         name = frame[7 : frame.find(b"\n")]  # after "event: "
         if name == b"content_block_start":
             self.index += 1
-            self.open = ("relayed", -1)
+            text = TEXT_BLOCK in frame  # a stream resumed mid-text goes on in this block
+            self.open = ("text", 0) if text else ("relayed", -1)
+            self.text_head = text_head(self.index) if text else None
         elif name == b"content_block_stop":
-            self.open = None
+            self.open = self.text_head = None
         self.relayed = name
         return frame
+
+    def _reader(self) -> ChunkText:
+        reader = self.chunk_text
+        if reader is None:
+            reader = self.chunk_text = ChunkText()
+        return reader
+
+    def _frame(self, frame: Frame) -> bytes:
+        """Relayed OpenAI-shaped chunks: a run of text deltas in the stream's text shape at once, else
+        chunk by chunk (the first alone, as it may lend the shape to the rest of its run)."""
+        reader, rest, chunks, out = self._reader(), bytes(frame), frame.chunks, b""
+        for _ in range(2):
+            if self.text_head is not None and (run := reader.texts(rest, chunks, self.text_head)) is not None:
+                return out + run
+            cut = rest.find(b"\n\n") + 2
+            out += self._chunk(rest[:cut])
+            rest, chunks = rest[cut:], chunks - 1
+            if not rest:
+                return out
+        return out + b"".join([self._chunk(one) for one in events(rest)])
 
     def _chunk(self, event: bytes) -> bytes:
         """One relayed OpenAI-shaped chunk: its text into the open text block's event as it came, when
         it has the stream's text shape (``chunks``); else decoded."""
-        reader = self.chunk_text
-        if reader is None:
-            reader = self.chunk_text = ChunkText()
+        reader = self._reader()
         head = self.text_head
         if head is not None and (text := reader.text(event)) is not None:
             return head + b'"' + text + TEXT_END if text else b""
@@ -248,7 +271,7 @@ class MessagesEncoder:
             return self._chunk(ev.data)
         if isinstance(ev, bytes):  # a Frame: upstream events as they came
             if ev.startswith(b"data: "):  # an OpenAI-wire target's chunks (``InternalRequest.relay``)
-                return b"".join([self._chunk(one) for one in events(ev)])
+                return self._frame(ev)
             return self._relay(ev)  # an Anthropic target's own events
         if isinstance(ev, StreamStart) and self.native and not self.started:
             self.pending = ev
