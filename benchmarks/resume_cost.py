@@ -6,8 +6,9 @@ the shared machine lands on both.
 Per round and subject: 64 streams at once for a few seconds (streams/s, the gateway's CPU µs per
 stream), then 16 streams whose chunks come 1 ms apart, as a model writes tokens (CPU µs per stream,
 and per relayed chunk). The figures are medians over the rounds and their on/off ratios. A resumable
-stream asks the upstream for its token ids, decodes every chunk (no raw relay) and keeps what was sent
-until it ends: that is the cost measured.
+stream asks the upstream for its token ids (so its chunks differ by them as well as by their texts),
+writes them null for a client whose dialect shows none, and keeps the batches sent until it ends
+(read back only at a break): that is the cost measured.
 
 Part of every ``scripts/bench`` run; ``scripts/bench --resume-only`` runs it alone, adds the
 instructions per stream of each (callgrind, where valgrind is installed), and writes

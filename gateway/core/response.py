@@ -109,6 +109,12 @@ class UsageReport:
     usage: Usage
 
 
+# A relayed event around its text: (head, tail), the event being head + text + tail; or, where the
+# upstream writes each token's ids after its text (vLLM asked for them), (head, mid, tail), the event
+# being head + text + mid + ids + tail, the ids digits and commas.
+Shape = tuple[bytes, bytes] | tuple[bytes, bytes, bytes]
+
+
 class Frame(bytes):
     """Upstream chunks already in the client's own stream format (``InternalRequest.relay``), framed
     and written as they came: a same-format stream skips decoding and re-encoding. One frame holds one
@@ -117,12 +123,12 @@ class Frame(bytes):
     so what is accounted for still arrives as events.
 
     A frame of one event may carry its ``shape``: the bytes before and after its text, which holds no
-    quote, backslash or newline. The stream's next events with that shape around such a text come as
-    ``Token``s, not frames: one chunk each, the read as it came, for the client's encoder to treat as
-    it treated the frame that carried the shape."""
+    quote, backslash or newline (``Shape``). The stream's next events with that shape around such a
+    text come as ``Token``s, not frames: one chunk each, the read as it came, for the client's encoder
+    to treat as it treated the frame that carried the shape."""
 
     chunks: int = 1
-    shape: tuple[bytes, bytes] | None = None
+    shape: Shape | None = None
 
     @classmethod
     def of(cls, data: bytes, chunks: int) -> Frame:

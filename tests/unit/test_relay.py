@@ -28,6 +28,7 @@ from gateway.runtime.config import parse_config
 
 HEAD = '{"id":"c","object":"text_completion","created":1,"model":"m",'
 PLAIN = HEAD + '"choices":[{"index":0,"text":" hi","logprobs":null,"finish_reason":null}],"usage":null}'
+IDS = PLAIN.replace('"finish_reason":null}', '"finish_reason":null,"token_ids":[7]}')  # vLLM's, when asked
 
 
 def started(token_ids: bool = True) -> ChunkDecoder:
@@ -186,8 +187,10 @@ def test_a_stream_s_next_token_is_relayed_by_the_last_one_s_shape() -> None:
     assert decoder.relay_run(sse(FINISH)) is None  # another shape: the full check, which stops it
     quoted = PLAIN.replace(" hi", '\\"finish_reason\\":\\"stop\\"')
     assert decoder.relay_run(sse(quoted)) == (sse(quoted), len(sse(quoted)))  # not plain: the full check
-    with_ids = started(token_ids=True)  # each chunk's ids differ too: no shape is kept
-    assert with_ids.relay_run(sse(PLAIN)) is not None and with_ids.shape is None
+    with_ids = started(token_ids=True)  # each chunk's ids differ too: the shape is cut around them
+    assert with_ids.relay_run(sse(IDS)) is not None and with_ids.shape is None and with_ids.ids_shape is not None
+    token = IDS.replace(" hi", " there").replace("[7]", "[8,9]")
+    assert with_ids.relay_run(sse(token)) == (sse(token), len(sse(token)))
 
 
 def test_a_frame_that_lends_its_shape_carries_it_and_the_next_tokens_come_as_read() -> None:
@@ -206,8 +209,21 @@ def test_a_frame_that_lends_its_shape_carries_it_and_the_next_tokens_come_as_rea
     assert not decoder.same_shape(b"")
     assert decoder.relay_run(sse(FINISH)) is None and decoder.shape is not None  # a decoded event keeps it
     with_ids = started(token_ids=True)
-    run = with_ids.relay_run(sse(PLAIN))
-    assert run is not None and run[0].shape is None and not with_ids.same_shape(sse(PLAIN))
+    run = with_ids.relay_run(sse(IDS))
+    assert run is not None and run[0].shape is not None and len(run[0].shape) == 3 and with_ids.ids_shape is not None
+    assert with_ids.same_shape(sse(IDS.replace(" hi", " there, you").replace("[7]", "[12,345]")))
+    for other in (
+        IDS.replace("[7]", "[]"),  # no id, not an id, ids that run into another key
+        IDS.replace("[7]", "[7,]"),
+        IDS.replace("[7]", '[7],"x":[1'),
+        IDS.replace(" hi", 'a\\"b'),  # not plain
+        IDS.replace(" hi", '\\",\\"token_ids\\":[1'),
+        PLAIN,  # no ids where they were
+    ):
+        assert not with_ids.same_shape(sse(other))
+    without = started(token_ids=True)  # asked for ids, a chunk without: the plain shape
+    run = without.relay_run(sse(PLAIN))
+    assert run is not None and run[0].shape == without.shape is not None and without.ids_shape is None
 
 
 def test_a_text_not_closed_as_a_json_value_lends_no_shape() -> None:

@@ -52,11 +52,12 @@ def upstream_stream(
     fp: str | None,
     fp_key: bool,
     usage_key: bool,
-    ids: bool,
+    ids: bool | None,
     reasoning: bool = False,
     quirks: frozenset[str] = frozenset(),
 ) -> bytes:
-    """``quirks``: later chunks name another fingerprint than the first (Azure's first chunk has
+    """``ids``: each token's ids (True), vLLM's null where it was not asked for them (None), or no key.
+    ``quirks``: later chunks name another fingerprint than the first (Azure's first chunk has
     none); reasoning deltas carry both names; an empty object chunk; a chunk over two data: lines."""
     sent = 0
 
@@ -83,8 +84,8 @@ def upstream_stream(
             delta = {"reasoning_content": text, "reasoning": None}
         out |= {"delta": delta} if chat else {"text": text}
         out |= {"logprobs": None, "finish_reason": finish}
-        if ids and token is not None:
-            out["token_ids"] = [token - 1, token] if token % 3 == 0 else [token]
+        if ids is not False and token is not None:
+            out["token_ids"] = None if ids is None else [token - 1, token] if token % 3 == 0 else [token]
         return out
 
     first = choice("")
@@ -98,9 +99,11 @@ def upstream_stream(
     return body + b"data: [DONE]\n\n"
 
 
-def client_stream(dialect: Dialect, body: dict[str, JSON], flavour: str, read: list[bytes], relay: bool) -> bytes:
+def client_stream(
+    dialect: Dialect, body: dict[str, JSON], flavour: str, read: list[bytes], relay: bool, resumable: bool = False
+) -> bytes:
     op = Operation.CHAT if "messages" in body else Operation.COMPLETION
-    request = dialect.parse(op, body, flavour)
+    request = replace(dialect.parse(op, body, flavour), resumable=resumable)
     assert (request.relay is not None) == (dialect is not FRIENDLI_2024 or op is Operation.CHAT)
     if not relay:
         request = replace(request, relay=None)
@@ -114,12 +117,19 @@ def client_stream(dialect: Dialect, body: dict[str, JSON], flavour: str, read: l
 
 
 def token_stream(
-    dialect: Dialect, body: dict[str, JSON], flavour: str, read: list[bytes], as_read: bool = True
+    dialect: Dialect,
+    body: dict[str, JSON],
+    flavour: str,
+    read: list[bytes],
+    as_read: bool = True,
+    resumable: bool = False,
 ) -> tuple[bytes, int]:
     """``client_stream``'s relay as ``HTTPUpstream.stream`` runs it, and how many reads went out as
     Tokens: a read the decoder finds in the shape of the last shaped frame is passed on as it is
-    (``as_read``; else every read takes the parser's path)."""
-    request = dialect.parse(Operation.CHAT if "messages" in body else Operation.COMPLETION, body, flavour)
+    (``as_read``; else every read takes the parser's path). ``resumable``: a stream that may resume,
+    whose upstream is asked for its ids."""
+    op = Operation.CHAT if "messages" in body else Operation.COMPLETION
+    request = replace(dialect.parse(op, body, flavour), resumable=resumable)
     decoder, encoder, parser = VLLM_WIRE.reader(request), dialect.encoder(request), SSEParser()
     out, tokens = [], 0
     for piece in read:
@@ -137,19 +147,22 @@ def token_stream(
 
 @pytest.mark.parametrize("name", sorted(DIALECTS))
 @pytest.mark.parametrize("chat", [False, True])
-def test_a_paced_stream_s_tokens_after_the_first_go_out_as_read(name: str, chat: bool) -> None:
+@pytest.mark.parametrize("ids", [False, True])
+def test_a_paced_stream_s_tokens_after_the_first_go_out_as_read(name: str, chat: bool, ids: bool) -> None:
+    """With their ids too (Friendli's clients get each token's; a stream that may resume asks for
+    them), though chunks then differ by them as well as by their texts."""
     dialect, model, flavour = DIALECTS[name]
     body: dict[str, JSON] = {"model": model, "stream": True}
     body |= {"messages": [{"role": "user", "content": "p"}]} if chat else {"prompt": "p"}
     texts = [" one", " two", ' "three"', " four", " five"]
-    stream = upstream_stream(chat, texts, "fp_up", True, True, False)
+    stream = upstream_stream(chat, texts, "fp_up", True, True, ids)
     read = [event + b"\n\n" for event in stream.split(b"\n\n")[:-1]]
-    out, tokens = token_stream(dialect, body, flavour, read)
+    out, tokens = token_stream(dialect, body, flavour, read, resumable=ids)
     # the first text lends its shape; the quoted one takes the full check and the next lends it anew.
-    # Friendli's clients get each token's id: the upstream is asked for them, and chunks differ by them.
-    assert tokens == (0 if name.startswith("friendli") else 2)
-    assert out == token_stream(dialect, body, flavour, read, as_read=False)[0]
-    assert out == client_stream(dialect, body, flavour, read, relay=True)
+    # (Friendli 2024's completions are not relayed: its stream ends with the whole answer.)
+    assert tokens == (0 if name == "friendli2024" and not chat else 2)
+    assert out == token_stream(dialect, body, flavour, read, as_read=False, resumable=ids)[0]
+    assert out == client_stream(dialect, body, flavour, read, relay=True, resumable=ids)
 
 
 def chunks(stream: bytes) -> list[JSON]:
@@ -233,6 +246,40 @@ def test_a_relayed_stream_matches_its_decoded_twin(
         assert all(c["delta"].get("reasoning") is None for x in ours for c in x["choices"])  # no text under it
 
     assert [same(c) for c in ours] == [same(c) for c in twins]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(sorted(set(DIALECTS) - {"friendli", "friendli2024"})),  # (these show the ids)
+    chat=st.booleans(),
+    texts=st.lists(TEXTS, min_size=1, max_size=6),
+    fp=st.sampled_from([None, "fp_up"]),
+    include_usage=st.sampled_from([None, True]),
+    reasoning=st.booleans(),
+    quirks=QUIRKS,
+)
+def test_a_stream_that_may_resume_reaches_the_client_as_one_that_may_not(
+    name: str,
+    chat: bool,
+    texts: list[str],
+    fp: str | None,
+    include_usage: bool | None,
+    reasoning: bool,
+    quirks: frozenset[str],
+) -> None:
+    """A stream that may resume asks vLLM for its ids, which the client's dialect does not show: it
+    gets the bytes of the stream not asked for them (vLLM's null in their place), as read or in runs."""
+    dialect, model, flavour = DIALECTS[name]
+    body: dict[str, JSON] = {"model": model, "stream": True}
+    body |= {"messages": [{"role": "user", "content": "p"}]} if chat else {"prompt": "p"}
+    if include_usage is not None:
+        body["stream_options"] = {"include_usage": include_usage}
+    out = []
+    for ids in (True, None):
+        stream = upstream_stream(chat, texts, fp, True, True, ids, reasoning, quirks)
+        one_by_one = [event + b"\n\n" for event in stream.split(b"\n\n")[:-1]]
+        out.append([token_stream(dialect, body, flavour, read, resumable=bool(ids)) for read in (one_by_one, [stream])])
+    assert out[0] == out[1]
 
 
 def test_the_retouch_rewrites_keys_and_never_text() -> None:

@@ -22,6 +22,7 @@ from gateway.core.response import (
     Delta,
     Finish,
     Frame,
+    Shape,
     StreamEvent,
     StreamStart,
     Token,
@@ -161,7 +162,7 @@ class ChunkEncoder:
         # A ``Token`` (an event of the last shaped frame's shape): written as it came (``as_is``), or
         # its text between the retouched head and tail (``around``), or retouched whole.
         self.as_is = True
-        self.around: tuple[bytes, int, int, bytes] | None = None
+        self.around: tuple[bytes, int, int | None, bytes] | None = None
         self.sent_role: set[int] = set()
         self.relayed = False  # relayed frames carried the upstream's own roles
         # The frame around one chunk's choices, encoded once per stream: a chunk costs the encoding of
@@ -227,7 +228,9 @@ class ChunkEncoder:
                     data = self.retouch(data)  # type: ignore[misc]  # (as_is is only False with a retouch)
                 else:
                     head, start, tail_size, tail = around
-                    data = head + data[start : len(data) - tail_size] + tail
+                    # (a shape that holds ids has its tail after them: the plain text ends at a quote)
+                    end = len(data) - tail_size if tail_size is not None else data.find(b'"', start)
+                    data = head + data[start:end] + tail
             return data if self.held is None else self._release() + data
         if isinstance(ev, Frame):
             self.relayed = True
@@ -280,20 +283,25 @@ class ChunkEncoder:
         self.prefix = b"data: " + to_json(head)[:-1] + b',"choices":['
         self.retouch = retouch_for(self.style, ev, self.want_usage, self.chat, self.want_ids)
 
-    def _shaped(self, shape: tuple[bytes, bytes]) -> None:
+    def _shaped(self, shape: Shape) -> None:
         """How the Tokens of ``shape`` (head, tail) are retouched: as the head and tail alone are. The
         retouch looks only for keys, quoted, and the shape's text is plain and closed as a JSON value:
         no match can take in a byte of it (``egress.shape``), so the head and tail are retouched around
-        a stand-in text (a NUL byte, which JSON escapes), and the text put back in its place."""
-        head, tail = shape
+        a stand-in text (a NUL byte, which JSON escapes), and the text put back in its place. A shape
+        (head, mid, tail) around a text and ids is retouched so only where the ids do not show."""
         retouch = self.retouch
         self.as_is, self.around = True, None
         if retouch is None:
             return
+        head, tail = shape[0], shape[1] if len(shape) == 2 else b"0".join(shape[1:])  # (a stand-in id)
         parts = retouch(head + STAND_IN + tail).split(STAND_IN)
         self.as_is = parts == [head, tail]
-        if len(parts) == 2 and not self.as_is:
+        if len(parts) != 2 or self.as_is:
+            return
+        if len(shape) == 2:
             self.around = (parts[0], len(head), len(tail), parts[1])
+        elif retouch(head + STAND_IN + b"1".join(shape[1:])).split(STAND_IN) == parts:  # the ids do not show
+            self.around = (parts[0], len(head), None, parts[1])
 
     def end(self) -> bytes:
         out = self._release()
