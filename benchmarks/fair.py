@@ -45,6 +45,7 @@ from typing import Any
 import aiohttp
 import redis
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import fair_load as fl
 from benchmarks.machine import basic_meta, measured, write_report
@@ -257,6 +258,7 @@ def run_scenario(
     outcomes = asyncio.run(fl.drive(teams, gateways, args.seconds, args.deadline, lengths, pool.body))
     took = time.monotonic() - began
     stats = pool_stats(pool)
+    stats["queue_wait"] = queue_waits(gateways)
     # each gateway's shared queue that fell back to its own share (a Redis call past redis.timeout_ms)
     stats["redis_failures"] = sum(procs.count_lines(f"gateway{i}-{mode}-{sc.name}", REDIS_FAILED) for i in range(2))
     for i in range(2):
@@ -264,6 +266,27 @@ def run_scenario(
     figures = team_figures(sc, outcomes, capacity_rps, args)
     log(f"{mode} / {sc.name} ({took:.0f} s): {json.dumps(figures)} pool {json.dumps(stats)}")
     return {"teams": figures, "pool": stats, "wall_s": round(took, 1)}, outcomes
+
+
+def queue_waits(gateways: list[str]) -> dict[str, dict[str, float]]:
+    """Per team, the time in the queue alone (``gateway_fair_wait_seconds`` of both gateways, the
+    requests that waited): how many, and the bucket its p99 falls in (an upper bound, seconds)."""
+    buckets: dict[str, dict[float, float]] = {}
+    for url in gateways:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "gateway_fair_wait_seconds_bucket":
+                    counts = buckets.setdefault(sample.labels["team"], {})
+                    le = float(sample.labels["le"])
+                    counts[le] = counts.get(le, 0.0) + sample.value
+    out = {}
+    for team, cumulative in buckets.items():
+        total = cumulative[math.inf]
+        p99 = next((le for le in sorted(cumulative) if cumulative[le] >= 0.99 * total), math.inf)
+        out[team] = {"waited": total, "p99_at_most_s": p99}
+    return out
 
 
 def team_figures(

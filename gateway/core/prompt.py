@@ -29,6 +29,7 @@ What does not belong here: the completion's worst case (``max_tokens``, the limi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -224,51 +225,25 @@ def bound(request: InternalRequest) -> int:
 
 # --- what a stream relayed as it came carried ------------------------------------------------------------
 
-# The keys whose string values hold generated text in the events relayed as they came: OpenAI's chat
-# chunks (content, a refusal, reasoning as vLLM names it, a tool call's name and arguments), its
-# completion chunks (text), and Responses events (each ``.delta``).
-GENERATED_KEYS = (
-    b'"content":"',
-    b'"text":"',
-    b'"arguments":"',
-    b'"name":"',
-    b'"reasoning_content":"',
-    b'"reasoning":"',
-    b'"refusal":"',
-    b'"delta":"',
+# The string values that hold generated text in the events relayed as they came: OpenAI's chat chunks
+# (content, a refusal, reasoning as vLLM names it, a tool call's name and arguments), its completion
+# chunks (text), Responses events (each ``.delta``) and Anthropic's (text, a tool's input as
+# ``partial_json``, thinking); a blank may follow the colon, as some servers write. The string's JSON
+# text is matched whole, escapes and all. A key cannot be matched inside a string, where every quote is
+# escaped; one whose value is no string (``null``, a list) is not matched.
+GENERATED = re.compile(
+    rb'"(?:content|text|arguments|name|reasoning_content|reasoning|refusal|delta|partial_json|thinking)"'
+    rb':[ \t\r\n]*"([^"\\]*(?:\\.[^"\\]*)*)"'
 )
 
 
 def relayed_tokens(data: bytes, events: int) -> int:
-    """The most tokens ``events`` relayed events (``data``, not decoded) can carry: the same factor as
-    the prompt's, a token per byte of each generated text (its JSON string: an escape is no shorter
-    than the bytes it stands for) and one more, and one per event (a token that shows no text). A key
-    cannot be matched inside a string, where every quote is escaped. (On the relay's path: a find a
-    key, and two per text.)"""
-    total = events
-    for key in GENERATED_KEYS:
-        at = data.find(key)
-        while at >= 0:
-            start = at + len(key)
-            end = data.find(b'"', start)
-            if end < 0 or data[end - 1] == 0x5C:  # an escaped quote, or a string not closed here
-                end = _string_end(data, start)
-            total += end - start + 1
-            at = data.find(key, end)
-    return total
-
-
-def _string_end(data: bytes, start: int) -> int:
-    """Where the JSON string opened before ``start`` closes (the end of ``data`` if it does not)."""
-    end = data.find(b'"', start)
-    while end >= 0:
-        escapes = end
-        while data[escapes - 1] == 0x5C:  # a quote after an odd run of backslashes is escaped
-            escapes -= 1
-        if (end - escapes) % 2 == 0:
-            return end
-        end = data.find(b'"', end + 1)
-    return len(data)
+    """The most tokens ``events`` whole relayed events (``data``, not decoded) can carry: the same
+    factor as the prompt's, a token per byte of each generated text (its JSON string: an escape is no
+    shorter than the bytes it stands for) and one more, and one per event (a token that shows no
+    text). One scan in C on the relay's path, about a third of decoding the events' JSON."""
+    texts = GENERATED.findall(data)
+    return events + len(texts) + sum(map(len, texts))
 
 
 def delta_tokens(delta: Delta) -> int:

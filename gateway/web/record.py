@@ -185,18 +185,20 @@ class RequestLog:
 
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
         """Tokens to settle: the upstream's own count. For a stream cut short (client gone, upstream
-        broke off): the upstream's count as of the last chunk read where it reported one as it went
-        (its prompt's real count, and at least the tokens streamed); else upper bounds: the prompt's
-        estimate and the most the streamed texts can hold (never past the completion's worst case)."""
+        broke off), upper bounds: the prompt's real count where the upstream reported one as it went,
+        else its estimate; and the larger of the upstream's count so far and the most the streamed
+        texts can hold (never past the completion's worst case): an upstream's count may be its first
+        event's (Anthropic's), and a chunk may carry several tokens."""
         if self.completion_tokens is not None or not self.streamed:
             return self.prompt_tokens, self.completion_tokens
+        worst = plan.estimate - plan.prompt_estimate  # max_tokens for every choice (0: not planned)
+        completion = max(self.streamed, min(self.most, worst) if worst > 0 else self.most)
         seen = self.progress.usage if self.progress is not None else None
         if seen is not None and seen.prompt_tokens:
             if self.cached_tokens is None:
                 self.cached_tokens, self.cache_write_tokens = seen.cached_tokens, seen.cache_write_tokens
-            return seen.prompt_tokens, max(seen.completion_tokens, self.streamed)
-        worst = plan.estimate - plan.prompt_estimate  # max_tokens for every choice (0: not planned)
-        return plan.prompt_estimate, max(self.streamed, min(self.most, worst) if worst > 0 else self.most)
+            return seen.prompt_tokens, max(seen.completion_tokens, completion)
+        return plan.prompt_estimate, completion
 
     def failed(self, err: GatewayError) -> None:
         if self.ttfb is None:

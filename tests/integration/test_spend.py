@@ -189,26 +189,37 @@ async def test_a_stream_cut_by_its_client_is_charged_what_it_consumed(
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # the worst case is given back
 
 
-async def test_a_cut_relayed_stream_is_charged_an_upper_bound_of_its_text(
-    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_cut_stream_is_charged_an_upper_bound_of_its_text(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer, provider: str
 ) -> None:
-    """Chunks relayed as they came carry no usage; a stream cut before its last is settled by the most
-    its texts can hold (a token a byte, as the prompt's bound), not a token a chunk: here the upstream
-    counts a token a byte (``dense_answer``) and sends a word a chunk."""
-    server, team, gw = await spend_gateway(gateway, upstream, redis_server.url, budget={"amount": "1"})
-    path, headers, body = OPENAI.request("m", "alpha beta gamma [[fault:slow=0.3,dense_answer]]", True, max_tokens=200)
+    """A stream cut before its usage is settled by the most its texts can hold (a token a byte, as the
+    prompt's bound), never a token a chunk: here the upstream counts a token a byte (``dense_answer``)
+    and sends a word a chunk. OpenAI's chunks are relayed as they came (no usage in them); Anthropic's
+    are decoded, and its count as of the cut is its first event's."""
+    server = await upstream(provider)
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"][0] = target(server, provider, name="up")
+    gw = await gateway(parse_config(data))
+    _, headers, _ = OPENAI.request("m", "x", True)
+    question = [{"role": "user", "content": "alpha beta gamma [[fault:slow=0.3,dense_answer]]"}]
+    body = {"model": "m", "messages": question, "stream": True, "max_tokens": 200}
     texts: list[str] = []
-    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as resp,
+    ):
         assert resp.status == 200
         async for line in resp.content:
-            if line.startswith(b"data: {"):
-                texts.append(json.loads(line[6:])["choices"][0]["text"])
-            if len(texts) == 3:
+            if line.startswith(b"data: {") and (choices := json.loads(line[6:])["choices"]):
+                texts.append(choices[0]["delta"].get("content") or "")
+            if len(texts) == 4:
                 break
     await eventually(lambda: server.cancelled >= 1, "the gateway closed the upstream's stream behind it")
     usage = await settled(redis_server.url, team, 1)
     consumed = sum(len(t.encode()) for t in texts)  # the upstream's count of what the client received
-    assert len(texts) < consumed <= usage["completion_tokens"] < 200
+    assert len(texts) < consumed <= usage["completion_tokens"] < 200, (texts, usage)
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
     assert await budget_spent(redis_server.url, team) == usage["spend"]
 

@@ -88,3 +88,17 @@ def test_a_frame_counts_each_generated_string_once() -> None:
     log = RequestLog(Backlog(), logging.getLogger("test"), "rid", "openai")
     log.observe([Frame.of(event(text) * 2, 2)])
     assert 2 * len(text.encode()) <= log.most <= 2 * (len(json.dumps(text)) + 1) and log.streamed == 2
+
+
+def test_anthropic_events_count_their_text_tool_input_and_thinking() -> None:
+    """An Anthropic stream relayed to an Anthropic client: each delta's generated string counts."""
+    deltas = [
+        ("text_delta", "text", "héllo"),
+        ("input_json_delta", "partial_json", '{"a": 1'),
+        ("thinking_delta", "thinking", "hm"),
+    ]
+    log = RequestLog(Backlog(), logging.getLogger("test"), "rid", "anthropic")
+    for kind, key, text in deltas:
+        data = {"type": "content_block_delta", "index": 0, "delta": {"type": kind, key: text}}
+        log.observe([Frame.of(b"event: content_block_delta\ndata: " + json.dumps(data).encode() + b"\n\n", 1)])
+    assert log.most >= sum(len(t.encode()) for _, _, t in deltas) + 3

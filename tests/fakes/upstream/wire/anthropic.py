@@ -104,7 +104,7 @@ def usage(job: Job, output: int | None = None) -> JSON:
     prompt = sum(len(p.ids) for p in job.prompts)
     cached = min(job.cached, prompt)
     written = min(job.cache_written, prompt - cached)
-    out = sum(len(c.steps) for c in job.choices) if output is None else output
+    out = job.usage()["completion_tokens"] if output is None else output
     return {
         "input_tokens": prompt - cached - written,
         "cache_creation_input_tokens": written,
