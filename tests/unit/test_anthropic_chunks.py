@@ -34,12 +34,16 @@ def chunk(delta: JSON, finish: str | None = None, usage: JSON = None, ascii_only
 def delta(kind: str, text: str, n: int) -> JSON:
     if kind == "tool":
         return {"tool_calls": [{"index": 0, "id": f"call_{n}", "function": {"name": "f", "arguments": '{"a":1}'}}]}
+    if kind == "refusal":  # another key of the content's length: an event of another shape, as long
+        return {"refusal": text or "-"}
     if kind == "keys":  # a text followed by keys of its own: the tail still reads as a text's
         return {"content": text or "-", "x": '"},"finish_reason":null'}
     return {"reasoning_content": text or "-"} if kind == "reasoning" else {"content": text}
 
 
-KINDS = st.lists(st.tuples(st.sampled_from(["text", "text", "text", "tool", "reasoning", "keys"]), TEXTS), max_size=12)
+KINDS = st.lists(
+    st.tuples(st.sampled_from(["text", "text", "text", "tool", "reasoning", "keys", "refusal"]), TEXTS), max_size=12
+)
 
 
 def stream(kinds: list[tuple[str, str]], ascii_only: bool) -> list[bytes]:
@@ -105,7 +109,7 @@ def test_relayed_chunks_are_written_as_decoded_ones_would_be(
 @pytest.mark.parametrize("text", SPECIAL)
 def test_a_run_of_texts_is_written_at_once_only_where_each_would_be(text: str, ascii_only: bool) -> None:
     req = request()
-    events = stream([("text", " a"), ("text", text), ("text", " b"), ("text", " c")], ascii_only)
+    events = stream([("text", " a"), ("text", text), ("text", " b"), ("refusal", text), ("text", " c")], ascii_only)
     assert encoded(relayed(events, [2, 3], req), req) == encoded(decoded(events, req), req)
 
 

@@ -41,46 +41,39 @@ class ChunkText:
     """The relayed chunks of one stream: ``shape`` is that of the last chunk found to be a text delta
     alone, whose text a chunk of the same shape is taken from without decoding."""
 
-    __slots__ = ("decoder", "empty", "joint", "quotes", "shape")
+    __slots__ = ("decoder", "joint", "shape")
 
     def __init__(self) -> None:
         self.decoder = ChunkDecoder(Operation.CHAT)
         self.decoder.started = True  # a relayed chunk follows the stream's first, decoded by the reader
         self.shape: Shape | None = None
-        self.quotes = 0  # the shape's quotes, head and tail
-        self.empty = b""  # an event of the shape with an empty text
         self.joint = b""  # a tail, then the next event's head
 
     def learn(self, found: Shape | None) -> None:
         self.shape = found
         if found is not None:
-            head, tail = found
-            self.quotes, self.empty, self.joint = head.count(b'"') + tail.count(b'"'), head + tail, tail + head
+            self.joint = found[1] + found[0]
 
     def texts(self, frame: bytes, chunks: int, head: bytes) -> bytes | None:
         """A relayed frame of ``chunks`` one-line events (``relay_run``: two newlines an event), each
         of the known shape around a plain, non-empty text, as the text block's events, ``head``
         opening each; else None.
 
-        Counted, not split: the frame opens with a head and ends with a tail, and each of the events'
-        boundaries is a tail then a head (a tail ends with its event's blank line, which no text
-        holds); with no quote but theirs and no backslash, a text holds none and no event is of
-        another shape (JSON ends a string at its first quote), and no text is empty."""
+        The frame opens with a head and ends with a tail, and each of its events' boundaries is a
+        tail then a head (a tail ends with its event's blank line): every event is head, text, tail,
+        and the texts are cut out at once and checked together. Long needles are slow to replace
+        (about 40 us a burst's 12 KB): the frame is split at its blank lines instead."""
         if (known := self.shape) is None:
             return None
         before, after = known
-        if (
-            not frame.startswith(before)
-            or not frame.endswith(after)
-            or frame.count(self.joint) != chunks - 1
-            or frame.count(b'"') != chunks * self.quotes
-            or b"\\" in frame
-            or self.empty in frame
-        ):
+        if not frame.startswith(before) or not frame.endswith(after) or frame.count(self.joint) != chunks - 1:
+            return None
+        start, end = len(before), 2 - len(after)  # (an event less its blank line)
+        texts = [event[start:end] for event in frame.split(b"\n\n")[:-1]]
+        if b"" in texts or NOT_PLAIN.search(b"".join(texts)) is not None:
             return None
         opening = head + b'"'
-        inner = frame[len(before) : len(frame) - len(after)]
-        return opening + inner.replace(self.joint, TEXT_END + opening) + TEXT_END
+        return opening + (TEXT_END + opening).join(texts) + TEXT_END
 
     def text(self, event: bytes) -> bytes | None:
         """The text of ``event`` (one whole ``data:`` event), when it has the known shape; else None."""
