@@ -56,7 +56,7 @@ def relayed(texts: list[str], reads: list[int], paths: list[str] | None = None) 
 def test_the_most_a_relayed_stream_carried_bounds_its_texts_bytes(texts: list[str], reads: list[int]) -> None:
     """Byte-level BPE spends at most a token a byte; a chunk with no text may still carry a token."""
     log = relayed(texts, reads)
-    assert log.most >= sum(max(1, len(t.encode())) for t in texts) >= log.streamed == len(texts)
+    assert log.counted() >= sum(max(1, len(t.encode())) for t in texts) >= log.streamed == len(texts)
 
 
 def test_the_property_runs_the_relays_paths() -> None:
@@ -64,7 +64,7 @@ def test_the_property_runs_the_relays_paths() -> None:
     paths: list[str] = []
     log = relayed(["ab", "cd", "e\nf", 'g"h', "ij", "kl", "mn"], [3, 1, 1, 1, 1], paths)
     assert paths == ["frame", "frame", "frame", "token", "token"]  # 3 events, 1 quoted, 1 plain, 2 in its shape
-    assert log.most >= 2 + 2 + 3 + 3 + 2 + 2 + 2
+    assert log.counted() >= 2 + 2 + 3 + 3 + 2 + 2 + 2
 
 
 def test_a_cut_stream_settles_the_bound_within_the_worst_case() -> None:
@@ -73,21 +73,21 @@ def test_a_cut_stream_settles_the_bound_within_the_worst_case() -> None:
     log = relayed(["word " * 3] * 4, [])  # 4 chunks, 60 bytes: past max_tokens
     assert log.usage(plan) == (plan.prompt_estimate, 20)
     short = relayed(["ab"], [])
-    assert short.usage(plan) == (plan.prompt_estimate, short.most) and short.most > short.streamed
+    assert short.usage(plan) == (plan.prompt_estimate, short.counted()) and short.counted() > short.streamed
 
 
 def test_decoded_deltas_count_their_texts_or_their_ids() -> None:
     log = RequestLog(Backlog(), logging.getLogger("test"), "rid", "openai")
     log.observe([Delta(0, "hello world"), Delta(0, "x", token_ids=(1, 2, 3)), Delta(0, "", tool_calls=({"a": 1},))])
     assert log.streamed == 1 + 3 + 1
-    assert log.most >= 11 + 3 + len('[{"a": 1}]')
+    assert log.counted() >= 11 + 3 + len('[{"a": 1}]')
 
 
 def test_a_frame_counts_each_generated_string_once() -> None:
     text = 'say "hi"\n'
     log = RequestLog(Backlog(), logging.getLogger("test"), "rid", "openai")
     log.observe([Frame.of(event(text) * 2, 2)])
-    assert 2 * len(text.encode()) <= log.most <= 2 * (len(json.dumps(text)) + 1) and log.streamed == 2
+    assert 2 * len(text.encode()) <= log.counted() <= 2 * (len(json.dumps(text)) + 1) and log.streamed == 2
 
 
 def test_anthropic_events_count_their_text_tool_input_and_thinking() -> None:
@@ -101,4 +101,4 @@ def test_anthropic_events_count_their_text_tool_input_and_thinking() -> None:
     for kind, key, text in deltas:
         data = {"type": "content_block_delta", "index": 0, "delta": {"type": kind, key: text}}
         log.observe([Frame.of(b"event: content_block_delta\ndata: " + json.dumps(data).encode() + b"\n\n", 1)])
-    assert log.most >= sum(len(t.encode()) for _, _, t in deltas) + 3
+    assert log.counted() >= sum(len(t.encode()) for _, _, t in deltas) + 3
