@@ -214,6 +214,8 @@ def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
         state = request.app[STATE]
         wire = state.wire
         chat = request.path.endswith(wire.chat_path)
+        if wire.version_header and not request.headers.get(wire.version_header):
+            raise ApiError(400, f"{wire.version_header}: header is required")  # Anthropic's own words
         body = await json_body(request)
         faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
         await pause(request, faults.hang_before)
