@@ -146,7 +146,7 @@ def test_relayed_chunks_are_read_back_by_their_target() -> None:
 
     batch = Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])
     progress = resume.read_back([batch, batch], replay, COMPLETION, sent((" a", (5,))))
-    assert (progress.text, progress.token_ids, progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
+    assert (progress.text, list(progress.token_ids), progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
     assert len(readers) == 1  # one reader for the stream: a stream's later events may need its first
     assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None
 
