@@ -20,7 +20,9 @@ every completion token counts once and the prompt is billed once. What cannot be
 continue, such as OpenAI's API) keeps the break: the client gets the in-band error, never a finish.
 
 The seam: ``dispatch.open_stream`` hands a stream that may resume to ``resumable``, with a ``Resumer``
-that opens a continuation on a given target. Streams that may not resume are not wrapped at all.
+that opens a continuation on a given target: a ``Resumable``, which the relay reads without a layer
+of its own (it keeps each batch written, and hands a break to ``recover``). Streams that may not
+resume are not wrapped at all. What a stream keeps is bounded (``KEEP_BATCHES``, ``KEPT_TOKENS``).
 
 What does not belong here: the choice of targets before the first byte (``dispatch``), the HTTP of a
 target (``adapters``), any wire format (a relayed chunk is read back by its target's ``replay``).
@@ -453,7 +455,7 @@ class Resumer:
             return None
 
 
-# What a stream that may resume keeps of what the client has (docs/resume.md, "What a stream keeps"):
+# What a stream that may resume keeps of what the client has (docs/vllm.md, "Streams that survive"):
 # the batches relayed since the last fold, as they came (a one-token batch holds about 430 bytes), at
 # most ``KEEP_BATCHES``; then read back into a ``Progress`` (about the text's bytes and 12 bytes a
 # token). An answer past ``KEPT_TOKENS`` tokens or ``KEPT_CHARS`` characters is no longer kept: a

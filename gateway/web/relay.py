@@ -6,7 +6,9 @@ batches allow. The one place that reads a batch's ``then`` and the one fast path
 - the stream's last batch (``Then.END``) is not written here but left for the answer's end, so that
   the events and the stream's end leave in one write;
 - a batch that is one relayed ``Token`` (most of a model server's stream) is counted and written
-  without the per-batch bookkeeping.
+  without the per-batch bookkeeping;
+- a stream that may resume (``gateway.routing.resume.Resumable``) is read here, its target's stream
+  directly: each batch written is kept, and a break is handed to it for the continuation.
 
 Everything else of a stream, upstream to encoder, exchanges typed events (``gateway.core.response``);
 this module decides only when the encoded bytes are sent (docs/performance.md)."""
