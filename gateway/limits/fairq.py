@@ -71,7 +71,10 @@ class Ticket:
 class Tags:
     """Start tags per class (start-time fair queuing): the arithmetic the Redis script repeats
     (``fairq_shared``). ``last``: each team's last finish; ``starts``: the starts last served, oldest
-    first, as many as the slots (the virtual time is their lowest)."""
+    first, as many as the slots (the virtual time is their lowest). A team's next start is never
+    earlier than the virtual time less ``credit`` (the slots): a team that was below its share banks at
+    most that much, so a burst of its requests goes before a backlogged team's next one for up to
+    about twice the slots, and no further."""
 
     __slots__ = ("last", "starts")
 
@@ -82,12 +85,12 @@ class Tags:
     def virtual(self, rank: int) -> float:
         return min(self.starts.get(rank) or (0.0,))
 
-    def next(self, rank: int, team: str) -> float:
+    def next(self, rank: int, team: str, credit: float) -> float:
         """The start tag ``team``'s next request of class ``rank`` would get."""
-        return max(self.virtual(rank), self.last.get((rank, team), 0.0))
+        return max(self.virtual(rank) - credit, self.last.get((rank, team), -math.inf))
 
-    def tag(self, rank: int, team: str, weight: float) -> float:
-        start = self.next(rank, team)
+    def tag(self, rank: int, team: str, weight: float, credit: float) -> float:
+        start = self.next(rank, team, credit)
         self.last[rank, team] = start + 1.0 / weight
         return start
 
@@ -99,7 +102,12 @@ class Tags:
     def served(self, rank: int, tag: float, slots: int) -> None:
         starts = self.starts.setdefault(rank, [])
         starts.append(tag)
-        del starts[: max(0, len(starts) - max(1, min(slots, WINDOW)))]
+        del starts[: max(0, len(starts) - window(slots))]
+
+
+def window(slots: int) -> int:
+    """Served starts kept for the virtual time, and the credit a team below its share may bank."""
+    return max(1, min(slots, WINDOW))
 
 
 WAITING, GRANTED, EVICTED, LEFT = "waiting", "granted", "evicted", "left"
@@ -153,7 +161,9 @@ class LocalQueue:
             victim.fut.set_result(None)
         self.seq += 1
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(ticket, self.seq, self.tags.tag(ticket.rank, ticket.team, ticket.weight), fut)
+        waiter = Waiter(
+            ticket, self.seq, self.tags.tag(ticket.rank, ticket.team, ticket.weight, window(self.capacity)), fut
+        )
         heap = self.heaps[ticket.rank]
         heapq.heappush(heap, (waiter.tag, waiter.seq, waiter))
         self.counts[ticket.rank] += 1
@@ -206,7 +216,7 @@ class LocalQueue:
             if last is not None:
                 return last
         last = self.last_in_line(ticket.rank)
-        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team):
+        if last is not None and last.tag > self.tags.next(ticket.rank, ticket.team, window(self.capacity)):
             return last
         return None
 

@@ -163,10 +163,13 @@ if queued == 0 and redis.call('ZCARD', run) < cap then
 end
 local team, weight = ARGV[9], tonumber(ARGV[10])
 local v = virtual(rank)
-local last = tonumber(redis.call('HGET', tags(rank), team) or '0')
+-- never earlier than the virtual time less the credit a team below its share banks (the window)
+local start = v - window
+local last = redis.call('HGET', tags(rank), team)
+if last and tonumber(last) > start then start = tonumber(last) end
 -- every digit of the tags, as the Python twin sums them (a Lua number passed to Redis keeps 14)
-local tag = string.format('%.17g', math.max(v, last))
-local finish = string.format('%.17g', math.max(v, last) + 1 / weight)
+local tag = string.format('%.17g', start)
+local finish = string.format('%.17g', start + 1 / weight)
 if queued >= bound then
   -- the last in line of the lowest class below; else of its own class, if behind the newcomer
   local victim, vtag, vr = nil, nil, nil
