@@ -166,8 +166,8 @@ if queued == 0 and redis.call('ZCARD', run) < cap then
 end
 local team, weight = ARGV[9], tonumber(ARGV[10])
 local v = virtual(rank)
--- never earlier than the virtual time less the credit a team below its share banks (the window)
-local start = v - window
+-- never earlier than the virtual time less the credit a team below its share banks (twice the window)
+local start = v - 2 * window
 local last = redis.call('HGET', tags(rank), team)
 if last and tonumber(last) > start then start = tonumber(last) end
 -- every digit of the tags, as the Python twin sums them (a Lua number passed to Redis keeps 14)

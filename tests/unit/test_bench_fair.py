@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import fair_load as fl
-from benchmarks import fair_trace
+from benchmarks import fair_sim, fair_trace
 from benchmarks.fair import GATEWAYS, SCENARIOS, PoolInfo, gateway_config, verdicts
 from benchmarks.fair_pool import POOL, Slots, make_app
 from gateway.limits.fairq_policy import fair_policy
@@ -209,3 +209,19 @@ def test_the_trace_splits_a_ttft_into_its_parts_and_counts_who_passed() -> None:
     want = {"ttft": 0.36, "gateway": 0.3, "next free": 0.2, "after free": 0.1}
     want |= {"pool queue": 0.0, "prefill": 0.05, "relay": 0.01, "passed": 1.0}
     assert row == pytest.approx(want)
+
+
+def test_the_simulated_floor_orders_the_policies_as_the_docs_say() -> None:
+    """``benchmarks.fair_sim``: more credit never lengthens the quiet team's p99 wait, unlimited credit
+    is strict priority, and headroom shortens it only by taking slots from the noisy team."""
+    pool = fair_sim.Pool()
+
+    def run(policy: fair_sim.Policy) -> tuple[float, float]:
+        waits, noisy = fair_sim.simulate(policy, pool, 400.0, seed=1)
+        return waits[int(0.99 * len(waits))], noisy
+
+    none, cap, twice, first = (run(fair_sim.Policy("", c)) for c in (0.0, 4.0, 8.0, None))
+    headroom = run(fair_sim.Policy("", None, 1, 1.0))
+    assert none[0] > cap[0] >= twice[0] >= first[0]
+    assert none[1] == cap[1] == twice[1] == first[1]  # work-conserving: the same noisy throughput
+    assert headroom[0] < first[0] and headroom[1] < 0.9 * first[1]
