@@ -10,10 +10,11 @@ here twice: no case reaches it, then Helm renders the case. What the loader chec
 not the file, is out of the chart's reach and listed in ``NOT_AT_RENDER``.
 
 Shapes (pydantic's types, bounds, choices, required and unknown keys): ``templates/_config_shape.tpl``
-checks them against the shapes ``config-schema --chart`` reads off the models. Every field of every
-section is probed with values drawn from its shape, taken or refused, and the chart's answer must be
-check-config's, line for line (``values.schema.json`` no longer checks them: Helm runs it first, in its
-own words)."""
+checks them against the shapes ``config-schema --chart`` reads off the models, running the models'
+validators where pydantic runs them. Every field of every section is probed with values drawn from its
+shape, taken or refused, and the chart's answer must be check-config's, line for line; so must it for
+configs with two mistakes, where the one named is the first pydantic meets (``values.schema.json`` no
+longer checks shapes: Helm runs it first, in its own words)."""
 
 from __future__ import annotations
 
@@ -445,3 +446,46 @@ def test_a_config_that_is_no_mapping_fails_in_check_configs_line(
     line = check_config(config, tmp_path, capsys)
     out = helm("template", "gw", str(CHART), "--set-json", f"config={json.dumps(config)}")
     assert line and f"config: {line}\n" in out.stderr, f"check-config: {line}\nhelm: {out.stderr}"
+
+
+def two_mistakes(tokenizer: Path) -> dict[str, dict[str, Any]]:
+    """Configs with two mistakes in different top-level keys: one of shape per section (its first field
+    of the wrong type) beside each refused config above, and beside each other's."""
+    singles = shape_cases(tokenizer)
+    shapes = config_shapes(GatewayConfig)["models"]
+    firsts = {
+        s: singles[f"{s}.{name}-0"]
+        for s, fields in shapes.items()
+        for name in [next(f[0] for f in fields if (s, f[0]) not in CHART_OWNED)]
+        if s not in UNPROBED_SECTIONS
+    }
+    mistakes = {f"shape:{s}": cfg for s, cfg in firsts.items()} | {
+        f"rule:{name}": BASE | case for name, case in REFUSED.items()
+    }
+
+    def changed(cfg: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in cfg.items() if BASE.get(k) != v}
+
+    out = {}
+    names = sorted(mistakes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            first, second = changed(mistakes[a]), changed(mistakes[b])
+            if (a.startswith("shape:") or b.startswith("shape:")) and not set(first) & set(second):
+                out[f"{a}+{b}"] = BASE | first | second
+    return out
+
+
+def test_of_two_mistakes_the_chart_names_the_one_check_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic reports the first error of its walk (an unknown key before any): a validator's
+    refusal in one section comes before a wrong type in a later one, and the chart's check walks
+    the same way."""
+    (tmp_path / "tokenizer.json").write_text("{}")
+    cases = two_mistakes(tmp_path)
+    lines = {case: check_config(cfg, tmp_path, capsys) for case, cfg in cases.items()}
+    problems = dict(zip(cases, shape_problems(list(cases.values()), tmp_path), strict=True))
+    wrong = {c: (lines[c], problems[c]) for c in cases if problems[c] != lines[c]}
+    assert not wrong, "check-config's line, then the chart's:\n" + "\n".join(f"{c}: {w}" for c, w in wrong.items())
+    assert len(cases) > 300, len(cases)
