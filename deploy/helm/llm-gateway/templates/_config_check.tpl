@@ -6,6 +6,7 @@
      both and compares the lines; a new rule there without its twin here fails that test. The
      providers come from _gateway.tpl, generated from the gateway's registries. */}}
 {{- define "gw.checkConfig" -}}
+{{- include "gw.checkShape" . -}}
 {{- $c := .Values.config -}}
 {{- range $i, $m := $c.models -}}
 {{- $at := printf "models%s" (include "gw.at" (list $m $i)) -}}
@@ -34,9 +35,14 @@
 {{/* check-config's line: "config: <where>: <why>". */}}
 {{- define "gw.refuse" -}}{{ fail (printf "config: %s: %s" (index . 0) (index . 1)) }}{{- end -}}
 
-{{/* Python's repr of a string, as the loader quotes names: 'x', or "x" when x holds ' and no ". */}}
+{{/* Python's repr of a string, as the loader quotes names: 'x', or "x" when x holds ' and no ";
+     of a number or a bool as the pod's file holds it (a number with no fraction is an integer). */}}
 {{- define "gw.repr" -}}
 {{- if kindIs "invalid" . }}None
+{{- else if kindIs "bool" . }}{{ ternary "True" "False" . }}
+{{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}{{ . }}
+{{- else if kindIs "slice" . }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ include "gw.repr" $v }}{{ end }}]
+{{- else if kindIs "map" . }}{{ "{" }}{{ range $i, $k := keys . | sortAlpha }}{{ if $i }}, {{ end }}{{ include "gw.repr" $k }}: {{ include "gw.repr" (get $ $k) }}{{ end }}{{ "}" }}
 {{- else if and (contains "'" (toString .)) (not (contains "\"" (toString .))) }}"{{ toString . | replace "\\" "\\\\" }}"
 {{- else }}'{{ toString . | replace "\\" "\\\\" | replace "'" "\\'" }}'{{ end -}}
 {{- end -}}
