@@ -324,3 +324,8 @@ async def test_anthropic_wire_requires_its_version_header(aiohttp_client: Aiohtt
     assert error == {"type": "invalid_request_error", "message": "anthropic-version: header is required"}
     resp = await client.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
     assert resp.status == 200, await resp.text()
+    count = {"model": "tiny", "messages": body["messages"]}
+    resp = await client.post("/v1/messages/count_tokens", json=count)
+    assert resp.status == 400 and (await resp.json())["error"]["message"] == "anthropic-version: header is required"
+    resp = await client.post("/v1/messages/count_tokens", json=count, headers={"anthropic-version": "2023-06-01"})
+    assert resp.status == 200, await resp.text()
