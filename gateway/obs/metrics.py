@@ -250,19 +250,21 @@ PROCESS = Tallies()
 
 
 class CountTally:
-    """Increments of one counter child: ``n += amount`` on the hot path."""
+    """Increments of one counter child: ``n += amount`` on the hot path. ``per``: ``n`` counts in
+    this many parts of the counter's unit (millionths of a currency: integers, summed exactly)."""
 
-    __slots__ = ("_child", "n")
+    __slots__ = ("_child", "_per", "n")
 
-    def __init__(self, child: Counter, owner: Tallies = PROCESS) -> None:
+    def __init__(self, child: Counter, owner: Tallies = PROCESS, per: int = 1) -> None:
         self._child = child
+        self._per = per
         self.n: float = 0
         owner.items.append(self)
 
     def flush(self) -> None:
         if self.n:
             n, self.n = self.n, 0
-            self._child.inc(n)
+            self._child.inc(n / self._per if self._per != 1 else n)
 
 
 class LevelTally:
@@ -360,6 +362,20 @@ BUDGET_USE = Gauge(
     ["team", "unit"],
     multiprocess_mode="max",
 )
+
+_BUDGET_USE: dict[tuple[str, str], LevelTally] = {}
+
+
+def budget_use(team: str, unit: str) -> LevelTally:
+    """The level of ``BUDGET_USE`` for a team and unit, set by each admission with budgets: set on the
+    gauge at the next flush (before each scrape), as ``labels()`` and a gauge's set take a lock each.
+    Teams come from the config: a bounded label."""
+    tally = _BUDGET_USE.get((team, unit))
+    if tally is None:
+        tally = _BUDGET_USE[team, unit] = LevelTally(BUDGET_USE.labels(team, unit))
+    return tally
+
+
 BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])
 
 
