@@ -32,7 +32,7 @@ class Spend:
     @staticmethod
     def worst(prices: PriceTable, model: str, targets: Sequence[Upstream]) -> Rate | None:
         """The dearest price among the route's targets (a fallback may answer), None with no prices."""
-        return prices.worst(model, tuple(t.name for t in targets)) if prices else None
+        return prices.worst(model, tuple([t.name for t in targets])) if prices else None
 
     @staticmethod
     def cost(

@@ -75,7 +75,7 @@ def budget_answer(plan: Plan, result: Any) -> Refusal | None:
             retry = int(result[2])
             return Refusal(check, None if retry < 0 else retry / 1000)
         return Refusal(check, max(0.0, window.reset - time.time()), int(result[3]))
-    plan.spent = tuple(int(v) for v in result[3:])
+    plan.spent = tuple(map(int, result[3:]))
     if code == 2:
         plan.over = plan.checks[i - 1]
     return None
