@@ -34,6 +34,8 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as mp
 
+from gateway.runtime.internals import BucketTally
+
 FLUSH_SECONDS = 1.0
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -239,7 +241,7 @@ class Tallies:
     __slots__ = ("items",)
 
     def __init__(self) -> None:
-        self.items: list[CountTally | LevelTally] = []
+        self.items: list[CountTally | LevelTally | BucketTally] = []
 
     def flush(self) -> None:
         for tally in self.items:
@@ -284,15 +286,19 @@ class LevelTally:
             self._child.set(self.n)
 
 
-class HistogramTally:
-    """Observations of one histogram child. prometheus-client has no public way to add a count to a
-    bucket, so each goes to ``observe`` as it comes; the class keeps the callers' shape of a tally.
-    ``observe`` is the child's own bound method: no call of ours between (one frame less each)."""
+_HISTOGRAMS: dict[int, tuple[Histogram, BucketTally]] = {}  # by the child's id (the child kept with it)
 
-    __slots__ = ("observe",)
 
-    def __init__(self, child: Histogram) -> None:
-        self.observe = child.observe
+def histogram(child: Histogram) -> BucketTally:
+    """The tally of one histogram child: observations counted on the loop and put on the child's
+    buckets and sum by ``flush`` (``gateway.runtime.internals.BucketTally``: prometheus-client has no
+    public way to add counts to a bucket, and its ``observe`` takes two locks and walks the buckets
+    each time). A child has one tally, shared by whoever observes it."""
+    known = _HISTOGRAMS.get(id(child))
+    if known is None or known[0] is not child:
+        known = _HISTOGRAMS[id(child)] = (child, BucketTally(child))
+        PROCESS.items.append(known[1])
+    return known[1]
 
 
 def flush(*owned: Tallies) -> None:
@@ -314,8 +320,8 @@ async def flusher(*owned: Tallies) -> None:
 ADMITTED = CountTally(RATE_LIMIT.labels("all", "admit"))
 ADMITTED_AHEAD = CountTally(RATE_LIMIT.labels("all", "admit_ahead"))  # of them, on an admission made ahead
 GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # requests' admissions made ahead that no request took
-ADMISSION_WAITS = HistogramTally(ADMISSION_WAIT)
-REDIS_ROUND_TRIPS = HistogramTally(REDIS_LATENCY)
+ADMISSION_WAITS = histogram(ADMISSION_WAIT)
+REDIS_ROUND_TRIPS = histogram(REDIS_LATENCY)
 REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the gauge's file on change only
 
 # Settlements Redis did not take, held until it answers (``gateway.limits.backlog``), and what of them

@@ -57,10 +57,10 @@ class _Series:
 
     def __init__(self, owner: m.Tallies, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
         self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome), owner)
-        self.duration = m.HistogramTally(m.DURATION.labels(dialect, model))
-        self.overhead = m.HistogramTally(m.OVERHEAD_SECONDS.labels(dialect))
-        self.ttft = m.HistogramTally(m.TTFT.labels(dialect, model))
-        self.inter_token = m.HistogramTally(m.INTER_TOKEN.labels(model))
+        self.duration = m.histogram(m.DURATION.labels(dialect, model))
+        self.overhead = m.histogram(m.OVERHEAD_SECONDS.labels(dialect))
+        self.ttft = m.histogram(m.TTFT.labels(dialect, model))
+        self.inter_token = m.histogram(m.INTER_TOKEN.labels(model))
         self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"), owner)
         self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"), owner)
         self.spend: m.CountTally | None = None  # the first priced request's (``spent``)
