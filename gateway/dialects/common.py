@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from random import getrandbits
 from typing import Annotated, Any, TypeVar
 
 import pydantic
@@ -281,6 +282,11 @@ dumps: Callable[[JSON], bytes] = pydantic_core.to_json
 
 def sse(obj: JSON) -> bytes:
     return b"data: " + pydantic_core.to_json(obj) + b"\n\n"
+
+
+def new_id(prefix: str) -> str:
+    """An object id in a vendor's style (``resp_…``, ``toolu_…``) where the upstream gave none."""
+    return f"{prefix}_{getrandbits(192):048x}"
 
 
 class FeatureSet:

@@ -601,9 +601,16 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
             where = _path(tuple(err["loc"]), data) or "(top level)"
         raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
     _check_names(config, source)
-    if problem := price_problem(config):
+    if problem := price_problem(config.spend.prices, *_price_names(config)):
         raise ConfigError(f"{source}: {problem}")
     return config
+
+
+def _price_names(config: GatewayConfig) -> tuple[dict[str, set[str]], dict[str, str], set[str]]:
+    """What a price may name: each model's target names, each alias's model, and the wildcards."""
+    targets = {m.name: {t.name or f"{t.provider}:{t.model or m.name}" for t in m.targets} for m in config.models}
+    aliases = {a: m.name for m in config.models for a in m.aliases}
+    return targets, aliases, {f"{v}/*" for v in config.vendors} | {"local"}
 
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is kilobytes; more is a mistake or an attack

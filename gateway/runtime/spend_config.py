@@ -6,13 +6,11 @@ team and each of its keys are held to. What the prices cost and how budgets are 
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-if TYPE_CHECKING:  # the config holds this module's models: imported for types only
-    from gateway.runtime.config import GatewayConfig
 
 MICROS = 1_000_000  # money is kept in integer millionths of the currency: exact, never a float sum
 
@@ -103,15 +101,15 @@ class Budget(_Model):
         return self
 
 
-def price_problem(config: GatewayConfig) -> str | None:
+def price_problem(
+    prices: Sequence[Price], targets: dict[str, set[str]], aliases: dict[str, str], wildcards: set[str]
+) -> str | None:
     """Why a price could never apply, in the config's words: prices are looked up by a route's model
     label (a configured name, ``<vendor>/*``, or ``local`` for the catch-all) and a target's name, so
     a price naming an alias, an unknown model or another model's target would leave that model
-    unpriced without a word."""
-    targets = {m.name: {t.name or f"{t.provider}:{t.model or m.name}" for t in m.targets} for m in config.models}
-    aliases = {a: m.name for m in config.models for a in m.aliases}
-    wildcards = {f"{v}/*" for v in config.vendors} | {"local"}
-    for i, price in enumerate(config.spend.prices):
+    unpriced without a word. ``targets`` maps each model to its target names, ``aliases`` each alias to
+    its model."""
+    for i, price in enumerate(prices):
         where = f"spend.prices[{i}]"
         if price.model in aliases:
             return f"{where}.model: {price.model!r} is an alias: price the model's name, {aliases[price.model]!r}"

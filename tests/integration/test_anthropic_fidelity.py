@@ -196,15 +196,24 @@ async def test_anthropic_round_trip_is_faithful(
 
 
 REFUSED = [
-    ({"role": "assistant", "content": [KNOWN_BLOCKS[0]]}, "messages[1].content[0] (a 'thinking' block"),
-    ({"role": "assistant", "content": [KNOWN_BLOCKS[1]]}, "messages[1].content[0] (a 'redacted_thinking'"),
-    ({"role": "assistant", "content": [KNOWN_BLOCKS[3]]}, "messages[1].content[0].type ('web_search_tool_result'"),
+    (
+        {"role": "assistant", "content": [KNOWN_BLOCKS[0]]},
+        "'messages[1].content[0]' is not supported by target 'openai:up-model': a 'thinking' block",
+    ),
+    (
+        {"role": "assistant", "content": [KNOWN_BLOCKS[1]]},
+        "'messages[1].content[0]' is not supported by target 'openai:up-model': a 'redacted_thinking'",
+    ),
+    (
+        {"role": "assistant", "content": [KNOWN_BLOCKS[3]]},
+        "'messages[1].content[0].type' is not supported by target 'openai:up-model': 'web_search_tool_result'",
+    ),
     ({"role": "assistant", "content": [KNOWN_BLOCKS[4]]}, "messages[1].content[0].citations"),
     ({"role": "assistant", "content": [{"type": "text", "text": "a", "x_new": 1}]}, "messages[1].content[0].x_new"),
 ]
 
 
-@pytest.mark.parametrize(("turn", "named"), REFUSED, ids=[n.split(" ")[0] for _, n in REFUSED])
+@pytest.mark.parametrize(("turn", "named"), REFUSED, ids=[n.split(" ")[0].strip("'") for _, n in REFUSED])
 async def test_other_targets_refuse_it_by_name(gateway: GatewayFactory, upstream: Any, turn: JSON, named: str) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
@@ -271,5 +280,8 @@ async def test_passthrough_false_translates(
         {"role": "user", "content": [{"type": "text", "text": "q"}]}
     ]
     status, raw = await asyncio.to_thread(exchange, gw.url, body | {"x_new": 1})
-    assert status == 400 and "x_new (not modelled" in json.loads(raw)["error"]["message"], raw
+    assert (
+        status == 400
+        and "'x_new' is not supported by target 'anthropic:up': not modelled" in json.loads(raw)["error"]["message"]
+    ), raw
     assert len(m.bodies) == 1

@@ -10,10 +10,10 @@ import pytest
 
 from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, UpstreamFailed
 from gateway.core.request import Feature
-from gateway.core.response import Delta, Finish, StreamStart, Usage, UsageReport
+from gateway.core.response import Choice, Completion, Delta, Finish, StreamStart, Usage, UsageReport
 from gateway.dialects import ANTHROPIC
 from gateway.dialects.anthropic.parse import parse, unhonoured_betas
-from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error
+from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error, render
 from gateway.limits.plan import estimate_prompt
 
 JSON = Any
@@ -216,6 +216,19 @@ def test_encoder_opens_one_block_at_a_time() -> None:
     assert evs[-2][1]["usage"] == {
         "input_tokens": 6, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 4
     }  # fmt: skip
+
+
+def test_a_tool_call_without_an_id_gets_one() -> None:
+    """An upstream that names no tool call id (some OpenAI-compatible servers) still gives the client
+    a ``tool_use`` id its ``tool_result`` can name: unique, never empty, whole and streamed."""
+    calls = [{"index": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(2)]
+    whole = render(parse(body()), Completion("id1", 0, "m", [Choice(0, tool_calls=calls, finish_reason="tool_calls")]))
+    ids = [b["id"] for b in whole["content"] if b["type"] == "tool_use"]
+    assert len(ids) == 2 and len(set(ids)) == 2 and all(i.startswith("toolu_") for i in ids), whole
+    enc = MessagesEncoder(parse(body(stream=True)))
+    raw = enc.event(StreamStart("id1", 0, "m")) + b"".join(enc.event(Delta(0, tool_calls=(c,))) for c in calls)
+    starts = [e["content_block"] for n, e in decode(raw + enc.end()) if n == "content_block_start"]
+    assert len({b["id"] for b in starts}) == 2 and all(b["id"].startswith("toolu_") for b in starts), starts
 
 
 def test_empty_answer_has_one_empty_text_block() -> None:

@@ -15,7 +15,8 @@
     cli                        everything (it starts the app)
     cli_admin                  nothing of ours (an HTTP client of the admin API, used by cli)
 
-A module that imports a layer its own may not fails here, naming the file and the import.
+A module that imports a layer its own may not fails here, naming the file and the import; so does
+a circle of imports between modules, inside a layer too.
 """
 
 from __future__ import annotations
@@ -158,3 +159,69 @@ def test_library_internals_stay_in_the_fence(path: Path) -> None:
         return
     used = {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
     assert not used & BELOW_API, f"{module_of(path)} uses {sorted(used & BELOW_API)}: only {FENCE} may"
+
+
+def edges(module: str, source: str, known: set[str]) -> set[str]:
+    """The modules of ours that ``module`` imports, anywhere in it (``TYPE_CHECKING`` blocks and
+    function bodies included): ``from pkg import sub`` names the submodule ``pkg.sub`` where one exists."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            names = [s for s in subs if s in known] if any(s in known for s in subs) else [node.module]
+        else:
+            continue
+        found.update(n for n in names if n in known and n != module)
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = stack[stack.index(node) :]
+                    del stack[stack.index(node) :]
+                    if len(group) > 1:
+                        found.append(sorted(group))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_import_circles() -> None:
+    """Inside a layer too, imports run one way: two modules that import each other (even for types
+    only) are one module in two files, or want a third that both import."""
+    paths = {module_of(p): p for p in ours()}
+    known = set(paths)
+    graph = {m: edges(m, p.read_text(), known) for m, p in paths.items()}
+    assert circles(graph) == []
+
+
+def test_a_circle_is_caught() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    known = {"pkg", "pkg.sub", "pkg.other"}
+    assert edges("pkg.other", "from pkg import sub\nif X:\n    from pkg.sub import y\n", known) == {"pkg.sub"}
+    assert edges("pkg.other", "from pkg import thing\n", known) == {"pkg"}

@@ -40,6 +40,7 @@ from gateway.core.response import (
 )
 from gateway.dialects.anthropic.chunks import TEXT_END, ChunkText, events, text_event, text_head
 from gateway.dialects.base import ErrorReply, retry_headers
+from gateway.dialects.common import new_id
 
 JSON = Any
 
@@ -110,7 +111,7 @@ def tool_block(call: JSON) -> dict[str, JSON]:
     fn = call.get("function") or {}
     return {
         "type": "tool_use",
-        "id": call.get("id") or "",
+        "id": call.get("id") or new_id("toolu"),  # the client's tool_result names it: never empty
         "name": fn.get("name") or "",
         "input": tool_input(fn.get("arguments") or ""),
     }
@@ -190,7 +191,12 @@ class MessagesEncoder:
         tool = int(call.get("index", 0))
         out = b""
         if self.open != ("tool", tool) or call.get("id"):
-            start: JSON = {"type": "tool_use", "id": call.get("id") or "", "name": fn.get("name") or "", "input": {}}
+            start: JSON = {
+                "type": "tool_use",
+                "id": call.get("id") or new_id("toolu"),
+                "name": fn.get("name") or "",
+                "input": {},
+            }
             out = self._block("tool", tool, start)
         if fn.get("arguments"):
             out += self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]})

@@ -17,7 +17,6 @@ what came before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from random import getrandbits
 from typing import Any
 
 from gateway.core.errors import InvalidRequest
@@ -30,7 +29,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, request_of, validate
+from gateway.dialects.common import FeatureSet, new_id, request_of, validate
 from gateway.dialects.responses.schema import ResponsesBody, TextConfig
 
 JSON = Any
@@ -44,10 +43,6 @@ REFUSED = {
 OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include")
 NATIVE = "served only by OpenAI's own /v1/responses"
 PLATFORM = ("service_tier", "safety_identifier", "prompt_cache_key")
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{getrandbits(192):048x}"
 
 
 @dataclass(slots=True, eq=False)

@@ -23,8 +23,9 @@ from pydantic_core import to_json
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest
 from gateway.core.response import Completion, Delta, Finish, FinishReason, StreamEvent, StreamStart, Usage, UsageReport
+from gateway.dialects.common import new_id
 from gateway.dialects.openai.render import error_object
-from gateway.dialects.responses.parse import Turn, new_id
+from gateway.dialects.responses.parse import Turn
 
 JSON = Any
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
