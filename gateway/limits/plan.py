@@ -96,18 +96,8 @@ class Plan:
         money = rule.unit == "m"
         want = self.cost_estimate if money else self.estimate
         mine = self.held(i, check) if held is None else held
-        return [
-            "bud",
-            check.limit,
-            want,
-            list(win.fields),
-            win.add,
-            int(rule.soft),
-            win.oldest,
-            win.ttl,
-            int(money),
-            mine,
-        ]
+        # the fields' tuple goes as a JSON array, as a list would
+        return ["bud", check.limit, want, win.fields, win.add, int(rule.soft), win.oldest, win.ttl, int(money), mine]
 
     def held(self, i: int, check: Check) -> str:
         """The reservation this request holds under budget check ``i``, as the scripts name it
