@@ -24,7 +24,7 @@ from typing import Any
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.obs.metrics import REDIS_ROUND_TRIPS
-from gateway.runtime.internals import MORE, RawConnection, bulk
+from gateway.runtime.internals import RawConnection, bulk
 from gateway.runtime.timers import Bound, Wheel, on_loop
 
 # How long a call that may wait is held for a round trip to share. A held settlement still holds its
@@ -104,12 +104,9 @@ class ScriptChannel:
         try:
             self._wheel = wheel = on_loop(self._wheel)
             with Bound(self._timeout, wheel) if self._timeout else contextlib.nullcontext():
-                conn = self._conn
-                await conn.send(b"".join([call[0] for call in batch]))
+                await self._conn.send(b"".join([call[0] for call in batch]))
                 for _, future, _ in batch:
-                    reply = conn.ready()  # one read from the socket holds most of a batch's replies
-                    if reply is MORE:
-                        reply = await conn.read()
+                    reply = await self._conn.read()
                     if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
                         future.set_result(reply)
         except Exception as exc:  # redis-py has disconnected (a bound cut the read short, too); the

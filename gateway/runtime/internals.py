@@ -43,14 +43,6 @@ large as the kernel's; packed once, the channel's group commit costs a fraction 
 selects the database and parses the replies (hiredis). Retired by: a redis-py pipeline whose
 per-command cost is within noise of this path, or a public way to send pre-packed commands.
 
-``RawConnection.ready`` takes a reply the connection's hiredis reader already holds
-(``_AsyncHiredisParser._reader``, its ``NOT_ENOUGH_DATA`` mark): one read from the socket holds most
-of a batch's replies, and each went through three coroutines (ours, redis-py's connection's and its
-parser's) and redis-py's per-reply checks. A reply redis-py would raise is left to ``read``, which
-raises it as redis-py does. Measured with the other changes of the commit that made it (callgrind,
-benchmarks/results/instructions.md). Retired by: a redis-py call that reads the replies of one send
-together.
-
 **prometheus-client.** ``BucketTally`` counts a histogram child's observations on the event loop and
 puts them on the child's values (``_upper_bounds``, ``_buckets``, ``_sum``: their ``get``, ``set`` and
 ``inc``) when the tallies are flushed, before each scrape: the counts and the sum ``observe`` would
@@ -77,8 +69,6 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from aiohttp.web_request import BaseRequest
-from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 # The library ranges each use here was checked against: pyproject.toml pins the same ranges
@@ -240,23 +230,17 @@ def bulk(arg: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(arg), arg)
 
 
-MORE = object()  # ``RawConnection.ready``: no whole reply in hand
-READY_PROTOCOLS = (2, "2", None)  # RESP2: no push replies among a command's (redis-py's default)
-
-
 class RawConnection:
     """One connection of a redis-py client's pool, held for good (the pool's ``disconnect()`` at
-    shutdown closes it with the rest): packed commands go out in one send, replies come back in
-    order, each from ``ready`` when hiredis already holds it, else from ``read``. A failed send or
-    read leaves redis-py's connection disconnected; the next send connects again."""
+    shutdown closes it with the rest): packed commands go out in one send, replies come back one
+    read each. A failed send or read leaves redis-py's connection disconnected; the next send
+    connects again."""
 
     def __init__(self, client: Any) -> None:
         self._pool = client.connection_pool
         # redis-py's per-read bound (the configured Redis timeout): the caller's per round trip
         self.timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
         self._conn: Any = None
-        self._reader: Any = None  # the connection's hiredis reader, for ``ready``; None: read only
-        self._failed: BaseException | None = None  # what ``ready`` met, for ``read`` to raise
 
     async def send(self, packed: bytes) -> None:
         if self._conn is None:
@@ -265,43 +249,11 @@ class RawConnection:
             # reply read and make a task for each send (wait_for).
             conn.socket_timeout = None
             self._conn = conn
-        self._reader = None
         await self._conn.send_packed_command(packed, check_health=False)
-        # (re)connected by now: the reader of this connection, where the replies are RESP2 (no pushes)
-        parser = self._conn._parser
-        if type(parser) is _AsyncHiredisParser and self._conn.protocol in READY_PROTOCOLS:
-            self._reader = parser._reader
-
-    def ready(self) -> Any:
-        """The next reply if hiredis holds it whole, else ``MORE`` (then ``read`` it): ``read``'s
-        result, without its three coroutines and redis-py's per-reply checks. A reply redis-py
-        raises (a connection error Redis answered, a protocol error) is kept for ``read``, which
-        disconnects and raises it as redis-py would."""
-        reader = self._reader
-        if reader is None:
-            return MORE
-        try:
-            reply = reader.gets()
-        except Exception as exc:  # hiredis's protocol error
-            self._failed = exc
-            return MORE
-        if reply is NOT_ENOUGH_DATA:
-            return MORE
-        if isinstance(reply, RedisConnectionError) or (
-            type(reply) is list and reply and isinstance(reply[0], RedisConnectionError)
-        ):
-            self._failed = reply if isinstance(reply, RedisConnectionError) else reply[0]
-            return MORE
-        return reply
 
     async def read(self) -> Any:
         """The next reply, or the ``ResponseError`` Redis answered (NOSCRIPT among them) as a value:
         read whole, so the connection stays in step."""
-        if self._failed is not None:
-            failed, self._failed = self._failed, None
-            self._reader = None
-            await self._conn.disconnect(nowait=True)
-            raise failed
         try:
             return await self._conn.read_response()
         except ResponseError as exc:

@@ -239,54 +239,6 @@ async def test_a_raw_connection_connects_again_after_a_failure(redis_client: Any
     assert await conn.read() in (b"PONG", "PONG", True)
 
 
-async def read_all(conn: Any, count: int) -> list[Any]:
-    """``count`` replies as the channel takes them: from ``ready`` when in hand, else ``read``."""
-    replies = []
-    for _ in range(count):
-        reply = conn.ready()
-        replies.append(await conn.read() if reply is tuning.MORE else reply)
-    return replies
-
-
-async def test_replies_in_hand_are_the_replies_read(redis_client: Any) -> None:
-    """``ready`` gives what ``read`` gives (a script error as a value), taken from hiredis: with
-    hiredis installed (``redis[hiredis]``) the replies of one send come without a read each."""
-    script = redis_client.register_script("return {KEYS[1], ARGV[1]}")
-    await script(keys=["fence:k"], args=["x"])
-    head = tuning.evalsha_head(script.sha.encode(), [b"fence:k"], 1)
-    missing = tuning.evalsha_head(b"0" * 40, [b"fence:k"], 1)
-    calls = head + tuning.bulk(b"a") + missing + tuning.bulk(b"") + head + tuning.bulk(b"z" * 100_000)
-    fast, slow = tuning.RawConnection(redis_client), tuning.RawConnection(redis_client)
-    await fast.send(calls)
-    assert fast._reader is not None  # hiredis's parser, RESP2: the fast path is taken
-    got = await read_all(fast, 3)
-    await slow.send(calls)
-    expected = [await slow.read() for _ in range(3)]
-    assert [type(r) for r in got] == [list, NoScriptError, list] == [type(r) for r in expected]
-    assert got[0] == expected[0] == [b"fence:k", b"a"] and got[2] == expected[2] == [b"fence:k", b"z" * 100_000]
-    assert str(got[1]) == str(expected[1])
-    await fast.send(b"*1\r\n$4\r\nPING\r\n")  # in step after a reply longer than one socket read
-    assert await read_all(fast, 1) == [b"PONG"]
-
-
-async def test_a_reply_redis_py_raises_is_raised_by_read_and_disconnects(redis_client: Any) -> None:
-    """A connection error Redis answers (here LOADING, fed to the reader as if it came) is not handed
-    out by ``ready``: ``read`` raises it as redis-py's own read does, disconnected; the next send
-    connects again."""
-    from redis.exceptions import BusyLoadingError
-
-    conn = tuning.RawConnection(redis_client)
-    await conn.send(b"*1\r\n$4\r\nPING\r\n")
-    assert await read_all(conn, 1) == [b"PONG"]
-    conn._reader.feed(b"-LOADING Redis is loading the dataset in memory\r\n")
-    assert conn.ready() is tuning.MORE
-    with pytest.raises(BusyLoadingError):
-        await conn.read()
-    assert not conn._conn.is_connected
-    await conn.send(b"*1\r\n$4\r\nPING\r\n")
-    assert await read_all(conn, 1) == [b"PONG"]
-
-
 def test_prometheus_client_histograms_still_have_what_bucket_tallies_use() -> None:
     """A child's bounds, its bucket values and its sum value, with ``get``, ``set`` and ``inc``; and
     ``observe`` still the sum's ``inc`` and the first bucket whose bound holds the amount, which
@@ -301,17 +253,6 @@ def test_prometheus_client_histograms_still_have_what_bucket_tallies_use() -> No
     source = inspect.getsource(type(child).observe)
     assert "self._sum.inc(amount)" in source
     assert "if amount <= bound:" in source and "self._buckets[i].inc(1)" in source
-
-
-def test_redis_py_still_has_what_ready_reads() -> None:
-    """The async hiredis parser, its reader and its not-enough-data mark, as ``ready`` uses them."""
-    from redis._parsers import hiredis as parsers
-
-    assert parsers.HIREDIS_AVAILABLE
-    source = inspect.getsource(parsers._AsyncHiredisParser)
-    assert "self._reader = hiredis.Reader(**kwargs)" in source
-    assert '"notEnoughData": NOT_ENOUGH_DATA' in source
-    assert "while response is NOT_ENOUGH_DATA" in source
 
 
 def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> None:
