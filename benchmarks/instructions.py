@@ -108,6 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dialects", default="openai", help="comma-separated: openai,friendli,sgp,octoai")
     p.add_argument("--stream", action="store_true", help="64-chunk streams instead of whole answers")
     p.add_argument("--redis", action="store_true", help="the gateway with Redis-backed team limits (a private server)")
+    p.add_argument("--queue", action="store_true", help="the model has a fair queue, never full (its free-slot cost)")
     p.add_argument("--no-yardstick", action="store_true")
     p.add_argument(
         "--provider",
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 procs, "yardstick", args, f"http://127.0.0.1:{port}", OPENAI, a, out
             )
         config = out / "gateway.yaml"
-        config.write_text(gateway_config(up_port, redis_url, a.provider, a.resume))
+        config.write_text(gateway_config(up_port, redis_url, a.provider, a.resume, a.queue))
         for dialect in dialects:
             port = free_port()
             args = [PY, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]

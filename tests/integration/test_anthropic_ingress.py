@@ -225,8 +225,9 @@ async def test_bearer_key_and_honoured_beta(gateway: GatewayFactory, upstream: A
 
 
 async def test_count_tokens_counts_every_part(gateway: GatewayFactory, upstream: Any) -> None:
-    server = await upstream("vllm", models=("up-model",))
-    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    """On a target that cannot count (``openai``): the bound, every part in it (exact counts: test_count_tokens)."""
+    server = await upstream("openai", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
     path = "/v1/messages/count_tokens"
     base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     status, _, raw = await post(gw, base, path=path)

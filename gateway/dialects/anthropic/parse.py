@@ -225,7 +225,8 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
 
 
 def parse_count(data: dict[str, JSON]) -> InternalRequest:
-    """A count_tokens body: the request it would be, with no answer asked for."""
+    """A count_tokens body: the request it would be, with no answer asked for; the body itself kept for
+    an Anthropic target's own count."""
     fs = FeatureSet()
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
     b = validate(CountTokensBody, checked_copy(rest, CountTokensBody.model_fields, fs))
@@ -236,4 +237,6 @@ def parse_count(data: dict[str, JSON]) -> InternalRequest:
         messages=messages(b.system, b.messages),
         sampling=Sampling(max_tokens=1),
         chat=chat_options(b, fs),
+        native=data,  # what an Anthropic target is asked to count, as it came
+        native_dialect="anthropic",
     )

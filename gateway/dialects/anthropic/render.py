@@ -315,14 +315,3 @@ class MessagesEncoder:
 
     def error(self, err: GatewayError) -> bytes:
         return event("error", error_object(err))
-
-
-def model_list(names: list[str], created: str) -> dict[str, JSON]:
-    """``GET /v1/models`` as Anthropic lists models (one page: the gateway's list is short)."""
-    data = [{"type": "model", "id": n, "display_name": n, "created_at": created} for n in names]
-    return {
-        "data": data,
-        "has_more": False,
-        "first_id": names[0] if names else None,
-        "last_id": names[-1] if names else None,
-    }
