@@ -429,6 +429,7 @@ SHAPES_RENDERED = {
     "not-a-list": {"teams": {"id": "t"}},
     "not-a-mapping": {"server": "0.0.0.0:8080"},
     "unknown-before-earlier": {"server": {"port": "http"}, "teams": [{"id": "t", "limit": {}}]},
+    "label-escaped": {"teams": [{"id": "a\\b\tc\nd'e", "limits": {"rpm": 0}}]},  # as Python's repr writes it
 }
 
 

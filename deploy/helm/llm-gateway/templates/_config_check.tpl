@@ -30,8 +30,13 @@
 {{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}{{ . }}
 {{- else if kindIs "slice" . }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ include "gw.repr" $v }}{{ end }}]
 {{- else if kindIs "map" . }}{{ "{" }}{{ range $i, $k := keys . | sortAlpha }}{{ if $i }}, {{ end }}{{ include "gw.repr" $k }}: {{ include "gw.repr" (get $ $k) }}{{ end }}{{ "}" }}
-{{- else if and (contains "'" (toString .)) (not (contains "\"" (toString .))) }}"{{ toString . | replace "\\" "\\\\" }}"
-{{- else }}'{{ toString . | replace "\\" "\\\\" | replace "'" "\\'" }}'{{ end -}}
+{{- else if and (contains "'" (toString .)) (not (contains "\"" (toString .))) }}"{{ include "gw.escapes" . }}"
+{{- else }}'{{ include "gw.escapes" . | replace "'" "\\'" }}'{{ end -}}
+{{- end -}}
+
+{{/* A string as Python's repr writes it between its quotes: backslash, tab, newline, return escaped. */}}
+{{- define "gw.escapes" -}}
+{{- toString . | replace "\\" "\\\\" | replace "\t" "\\t" | replace "\n" "\\n" | replace "\r" "\\r" -}}
 {{- end -}}
 
 {{/* (list item index): a list item's place in a key path as the loader writes it: [<its name or id>] or [index]. */}}
