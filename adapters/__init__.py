@@ -9,11 +9,13 @@ also the metric label and log field for its targets. A new vendor is a new ``Wir
 from __future__ import annotations
 
 from adapters.http import HTTPUpstream
+from gateway.dialects.anthropic.count import ANTHROPIC_COUNT
 from gateway.dialects.anthropic.egress import ANTHROPIC_TRANSLATED_WIRE, ANTHROPIC_WIRE, VLLM_MESSAGES_WIRE
-from gateway.dialects.base import Wire
+from gateway.dialects.base import Counting, Wire
 from gateway.dialects.friendli.egress import FRIENDLI_WIRE
 from gateway.dialects.octoai.egress import OCTOAI_WIRE
 from gateway.dialects.openai.egress import OPENAI_WIRE, VLLM_WIRE
+from gateway.dialects.openai.tokenize import VLLM_TOKENIZE
 from gateway.dialects.responses.egress import OPENAI_RESPONSES_WIRE, VLLM_RESPONSES_WIRE
 from gateway.dialects.sgp.egress import SGP4_WIRE, SGP5_WIRE
 from gateway.runtime.config import Target
@@ -33,6 +35,10 @@ NATIVE: dict[str, dict[str, Wire]] = {
     "vllm": {"anthropic": VLLM_MESSAGES_WIRE, "responses": VLLM_RESPONSES_WIRE},
     "openai": {"responses": OPENAI_RESPONSES_WIRE},
 }
+
+# How a provider's targets count a prompt's tokens themselves (``POST /v1/messages/count_tokens``); the
+# others are answered with the admission bound.
+COUNTING: dict[str, Counting] = {"anthropic": ANTHROPIC_COUNT, "vllm": VLLM_TOKENIZE}
 
 
 # The same providers with ``passthrough: false``: every body translated (nothing only the vendor's own
@@ -54,8 +60,13 @@ def native_for(target: Target) -> dict[str, Wire] | None:
     return NATIVE.get(target.provider) if target.passthrough else None
 
 
+def counting_for(target: Target) -> Counting | None:
+    return COUNTING.get(target.provider)
+
+
 def build(target: Target, public_model: str) -> HTTPUpstream:
-    return HTTPUpstream(target, public_model, wire_for(target), native=native_for(target))
+    wire, native, counting = wire_for(target), native_for(target), counting_for(target)
+    return HTTPUpstream(target, public_model, wire, native=native, counting=counting)
 
 
-__all__ = ["NATIVE", "PROVIDERS", "HTTPUpstream", "build", "native_for", "wire_for"]
+__all__ = ["COUNTING", "NATIVE", "PROVIDERS", "HTTPUpstream", "build", "counting_for", "native_for", "wire_for"]

@@ -40,7 +40,8 @@ from gateway.core.errors import (
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Batch, Completion, StreamEvent, Then, Token
 from gateway.core.upstream import Call, Identity
-from gateway.dialects.base import ChunkReader, Wire
+from gateway.dialects.base import ChunkReader, Counting, Wire
+from gateway.dialects.openai.tokenize import VLLM_TOKENIZE, tokenize_body
 from gateway.dialects.sse import Event, SSEParser
 from gateway.runtime.config import Server, Target
 from gateway.runtime.internals import drain_whole
@@ -122,8 +123,10 @@ class HTTPUpstream(Identity[Target]):
         budget: MemoryBudget | None = None,
         secret: Secret | None = None,
         native: Mapping[str, Wire] | None = None,
+        counting: Counting | None = None,
     ) -> None:
         self.identify(target, public_model)
+        self.counting = counting  # how the target counts a prompt's tokens, when it can
         # The app's budget, shared by every target; one built alone (a test, a probe) gets its own.
         self.budget = budget if budget is not None else MemoryBudget(DEFAULT_BUDGET)
         self.wire = wire
@@ -502,25 +505,38 @@ class HTTPUpstream(Identity[Target]):
         tokens added, as to a text prompt; a chat's messages through its chat template, with the
         generation prompt. A resumed answer continues from them and its output's ids."""
         req, model = self._prepare(request, call)
-        url = self.target.base_url.removesuffix("/v1") + "/tokenize"
-        body: dict[str, Any] = {"model": model}
-        if req.operation is Operation.CHAT:
-            body |= {"messages": self.wire.encode(req, model)["messages"], "add_generation_prompt": True}
-        else:
-            body["prompt"] = req.prompts[0]
+        url = VLLM_TOKENIZE.url(self.target.base_url, self.wire)
+        data = await self._ask(url, tokenize_body(req, self.wire, model), req, call, "/tokenize")
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise UpstreamMalformed(f"target '{self.name}': /tokenize answered without token ids")
+        return tokens
+
+    async def count_tokens(self, request: InternalRequest, call: Call) -> int | None:
+        """The prompt's size as the target counts it itself (``counting``: Anthropic's count_tokens,
+        vLLM's /tokenize); None for a target that cannot say."""
+        if self.counting is None:
+            return None
+        req, model = self._prepare(request, call)
+        url = self.counting.url(self.target.base_url, self.wire)
+        data = await self._ask(url, self.counting.body(req, self.wire, model), req, call, "the token count")
+        count = self.counting.read(data)
+        if count is None:
+            raise UpstreamMalformed(f"target '{self.name}': its token count answered without a count")
+        return count
+
+    async def _ask(self, url: str, body: JSON, req: InternalRequest, call: Call, what: str) -> JSON:
+        """One small JSON question beside the generation path, in the first byte's bound; any failure
+        is ``UpstreamFailed`` naming ``what``."""
         try:
             async with asyncio.timeout(call.hop(self.target.timeouts.first_byte)):
                 headers = self._headers(self.secret.value, req, call, self.wire)
                 async with self.session.post(url, json=body, headers=headers, allow_redirects=False) as resp:
                     if resp.status != 200:
-                        raise UpstreamFailed(f"target '{self.name}': /tokenize answered {resp.status}")
-                    data = await resp.json()
+                        raise UpstreamFailed(f"target '{self.name}': {what} answered {resp.status}")
+                    return await resp.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise UpstreamFailed(f"target '{self.name}': /tokenize failed ({type(exc).__name__})") from None
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise UpstreamMalformed(f"target '{self.name}': /tokenize answered without token ids")
-        return tokens
+            raise UpstreamFailed(f"target '{self.name}': {what} failed ({type(exc).__name__})") from None
 
     async def list_models(self) -> list[str]:
         try:

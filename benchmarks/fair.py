@@ -163,6 +163,19 @@ def pool_stats(pool: PoolInfo) -> dict[str, Any]:
     return data
 
 
+def traced(outcomes: list[fl.Outcome], log: list[list[Any]]) -> list[dict[str, Any]]:
+    """Each outcome as a record, with the pool's times for it (``benchmarks.fair_trace``): when it
+    reached the pool, took a slot there, sent its first token and ended, in seconds from the run's start."""
+    by_serial = {int(e[0]): e for e in log}
+    out = []
+    for o in outcomes:
+        record = asdict(o)
+        if (e := by_serial.get(o.serial)) is not None:
+            record["pool"] = [round(t - o.origin, 6) for t in e[2:6]]
+        out.append(record)
+    return out
+
+
 def reset_pool(pool: PoolInfo) -> None:
     if pool.kind == "scripted":
         req = urllib.request.Request(pool.base + "/bench/reset", data=b"{}", method="POST")
@@ -243,7 +256,7 @@ def start_gateways(
 
 def run_scenario(
     sc: Scenario, mode: str, pool: PoolInfo, capacity_rps: float, args: argparse.Namespace, procs: Processes, tmp: Path
-) -> tuple[dict[str, Any], list[fl.Outcome]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wait_pool_idle(pool)
     redis.Redis.from_url(args.redis_url).flushall()
     gateways = start_gateways(procs, tmp, pool, args.redis_url, mode, sc, args.redis_timeout_ms)
@@ -258,6 +271,7 @@ def run_scenario(
     outcomes = asyncio.run(fl.drive(teams, gateways, args.seconds, args.deadline, lengths, pool.body))
     took = time.monotonic() - began
     stats = pool_stats(pool)
+    pool_log = stats.pop("log", [])
     stats["queue_wait"] = queue_waits(gateways)
     # each gateway's shared queue that fell back to its own share (a Redis call past redis.timeout_ms)
     stats["redis_failures"] = sum(procs.count_lines(f"gateway{i}-{mode}-{sc.name}", REDIS_FAILED) for i in range(2))
@@ -265,7 +279,7 @@ def run_scenario(
         procs.stop(f"gateway{i}-{mode}-{sc.name}")
     figures = team_figures(sc, outcomes, capacity_rps, args)
     log(f"{mode} / {sc.name} ({took:.0f} s): {json.dumps(figures)} pool {json.dumps(stats)}")
-    return {"teams": figures, "pool": stats, "wall_s": round(took, 1)}, outcomes
+    return {"teams": figures, "pool": stats, "wall_s": round(took, 1)}, traced(outcomes, pool_log)
 
 
 def queue_waits(gateways: list[str]) -> dict[str, dict[str, float]]:
@@ -497,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                     for name in args.scenario_list:
                         figures, outcomes = run_scenario(SCENARIOS[name], mode, pool, capacity_rps, args, procs, tmp)
                         res["scenarios"][name] = figures
-                        records += [{"mode": mode, "scenario": name, **asdict(o)} for o in outcomes]
+                        records += [{"mode": mode, "scenario": name, **o} for o in outcomes]
                     res["verdicts"] = verdicts(res, service, pool.capacity)
                     report["modes"][mode] = res
         finally:

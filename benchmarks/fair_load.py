@@ -47,6 +47,8 @@ class Outcome:
     tokens: int = 0
     retry_after: str | None = None
     gateway: int = 0
+    serial: int = 0  # the request's number, last in its prompt (``#N``): the pool's log names it
+    origin: float = 0.0  # the wall-clock time (``time.time()``) of the run's start: ``due`` counts from it
 
 
 def arrivals(rate: float, seconds: float, seed: int) -> list[float]:
@@ -125,10 +127,12 @@ async def drive(
     drawn = lengths.draws()
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         t0 = time.perf_counter() + 0.1
+        origin = time.time() + (t0 - time.perf_counter())
         for i, (o, team) in enumerate(plan):
-            o.gateway = i % len(gateways)
+            o.gateway, o.serial, o.origin = i % len(gateways), i, origin
             url = gateways[o.gateway] + "/v1/completions"
-            body = {"model": "tiny", "prompt": f"team={team.name} hello", "max_tokens": next(drawn), "stream": True}
+            prompt = f"team={team.name} hello #{i}"
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": next(drawn), "stream": True}
             body |= extra or {}
             wait = t0 + o.due - time.perf_counter()
             if wait > 0:

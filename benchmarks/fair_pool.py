@@ -83,6 +83,9 @@ class Pool:
     served: collections.Counter[str] = field(default_factory=collections.Counter)
     aborted: collections.Counter[str] = field(default_factory=collections.Counter)
     spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: collections.defaultdict(list))
+    # per request that names itself (``#N`` last in its prompt): N, team, and the wall-clock times it
+    # arrived, took a slot, sent its first token and ended (``benchmarks.fair_trace``)
+    log: list[tuple[int, str, float, float, float, float]] = field(default_factory=list)
 
 
 POOL = web.AppKey("pool", Pool)
@@ -95,6 +98,16 @@ def team_of(body: dict[str, Any]) -> str:
         prompt = messages[-1].get("content", "")
     first = str(prompt).split(" ", 1)[0]
     return first[5:] if first.startswith("team=") else "?"
+
+
+def serial_of(body: dict[str, Any]) -> int | None:
+    """The request's number, when its prompt ends with ``#N`` (the benchmark's load numbers them)."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        messages = body.get("messages") or [{}]
+        prompt = messages[-1].get("content", "")
+    last = str(prompt).rsplit(" ", 1)[-1]
+    return int(last[1:]) if last.startswith("#") and last[1:].isdigit() else None
 
 
 def chunk(chat: bool, i: int, last: bool) -> bytes:
@@ -119,6 +132,7 @@ async def complete(request: web.Request) -> web.StreamResponse:
     chat = request.path.endswith("/chat/completions")
     team = team_of(body)
     n = min(int(body.get("max_tokens") or pool.tokens), pool.tokens)
+    arrived, first = time.time(), 0.0
     try:
         await pool.slots.acquire()
     except asyncio.CancelledError:
@@ -136,13 +150,17 @@ async def complete(request: web.Request) -> web.StreamResponse:
             if i:
                 await asyncio.sleep(pool.gap_s)
             await resp.write(chunk(chat, i, i == n - 1))
+            first = first or time.time()
         if (body.get("stream_options") or {}).get("include_usage"):
             tail = {"id": "cmpl-pool", "object": "text_completion", "model": MODEL, "choices": [], "usage": usage(n)}
             await resp.write(b"data: " + json.dumps(tail).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         pool.served[team] += 1
-        pool.spans[team].append((started, time.time()))
+        ended = time.time()
+        pool.spans[team].append((started, ended))
+        if (serial := serial_of(body)) is not None:
+            pool.log.append((serial, team, arrived, started, first, ended))
         return resp
     except asyncio.CancelledError:
         pool.aborted[team] += 1
@@ -187,6 +205,7 @@ async def stats(request: web.Request) -> web.Response:
             "served": dict(pool.served),
             "aborted": dict(pool.aborted),
             "spans": pool.spans,
+            "log": pool.log,
         }
     )
 
@@ -198,6 +217,7 @@ async def reset(request: web.Request) -> web.Response:
     pool.served.clear()
     pool.aborted.clear()
     pool.spans.clear()
+    pool.log.clear()
     return web.json_response({})
 
 

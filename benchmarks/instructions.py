@@ -108,12 +108,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dialects", default="openai", help="comma-separated: openai,friendli,sgp,octoai")
     p.add_argument("--stream", action="store_true", help="64-chunk streams instead of whole answers")
     p.add_argument("--redis", action="store_true", help="the gateway with Redis-backed team limits (a private server)")
+    p.add_argument("--queue", action="store_true", help="the model has a fair queue, never full (its free-slot cost)")
     p.add_argument("--no-yardstick", action="store_true")
     p.add_argument(
         "--provider",
         default="openai",
-        choices=("openai", "vllm"),
-        help="the target's provider (vllm: streams may resume)",
+        choices=("openai", "vllm", "anthropic"),
+        help="the target's provider (vllm: streams may resume; anthropic: the tests' aiohttp fake of"
+        " Anthropic's wire, its natural 8-token answers, for an Anthropic client's own stream)",
     )
     p.add_argument("--resume", choices=("on", "off"), help="the model's mid-stream resume switch (default: unset)")
     p.add_argument("--gap-ms", type=float, default=0.0, help="the fake upstream's delay between chunks")
@@ -138,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             upstream.append("--vllm-chunks")
         if a.gap_ms:
             upstream += ["--gap-ms", str(a.gap_ms)]
+        if a.provider == "anthropic":  # the fake's cost is not counted: only the subject runs under callgrind
+            pacing = f"slow={a.gap_ms / 1000}" if a.gap_ms else "burst"
+            upstream = [PY, "-m", "tests.fakes.upstream", "--kind", "anthropic", "--model", "tiny"]
+            upstream += ["--port", str(up_port), "--faults", f"[[fault:{pacing}]]"]
         procs.start("upstream", upstream)
         procs.wait_http("upstream", f"http://127.0.0.1:{up_port}/health")
         redis_url = None
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 procs, "yardstick", args, f"http://127.0.0.1:{port}", OPENAI, a, out
             )
         config = out / "gateway.yaml"
-        config.write_text(gateway_config(up_port, redis_url, a.provider, a.resume))
+        config.write_text(gateway_config(up_port, redis_url, a.provider, a.resume, a.queue))
         for dialect in dialects:
             port = free_port()
             args = [PY, "-m", "gateway", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]

@@ -412,7 +412,7 @@ def config_schema_cmd(args: argparse.Namespace) -> int:
         print(dumps(schemas()), end="")
         return 0
     path = Path(args.chart)
-    path.write_text(dumps(chart_schema(json.loads(path.read_text()), schemas(rules=False))))
+    path.write_text(dumps(chart_schema(json.loads(path.read_text()))))
     (path.parent / "templates" / "_gateway.tpl").write_text(registry())
     print(f"{path}, templates/_gateway.tpl: config checked as the gateway checks it")
     return 0
@@ -474,9 +474,9 @@ def parser() -> argparse.ArgumentParser:
     cs = sub.add_parser(
         "config-schema",
         help="print the config file's JSON Schema",
-        description="Print the config file's JSON Schema (for editors); with --chart, write its shapes into a "
-        "Helm chart's values.schema.json as the schema of its `config` value, and the providers its templates "
-        "check into templates/_gateway.tpl beside it.",
+        description="Print the config file's JSON Schema (for editors); with --chart, write what the chart owns "
+        "in its `config` value into a Helm chart's values.schema.json, and the config's shapes and the providers "
+        "its templates check into templates/_gateway.tpl beside it.",
     )
     cs.add_argument("--chart", help="a values.schema.json to update in place (default: print the schema)")
     cs.set_defaults(func=config_schema_cmd)

@@ -237,23 +237,31 @@ class ReplicaPool(Identity[Target]):
         return read
 
     async def prompt_ids(self, request: InternalRequest, call: Call) -> list[int]:
-        """A prompt's token ids from the first replica that tokenizes it: the healthy ones first, then
-        those only a health scrape marked down (a busy engine's /health can be slow to answer, and
-        without the ids a continuation is from text, not token for token); never one cooling off
-        after a failure (it may be the one that just broke)."""
-        err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica tokenizes")
+        """A prompt's token ids from the first replica that tokenizes it (``_first_answer``)."""
+        ids: list[int] = await self._first_answer("prompt_ids", "tokenizes", request, call)
+        return ids
+
+    async def count_tokens(self, request: InternalRequest, call: Call) -> int | None:
+        """The prompt's size as a replica counts it (every replica serves one model: one tokenizer)."""
+        count: int | None = await self._first_answer("count_tokens", "counts tokens", request, call)
+        return count
+
+    async def _first_answer(self, method: str, doing: str, request: InternalRequest, call: Call) -> Any:
+        """A replica's answer to a question about the prompt: the healthy ones first, then those only
+        a health scrape marked down (a busy engine's /health can be slow to answer, and without the
+        ids a continuation is from text, not token for token); never one cooling off after a failure
+        (it may be the one that just broke)."""
+        err: GatewayError = UpstreamFailed(f"target '{self.name}': no replica {doing}")
         now = time.monotonic()
         pairs = sorted(zip(self.states, self.members, strict=True), key=lambda pair: not pair[0].healthy)
         for state, member in pairs:
-            tokenize = getattr(member, "prompt_ids", None)
-            if tokenize is None or state.cool_until > now:
+            ask = getattr(member, method, None)
+            if ask is None or state.cool_until > now:
                 continue
             try:
-                ids: list[int] = await tokenize(request, call)
+                return await ask(request, call)
             except GatewayError as exc:
                 err = exc
-                continue
-            return ids
         raise err
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:

@@ -11,7 +11,8 @@ a neutral client would get), a stable ``code`` (what each dialect's error table 
     │   ├── UnsupportedFeature  400    the chosen target cannot honour a requested field
     │   ├── AuthenticationFailed 401
     │   ├── PermissionDenied    403    key valid, but not for this team or model
-    │   ├── NotFound            404    unknown model or path
+    │   ├── NotFound            404    unknown path or stored object
+    │   │   └── ModelNotFound   404    no such model, or not one the caller's team may see
     │   ├── MethodNotAllowed    405    a served path, another method
     │   ├── PayloadTooLarge     413
     │   ├── HeaderFieldsTooLarge 431   a header line past the HTTP parser's limit, or too many
@@ -94,6 +95,10 @@ class PermissionDenied(RequestError):
 class NotFound(RequestError):
     status = 404
     code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"  # OpenAI's code for it; the model list and every request name the model
 
 
 class MethodNotAllowed(RequestError):

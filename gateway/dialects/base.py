@@ -110,6 +110,24 @@ class Wire(Protocol):
     def reader(self, request: InternalRequest) -> ChunkReader: ...
 
 
+class Counting(Protocol):
+    """How a target counts a prompt's tokens itself (``POST /v1/messages/count_tokens``), sans-IO: the
+    URL and body of the question, made from what its ``Wire`` would send, and the count in its answer
+    (None when the answer holds none). ``adapters/http.py`` asks it."""
+
+    def url(self, base_url: str, wire: Wire) -> str: ...
+
+    def body(self, request: InternalRequest, wire: Wire, model: str) -> dict[str, JSON]: ...
+
+    def read(self, data: JSON) -> int | None: ...
+
+
+def count_in(data: JSON, name: str) -> int | None:
+    """A count an answer holds under ``name``: a whole number, never a bool."""
+    n = data.get(name) if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
 class Dialect(Protocol):
     @property
     def name(self) -> str:

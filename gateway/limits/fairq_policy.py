@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.core.errors import InvalidRequest
+from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, QueueSettings, Ticket
 from gateway.limits.fairq_shared import Listener, Shared, SharedQueue
 from gateway.runtime.config import GatewayConfig
@@ -130,6 +131,8 @@ class FairQueues:
     def __init__(self, policy: FairPolicy | None = None, client: Any = None) -> None:
         self.policy = FairPolicy()
         self.client = client
+        # one connection for every model's script calls (a cluster client: redis-py's own calls)
+        self.calls = ScriptChannel(client) if hasattr(client, "connection_pool") else None
         self.queues: dict[str, ModelQueue] = {}
         if policy is not None:
             self.configure(policy)
@@ -155,7 +158,7 @@ class FairQueues:
         if self.client is None:
             return ModelQueue(model, settings, classes)
         policy = self.policy
-        shared = Shared(self.client, model, classes, int(policy.lease_ttl * 1000))
+        shared = Shared(self.client, model, classes, int(policy.lease_ttl * 1000), self.calls)
         return SharedQueue(model, settings, classes, shared, policy.closed, policy.retry_seconds)
 
     def learned(self, model: str, capacity: int, replicas: int) -> None:

@@ -26,8 +26,12 @@ class ModelAccess:
     def teams(self) -> frozenset[str]:
         return frozenset(self._allowed)
 
+    def allows(self, principal: Principal, model: str) -> bool:
+        """Whether the principal's team may use ``model``: what the model list shows it."""
+        allowed = self._allowed.get(principal.team)
+        return allowed is None or self._canonical.get(model, model) in allowed
+
     def check(self, principal: Principal, model: str) -> None:
         """Raise ``PermissionDenied`` (naming the field) unless the principal's team may use ``model``."""
-        allowed = self._allowed.get(principal.team)
-        if allowed is not None and self._canonical.get(model, model) not in allowed:
+        if not self.allows(principal, model):
             raise PermissionDenied(f"team {principal.team!r} may not use model {model!r}", param="model")

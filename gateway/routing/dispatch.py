@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gateway.core.errors import GatewayError, UnsupportedFeature, UpstreamFailed, UpstreamRejected
+from gateway.core.records import replaced
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Batch, Completion, Finish
 from gateway.core.upstream import Call, Upstream
@@ -248,7 +249,7 @@ async def open_stream(
     candidates = _candidates(table, route, request, attempt)
     may = _may_resume(route, request, call, candidates)
     if may:  # the targets that can continue are asked for what makes a continuation exact
-        candidates = [(u, replace(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
+        candidates = [(u, replaced(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
     open_on = _opener(attempt, call)
 
     async def opened(n: int, upstream: Upstream, req: InternalRequest) -> tuple[Batch, Batches]:

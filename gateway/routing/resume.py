@@ -20,7 +20,9 @@ every completion token counts once and the prompt is billed once. What cannot be
 continue, such as OpenAI's API) keeps the break: the client gets the in-band error, never a finish.
 
 The seam: ``dispatch.open_stream`` hands a stream that may resume to ``resumable``, with a ``Resumer``
-that opens a continuation on a given target. Streams that may not resume are not wrapped at all.
+that opens a continuation on a given target: a ``Resumable``, which the relay reads without a layer
+of its own (it keeps each batch written, and hands a break to ``recover``). Streams that may not
+resume are not wrapped at all. What a stream keeps is bounded (``KEEP_BATCHES``, ``KEPT_BYTES``).
 
 What does not belong here: the choice of targets before the first byte (``dispatch``), the HTTP of a
 target (``adapters``), any wire format (a relayed chunk is read back by its target's ``replay``).
@@ -31,8 +33,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
@@ -102,19 +106,21 @@ def applies(setting: bool | None, request: InternalRequest, upstreams: Sequence[
 @dataclass(slots=True)
 class Progress:
     """What the client was sent of the answer, read back when a break happens (relayed chunks by
-    the target that sent them: ``replay``)."""
+    the target that sent them: ``replay``), or where a long stream's kept batches are folded
+    (``Resumable.fold``): kept compactly, about the text's bytes and 12 bytes a token."""
 
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # the text, in pieces joined when read (``text``)
+    chars: int = 0  # the text's length
+    token_ids: array[int] = field(default_factory=lambda: array("i"))
     tokens: int = 0  # chunks that carried a token: the count when the stream had no ids
     ids_complete: bool = True  # every token chunk carried its id
     finished: bool = False
     stuck: str | None = None  # why the answer cannot be continued (a tool call in progress...)
     # Where the client's text is whole for the ids sent: after an event of one token that released
-    # text (ids, characters sent). The server holds a token's text back while it ends inside a
-    # character (byte-level BPE), an event of several tokens does not say which of them its text
-    # covers, and vLLM keeps ``lag`` more characters back while a stop string could still match.
-    marks: list[tuple[int, int]] = field(default_factory=list)
+    # text, (ids, characters sent) pairs, flat. The server holds a token's text back while it ends
+    # inside a character (byte-level BPE), an event of several tokens does not say which of them its
+    # text covers, and vLLM keeps ``lag`` more characters back while a stop string could still match.
+    marks: array[int] = field(default_factory=lambda: array("i"))
     lag: int = 0
 
     def add(self, event: StreamEvent) -> None:
@@ -122,27 +128,38 @@ class Progress:
             if event.tool_calls or event.reasoning:
                 self.stuck = "a tool call or reasoning was in progress"
             if event.text or event.token_ids:
-                self.text += event.text
+                self.texts.append(event.text)
+                self.chars += len(event.text)
                 self.tokens += max(1, len(event.token_ids))
                 if event.token_ids:
-                    self.token_ids += event.token_ids
-                    self._settle(event)
+                    self.token_ids.extend(event.token_ids)
+                    if len(event.token_ids) == 1 and event.text:
+                        self.marks.extend((len(self.token_ids), self.chars))
                 else:
                     self.ids_complete = False
         elif isinstance(event, Finish):
             self.finished = True
 
+    @property
+    def text(self) -> str:
+        """The text the client has."""
+        self.pack()
+        return self.texts[0]
+
+    def pack(self) -> None:
+        """The text's pieces joined into one string."""
+        if len(self.texts) != 1:
+            self.texts[:] = ["".join(self.texts)]
+
     def copy(self) -> Progress:
-        return dataclasses.replace(self, token_ids=list(self.token_ids), marks=list(self.marks))
+        return dataclasses.replace(
+            self, texts=[self.text], token_ids=array("i", self.token_ids), marks=array("i", self.marks)
+        )
 
     @property
     def sent(self) -> int:
         """Completion tokens the client has."""
         return len(self.token_ids) if self.ids_complete and self.token_ids else self.tokens
-
-    def _settle(self, event: Delta) -> None:
-        if len(event.token_ids) == 1 and event.text:
-            self.marks.append((len(self.token_ids), len(self.text)))
 
     @property
     def settled(self) -> int:
@@ -156,9 +173,10 @@ class Progress:
 
     def _junction(self) -> tuple[int, int]:
         """The last mark whose text, the ``lag`` held back with it, the client has: (ids, characters)."""
-        for ids, chars in reversed(self.marks):
-            if chars + self.lag <= len(self.text):
-                return ids, chars + self.lag
+        marks = self.marks
+        for at in range(len(marks) - 2, -1, -2):
+            if marks[at + 1] + self.lag <= self.chars:
+                return marks[at], marks[at + 1] + self.lag
         return 0, 0
 
 
@@ -176,20 +194,43 @@ def read_back(
 ) -> Progress:
     """What the client has: ``before`` (the parts of earlier targets), then ``batches``."""
     progress = Progress(lag=held_back(request.sampling)) if before is None else before.copy()
-    read = None  # the target's reader, one for the stream: made at the first relayed chunk
+    read_into(progress, batches, Reader(replay, request))
+    return progress
+
+
+class Reader:
+    """A target's reader of its relayed chunks, one for the stream: made at the first relayed chunk
+    (an Anthropic stream's events mean nothing without its first)."""
+
+    __slots__ = ("read", "replay", "request")
+
+    def __init__(self, replay: Replay | None, request: InternalRequest) -> None:
+        self.replay, self.request = replay, request
+        self.read: Callable[[list[bytes]], list[StreamEvent]] | None = None
+
+    def __call__(self, relayed: list[bytes]) -> list[StreamEvent] | None:
+        if self.replay is None:
+            return None
+        if self.read is None:
+            self.read = self.replay(self.request)
+        return self.read(relayed)
+
+
+def read_into(progress: Progress, batches: list[Batch], reader: Reader) -> None:
+    """``batches`` added to ``progress``, their relayed chunks read back by ``reader``."""
     for batch in batches:
         relayed = [ev.data if isinstance(ev, Token) else ev for ev in batch.events if isinstance(ev, Frame | Token)]
         if relayed:
-            if replay is None:
+            events = reader(relayed)
+            if events is None:
                 progress.stuck = "relayed chunks that its target cannot read back"
-                return progress
-            read = read or replay(request)
-            for ev in read(relayed):
+                return
+            for ev in events:
                 progress.add(ev)
         for ev in batch.events:
             if not isinstance(ev, Frame | Token):
                 progress.add(ev)
-    return progress
+    progress.pack()
 
 
 def _less(value: int | None, sent: int) -> int | None:
@@ -415,29 +456,117 @@ class Resumer:
             return None
 
 
-async def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Batches:
+# What a stream that may resume keeps of what the client has (docs/vllm.md, "Streams that survive"):
+# the batches relayed since the last fold as they came (a one-token batch holds about 420 bytes), at
+# most ``KEEP_BATCHES``; then folded: each run of relayed chunks joined into one (about 230 bytes a
+# token of vLLM's, the objects around them gone), read back only if the stream breaks (reading back is
+# a JSON parse a chunk, some 60k instructions: more than relaying it). Past ``KEPT_BYTES`` of them the
+# part is no longer kept: a break after that ends the stream with the break's error, never with a
+# continuation from part of the answer. What earlier parts sent is kept read back (``Progress``).
+KEEP_BATCHES = 1024
+KEPT_BYTES = 1 << 23
+
+
+RELAYED = frozenset({bytes, Frame})  # the types of a relayed chunk's bytes (a ``Token``'s, a ``Frame``)
+
+
+def _relayed(item: object) -> bool:
+    return isinstance(item, bytes)
+
+
+class Resumable:
+    """A stream (its first batch already with the client) that survives breaks: read by the relay,
+    which appends each batch it writes to ``kept`` and, at a ``GatewayError``, asks ``recover`` for the
+    rest (``gateway/web/relay.py``), so an unbroken stream costs an append a batch and no layer of
+    its own; any other reader iterates it as one stream."""
+
+    __slots__ = ("before", "current", "folded", "held", "kept", "resumer", "source", "whole")
+
+    def __init__(self, upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> None:
+        self.current = events  # the part being relayed: the target's own stream until a break
+        self.kept = [first]  # what the client has of it, since the last fold (the relay appends)
+        self.folded: list[Batch] | None = []  # what it had before, folded; None: past ``KEPT_BYTES``
+        self.held = 0  # the bytes of the relayed chunks folded
+        self.source, self.resumer = upstream, resumer
+        self.before: Progress | None = None  # what the client had of earlier parts (targets that broke)
+        self.whole: Batches | None = None  # the stream as one, for a reader other than the relay
+
+    def fold(self) -> None:
+        """``kept`` folded: a long stream's memory bounded (``KEEP_BATCHES``, ``KEPT_BYTES``)."""
+        folded = self.folded
+        if folded is not None:
+            items = [ev.data if type(ev) is Token else ev for batch in self.kept for ev in batch.events]
+            if set(map(type, items)) <= RELAYED:  # all relayed, as a model server's stream mostly is
+                items = [b"".join(items)]  # type: ignore[arg-type]  # (bytes, by their types)
+            for relayed, run in groupby(items, _relayed):
+                if relayed:
+                    joined = b"".join(run)  # type: ignore[arg-type]  # (bytes, by the key)
+                    self.held += len(joined)
+                    folded.append(Batch([Token(joined)]))  # (read back as relayed: whole events)
+                else:
+                    folded.append(Batch(list(run)))  # type: ignore[arg-type]  # (events, by the key)
+            if self.held > KEPT_BYTES:
+                self.folded = None
+        self.kept.clear()
+
+    async def recover(self, err: GatewayError) -> Batch:
+        """After ``err`` broke the current part: the continuation's first batch, with ``current`` its
+        stream; ``err`` again when the answer cannot be continued."""
+        await self.current.aclose()  # type: ignore[attr-defined]
+        if self.folded is None:  # longer than what is kept
+            throttled.warning("too-long", "a stream past %d bytes kept broke: not resumed", KEPT_BYTES)
+            raise err
+        request = self.resumer.request
+        progress = self.before or Progress(lag=held_back(request.sampling))
+        read_into(progress, self.folded + self.kept, Reader(getattr(self.source, "replay", None), request))
+        if progress.finished or progress.stuck is not None:
+            raise err
+        self.resumer.failed(self.source, err)
+        self.source, events, head, junction = await self.resumer.resume(self.source, err, progress)
+        self.before, self.folded, self.held = progress, [], 0
+        self.current = joined(events, junction)
+        first = Batch(junction.join(head.events), head.then)
+        self.kept = [first]
+        return first
+
+    def __aiter__(self) -> Resumable:
+        return self
+
+    def __anext__(self) -> Awaitable[Batch]:
+        if self.whole is None:
+            self.whole = self._batches()
+        return self.whole.__anext__()
+
+    async def _batches(self) -> Batches:
+        while True:
+            try:
+                async for batch in self.current:
+                    self.kept.append(batch)
+                    if len(self.kept) >= KEEP_BATCHES:
+                        self.fold()
+                    yield batch
+                return
+            except GatewayError as err:
+                head = await self.recover(err)
+                if head.events:
+                    yield head
+
+    async def aclose(self) -> None:
+        """The upstream's stream closed (the client went away): now, not at GC."""
+        if self.whole is not None:
+            await self.whole.aclose()  # type: ignore[attr-defined]
+        await self.current.aclose()  # type: ignore[attr-defined]
+
+
+async def joined(events: Batches, junction: Junction) -> Batches:
+    """A continuation's batches as the rest of the client's stream (``Junction``)."""
+    try:
+        async for batch in events:
+            yield Batch(junction.join(batch.events), batch.then)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Resumable:
     """``events`` (after ``first``, already with the client) as one stream that survives breaks."""
-    sent: list[Batch] = [first]  # what the client has of the current target's part
-    current, source, before = events, upstream, None
-    junction: Junction | None = None  # where the current target's part joins the stream
-    while True:
-        try:
-            async for batch in current:
-                if junction is not None:
-                    batch = Batch(junction.join(batch.events), batch.then)
-                sent.append(batch)
-                yield batch
-            return
-        except GeneratorExit:  # closed (the client went away): the upstream's stream now, not at GC
-            await current.aclose()  # type: ignore[attr-defined]
-            raise
-        except GatewayError as err:
-            await current.aclose()  # type: ignore[attr-defined]
-            progress = read_back(sent, getattr(source, "replay", None), resumer.request, before)
-            if progress.finished or progress.stuck is not None:
-                raise
-            resumer.failed(source, err)
-            source, current, head, junction = await resumer.resume(source, err, progress)
-            sent, before = [Batch(junction.join(head.events), head.then)], progress
-            if sent[0].events:
-                yield sent[0]
+    return Resumable(upstream, first, events, resumer)

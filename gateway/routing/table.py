@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from gateway.core.errors import GatewayError, InvalidRequest, NoHealthyTarget, NotFound, UpstreamCredentials
+from gateway.core.errors import GatewayError, InvalidRequest, ModelNotFound, NoHealthyTarget, UpstreamCredentials
 from gateway.core.records import record
 from gateway.core.request import Operation
 from gateway.core.upstream import Upstream
@@ -140,7 +140,7 @@ class ModelTable:
                 route = Route(name, [self.vendors[vendor_name]], [1.0], upstream_model=name, label=f"{vendor_name}/*")
                 return Resolved(route)
             return Resolved(Route(name, [self.catch_all], [1.0], upstream_model=name, label="local"))
-        raise NotFound(f"model {name!r} is not served by this gateway", param="model")
+        raise ModelNotFound(f"model {name!r} is not served by this gateway", param="model")
 
     def order(self, route: Route) -> list[Upstream]:
         """Targets to try: one weighted pick first, then the rest by weight; cooling ones last-resort."""

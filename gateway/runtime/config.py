@@ -507,6 +507,39 @@ def _path(loc: tuple[int | str, ...], data: Any) -> str:
     return "".join(parts)
 
 
+def _untagged(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """``loc`` without pydantic's tags of a union's members (``capacity.constrained-int``), which name
+    no key of the file: the field types are walked from the top, and the part after a union dropped."""
+    out: list[int | str] = []
+    node: Any = GatewayConfig
+    for part in loc:
+        if _is_union(node):
+            node = None
+            continue
+        out.append(part)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            node = None if field is None else _bare(field.annotation)
+        else:
+            args = [a for a in typing.get_args(node) if a is not Ellipsis]
+            node = _bare(args[-1]) if args else None
+    return tuple(out)
+
+
+def _bare(node: Any) -> Any:
+    """``X`` of ``Annotated[X, ...]`` and of ``X | None``; a union of several stays one."""
+    while typing.get_origin(node) is Annotated:
+        node = typing.get_args(node)[0]
+    if _is_union(node):
+        real = [a for a in typing.get_args(node) if a is not type(None)]
+        return _bare(real[0]) if len(real) == 1 else node
+    return node
+
+
+def _is_union(node: Any) -> bool:
+    return typing.get_origin(node) in (typing.Union, types.UnionType)
+
+
 def _section(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The config section (a pydantic model) that holds the key at ``loc``, found by walking the
     field types from the top: a list item's type under an index, a mapping's value type under a key."""
@@ -520,16 +553,6 @@ def _section(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
             node = args[-1] if args else None  # tuple[X, ...] → X; dict[K, V] → V
         node = _bare(node)
     return node if isinstance(node, type) and issubclass(node, BaseModel) else None
-
-
-def _bare(node: Any) -> Any:
-    """``X`` of ``Annotated[X, ...]`` and of ``X | None``."""
-    while typing.get_origin(node) is Annotated:
-        node = typing.get_args(node)[0]
-    if typing.get_origin(node) in (typing.Union, types.UnionType):
-        real = [a for a in typing.get_args(node) if a is not type(None)]
-        node = _bare(real[0]) if len(real) == 1 else None
-    return node
 
 
 def _unknown(loc: tuple[int | str, ...]) -> str:
@@ -598,7 +621,7 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (*err["loc"], *placed.loc))
             where = where.lstrip(".")
         else:
-            where = _path(tuple(err["loc"]), data) or "(top level)"
+            where = _path(_untagged(tuple(err["loc"])), data) or "(top level)"
         raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
     _check_names(config, source)
     if problem := price_problem(config.spend.prices, *_price_names(config)):

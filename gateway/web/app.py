@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import PROVIDERS, HTTPUpstream, native_for, wire_for
+from adapters import PROVIDERS, HTTPUpstream, counting_for, native_for, wire_for
 from backends import ENGINE_EXTRAS, ENGINES
 from backends.pool.replicas import ReplicaPool
 from gateway.core.upstream import Upstream
@@ -35,7 +35,7 @@ from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, c
 from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secrets
 from gateway.store.redis_client import close_redis, redis_client
-from gateway.web import admin, ops, reload, responses, spend_report, status, stored, unrouted
+from gateway.web import admin, models, ops, reload, responses, spend_report, status, stored, unrouted
 from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import RouteHandler
 from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
@@ -108,12 +108,12 @@ def build_upstream(
             target,
             public,
             wire,
-            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, native_for(t)),
+            lambda t, p, w: HTTPUpstream(t, p, w, budget, secret, native_for(t), counting_for(t)),
             ReplicaGaugeSet(),
             redis,
             routing.pool if routing is not None else None,
         )
-    return HTTPUpstream(target, public, wire, budget, secret, native_for(target))
+    return HTTPUpstream(target, public, wire, budget, secret, native_for(target), counting_for(target))
 
 
 def vendor_target(name: str, vendor: Vendor) -> Target:
@@ -318,8 +318,7 @@ def create_app(
     for spec in ROUTES:
         app.router.add_route(spec.method, spec.path, RouteHandler(spec, gw.in_flight).handle)
     app.router.add_routes(responses.routes())
-    for path in MODEL_LIST_PATHS:
-        app.router.add_get(path, ops.list_models)
+    models.install(app, MODEL_LIST_PATHS)
     app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
     ops.install(app, config)
     admin.install(app)

@@ -1,6 +1,6 @@
-"""Operational endpoints: ``/health`` (alive), ``/ready`` (some model can be served), ``/metrics`` and
-the model lists (what is reachable), plus the background prober that keeps target reachability and the
-models each target lists fresh without touching the request path.
+"""Operational endpoints: ``/health`` (alive), ``/ready`` (some model can be served) and ``/metrics``,
+plus the background prober that keeps target reachability and the models each target lists (what
+``gateway.web.models`` shows) fresh without touching the request path.
 
 ``/metrics`` and ``/ready``'s detail name teams, models and targets. While the variable
 ``server.metrics_token_env`` names holds a token, ``/metrics`` answers only ``Authorization: Bearer
@@ -19,15 +19,12 @@ import time
 from aiohttp import web
 
 from gateway.core.errors import GatewayError
-from gateway.dialects import ANTHROPIC, OPENAI
-from gateway.dialects.anthropic.render import model_list
 from gateway.dialects.base import bearer_token
 from gateway.dialects.common import dumps
 from gateway.limits.fairq_policy import Learner
 from gateway.obs.metrics import TARGET_UP, exposition, flush
 from gateway.policy.auth import key_digest
 from gateway.runtime.config import GatewayConfig
-from gateway.web.pipeline import credentials, error_response, request_id
 from gateway.web.state import GATEWAY, Gateway
 
 log = logging.getLogger("gateway.ops")
@@ -133,37 +130,6 @@ async def ready(request: web.Request) -> web.Response:
         "limits": limits_state(gw),
     }
     return _json(body, status)
-
-
-async def list_models(request: web.Request) -> web.Response:
-    """OpenAI's list, or Anthropic's when the client sends ``anthropic-version`` (its SDKs always do)."""
-    gw = request.app[GATEWAY]
-    rid = request_id(request.headers)
-    dialect = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
-    try:
-        token, team = credentials(dialect, request.headers)
-        await gw.auth.authenticate(token, team)
-    except GatewayError as err:
-        return error_response(dialect, err, rid)
-    names = list(dict.fromkeys([*gw.models.public_names(), *reachable(gw)]))
-    now = int(time.time())
-    if dialect is ANTHROPIC:
-        return _json(model_list(names, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))))
-    data = [{"id": n, "object": "model", "created": now, "owned_by": "llm-gateway"} for n in names]
-    return _json({"object": "list", "data": data})
-
-
-def reachable(gw: Gateway) -> list[str]:
-    """Names beyond the configured ones that would be served now: what the local catch-all lists, and
-    each reachable vendor's models under its prefix."""
-    table = gw.models
-    names: list[str] = []
-    if table.catch_all is not None and gw.ready.get(table.catch_all.name, False):
-        names += sorted(table.listed.get(table.catch_all.name, ()))
-    for prefix, vendor in sorted(table.vendors.items()):
-        if gw.ready.get(vendor.name, False):
-            names += [f"{prefix}/{m}" for m in sorted(table.listed.get(vendor.name, ()))]
-    return names
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -6,7 +6,9 @@ batches allow. The one place that reads a batch's ``then`` and the one fast path
 - the stream's last batch (``Then.END``) is not written here but left for the answer's end, so that
   the events and the stream's end leave in one write;
 - a batch that is one relayed ``Token`` (most of a model server's stream) is counted and written
-  without the per-batch bookkeeping.
+  without the per-batch bookkeeping;
+- a stream that may resume (``gateway.routing.resume.Resumable``) is read here, its target's stream
+  directly: each batch written is kept, and a break is handed to it for the continuation.
 
 Everything else of a stream, upstream to encoder, exchanges typed events (``gateway.core.response``);
 this module decides only when the encoded bytes are sent (docs/performance.md)."""
@@ -17,8 +19,10 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from gateway.core.errors import GatewayError
 from gateway.core.response import Batch, Then, Token
 from gateway.dialects.base import StreamEncoder
+from gateway.routing.resume import KEEP_BATCHES, Resumable
 from gateway.web.record import RequestLog
 
 
@@ -34,16 +38,44 @@ class Relay:
 
     async def run(self, first: Batch, events: AsyncIterator[Batch], busy: Callable[[], bool]) -> None:
         """``first`` (already counted by the caller's log) and the rest of ``events``, up to the last
-        batch, which is left in ``out`` with nothing after it written."""
-        encode, write = self.encoder.event, self.resp.write
-        out = b"".join([encode(ev) for ev in first.events])
-        try:
-            if first.then is Then.END:
+        batch, which is left in ``out`` with nothing after it written. A stream that may resume
+        (``Resumable``) is read here, not through a layer of its own: each batch written is kept, and
+        a break is handed to its ``recover``, whose continuation is read on."""
+        encode = self.encoder.event
+        self.out = b"".join([encode(ev) for ev in first.events])
+        if first.then is Then.END:
+            return
+        if not (first.then is Then.REST and busy()):
+            await self.resp.write(self.out)  # the head goes with it (alone, if the first events wrote nothing)
+            self.out = b""
+        if not isinstance(events, Resumable):
+            await self.relay(events, None)
+            return
+        while True:
+            try:
+                await self.relay(events.current, events)
                 return
-            if not (first.then is Then.REST and busy()):
-                await write(out)  # the head goes out with it (alone, if the first events wrote nothing)
-                out = b""
+            except GatewayError as err:
+                head = await events.recover(err)  # or ``err`` again: the stream ends with it
+            self.log.observe(head.events)
+            self.out += b"".join([encode(ev) for ev in head.events])
+            if head.then is Then.END:
+                return
+            if self.out:
+                await self.resp.write(self.out)
+                self.out = b""
+
+    async def relay(self, events: AsyncIterator[Batch], resumable: Resumable | None) -> None:
+        """``events`` written up to their last batch, which is left in ``out``; each batch kept by
+        ``resumable`` if it may resume."""
+        encode, write, out = self.encoder.event, self.resp.write, self.out
+        kept = [] if resumable is None else resumable.kept
+        try:
             async for batch in events:
+                if resumable is not None:
+                    kept.append(batch)
+                    if len(kept) >= KEEP_BATCHES:
+                        resumable.fold()
                 got = batch.events
                 if len(got) == 1 and type(token := got[0]) is Token:
                     self.log.token(len(token.data))

@@ -28,6 +28,6 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/responses", RESPONSES, CHAT, kept=True),
     RouteSpec("POST", "/v1/embeddings", EMBEDDINGS, Operation.EMBEDDING),
 )
-COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # Anthropic's: answered by the gateway's estimate
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"  # Anthropic's: the target's count, else the bound
 
 MODEL_LIST_PATHS = ("/v1/models", "/serverless/v1/models", "/dedicated/v1/models", "/v5/models")

@@ -19,6 +19,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
 from gateway.limits.fairq_shared import FULL, GONE, WAITER_LEASE, Listener, Shared, SharedQueue, keys
 from gateway.limits.fairq_shared import GRANTED as SLOT
@@ -110,6 +111,36 @@ async def test_the_script_serves_and_sheds_as_its_python_twin(
             evicted = {w.ticket.rid for w in waiters if w.state == EVICTED}
             in_redis = {m.decode() for r in (2, 3) for m in await client.zrange(shared.keys[r], 0, -1)}
             assert in_redis == {w.ticket.rid for w in waiters if w.state == WAITING}, evicted
+    finally:
+        await client.aclose()
+
+
+async def test_packed_calls_answer_as_redis_pys_and_load_the_script_after_a_flush(
+    redis_server: RedisServer,
+) -> None:
+    """The gateway sends the script's calls packed on a ``ScriptChannel``: every operation answers as
+    the same call through redis-py does, and a Redis that lost its scripts (restarted, flushed) has
+    the script loaded again by the call that found it missing."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    plain = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    packed = Shared(client, uuid.uuid4().hex, 2, 30_000, ScriptChannel(client))
+
+    async def both(op: str, *args: str | int) -> list[int]:
+        answers = [await s.call(op, 1, 2, *args) for s in (plain, packed)]
+        assert answers[0] == answers[1], op
+        return answers[1]
+
+    try:
+        assert await both("enter", "holder", 0, "x", "1.0") == [SLOT]
+        assert await both("enter", "a", 0, "a", "1.0") == [0, 1]
+        assert await both("enter", "b", 1, "b", "2.0") == [0, 2]
+        assert await both("enter", "c", 1, "c", "1.0") == [FULL]
+        assert await both("renew", "holder", "gone") == [1]
+        assert await both("leave", "holder", 0) == [1]  # the slot goes to a, the head
+        assert await both("check", "a", 0, "a", "1.0") == [SLOT]
+        await client.script_flush()
+        assert await packed.call("leave", 1, 2, "a", 0) == [1]
+        assert await packed.call("check", 1, 2, "b", 1, "b", "2.0") == [SLOT]
     finally:
         await client.aclose()
 

@@ -31,6 +31,7 @@ TEAM = "team1"
 OTHER_TEAM = "team2"
 MODEL = "tiny"
 DEAD_MODEL = "dead"
+ALIAS = "meta/tiny"  # MODEL's alias: an id with a slash, as vendor-prefixed names have
 CLAUDE_MODEL = "claude"  # on the fake upstream's Anthropic wire
 ANTHROPIC_KEY = "sk-ant-fake-upstream-key"
 ANTHROPIC_KEY_ENV = "SDK_TIER_ANTHROPIC_KEY"
@@ -129,12 +130,13 @@ def wait_health(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def gateway_config(upstream_url: str, claude_url: str) -> str:
-    """``tiny`` on the fake upstream; ``CLAUDE_MODEL`` on the fake's Anthropic wire (its key from the
-    environment, as a deployment gives it); ``DEAD_MODEL`` on a port nothing listens on (it cools down
-    after three failures: the overloaded cases)."""
+    """``tiny`` (alias ``meta/tiny``) on the fake upstream; ``CLAUDE_MODEL`` on the fake's Anthropic wire
+    (its key from the environment, as a deployment gives it); ``DEAD_MODEL`` on a port nothing listens
+    on (it cools down after three failures: the overloaded cases)."""
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     return f"""models:
   - name: {MODEL}
+    aliases: [{ALIAS}]
     targets:
       - provider: openai
         base_url: {upstream_url}

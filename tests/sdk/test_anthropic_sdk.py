@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.sdk.conftest import CLAUDE_MODEL, DEAD_MODEL, KEY, MODEL, OTHER_TEAM, ROOT, TEAM, Gateway
+from tests.sdk.conftest import ALIAS, CLAUDE_MODEL, DEAD_MODEL, KEY, MODEL, OTHER_TEAM, ROOT, TEAM, Gateway
 
 pytestmark = pytest.mark.sdk
 
@@ -47,7 +47,8 @@ def runs(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory, request: py
     one whose target is Anthropic's (the client's body passed through)."""
     home = tmp_path_factory.mktemp("anthropic-home")
     args = ["--model", request.param, "--team", TEAM, "--other-team", OTHER_TEAM, "--dead-model", DEAD_MODEL]
-    return driven(gateway, home, "anthropic", DRIVER, *args)
+    args += ["--alias", ALIAS]
+    return driven(gateway, home, "anthropic", DRIVER, *args) | {"_model": request.param}
 
 
 def case(runs: dict[str, Any], name: str, ok: bool = True) -> dict[str, Any]:
@@ -96,6 +97,28 @@ def test_stop_sequence(runs: dict[str, Any]) -> None:
 def test_count_tokens_and_models(runs: dict[str, Any]) -> None:
     assert case(runs, "count_tokens")["input_tokens"] > 0
     assert MODEL in case(runs, "models")["ids"]
+
+
+def test_models_pages_as_the_sdk_follows_them(runs: dict[str, Any]) -> None:
+    """More models than the limit: the SDK's iterator asks page after page and sees each model once."""
+    every = case(runs, "models_all")["ids"]
+    assert len(every) == 4 and {MODEL, ALIAS, CLAUDE_MODEL, DEAD_MODEL} == set(every)
+    assert case(runs, "models")["ids"] == every  # one page of 20 by default
+    assert case(runs, "models_paged")["ids"] == every
+    # backward, a page of one at a time: the pages come nearest first, so the models in reverse
+    assert case(runs, "models_before")["ids"] == every[-2::-1]
+    assert case(runs, "models_deprecated")["ids"] == [] and case(runs, "models_active")["ids"] == every
+    bad = case(runs, "models_bad_limit", ok=False)
+    assert (bad["error"], bad["status"], bad["type"]) == ("BadRequestError", 400, "invalid_request_error")
+    assert bad["message"].startswith("limit: ")
+
+
+def test_models_retrieve(runs: dict[str, Any]) -> None:
+    got = case(runs, "retrieve")
+    assert (got["type"], got["id"], got["display_name"], got["lifecycle"]) == ("model", *[runs["_model"]] * 2, "active")
+    assert case(runs, "retrieve_alias")["id"] == ALIAS  # encoded as meta%2Ftiny by the SDK
+    missing = case(runs, "retrieve_missing", ok=False)
+    assert (missing["error"], missing["status"], missing["type"]) == ("NotFoundError", 404, "not_found_error")
 
 
 @pytest.mark.parametrize(

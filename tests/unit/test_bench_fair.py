@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import fair_load as fl
+from benchmarks import fair_sim, fair_trace
 from benchmarks.fair import GATEWAYS, SCENARIOS, PoolInfo, gateway_config, verdicts
 from benchmarks.fair_pool import POOL, Slots, make_app
 from gateway.limits.fairq_policy import fair_policy
@@ -176,3 +177,51 @@ def test_request_lengths_are_the_mean_or_spread_uniformly_around_it() -> None:
     drawn = [next(spread) for _ in range(4000)]
     assert min(drawn) == 8 and max(drawn) == 24
     assert abs(sum(drawn) / len(drawn) - 16) < 0.3
+
+
+async def test_the_pool_logs_each_numbered_request_in_order_of_its_times() -> None:
+    app = make_app(capacity=1, tokens=2, gap_ms=1, prefill_ms=1)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        url = str(server.make_url("/v1/completions"))
+        for prompt in ("team=t hi #7", "team=t hi"):  # the second names no number: not logged
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "stream": True}
+            async with session.post(url, json=body) as resp:
+                await resp.read()
+    ((serial, team, *times),) = app[POOL].log
+    assert (serial, team) == (7, "t")
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_the_trace_splits_a_ttft_into_its_parts_and_counts_who_passed() -> None:
+    """A quiet request due at 1.0 reaches the pool at 1.3: a slot had come free at 1.2 (a noisy
+    request's end) and went to a noisy request that reached the pool at 1.25, after it was due."""
+
+    def rec(team: str, due: float, pool: list[float], ttft: float | None = None) -> dict[str, object]:
+        return {"team": team, "due": due, "ttft": ttft, "pool": pool}
+
+    records = [
+        rec("quiet", 1.0, [1.3, 1.3, 1.35, 1.8], ttft=0.36),
+        rec("noisy", 0.1, [0.5, 0.5, 0.55, 1.2]),
+        rec("noisy", 0.2, [1.25, 1.25, 1.3, 1.9]),
+        rec("quiet", 0.2, [0.3, 0.3, 0.35, 0.6], ttft=0.2),  # before the warm-up's end: left out
+    ]
+    (row,) = fair_trace.breakdown(records, "quiet", warmup=0.5)
+    want = {"ttft": 0.36, "gateway": 0.3, "next free": 0.2, "after free": 0.1}
+    want |= {"pool queue": 0.0, "prefill": 0.05, "relay": 0.01, "passed": 1.0}
+    assert row == pytest.approx(want)
+
+
+def test_the_simulated_floor_orders_the_policies_as_the_docs_say() -> None:
+    """``benchmarks.fair_sim``: more credit never lengthens the quiet team's p99 wait, unlimited credit
+    is strict priority, and headroom shortens it only by taking slots from the noisy team."""
+    pool = fair_sim.Pool()
+
+    def run(policy: fair_sim.Policy) -> tuple[float, float]:
+        waits, noisy = fair_sim.simulate(policy, pool, 400.0, seed=1)
+        return waits[int(0.99 * len(waits))], noisy
+
+    none, cap, twice, first = (run(fair_sim.Policy("", c)) for c in (0.0, 4.0, 8.0, None))
+    headroom = run(fair_sim.Policy("", None, 1, 1.0))
+    assert none[0] > cap[0] >= twice[0] >= first[0]
+    assert none[1] == cap[1] == twice[1] == first[1]  # work-conserving: the same noisy throughput
+    assert headroom[0] < first[0] and headroom[1] < 0.9 * first[1]

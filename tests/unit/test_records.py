@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mypy import api
 
+from gateway.core.records import replaced
 from gateway.core.request import InternalRequest, Operation, Sampling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +47,14 @@ def test_replace_copies_every_field_and_changes_only_the_named_ones() -> None:
     assert a == Sampling(max_tokens=3, stop=("x",), temperature=0.5)  # the original is untouched
     with pytest.raises(TypeError):
         dataclasses.replace(a, no_such_field=1)  # type: ignore[call-arg]
+
+
+def test_replaced_is_dataclasses_replace() -> None:
+    """``replaced``, the request path's copy with changes, makes what ``dataclasses.replace`` makes,
+    and leaves the original as it was."""
+    req = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=Sampling(max_tokens=3), stream=True)
+    for changes in ({"resumable": True}, {"model": "n", "stream": False}, {}):
+        got = replaced(req, **changes)
+        assert got == dataclasses.replace(req, **changes) and got is not req
+    assert not req.resumable and req.model == "m"
+    assert replaced(req.sampling, max_tokens=9) == dataclasses.replace(req.sampling, max_tokens=9)

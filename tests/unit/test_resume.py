@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from gateway.core.errors import UpstreamFailed
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
-from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Token, Usage, UsageReport
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Then, Token, Usage, UsageReport
 from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.routing import resume
 
@@ -146,7 +147,7 @@ def test_relayed_chunks_are_read_back_by_their_target() -> None:
 
     batch = Batch([Token(b"data: x\n\n"), Delta(0, " d", (3,))])
     progress = resume.read_back([batch, batch], replay, COMPLETION, sent((" a", (5,))))
-    assert (progress.text, progress.token_ids, progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
+    assert (progress.text, list(progress.token_ids), progress.sent) == (" a r d r d", [5, 9, 3, 9, 3], 5)
     assert len(readers) == 1  # one reader for the stream: a stream's later events may need its first
     assert resume.read_back([Batch([Frame(b"data: x\n\n")])], None, COMPLETION, None).stuck is not None
 
@@ -183,3 +184,119 @@ def test_with_a_stop_string_the_junction_is_before_the_characters_held_back() ->
 
 
 PIECES = [(" a", (5,)), (" b", (6,)), ("", (7,)), (" c", (8,))]
+
+
+class Resumes:
+    """A ``Resumer`` that continues once, with ``rest``, and keeps what it was asked to continue after."""
+
+    def __init__(self, request: InternalRequest, rest: list[Batch]) -> None:
+        self.request, self.rest = request, rest
+        self.after: list[resume.Progress] = []
+
+    def failed(self, target: object, err: object) -> None:
+        pass
+
+    async def resume(self, broken: object, err: object, progress: resume.Progress) -> tuple[object, ...]:
+        self.after.append(progress.copy())
+
+        async def events() -> resume.Batches:
+            for batch in self.rest:
+                yield batch
+
+        return VLLM, events(), Batch([]), resume.Junction(0)
+
+
+@dataclass
+class Replaying(Target):
+    """A target whose relayed chunks, ``data: <text>|<id>``, it reads back (joined ones too)."""
+
+    def replay(self, req: InternalRequest) -> Callable[[list[bytes]], list[object]]:
+        def read(relayed: list[bytes]) -> list[object]:
+            events = [e[6:].split(b"|") for raw in relayed for e in raw.split(b"\n\n") if e]
+            return [Delta(0, text.decode(), (int(i),)) for text, i in events]
+
+        return read
+
+
+TARGET = Replaying("vllm")
+
+
+def _broken(pieces: int) -> resume.Batches:
+    """Tokens 1 to ``pieces`` - 1, relayed but every third decoded, then a reset."""
+
+    async def events() -> resume.Batches:
+        for i in range(1, pieces):
+            yield Batch([Delta(0, "ab", (i,)) if i % 3 == 0 else Token(b"data: ab|%d\n\n" % i)])
+        raise UpstreamFailed("reset")
+
+    return events()
+
+
+async def _read(stream: resume.Resumable, sizes: list[int]) -> list[Batch]:
+    got = []
+    async for batch in stream:
+        got.append(batch)
+        sizes.append(len(stream.kept))
+    return got
+
+
+async def test_a_long_stream_keeps_what_it_sent_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``KEEP_BATCHES`` the batches kept are folded (runs of relayed chunks joined): memory stays
+    bounded, and a break continues from all of it, in order."""
+    monkeypatch.setattr(resume, "KEEP_BATCHES", 4)
+    resumer = Resumes(COMPLETION, [Batch([Finish(0, "stop")])])
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    sizes: list[int] = []
+    got = await _read(stream, sizes)
+    assert max(sizes) < 4 and len(got) == 10 and isinstance(got[-1].events[0], Finish)
+    (progress,) = resumer.after
+    assert (progress.text, list(progress.token_ids), progress.settled) == ("ab" * 10, list(range(10)), 10)
+
+
+async def test_past_what_a_stream_keeps_a_break_ends_with_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer longer than resume keeps is not continued (from a part of it, or from nothing): the
+    client gets the break's error, and the stream holds nothing more of it."""
+    monkeypatch.setattr(resume, "KEEP_BATCHES", 2)
+    monkeypatch.setattr(resume, "KEPT_BYTES", 40)
+    resumer = Resumes(COMPLETION, [Batch([Finish(0, "stop")])])
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    with pytest.raises(UpstreamFailed, match="reset"):
+        await _read(stream, [])
+    assert not resumer.after and stream.folded is None and len(stream.kept) < 2
+
+
+class Written:
+    """What the relay needs of a response, an encoder and a request's log: the text written."""
+
+    def __init__(self) -> None:
+        self.out = b""
+
+    async def write(self, data: bytes) -> None:
+        self.out += data
+
+    def event(self, ev: object) -> bytes:
+        if isinstance(ev, Token):
+            return ev.data[6:].split(b"|")[0]
+        return ev.text.encode() if isinstance(ev, Delta) else b"|" if isinstance(ev, Finish) else b""
+
+    def token(self, size: int) -> None:
+        pass
+
+    def observe(self, events: object) -> None:
+        pass
+
+
+async def test_the_relay_keeps_and_folds_a_resumable_stream_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay reads a ``Resumable``'s target stream directly: it keeps each batch it writes (folded
+    past ``KEEP_BATCHES``) and continues after a break from everything the client has."""
+    from gateway.web import relay
+
+    monkeypatch.setattr(relay, "KEEP_BATCHES", 4)
+    resumer = Resumes(COMPLETION, [Batch([Delta(0, "cd", (10,))]), Batch([Finish(0, "stop")], Then.END)])
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    io = Written()
+    writer = relay.Relay(io, io, io)  # type: ignore[arg-type]
+    await writer.run(Batch([Delta(0, "ab", (0,))]), stream, lambda: False)
+    assert io.out + writer.out == b"ab" * 10 + b"cd|" and len(stream.kept) < 4
+    (progress,) = resumer.after
+    assert (progress.text, list(progress.token_ids)) == ("ab" * 10, list(range(10)))

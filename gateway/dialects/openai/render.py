@@ -43,11 +43,15 @@ ERROR_TYPES: Mapping[int, str] = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
+# Where OpenAI's type is not its status's: an unknown model is ``invalid_request_error`` with code
+# ``model_not_found`` (its API's answer to a chat or ``GET /v1/models/{model}`` for one; openai 3.54.0
+# raises it as NotFoundError, by status).
+CODE_TYPES: Mapping[str, str] = {"model_not_found": "invalid_request_error"}
 
 
 def error_object(err: GatewayError, status: int | None = None) -> dict[str, JSON]:
     status = status or err.status
-    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    kind = CODE_TYPES.get(err.code) or ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
     return {"message": err.message, "type": kind, "param": err.param, "code": err.code}
 
 
@@ -230,7 +234,7 @@ class ChunkEncoder:
                     head, start, tail_size, tail = around
                     # (a shape that holds ids has its tail after them: the plain text ends at a quote)
                     end = len(data) - tail_size if tail_size is not None else data.find(b'"', start)
-                    data = head + data[start:end] + tail
+                    data = head + data[start:end] + tail if head else data[:end] + tail
             return data if self.held is None else self._release() + data
         if isinstance(ev, Frame):
             self.relayed = True
@@ -298,10 +302,11 @@ class ChunkEncoder:
         self.as_is = parts == [head, tail]
         if len(parts) != 2 or self.as_is:
             return
+        kept = b"" if parts[0] == head else parts[0]  # (a head as it came is not copied apart)
         if len(shape) == 2:
-            self.around = (parts[0], len(head), len(tail), parts[1])
+            self.around = (kept, len(head), len(tail), parts[1])
         elif retouch(head + STAND_IN + b"1".join(shape[1:])).split(STAND_IN) == parts:  # the ids do not show
-            self.around = (parts[0], len(head), None, parts[1])
+            self.around = (kept, len(head), None, parts[1])
 
     def end(self) -> bytes:
         out = self._release()
@@ -309,3 +314,12 @@ class ChunkEncoder:
 
     def error(self, err: GatewayError) -> bytes:
         return self._release() + sse(self.style.stream_error(err))
+
+
+def model_card(name: str, created: int) -> dict[str, JSON]:
+    """One model as OpenAI's ``GET /v1/models/{model}`` answers it (and its list, each entry)."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway"}
+
+
+def model_list(names: list[str], created: int) -> dict[str, JSON]:
+    return {"object": "list", "data": [model_card(n, created) for n in names]}

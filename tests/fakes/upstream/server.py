@@ -15,14 +15,16 @@ from typing import Any, Final
 from aiohttp import web
 
 from tests.fakes.upstream import responses
-from tests.fakes.upstream.bodies import TokenizeRequest, parse
+from tests.fakes.upstream.bodies import ChatRequest, TokenizeRequest, parse
 from tests.fakes.upstream.errors import ApiError, ClientGone, invalid
 from tests.fakes.upstream.faults import Faults, marker_text, parse_faults
 from tests.fakes.upstream.jobs import Engine, Job, chat_job, completion_job, render_chat
 from tests.fakes.upstream.wire import WIRES, Chunk, Wire
+from tests.fakes.upstream.wire.anthropic import count_read
 
 POLL_SECONDS: Final = 0.02
 GENERATION_PATHS: Final = ("/completions", "/messages", "/responses")
+RECORDED_PATHS: Final = (*GENERATION_PATHS, "/count_tokens")
 STALL_SECONDS: Final = 3600.0  # ``stall_after``: longer than any test waits
 JSON = dict[str, Any]
 
@@ -97,8 +99,9 @@ def try_json(raw: bytes) -> Any:
 
 @web.middleware
 async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Generation requests, refused ones included (probes of /models or /health are not recorded)."""
-    if request.path.endswith(GENERATION_PATHS):
+    """Generation and count_tokens requests, refused ones included (probes of /models or /health, and
+    /tokenize, are not recorded)."""
+    if request.path.endswith(RECORDED_PATHS):
         raw = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         peer = request.transport.get_extra_info("peername") if request.transport is not None else None
@@ -209,11 +212,18 @@ async def truncated(request: web.Request, body: bytes, how: str) -> web.StreamRe
     return abort(request, response)
 
 
+def versioned(request: web.Request, wire: Wire) -> None:
+    """The wire's version header, where it requires one (Anthropic's, in Anthropic's words)."""
+    if wire.version_header and not request.headers.get(wire.version_header):
+        raise ApiError(400, f"{wire.version_header}: header is required")
+
+
 def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
         wire = state.wire
         chat = request.path.endswith(wire.chat_path)
+        versioned(request, wire)
         body = await json_body(request)
         faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
         await pause(request, faults.hang_before)
@@ -302,6 +312,21 @@ async def tokenize_endpoint(request: web.Request) -> web.Response:
     )
 
 
+async def count_tokens_endpoint(request: web.Request) -> web.Response:
+    """Anthropic's ``POST /v1/messages/count_tokens``: the prompt tokens a message with this body
+    would report (a ``status`` fault marker in the body makes it fail instead)."""
+    state = request.app[STATE]
+    versioned(request, state.wire)
+    body = await json_body(request)
+    faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
+    if faults.status is not None:
+        raise faults.injected()
+    chat = parse(ChatRequest, count_read(body))
+    state.engine.check_model(chat.model)
+    text = render_chat(chat.messages, chat.add_generation_prompt, chat.continue_final_message)
+    return web.json_response({"input_tokens": len(state.engine.vocab.encode(text))})
+
+
 async def detokenize_endpoint(request: web.Request) -> web.Response:
     state = request.app[STATE]
     body = await json_body(request)
@@ -344,6 +369,7 @@ def create_app(
             web.post(wire.prefix + "/completions", generation_handler(completion_job)),
             web.post(wire.prefix + wire.chat_path, generation_handler(chat_job)),
             *((web.post("/v1/responses", responses_endpoint),) if kind in ("openai", "vllm") else ()),
+            *((web.post("/v1/messages/count_tokens", count_tokens_endpoint),) if kind == "anthropic" else ()),
             web.post("/tokenize", tokenize_endpoint),
             web.post("/detokenize", detokenize_endpoint),
         ]

@@ -30,6 +30,7 @@ p.add_argument("--model", required=True)
 p.add_argument("--team", required=True)
 p.add_argument("--other-team", required=True)
 p.add_argument("--dead-model", required=True)
+p.add_argument("--alias", required=True, help="a model id with a slash in it")
 a = p.parse_args()
 
 
@@ -105,6 +106,19 @@ CASES = {
         .input_tokens
     },
     "models": lambda: {"ids": [m.id for m in client().models.list()]},
+    # the SDK's auto-pagination, one model a page: forward (after_id = last_id), and backward from
+    # the last model (before_id = first_id, once the first page was asked with before_id)
+    "models_paged": lambda: {"ids": [m.id for m in client().models.list(limit=1)]},
+    "models_all": lambda: {"ids": [m.id for m in client().models.list(limit=1000)]},
+    "models_before": lambda: {
+        "ids": [m.id for m in client().models.list(limit=1, before_id=client().models.list(limit=1000).last_id)]
+    },
+    "models_deprecated": lambda: {"ids": [m.id for m in client().models.list(lifecycle=["deprecated"])]},
+    "models_active": lambda: {"ids": [m.id for m in client().models.list(lifecycle=["retired", "active"])]},
+    "retrieve": lambda: client().models.retrieve(a.model).model_dump(mode="json"),
+    "retrieve_alias": lambda: client().models.retrieve(a.alias).model_dump(mode="json"),
+    "retrieve_missing": lambda: client().models.retrieve("no-such-model").model_dump(mode="json"),
+    "models_bad_limit": lambda: {"ids": [m.id for m in client().models.list(limit=0)]},
     # each error type, as the SDK's own exception class
     "invalid_request_error": lambda: create(max_tokens=0),
     "authentication_error": lambda: client("gw-wrong-key-not-issued").messages.create(
@@ -128,8 +142,9 @@ def run(fn):
         headers = getattr(getattr(exc, "response", None), "headers", {}) or {}
         body = getattr(exc, "body", None)
         kind = body.get("error", {}).get("type") if isinstance(body, dict) else None
+        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
         return {"ok": False, "error": type(exc).__name__, "status": status, "type": kind,
-                "retry_after": headers.get("retry-after")}
+                "retry_after": headers.get("retry-after"), "message": message}
 
 
 out = sys.stdout

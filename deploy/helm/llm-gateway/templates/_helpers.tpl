@@ -131,6 +131,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The variable the gateway reads its metrics token from: config.server.metrics_token_env. */}}
 {{- define "gw.metricsVar" -}}
+{{- $_ := include "gw.checkShape" . -}}{{/* a config of the wrong shape says so before it is read */}}
 {{- dig "server" "metrics_token_env" "LLM_GATEWAY_METRICS_TOKEN" .Values.config -}}
 {{- end -}}
 

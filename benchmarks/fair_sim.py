@@ -1,0 +1,129 @@
+"""What any queue in front of a full pool can give a quiet team, simulated (no gateway, no clock): the
+floor under ``scripts/bench-fair``'s scenario a (issue 41).
+
+A pool of ``--capacity`` slots, each request holding one for the mean service time ±``--spread``
+(uniform); a noisy team always has requests waiting; a quiet team's arrive as a Poisson process at
+``--rate``. Each policy decides who gets a freed slot:
+
+* ``sfq``: start-time fair queuing as ``gateway.limits.fairq`` does it (virtual time: the lowest start of
+  the last ``capacity`` served), with ``credit`` (the start may be that far before the virtual time);
+* ``priority``: the quiet team's waiting requests first (what unlimited credit gives);
+* ``headroom``: quiet first, and the noisy team is not given the last ``r`` free slots while the quiet
+  team sent a request within ``active`` seconds (a queue that is not work-conserving).
+
+    python -m benchmarks.fair_sim [--seconds 2000] [--seeds 4]
+
+prints, per policy, the quiet team's p99 wait for a slot per seed and the noisy team's throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    credit: float | None = 0.0  # sfq's credit; None: quiet first (priority)
+    reserve: int = 0  # headroom: slots kept from the noisy team while the quiet team is active
+    active: float = 1.0  # headroom: seconds since the quiet team's last arrival that count as active
+
+
+@dataclass(frozen=True)
+class Pool:
+    capacity: int = 4
+    service: float = 0.407  # mean seconds a request holds a slot
+    spread: float = 0.5
+    rate: float = 2.95  # the quiet team's arrivals per second (0.3x of 4 / 0.407)
+
+
+def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[list[float], float]:
+    """The quiet team's waits (seconds, sorted) and the noisy team's completions per second."""
+    rng = random.Random(seed)
+    arrivals: list[float] = []
+    t = rng.expovariate(pool.rate)
+    while t < seconds:
+        arrivals.append(t)
+        t += rng.expovariate(pool.rate)
+    running: list[tuple[float, str]] = []  # (end, team)
+    waiting: list[tuple[float, float]] = []  # the quiet team's (start tag, arrival), in arrival order
+    starts: list[float] = []  # sfq: the starts last served
+    last = {"quiet": -float("inf"), "noisy": 0.0}  # sfq: each team's last finish
+    waits: list[float] = []
+    noisy = 0
+    now, seen, last_quiet = 0.0, 0, -float("inf")
+
+    def virtual() -> float:
+        return min(starts) if starts else 0.0
+
+    def grant() -> None:
+        while len(running) < pool.capacity:
+            noisy_tag = max(virtual(), last["noisy"])
+            quiet_first = waiting and (policy.credit is None or waiting[0][0] < noisy_tag)  # ties: noisy came first
+            if quiet_first:
+                tag, arrived = waiting.pop(0)
+                waits.append(now - arrived)
+                team = "quiet"
+            else:
+                free = pool.capacity - len(running)
+                if policy.reserve and now - last_quiet < policy.active and free <= policy.reserve:
+                    return
+                tag, team = noisy_tag, "noisy"
+                last["noisy"] = noisy_tag + 1.0
+            starts.append(tag)
+            del starts[: -pool.capacity]
+            service = pool.service * rng.uniform(1 - pool.spread, 1 + pool.spread)
+            heapq.heappush(running, (now + service, team))
+
+    grant()
+    while True:
+        if seen < len(arrivals) and arrivals[seen] < running[0][0]:
+            now, last_quiet = arrivals[seen], arrivals[seen]
+            seen += 1
+            credit = policy.credit if policy.credit is not None else 0.0
+            tag = max(virtual() - credit, last["quiet"])
+            last["quiet"] = tag + 1.0
+            waiting.append((tag, now))
+        else:
+            now, team = heapq.heappop(running)
+            if now > seconds:
+                break
+            noisy += team == "noisy"
+        grant()
+    return sorted(waits), noisy / seconds
+
+
+POLICIES = (
+    Policy("sfq, no credit", 0.0),
+    Policy("sfq, credit = capacity", 4.0),
+    Policy("sfq, credit = 2 x capacity (the gateway's)", 8.0),
+    Policy("priority (unlimited credit)", None),
+    Policy("headroom 1 slot, active 1 s", None, 1, 1.0),
+    Policy("headroom 1 slot, active 0.35 s", None, 1, 0.35),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=2000.0)
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--spread", type=float, default=0.5)
+    args = p.parse_args(argv)
+    pool = Pool(spread=args.spread)
+    print(f"pool: {pool}; turnover {pool.service / pool.capacity * 1000:.0f} ms\n")
+    print("| policy | quiet p99 wait per seed (ms) | noisy completions/s |")
+    print("|---|---|---:|")
+    for policy in POLICIES:
+        runs = [simulate(policy, pool, args.seconds, seed) for seed in range(1, args.seeds + 1)]
+        p99 = ", ".join(f"{waits[int(0.99 * len(waits))] * 1000:.0f}" for waits, _ in runs)
+        rate = sum(r for _, r in runs) / len(runs)
+        print(f"| {policy.name} | {p99} | {rate:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The model list (``GET {base}/models``) and one model (``GET {base}/models/{model_id}``) on every base a
+vendor SDK lists models under (``routes.MODEL_LIST_PATHS``): in OpenAI's shape, or Anthropic's when the
+request carries ``anthropic-version`` (its SDKs always send it), with Anthropic's cursor pages.
+
+Both show what the caller may use: the configured models, then what the local catch-all and each
+reachable vendor serve now (under its prefix), less what the key's team may not use. A model outside
+that is a 404 in the client's dialect, the same whether it does not exist or the team may not see it.
+Not here: what a generation checks (``pipeline``), the probes that learn what targets serve (``ops``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from gateway.core.errors import GatewayError, ModelNotFound
+from gateway.dialects import ANTHROPIC, OPENAI
+from gateway.dialects.anthropic import models as anthropic_models
+from gateway.dialects.base import Dialect
+from gateway.dialects.common import dumps
+from gateway.dialects.openai import render as openai_render
+from gateway.policy.auth import Principal
+from gateway.web.pipeline import credentials, error_response, request_id
+from gateway.web.state import GATEWAY, Gateway
+
+
+def install(app: web.Application, bases: tuple[str, ...]) -> None:
+    """The list on each base, and one model beside it: its id may hold ``/`` (``vendor/model``), sent
+    as is or encoded as ``%2F`` (both SDKs encode it)."""
+    for base in bases:
+        app.router.add_get(base, list_models)
+        app.router.add_get(base + "/{model_id:.+}", get_model)
+
+
+def _dialect(request: web.Request) -> Dialect:
+    return ANTHROPIC if "anthropic-version" in request.headers else OPENAI
+
+
+async def _principal(gw: Gateway, dialect: Dialect, request: web.Request) -> Principal:
+    token, team = credentials(dialect, request.headers)
+    return await gw.auth.authenticate(token, team)
+
+
+def visible(gw: Gateway, principal: Principal) -> list[str]:
+    """The models the principal may use, configured ones first, each once."""
+    access = gw.model_access
+    names = dict.fromkeys([*gw.models.public_names(), *reachable(gw)])
+    return [n for n in names if access.allows(principal, n)]
+
+
+def reachable(gw: Gateway) -> list[str]:
+    """Names beyond the configured ones that would be served now: what the local catch-all lists, and
+    each reachable vendor's models under its prefix."""
+    table = gw.models
+    names: list[str] = []
+    if table.catch_all is not None and gw.ready.get(table.catch_all.name, False):
+        names += sorted(table.listed.get(table.catch_all.name, ()))
+    for prefix, vendor in sorted(table.vendors.items()):
+        if gw.ready.get(vendor.name, False):
+            names += [f"{prefix}/{m}" for m in sorted(table.listed.get(vendor.name, ()))]
+    return names
+
+
+def _json(body: object, rid: str) -> web.Response:
+    return web.Response(body=dumps(body), content_type="application/json", headers={"X-Request-Id": rid})
+
+
+def _created_at(now: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+async def list_models(request: web.Request) -> web.Response:
+    gw, rid, dialect = request.app[GATEWAY], request_id(request.headers), _dialect(request)
+    try:
+        names = visible(gw, await _principal(gw, dialect, request))
+        now = int(time.time())
+        if dialect is ANTHROPIC:
+            query = anthropic_models.page_query(request.query.items())
+            return _json(anthropic_models.model_list(names, _created_at(now), query), rid)
+    except GatewayError as err:
+        return error_response(dialect, err, rid)
+    return _json(openai_render.model_list(names, now), rid)
+
+
+async def get_model(request: web.Request) -> web.Response:
+    gw, rid, dialect = request.app[GATEWAY], request_id(request.headers), _dialect(request)
+    name = request.match_info["model_id"]
+    try:
+        if name not in visible(gw, await _principal(gw, dialect, request)):
+            raise ModelNotFound(f"model {name!r} does not exist or your team may not use it", param="model")
+    except GatewayError as err:
+        return error_response(dialect, err, rid)
+    now = int(time.time())
+    if dialect is ANTHROPIC:
+        return _json(anthropic_models.model_card(name, _created_at(now)), rid)
+    return _json(openai_render.model_card(name, now), rid)
