@@ -113,8 +113,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--provider",
         default="openai",
-        choices=("openai", "vllm"),
-        help="the target's provider (vllm: streams may resume)",
+        choices=("openai", "vllm", "anthropic"),
+        help="the target's provider (vllm: streams may resume; anthropic: the tests' aiohttp fake of"
+        " Anthropic's wire, its natural 8-token answers, for an Anthropic client's own stream)",
     )
     p.add_argument("--resume", choices=("on", "off"), help="the model's mid-stream resume switch (default: unset)")
     p.add_argument("--gap-ms", type=float, default=0.0, help="the fake upstream's delay between chunks")
@@ -139,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             upstream.append("--vllm-chunks")
         if a.gap_ms:
             upstream += ["--gap-ms", str(a.gap_ms)]
+        if a.provider == "anthropic":  # the fake's cost is not counted: only the subject runs under callgrind
+            pacing = f"slow={a.gap_ms / 1000}" if a.gap_ms else "burst"
+            upstream = [PY, "-m", "tests.fakes.upstream", "--kind", "anthropic", "--model", "tiny"]
+            upstream += ["--port", str(up_port), "--faults", f"[[fault:{pacing}]]"]
         procs.start("upstream", upstream)
         procs.wait_http("upstream", f"http://127.0.0.1:{up_port}/health")
         redis_url = None

@@ -401,7 +401,10 @@ def gateway_config(
         "KEY_SHA256", hashlib.sha256(KEY.encode()).hexdigest()
     )
     data = yaml.safe_load(text)
-    data["models"][0]["targets"][0]["provider"] = provider
+    target = data["models"][0]["targets"][0]
+    target["provider"] = provider
+    if provider == "anthropic":  # Anthropic's base URL has no /v1: its wire's path holds it
+        target["base_url"] = target["base_url"].removesuffix("/v1")
     if resume is not None:
         data["models"][0]["resume"] = resume == "on"
     if queue:

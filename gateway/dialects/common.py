@@ -272,6 +272,13 @@ class _Check:
             raise InvalidRequest(f"'{path}[{i}]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
 
 
+def plain_number(value: JSON, high: float) -> bool:
+    """A plain body's ``temperature`` or ``top_p`` as a strict schema takes it without a question: absent,
+    or a number (an int becomes its float) within 0..``high`` (finite, as ``check`` makes sure)."""
+    kind = type(value)
+    return value is None or ((kind is float or kind is int) and 0 <= value <= high)
+
+
 def check(data: dict[str, JSON]) -> None:
     """Refuses, naming the field, a body past the caps of ``core/caps.py``."""
     _Check().mapping(data, None, "")

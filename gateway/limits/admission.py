@@ -298,13 +298,14 @@ class Admission:
             return cost
         actual = (prompt or 0) + (completion or 0)
         correction = actual - plan.estimate if prompt is not None or completion is not None else 0
-        settlement = Settlement(plan, correction, prompt or 0, completion or 0)
         if plan.layout.budgets or cost is not None:
             # what the budgets hold for it becomes what it cost (nothing known: nothing charged)
             settlement = Settlement(
                 plan, correction, prompt or 0, completion or 0, 1,
                 (cost or 0) - plan.cost_estimate, actual - plan.estimate, cost or 0, *priced,
             )  # fmt: skip
+        else:
+            settlement = Settlement(plan, correction, prompt or 0, completion or 0)
         self.pending.append(settlement)
         self.flush.set()
         if plan.concurrency_keys:

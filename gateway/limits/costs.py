@@ -15,7 +15,7 @@ from gateway.limits.budget_rules import refusal as refusal_of
 from gateway.limits.limiter import Refusal
 from gateway.limits.plan import Check, Plan
 from gateway.limits.prices import PriceTable, Rate
-from gateway.obs.metrics import BUDGET_EXCEEDED, BUDGET_USE
+from gateway.obs.metrics import BUDGET_EXCEEDED, budget_use
 
 log = logging.getLogger("gateway.limits")
 UNITS = {"m": "money", "t": "tokens"}
@@ -32,7 +32,7 @@ class Spend:
     @staticmethod
     def worst(prices: PriceTable, model: str, targets: Sequence[Upstream]) -> Rate | None:
         """The dearest price among the route's targets (a fallback may answer), None with no prices."""
-        return prices.worst(model, tuple(t.name for t in targets)) if prices else None
+        return prices.worst(model, tuple([t.name for t in targets])) if prices else None
 
     @staticmethod
     def cost(
@@ -62,9 +62,7 @@ class Spend:
         assert check.rule is not None
         want = plan.cost_estimate if check.rule.unit == "m" else plan.estimate
         if check.scope == "team":
-            BUDGET_USE.labels(plan.team, UNITS[check.rule.unit]).set(
-                (check.limit - refusal.remaining + want) / check.limit
-            )
+            budget_use(plan.team, UNITS[check.rule.unit]).n = (check.limit - refusal.remaining + want) / check.limit
         now = time.time()
         reset = now + (refusal.retry_after or 0)
         return refusal_of(check.scope, check.rule, check.limit, refusal.remaining, want, reset, now)
@@ -73,7 +71,7 @@ class Spend:
         """``plan`` was admitted with budgets: its ``spent`` holds each budget's spend."""
         for check, spent in zip(plan.checks, plan.spent, strict=False):
             if check.kind == "bud" and check.scope == "team" and check.rule is not None:
-                BUDGET_USE.labels(plan.team, UNITS[check.rule.unit]).set(spent / check.limit)
+                budget_use(plan.team, UNITS[check.rule.unit]).n = spent / check.limit
         if plan.over is not None:
             self._over(plan, plan.over)
 

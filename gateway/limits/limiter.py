@@ -20,6 +20,8 @@ def tokens(value: object) -> int | None:
     """A usage figure as the limits take it: an integer from 0 to ``MAX_TOKENS`` (a larger or infinite
     one clamped to it, a negative one to 0, a fraction rounded down), or None (not a number: unknown).
     Whatever an upstream reports, a settlement's arguments stay ones Redis accepts."""
+    if type(value) is int and 0 <= value <= MAX_TOKENS:  # what upstreams report
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     if isinstance(value, float):

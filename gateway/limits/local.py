@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 
 from gateway.limits.budget_rules import PRUNE_AFTER, Window
 from gateway.limits.limiter import Refusal, Settlement
-from gateway.limits.plan import Check, Plan
+from gateway.limits.plan import Check, Layout, Plan
 
 USAGE_FIELDS = ("requests", "prompt_tokens", "completion_tokens")
+# A rate or concurrency check as ``record`` mirrors it: kind, key, this process's share of the limit,
+# and for rpm the period between requests and the burst's span (burst times period)
+Mirrored = tuple[str, str, int, float, float]
+MAX_MIRRORED = 10_000  # layouts whose shares are kept (one per team key and config generation)
 
 
 @dataclass(slots=True)
@@ -25,6 +29,8 @@ class LocalLimiter:
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     spends: dict[str, dict[str, int]] = field(default_factory=dict)  # budget hashes: field -> amount
     _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
+    # Per layout (by id, the layout kept so its id is not reused): its mirrored checks' shares
+    _mirrors: dict[int, tuple[Layout, int, list[Mirrored]]] = field(default_factory=dict)
 
     def _limit(self, check: Check) -> int:
         return max(1, math.ceil(check.limit / self.divisor))
@@ -88,15 +94,30 @@ class LocalLimiter:
         from zero (else the share and the leases held in Redis would both count as free). A rate is
         mirrored up to a full bucket at most, so a busy process is not held back past one window."""
         now = time.monotonic() * 1000
-        for c in plan.checks:
-            limit = self._limit(c)
-            if c.kind == "rpm":
-                period, burst = 60000 / limit, max(1, math.ceil(int(c.burst) / self.divisor))
-                self.values[c.key] = min(max(self.values.get(c.key, 0.0), now) + period, now + burst * period)
-            elif c.kind == "tpm":
-                self.buckets[c.key] = (max(0.0, self._level(c.key, limit, now) - plan.estimate), now)
-            elif c.kind == "conc":
-                self.leases.setdefault(c.key, {})[plan.lease] = now + lease_ttl_ms
+        for kind, key, limit, period, span in self._mirrored(plan.layout):
+            if kind == "rpm":
+                self.values[key] = min(max(self.values.get(key, 0.0), now) + period, now + span)
+            elif kind == "tpm":
+                self.buckets[key] = (max(0.0, self._level(key, limit, now) - plan.estimate), now)
+            else:
+                self.leases.setdefault(key, {})[plan.lease] = now + lease_ttl_ms
+
+    def _mirrored(self, layout: Layout) -> list[Mirrored]:
+        """``layout``'s rate and concurrency checks with this process's shares, worked out once."""
+        known = self._mirrors.get(id(layout))
+        if known is not None and known[0] is layout and known[1] == self.divisor:
+            return known[2]
+        mirrored: list[Mirrored] = []
+        for c in layout.checks:
+            if c.kind in ("rpm", "tpm", "conc"):
+                limit = self._limit(c)
+                period = 60000 / limit
+                burst = max(1, math.ceil(int(c.burst) / self.divisor)) if c.kind == "rpm" else 0
+                mirrored.append((c.kind, c.key, limit, period, burst * period))
+        if len(self._mirrors) >= MAX_MIRRORED:  # layouts of config generations gone
+            self._mirrors.clear()
+        self._mirrors[id(layout)] = (layout, self.divisor, mirrored)
+        return mirrored
 
     def released(self, plan: Plan) -> None:
         """A mirrored (``record``) request ended: its concurrency slots are free here too."""

@@ -96,18 +96,8 @@ class Plan:
         money = rule.unit == "m"
         want = self.cost_estimate if money else self.estimate
         mine = self.held(i, check) if held is None else held
-        return [
-            "bud",
-            check.limit,
-            want,
-            list(win.fields),
-            win.add,
-            int(rule.soft),
-            win.oldest,
-            win.ttl,
-            int(money),
-            mine,
-        ]
+        # the fields' tuple goes as a JSON array, as a list would
+        return ["bud", check.limit, want, win.fields, win.add, int(rule.soft), win.oldest, win.ttl, int(money), mine]
 
     def held(self, i: int, check: Check) -> str:
         """The reservation this request holds under budget check ``i``, as the scripts name it
@@ -216,6 +206,24 @@ def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
     return Plan(team, key_id, NO_LIMITS, 0, estimate_prompt(request), "", current_usage_key(team))
 
 
+_windows: dict[int, tuple[Layout, float, tuple[Window | None, ...]]] = {}  # per layout (by id, kept)
+MAX_LAYOUTS = 10_000  # layouts whose windows are kept (one per team key and config generation)
+
+
+def windows(layout: Layout, now: float) -> tuple[Window | None, ...]:
+    """Per check of ``layout``, a budget's current window (None for the other kinds): the same tuple
+    until the first of them ends (a window's ``reset`` is when its period or slice ends)."""
+    known = _windows.get(id(layout))
+    if known is not None and known[0] is layout and now < known[1]:
+        return known[2]
+    current = tuple(c.rule.period.window(c.rule.unit, now) if c.rule else None for c in layout.checks)
+    until = min((w.reset for w in current if w is not None), default=now)
+    if len(_windows) >= MAX_LAYOUTS:  # layouts of config generations gone
+        _windows.clear()
+    _windows[id(layout)] = (layout, until, current)
+    return current
+
+
 def planned(
     team: str, key_id: str, limits: Layout, request: InternalRequest, lease: str, rate: Rate | None = None
 ) -> Plan:
@@ -223,7 +231,7 @@ def planned(
     plan = Plan(team, key_id, limits, estimate_tokens(request, prompt), prompt, lease, current_usage_key(team))
     if limits.budgets:
         now = time.time()
-        plan.windows = tuple(c.rule.period.window(c.rule.unit, now) if c.rule else None for c in limits.checks)
+        plan.windows = windows(limits, now)
         if rate is not None and request.operation is Operation.EMBEDDING:
             rate = rate.for_embeddings()
         if rate is not None:  # the worst case: no prompt token cached, every completion token used

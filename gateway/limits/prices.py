@@ -30,6 +30,11 @@ class Rate:
     output: Decimal
     cache_write: Decimal | None = None  # None: the input price
     embedding: Decimal | None = None  # an embeddings request's input tokens; None: the input price
+    # the prices as integers over a power of ten (``_in_integers``), worked out once
+    scaled: tuple[int, int, int, int, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scaled", _in_integers(self))
 
     @classmethod
     def of(cls, price: Price) -> Rate:
@@ -46,9 +51,30 @@ class Rate:
         served from the upstream's cache and those written to it (clamped to the prompt)."""
         cached = max(0, min(cached, prompt))
         written = max(0, min(written, prompt - cached))
-        write = self.input if self.cache_write is None else self.cache_write
-        exact = (prompt - cached - written) * self.input + cached * self.cached_input + written * write
-        return math.ceil(exact + completion * self.output)
+        scaled = self.scaled
+        if scaled is not None:  # in integers: the same sum, exactly, without a Decimal per step
+            each, read, write, out, per = scaled
+            exact = (prompt - cached - written) * each + cached * read + written * write + completion * out
+            return -(-exact // per)
+        write_price = self.input if self.cache_write is None else self.cache_write
+        whole = (prompt - cached - written) * self.input + cached * self.cached_input + written * write_price
+        return math.ceil(whole + completion * self.output)
+
+
+def _in_integers(rate: Rate) -> tuple[int, int, int, int, int] | None:
+    """The input, cached input, cache write and output prices as integers over one power of ten
+    (the last element), so a cost is summed in integers; None where a price has too many digits
+    for that to be exact (then Decimal sums it)."""
+    prices = (rate.input, rate.cached_input, rate.input if rate.cache_write is None else rate.cache_write, rate.output)
+    if not all(p.is_finite() for p in prices):
+        return None
+    places = max(0, *(-int(p.as_tuple().exponent) for p in prices))
+    per = 10**places
+    scaled = [p.scaleb(places) for p in prices]
+    if places > 18 or any(v != v.to_integral_value() for v in scaled):
+        return None
+    each, read, write, out = (int(v) for v in scaled)
+    return each, read, write, out, per
 
 
 @dataclass(slots=True)

@@ -75,7 +75,7 @@ def budget_answer(plan: Plan, result: Any) -> Refusal | None:
             retry = int(result[2])
             return Refusal(check, None if retry < 0 else retry / 1000)
         return Refusal(check, max(0.0, window.reset - time.time()), int(result[3]))
-    plan.spent = tuple(int(v) for v in result[3:])
+    plan.spent = tuple(map(int, result[3:]))
     if code == 2:
         plan.over = plan.checks[i - 1]
     return None
@@ -302,7 +302,10 @@ class RedisLimiter:
             result = await script(keys=keys, args=[args])
             REDIS_ROUND_TRIPS.observe(time.perf_counter() - began)
             return result
-        return await self._reply(script, keys, args, self._send(script, keys, args, heads=heads))
+        result = await self._send(script, keys, args, heads=heads)
+        if isinstance(result, Exception):  # rare: not awaited through ``_reply`` (a coroutine less each call)
+            return await self._error_reply(script, keys, args, result)
+        return result
 
     def _send(
         self,
@@ -321,14 +324,19 @@ class RedisLimiter:
                 heads[keys] = packed
         return self._channel.evalsha(packed, args, defer)
 
-    @staticmethod
-    async def _reply(script: Any, keys: tuple[str, ...], args: bytes, sent: asyncio.Future[Any]) -> Any:
+    @classmethod
+    async def _reply(cls, script: Any, keys: tuple[str, ...], args: bytes, sent: asyncio.Future[Any]) -> Any:
         result = await sent
-        if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
-            return await script(keys=keys, args=[args])
         if isinstance(result, Exception):
-            raise result
+            return await cls._error_reply(script, keys, args, result)
         return result
+
+    @staticmethod
+    async def _error_reply(script: Any, keys: tuple[str, ...], args: bytes, error: Exception) -> Any:
+        """A call Redis answered with an error: a script it lost is loaded by calling it again."""
+        if isinstance(error, NoScriptError):  # Redis restarted or flushed: the call loads it
+            return await script(keys=keys, args=[args])
+        raise error
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
         failed = await self.settle_each(items, urgent)

@@ -34,6 +34,8 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as mp
 
+from gateway.runtime.internals import BucketTally
+
 FLUSH_SECONDS = 1.0
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -239,7 +241,7 @@ class Tallies:
     __slots__ = ("items",)
 
     def __init__(self) -> None:
-        self.items: list[CountTally | LevelTally] = []
+        self.items: list[CountTally | LevelTally | BucketTally] = []
 
     def flush(self) -> None:
         for tally in self.items:
@@ -250,19 +252,21 @@ PROCESS = Tallies()
 
 
 class CountTally:
-    """Increments of one counter child: ``n += amount`` on the hot path."""
+    """Increments of one counter child: ``n += amount`` on the hot path. ``per``: ``n`` counts in
+    this many parts of the counter's unit (millionths of a currency: integers, summed exactly)."""
 
-    __slots__ = ("_child", "n")
+    __slots__ = ("_child", "_per", "n")
 
-    def __init__(self, child: Counter, owner: Tallies = PROCESS) -> None:
+    def __init__(self, child: Counter, owner: Tallies = PROCESS, per: int = 1) -> None:
         self._child = child
+        self._per = per
         self.n: float = 0
         owner.items.append(self)
 
     def flush(self) -> None:
         if self.n:
             n, self.n = self.n, 0
-            self._child.inc(n)
+            self._child.inc(n / self._per if self._per != 1 else n)
 
 
 class LevelTally:
@@ -282,15 +286,19 @@ class LevelTally:
             self._child.set(self.n)
 
 
-class HistogramTally:
-    """Observations of one histogram child. prometheus-client has no public way to add a count to a
-    bucket, so each goes to ``observe`` as it comes; the class keeps the callers' shape of a tally.
-    ``observe`` is the child's own bound method: no call of ours between (one frame less each)."""
+_HISTOGRAMS: dict[int, tuple[Histogram, BucketTally]] = {}  # by the child's id (the child kept with it)
 
-    __slots__ = ("observe",)
 
-    def __init__(self, child: Histogram) -> None:
-        self.observe = child.observe
+def histogram(child: Histogram) -> BucketTally:
+    """The tally of one histogram child: observations counted on the loop and put on the child's
+    buckets and sum by ``flush`` (``gateway.runtime.internals.BucketTally``: prometheus-client has no
+    public way to add counts to a bucket, and its ``observe`` takes two locks and walks the buckets
+    each time). A child has one tally, shared by whoever observes it."""
+    known = _HISTOGRAMS.get(id(child))
+    if known is None or known[0] is not child:
+        known = _HISTOGRAMS[id(child)] = (child, BucketTally(child))
+        PROCESS.items.append(known[1])
+    return known[1]
 
 
 def flush(*owned: Tallies) -> None:
@@ -312,8 +320,8 @@ async def flusher(*owned: Tallies) -> None:
 ADMITTED = CountTally(RATE_LIMIT.labels("all", "admit"))
 ADMITTED_AHEAD = CountTally(RATE_LIMIT.labels("all", "admit_ahead"))  # of them, on an admission made ahead
 GIVEN_BACK = CountTally(RATE_LIMIT.labels("all", "give_back"))  # requests' admissions made ahead that no request took
-ADMISSION_WAITS = HistogramTally(ADMISSION_WAIT)
-REDIS_ROUND_TRIPS = HistogramTally(REDIS_LATENCY)
+ADMISSION_WAITS = histogram(ADMISSION_WAIT)
+REDIS_ROUND_TRIPS = histogram(REDIS_LATENCY)
 REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the gauge's file on change only
 
 # Settlements Redis did not take, held until it answers (``gateway.limits.backlog``), and what of them
@@ -360,6 +368,20 @@ BUDGET_USE = Gauge(
     ["team", "unit"],
     multiprocess_mode="max",
 )
+
+_BUDGET_USE: dict[tuple[str, str], LevelTally] = {}
+
+
+def budget_use(team: str, unit: str) -> LevelTally:
+    """The level of ``BUDGET_USE`` for a team and unit, set by each admission with budgets: set on the
+    gauge at the next flush (before each scrape), as ``labels()`` and a gauge's set take a lock each.
+    Teams come from the config: a bounded label."""
+    tally = _BUDGET_USE.get((team, unit))
+    if tally is None:
+        tally = _BUDGET_USE[team, unit] = LevelTally(BUDGET_USE.labels(team, unit))
+    return tally
+
+
 BUDGET_EXCEEDED = Counter("gateway_budget_exceeded", "Requests admitted past a soft budget", ["team", "scope"])
 
 

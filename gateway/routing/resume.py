@@ -22,7 +22,7 @@ continue, such as OpenAI's API) keeps the break: the client gets the in-band err
 The seam: ``dispatch.open_stream`` hands a stream that may resume to ``resumable``, with a ``Resumer``
 that opens a continuation on a given target: a ``Resumable``, which the relay reads without a layer
 of its own (it keeps each batch written, and hands a break to ``recover``). Streams that may not
-resume are not wrapped at all. What a stream keeps is bounded (``KEEP_BATCHES``, ``KEPT_TOKENS``).
+resume are not wrapped at all. What a stream keeps is bounded (``KEEP_BATCHES``, ``KEPT_BYTES``).
 
 What does not belong here: the choice of targets before the first byte (``dispatch``), the HTTP of a
 target (``adapters``), any wire format (a relayed chunk is read back by its target's ``replay``).
@@ -36,6 +36,7 @@ import time
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
@@ -456,14 +457,21 @@ class Resumer:
 
 
 # What a stream that may resume keeps of what the client has (docs/vllm.md, "Streams that survive"):
-# the batches relayed since the last fold, as they came (a one-token batch holds about 430 bytes), at
-# most ``KEEP_BATCHES``; then read back into a ``Progress`` (about the text's bytes and 12 bytes a
-# token). An answer past ``KEPT_TOKENS`` tokens or ``KEPT_CHARS`` characters is no longer kept: a
-# break after that ends the stream with the break's error, never with a guessed continuation.
-KEEP_BATCHES = 2048
-KEPT_TOKENS = 1 << 18
-KEPT_CHARS = 1 << 21
-TOO_LONG = f"the answer outgrew what a stream keeps to resume ({KEPT_TOKENS} tokens, {KEPT_CHARS} characters)"
+# the batches relayed since the last fold as they came (a one-token batch holds about 420 bytes), at
+# most ``KEEP_BATCHES``; then folded: each run of relayed chunks joined into one (about 230 bytes a
+# token of vLLM's, the objects around them gone), read back only if the stream breaks (reading back is
+# a JSON parse a chunk, some 60k instructions: more than relaying it). Past ``KEPT_BYTES`` of them the
+# part is no longer kept: a break after that ends the stream with the break's error, never with a
+# continuation from part of the answer. What earlier parts sent is kept read back (``Progress``).
+KEEP_BATCHES = 1024
+KEPT_BYTES = 1 << 23
+
+
+RELAYED = frozenset({bytes, Frame})  # the types of a relayed chunk's bytes (a ``Token``'s, a ``Frame``)
+
+
+def _relayed(item: object) -> bool:
+    return isinstance(item, bytes)
 
 
 class Resumable:
@@ -472,42 +480,53 @@ class Resumable:
     rest (``gateway/web/relay.py``), so an unbroken stream costs an append a batch and no layer of
     its own; any other reader iterates it as one stream."""
 
-    __slots__ = ("before", "current", "kept", "reader", "resumer", "source", "whole")
+    __slots__ = ("before", "current", "folded", "held", "kept", "resumer", "source", "whole")
 
     def __init__(self, upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> None:
         self.current = events  # the part being relayed: the target's own stream until a break
         self.kept = [first]  # what the client has of it, since the last fold (the relay appends)
+        self.folded: list[Batch] | None = []  # what it had before, folded; None: past ``KEPT_BYTES``
+        self.held = 0  # the bytes of the relayed chunks folded
         self.source, self.resumer = upstream, resumer
-        self.before: Progress | None = None  # what the client had before ``kept``: earlier parts, folds
-        self.reader = Reader(getattr(upstream, "replay", None), resumer.request)
+        self.before: Progress | None = None  # what the client had of earlier parts (targets that broke)
         self.whole: Batches | None = None  # the stream as one, for a reader other than the relay
 
     def fold(self) -> None:
-        """``kept`` read back into ``before``: a long stream's memory bounded (``KEEP_BATCHES``)."""
-        before = self.before
-        if before is None:
-            before = self.before = Progress(lag=held_back(self.resumer.request.sampling))
-        if before.stuck is None:
-            read_into(before, self.kept, self.reader)
-            if before.sent > KEPT_TOKENS or before.chars > KEPT_CHARS:
-                self.before = Progress(stuck=TOO_LONG)
+        """``kept`` folded: a long stream's memory bounded (``KEEP_BATCHES``, ``KEPT_BYTES``)."""
+        folded = self.folded
+        if folded is not None:
+            items = [ev.data if type(ev) is Token else ev for batch in self.kept for ev in batch.events]
+            if set(map(type, items)) <= RELAYED:  # all relayed, as a model server's stream mostly is
+                items = [b"".join(items)]  # type: ignore[arg-type]  # (bytes, by their types)
+            for relayed, run in groupby(items, _relayed):
+                if relayed:
+                    joined = b"".join(run)  # type: ignore[arg-type]  # (bytes, by the key)
+                    self.held += len(joined)
+                    folded.append(Batch([Token(joined)]))  # (read back as relayed: whole events)
+                else:
+                    folded.append(Batch(list(run)))  # type: ignore[arg-type]  # (events, by the key)
+            if self.held > KEPT_BYTES:
+                self.folded = None
         self.kept.clear()
 
     async def recover(self, err: GatewayError) -> Batch:
         """After ``err`` broke the current part: the continuation's first batch, with ``current`` its
         stream; ``err`` again when the answer cannot be continued."""
         await self.current.aclose()  # type: ignore[attr-defined]
-        self.fold()
-        progress = self.before
-        assert progress is not None
+        if self.folded is None:  # longer than what is kept
+            throttled.warning("too-long", "a stream past %d bytes kept broke: not resumed", KEPT_BYTES)
+            raise err
+        request = self.resumer.request
+        progress = self.before or Progress(lag=held_back(request.sampling))
+        read_into(progress, self.folded + self.kept, Reader(getattr(self.source, "replay", None), request))
         if progress.finished or progress.stuck is not None:
             raise err
         self.resumer.failed(self.source, err)
         self.source, events, head, junction = await self.resumer.resume(self.source, err, progress)
-        self.reader = Reader(getattr(self.source, "replay", None), self.resumer.request)
+        self.before, self.folded, self.held = progress, [], 0
         self.current = joined(events, junction)
         first = Batch(junction.join(head.events), head.then)
-        self.kept.append(first)
+        self.kept = [first]
         return first
 
     def __aiter__(self) -> Resumable:

@@ -35,9 +35,41 @@ _BOUNDS = (
 
 
 def config_shapes(root: type[BaseModel]) -> dict[str, Any]:
-    """``{"root": <shape of root>, "models": {name: [[field, shape, required], ...]}}``."""
+    """``{"root": <shape of root>, "models": {name: [[field, shape, required], ...]}, "rules": [...]}``;
+    ``rules``: the sections (``Target``) and fields (``Target.base_url``) with a validator of their
+    own, which the chart restates as ``gw.rule.<name>`` and runs where pydantic runs it: a field's
+    once its value is of the right shape, a section's once all its fields are."""
     models: dict[str, list[list[Any]]] = {}
-    return {"root": _shape(root, [], models), "models": models}
+    shape = _shape(root, [], models)
+    return {"root": shape, "models": models, "rules": sorted(_rules(root, set(models)))}
+
+
+def _rules(root: type[BaseModel], names: set[str]) -> set[str]:
+    found: set[str] = set()
+    for model in _sections(root):
+        if model.__name__ not in names:
+            continue
+        decorators = model.__pydantic_decorators__
+        found |= {f"{model.__name__}.{f}" for d in decorators.field_validators.values() for f in d.info.fields}
+        found |= {model.__name__} if decorators.model_validators else set()
+    return found
+
+
+def _sections(model: type[BaseModel]) -> list[type[BaseModel]]:
+    """``model`` and every model its fields name, however deep."""
+    out, todo = [], [model]
+    while todo:
+        m = todo.pop()
+        if m in out:
+            continue
+        out.append(m)
+        for field in m.model_fields.values():
+            todo += [t for t in _types(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return out
+
+
+def _types(annotation: Any) -> list[Any]:
+    return [annotation, *(t for a in typing.get_args(annotation) for t in _types(a))]
 
 
 def _shape(annotation: Any, metadata: list[Any], models: dict[str, list[list[Any]]]) -> dict[str, Any]:

@@ -44,16 +44,32 @@ class _Series:
     """The tallies of one (bounded) label set, resolved once: ``labels()`` costs a lock and a dict
     walk per call, and a tally's update is a few plain additions (``gateway.obs.metrics``)."""
 
-    __slots__ = ("completion_tokens", "duration", "inter_token", "overhead", "prompt_tokens", "requests", "ttft")
+    __slots__ = (
+        "completion_tokens",
+        "duration",
+        "inter_token",
+        "overhead",
+        "prompt_tokens",
+        "requests",
+        "spend",
+        "ttft",
+    )
 
     def __init__(self, owner: m.Tallies, dialect: str, model: str, provider: str, team: str, outcome: str) -> None:
         self.requests = m.CountTally(m.REQUESTS.labels(dialect, model, provider, team, outcome), owner)
-        self.duration = m.HistogramTally(m.DURATION.labels(dialect, model))
-        self.overhead = m.HistogramTally(m.OVERHEAD_SECONDS.labels(dialect))
-        self.ttft = m.HistogramTally(m.TTFT.labels(dialect, model))
-        self.inter_token = m.HistogramTally(m.INTER_TOKEN.labels(model))
+        self.duration = m.histogram(m.DURATION.labels(dialect, model))
+        self.overhead = m.histogram(m.OVERHEAD_SECONDS.labels(dialect))
+        self.ttft = m.histogram(m.TTFT.labels(dialect, model))
+        self.inter_token = m.histogram(m.INTER_TOKEN.labels(model))
         self.prompt_tokens = m.CountTally(m.TOKENS.labels(model, team, "prompt"), owner)
         self.completion_tokens = m.CountTally(m.TOKENS.labels(model, team, "completion"), owner)
+        self.spend: m.CountTally | None = None  # the first priced request's (``spent``)
+
+    def spent(self, owner: m.Tallies, team: str, model: str, currency: str) -> m.CountTally:
+        """The spend tally, in millionths of the currency (whole units on flush)."""
+        if self.spend is None:
+            self.spend = m.CountTally(m.SPEND.labels(team, model, currency), owner, MICROS)
+        return self.spend
 
 
 class RequestLog:
@@ -321,7 +337,7 @@ class RequestLog:
         if self.completion_tokens is not None:
             series.completion_tokens.n += self.completion_tokens
         if self.cost:
-            m.SPEND.labels(team, model, self.backlog.currency).inc(self.cost / MICROS)
+            series.spent(self.backlog.tallies, team, model, self.backlog.currency).n += self.cost
         attempt = self.attempt
         if attempt.tries > 1 or attempt.cooled or attempt.failed or attempt.resumed or attempt.dropped:
             _tried(attempt, model)  # rare: one test for the requests that went at once

@@ -312,3 +312,20 @@ async def test_fast_pacing_is_set_and_given_back(fast: str) -> None:
         for bad in ({"gap_ms": "x"}, {"gap_ms": -1}, [1]):
             async with session.post(fast + "/bench/pacing", json=bad) as resp:
                 assert resp.status == 400
+
+
+async def test_anthropic_wire_requires_its_version_header(aiohttp_client: AiohttpClient) -> None:
+    """As Anthropic's API does: a Messages request without ``anthropic-version`` is refused."""
+    client = await aiohttp_client(create_app("anthropic", models=("tiny",)))
+    body = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    resp = await client.post("/v1/messages", json=body)
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error == {"type": "invalid_request_error", "message": "anthropic-version: header is required"}
+    resp = await client.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    assert resp.status == 200, await resp.text()
+    count = {"model": "tiny", "messages": body["messages"]}
+    resp = await client.post("/v1/messages/count_tokens", json=count)
+    assert resp.status == 400 and (await resp.json())["error"]["message"] == "anthropic-version: header is required"
+    resp = await client.post("/v1/messages/count_tokens", json=count, headers={"anthropic-version": "2023-06-01"})
+    assert resp.status == 200, await resp.text()

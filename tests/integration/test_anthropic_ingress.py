@@ -162,25 +162,27 @@ async def test_stop_sequence_named(gateway: GatewayFactory, upstream: Any, strea
     assert stop not in got["content"][0]["text"]
 
 
-@pytest.mark.parametrize(
-    ("marker", "status", "kind"),
-    [
-        ("[[fault:status=429,retry_after=3]]", 429, "rate_limit_error"),
-        ("[[fault:status=400]]", 400, "invalid_request_error"),
-        ("[[fault:status=404]]", 404, "not_found_error"),
-        ("[[fault:status=500]]", 502, "api_error"),
-    ],
-)
-async def test_upstream_errors_in_envelope(
-    gateway: GatewayFactory, upstream: Any, marker: str, status: int, kind: str
-) -> None:
-    server = await upstream("vllm", models=("up-model",))
-    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
-    got_status, headers, raw = await post(gw, body(messages=[{"role": "user", "content": marker}]))
-    assert got_status == status, raw
-    assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": json.loads(raw)["error"]["message"]}}
-    if status == 429:
-        assert headers["Retry-After"] == "3"
+ERRORS = [
+    ("[[fault:status=429,retry_after=3]]", 429, "rate_limit_error"),
+    ("[[fault:status=400]]", 400, "invalid_request_error"),
+    ("[[fault:status=404]]", 404, "not_found_error"),
+    ("[[fault:status=500]]", 502, "api_error"),
+]
+
+
+@pytest.mark.parametrize("upstream_kind", list(fake.KINDS))
+async def test_upstream_errors_in_envelope(gateway: GatewayFactory, upstream: Any, upstream_kind: str) -> None:
+    """Every kind of target's refusals, in Anthropic's envelope with its error types (the matrix's
+    error cell for the Messages ingress)."""
+    server = await upstream(upstream_kind)
+    gw = await gateway(config([{"name": "m", "targets": [target(server, upstream_kind)]}]))
+    for marker, status, kind in ERRORS:
+        got_status, headers, raw = await post(gw, body(messages=[{"role": "user", "content": marker}]))
+        assert got_status == status, (marker, raw)
+        got = json.loads(raw)
+        assert got == {"type": "error", "error": {"type": kind, "message": got["error"]["message"]}}, got
+        if status == 429:
+            assert headers["Retry-After"] == "3"
 
 
 async def test_gateway_errors_in_envelope(gateway: GatewayFactory, upstream: Any) -> None:
@@ -265,3 +267,20 @@ async def test_stream_error_after_start_is_an_error_event(gateway: GatewayFactor
     evs = events(raw)
     assert [n for n, _ in evs[:2]] == ["message_start", "ping"]
     assert evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "api_error"
+
+
+# The kinds whose fake writes tool calls in its wire (the others' fakes answer a tool's arguments as text)
+TOOL_KINDS = ["vllm", "anthropic"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("upstream_kind", TOOL_KINDS)
+async def test_tool_cell(gateway: GatewayFactory, upstream: Any, upstream_kind: str, stream: bool) -> None:
+    """A forced tool call comes back as a ``tool_use`` block, whole and streamed (its input reassembled
+    from ``input_json_delta``): translated from vLLM's wire, and as it came from Anthropic's (relayed)."""
+    server = await upstream(upstream_kind)
+    gw = await gateway(config([{"name": "m", "targets": [target(server, upstream_kind)]}]))
+    got = await answer(gw, body(max_tokens=50, tools=[WEATHER], tool_choice={"type": "any"}), stream)
+    assert got["stop_reason"] == "tool_use", got
+    (call,) = [b for b in got["content"] if b["type"] == "tool_use"]
+    assert call["name"] == "get_weather" and set(call["input"]) == {"city"} and call["id"], got

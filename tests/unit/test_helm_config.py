@@ -10,18 +10,23 @@ here twice: no case reaches it, then Helm renders the case. What the loader chec
 not the file, is out of the chart's reach and listed in ``NOT_AT_RENDER``.
 
 Shapes (pydantic's types, bounds, choices, required and unknown keys): ``templates/_config_shape.tpl``
-checks them against the shapes ``config-schema --chart`` reads off the models. Every field of every
-section is probed with values drawn from its shape, taken or refused, and the chart's answer must be
-check-config's, line for line (``values.schema.json`` no longer checks them: Helm runs it first, in its
-own words)."""
+checks them against the shapes ``config-schema --chart`` reads off the models, running the models'
+validators where pydantic runs them. Every field of every section is probed with values drawn from its
+shape, taken or refused, and the chart's answer must be check-config's, line for line; so must it for
+configs with two mistakes, where the one named is the first pydantic meets (``values.schema.json`` no
+longer checks shapes: Helm runs it first, in its own words)."""
 
 from __future__ import annotations
 
 import ast
+import http.server
 import inspect
 import json
+import os
 import shutil
+import subprocess
 import sys
+import threading
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +43,7 @@ from gateway.runtime import config, spend_config
 from gateway.runtime.config import GatewayConfig
 from gateway.runtime.shapes import config_shapes
 from gateway.web import app
-from tests.unit.helm_chart import CHART, helm
+from tests.unit.helm_chart import CHART, HELM, helm
 
 SHA = "a" * 64
 MOCK = {"name": "m", "targets": [{"provider": "mock"}]}
@@ -424,6 +429,7 @@ SHAPES_RENDERED = {
     "not-a-list": {"teams": {"id": "t"}},
     "not-a-mapping": {"server": "0.0.0.0:8080"},
     "unknown-before-earlier": {"server": {"port": "http"}, "teams": [{"id": "t", "limit": {}}]},
+    "label-escaped": {"teams": [{"id": "a\\b\tc\nd'e", "limits": {"rpm": 0}}]},  # as Python's repr writes it
 }
 
 
@@ -445,3 +451,112 @@ def test_a_config_that_is_no_mapping_fails_in_check_configs_line(
     line = check_config(config, tmp_path, capsys)
     out = helm("template", "gw", str(CHART), "--set-json", f"config={json.dumps(config)}")
     assert line and f"config: {line}\n" in out.stderr, f"check-config: {line}\nhelm: {out.stderr}"
+
+
+def two_mistakes(tokenizer: Path) -> dict[str, dict[str, Any]]:
+    """Configs with two mistakes in different top-level keys: one of shape per section (its first field
+    of the wrong type) beside each refused config above, and beside each other's."""
+    singles = shape_cases(tokenizer)
+    shapes = config_shapes(GatewayConfig)["models"]
+    firsts = {
+        s: singles[f"{s}.{name}-0"]
+        for s, fields in shapes.items()
+        for name in [next(f[0] for f in fields if (s, f[0]) not in CHART_OWNED)]
+        if s not in UNPROBED_SECTIONS
+    }
+    mistakes = {f"shape:{s}": cfg for s, cfg in firsts.items()} | {
+        f"rule:{name}": BASE | case for name, case in REFUSED.items()
+    }
+
+    def changed(cfg: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in cfg.items() if BASE.get(k) != v}
+
+    out = {}
+    names = sorted(mistakes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            first, second = changed(mistakes[a]), changed(mistakes[b])
+            if (a.startswith("shape:") or b.startswith("shape:")) and not set(first) & set(second):
+                out[f"{a}+{b}"] = BASE | first | second
+    return out
+
+
+def test_of_two_mistakes_the_chart_names_the_one_check_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic reports the first error of its walk (an unknown key before any): a validator's
+    refusal in one section comes before a wrong type in a later one, and the chart's check walks
+    the same way."""
+    (tmp_path / "tokenizer.json").write_text("{}")
+    cases = two_mistakes(tmp_path)
+    lines = {case: check_config(cfg, tmp_path, capsys) for case, cfg in cases.items()}
+    problems = dict(zip(cases, shape_problems(list(cases.values()), tmp_path), strict=True))
+    wrong = {c: (lines[c], problems[c]) for c in cases if problems[c] != lines[c]}
+    assert not wrong, "check-config's line, then the chart's:\n" + "\n".join(f"{c}: {w}" for c, w in wrong.items())
+    assert len(cases) > 300, len(cases)
+
+
+class Discovery(http.server.BaseHTTPRequestHandler):
+    """What `helm install` asks a cluster before it renders: the version and the API groups. No
+    Kubernetes API server can be had here from a package (envtest's kube-apiserver comes only as a
+    download), so this answers those three paths; an install that renders gets no further."""
+
+    ANSWERS: typing.ClassVar[dict[str, Any]] = {
+        "/version": {"major": "1", "minor": "30", "gitVersion": "v1.30.0"},
+        "/api": {"kind": "APIVersions", "versions": ["v1"]},
+        "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+    }
+
+    def do_GET(self) -> None:
+        answer = self.ANSWERS.get(self.path.partition("?")[0])
+        body = json.dumps(answer).encode()
+        self.send_response(404 if answer is None else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment for `helm install`: a kubeconfig naming the discovery stub."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Discovery)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "u"}}],
+        "current-context": "stub",
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
+    yield {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")}
+    server.shutdown()
+    thread.join()
+    server.server_close()
+
+
+INSTALLED = {k: SHAPES_RENDERED[k] for k in ("unknown-key", "not-an-integer", "unknown-before-earlier")} | {
+    k: REFUSED[k] for k in ("team-twice", "http-no-address", "no-key-no-admin")
+}
+
+
+@pytest.mark.parametrize("case", INSTALLED)
+def test_helm_install_refuses_with_check_configs_line(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], cluster: dict[str, str]
+) -> None:
+    """`helm install` (a client-side dry run: it renders as an install does, NOTES.txt included,
+    then stops before the cluster's API) fails with the line `helm template` fails with."""
+    cfg = BASE | INSTALLED[case]
+    line = check_config(cfg, tmp_path, capsys)
+    assert line, "check-config takes it: not a refused config"
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": cfg, **CHART_VALUES.get(case, {})}))
+    args = [HELM, "install", "gw", str(CHART), "-f", str(values), "--dry-run=client"]
+    out = subprocess.run(args, capture_output=True, text=True, check=False, env=cluster)
+    assert out.returncode and "INSTALLATION FAILED" in out.stderr and f"config: {line}\n" in out.stderr, out.stderr

@@ -239,6 +239,22 @@ async def test_a_raw_connection_connects_again_after_a_failure(redis_client: Any
     assert await conn.read() in (b"PONG", "PONG", True)
 
 
+def test_prometheus_client_histograms_still_have_what_bucket_tallies_use() -> None:
+    """A child's bounds, its bucket values and its sum value, with ``get``, ``set`` and ``inc``; and
+    ``observe`` still the sum's ``inc`` and the first bucket whose bound holds the amount, which
+    ``BucketTally`` reproduces (its results: tests/unit/test_metrics.py)."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    child = Histogram("fence_h", "doc", ["l"], buckets=(0.1, 1), registry=CollectorRegistry()).labels("x")
+    assert child._upper_bounds == [0.1, 1, float("inf")]
+    assert len(child._buckets) == 3
+    for value in (child._sum, *child._buckets):
+        assert callable(value.get) and callable(value.set) and callable(value.inc)
+    source = inspect.getsource(type(child).observe)
+    assert "self._sum.inc(amount)" in source
+    assert "if amount <= bound:" in source and "self._buckets[i].inc(1)" in source
+
+
 def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> None:
     """The pool's per-read bound, a checkout that needs no command name, a send that can skip the
     health check, and a reply read bounded by ``socket_timeout`` (which the raw connection clears: it

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.obs import metrics
-from gateway.obs.metrics import CountTally, HistogramTally, LevelTally
+from gateway.obs.metrics import CountTally, LevelTally, histogram
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 VALUES = [0.0, 0.0005, 0.001, 0.0011, 0.01, 0.05, 0.1, 1.0, 1.5, 99.0, 0.01]
@@ -28,13 +28,22 @@ def exposition(registry: CollectorRegistry) -> list[str]:
 
 
 def test_a_histogram_tally_fills_the_same_buckets_and_sum_as_observe() -> None:
+    """Bit for bit, the sum included (carried on from the child's own in the same order), NaN and
+    infinity too; nothing shows before the flush, and a second flush adds nothing."""
     direct, child, tallied, other = pair(Histogram, buckets=BUCKETS)
-    tally = HistogramTally(other)
-    for v in VALUES:
-        child.observe(v)
-        tally.observe(v)
-    assert exposition(tallied) == exposition(direct)
-    metrics.flush()  # nothing is held back for the flush
+    tally = histogram(other)
+    assert histogram(other) is tally  # one tally a child: its sum carries on the child's
+    rounds = [VALUES, [0.1 * k for k in range(1, 200)], [float("inf"), 1e-300, 0.3], [float("nan")]]
+    for values in rounds:
+        before = exposition(tallied)
+        for v in values:
+            child.observe(v)
+            tally.observe(v)
+        assert exposition(tallied) == before  # held until the flush (before each scrape)
+        metrics.flush()
+        assert exposition(tallied) == exposition(direct)
+        assert repr(other._sum.get()) == repr(child._sum.get())  # exact, bit for bit
+    metrics.flush()
     assert exposition(tallied) == exposition(direct)
 
 

@@ -206,10 +206,27 @@ class Resumes:
         return VLLM, events(), Batch([]), resume.Junction(0)
 
 
+@dataclass
+class Replaying(Target):
+    """A target whose relayed chunks, ``data: <text>|<id>``, it reads back (joined ones too)."""
+
+    def replay(self, req: InternalRequest) -> Callable[[list[bytes]], list[object]]:
+        def read(relayed: list[bytes]) -> list[object]:
+            events = [e[6:].split(b"|") for raw in relayed for e in raw.split(b"\n\n") if e]
+            return [Delta(0, text.decode(), (int(i),)) for text, i in events]
+
+        return read
+
+
+TARGET = Replaying("vllm")
+
+
 def _broken(pieces: int) -> resume.Batches:
+    """Tokens 1 to ``pieces`` - 1, relayed but every third decoded, then a reset."""
+
     async def events() -> resume.Batches:
         for i in range(1, pieces):
-            yield Batch([Delta(0, "ab", (i,))])
+            yield Batch([Delta(0, "ab", (i,)) if i % 3 == 0 else Token(b"data: ab|%d\n\n" % i)])
         raise UpstreamFailed("reset")
 
     return events()
@@ -224,11 +241,11 @@ async def _read(stream: resume.Resumable, sizes: list[int]) -> list[Batch]:
 
 
 async def test_a_long_stream_keeps_what_it_sent_folded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past ``KEEP_BATCHES`` the batches kept are read back into the progress: memory stays bounded,
-    and a break continues from all of it."""
+    """Past ``KEEP_BATCHES`` the batches kept are folded (runs of relayed chunks joined): memory stays
+    bounded, and a break continues from all of it, in order."""
     monkeypatch.setattr(resume, "KEEP_BATCHES", 4)
     resumer = Resumes(COMPLETION, [Batch([Finish(0, "stop")])])
-    stream = resume.Resumable(VLLM, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
     sizes: list[int] = []
     got = await _read(stream, sizes)
     assert max(sizes) < 4 and len(got) == 10 and isinstance(got[-1].events[0], Finish)
@@ -240,13 +257,12 @@ async def test_past_what_a_stream_keeps_a_break_ends_with_its_error(monkeypatch:
     """An answer longer than resume keeps is not continued (from a part of it, or from nothing): the
     client gets the break's error, and the stream holds nothing more of it."""
     monkeypatch.setattr(resume, "KEEP_BATCHES", 2)
-    monkeypatch.setattr(resume, "KEPT_TOKENS", 5)
+    monkeypatch.setattr(resume, "KEPT_BYTES", 40)
     resumer = Resumes(COMPLETION, [Batch([Finish(0, "stop")])])
-    stream = resume.Resumable(VLLM, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
     with pytest.raises(UpstreamFailed, match="reset"):
         await _read(stream, [])
-    assert not resumer.after and stream.before is not None and stream.before.stuck == resume.TOO_LONG
-    assert not stream.before.token_ids and not stream.before.text
+    assert not resumer.after and stream.folded is None and len(stream.kept) < 2
 
 
 class Written:
@@ -259,6 +275,8 @@ class Written:
         self.out += data
 
     def event(self, ev: object) -> bytes:
+        if isinstance(ev, Token):
+            return ev.data[6:].split(b"|")[0]
         return ev.text.encode() if isinstance(ev, Delta) else b"|" if isinstance(ev, Finish) else b""
 
     def token(self, size: int) -> None:
@@ -275,7 +293,7 @@ async def test_the_relay_keeps_and_folds_a_resumable_stream_itself(monkeypatch: 
 
     monkeypatch.setattr(relay, "KEEP_BATCHES", 4)
     resumer = Resumes(COMPLETION, [Batch([Delta(0, "cd", (10,))]), Batch([Finish(0, "stop")], Then.END)])
-    stream = resume.Resumable(VLLM, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
+    stream = resume.Resumable(TARGET, Batch([Delta(0, "ab", (0,))]), _broken(10), resumer)  # type: ignore[arg-type]
     io = Written()
     writer = relay.Relay(io, io, io)  # type: ignore[arg-type]
     await writer.run(Batch([Delta(0, "ab", (0,))]), stream, lambda: False)

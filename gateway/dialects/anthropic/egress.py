@@ -20,6 +20,7 @@ wire's reader); one that broke in a tool call or thinking ends in an ``error`` e
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -252,14 +253,23 @@ def decode(data: JSON, keep: bool = False) -> Completion:
     )
 
 
+# The events of an Anthropic target's stream that the gateway accounts nothing for (a block's start,
+# deltas and end; pings), each one line of JSON whose type is its name, as Anthropic writes them. For an
+# Anthropic client a run of them at a read's start is relayed as it came, one frame, not decoded and
+# written again; ``message_start`` (the stream's identity), ``message_delta`` (finish and usage),
+# ``message_stop``, ``error`` and any other event or framing are read as before.
+RELAYED_RUN = re.compile(
+    rb'(?:event: (content_block_delta|content_block_start|content_block_stop|ping)\ndata: \{"type":"\1"[^\n\r]*\}\n\n)+'
+)
+
+
 class EventReader:
     """Anthropic's named stream events → internal events. Tool-use blocks are numbered in order: the
     tool-call index an OpenAI-shaped client sees."""
 
-    relaying = False
-
     def __init__(self, relay: bool = False) -> None:
         self.relay_all = relay  # each event also goes to the client as it came (a ``Frame``)
+        self.relaying = relay  # runs of content events go as read (``relay_run``)
         self.started = False
         self.finished = False
         self.usage: Usage | None = None
@@ -269,7 +279,13 @@ class EventReader:
         return None
 
     def relay_run(self, buffer: bytes) -> tuple[Frame, int] | None:
-        return None
+        """The run of content events ``buffer`` opens with (``RELAYED_RUN``), as one frame of as many
+        chunks, and where it ends; None before the stream's first event or when it opens otherwise.
+        What decoding them would keep is nothing: an Anthropic client's reader keeps no delta."""
+        if not self.started or (run := RELAYED_RUN.match(buffer)) is None:
+            return None
+        end = run.end()
+        return Frame.of(buffer[:end], buffer.count(b"\n\n", 0, end)), end
 
     def same_shape(self, buffer: bytes) -> bool:
         return False

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
 from gateway.dialects.anthropic.native import checked_copy
@@ -32,7 +33,7 @@ from gateway.dialects.anthropic.schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.common import FeatureSet, request_of, stop_list, validate
+from gateway.dialects.common import FeatureSet, check, plain_number, request_of, stop_list, validate
 from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
@@ -193,7 +194,85 @@ def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
     )
 
 
+# The Messages body most clients send: a model, a length, turns of one text each, perhaps a system
+# string, temperature, top_p and a stream. Read by type checks alone (``typed_plain``): the schema's
+# validation, the copy for what only Anthropic takes and the feature walk cost about 9 us of a 13 us
+# parse (benchmarks/results/messages.md). tests/unit/test_plain_parse.py holds it to the full parse.
+PLAIN_FIELDS = frozenset({"model", "max_tokens", "messages", "system", "temperature", "top_p", "stream"})
+ROLES = frozenset({"user", "assistant"})
+
+
+def _plain_text(content: JSON) -> str | None:
+    """A turn's content when it is one text, a string or one text block of nothing else, not empty."""
+    if type(content) is list:
+        if len(content) != 1 or type(block := content[0]) is not dict or len(block) != 2:
+            return None
+        if block.get("type") != "text":
+            return None
+        content = block.get("text")
+    return content if type(content) is str and content else None
+
+
+def _typed_turns(system: JSON, turns: JSON) -> tuple[ChatMessage, ...] | None:
+    """``messages(system, turns)`` for a system string and turns of one text; None for any other shape."""
+    if type(turns) is not list or not turns or (system is not None and type(system) is not str):
+        return None
+    out = [ChatMessage(role="system", content=system)] if system else []
+    for m in turns:
+        if type(m) is not dict or len(m) != 2:
+            return None
+        role, text = m.get("role"), _plain_text(m.get("content"))
+        if text is None or type(role) is not str or role not in ROLES:
+            return None
+        out.append(ChatMessage(role=role, content=text))
+    return tuple(out)
+
+
+def typed_plain(data: dict[str, JSON], betas: str) -> InternalRequest | None:
+    """A plain Messages body (``PLAIN_FIELDS``) read by type checks alone: the request ``parse`` builds
+    from it, or None for any value the schema might coerce, refuse or read otherwise (the full parse
+    then judges it). A plain body holds nothing only Anthropic takes: it is its own checked copy."""
+    model, max_tokens, stream = data.get("model"), data.get("max_tokens"), data.get("stream")
+    if betas or not data.keys() <= PLAIN_FIELDS or type(model) is not str or len(model) > caps.MAX_NAME:
+        return None
+    if type(max_tokens) is not int or not 1 <= max_tokens <= caps.MAX_TOKENS:
+        return None
+    temperature, top_p = data.get("temperature"), data.get("top_p")
+    if not (plain_number(temperature, 1) and plain_number(top_p, 1)):
+        return None
+    if stream is not None and type(stream) is not bool:
+        return None
+    msgs = _typed_turns(data.get("system"), data.get("messages"))
+    if msgs is None:
+        return None
+    check(data)  # the caps, as the full parse checks its copy (the same body here)
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=None if temperature is None else float(temperature),
+        top_p=None if top_p is None else float(top_p),
+    )
+    return InternalRequest(
+        operation=Operation.CHAT,
+        model=model,
+        messages=msgs,
+        sampling=sampling,
+        stream=bool(stream),
+        stream_usage=bool(stream),
+        relay=STREAM_FORMAT if stream else None,
+        native=data,
+        native_dialect="anthropic",
+    )
+
+
 def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
+    typed = typed_plain(data, betas)
+    if typed is not None:
+        return typed
+    return parse_full(data, betas)
+
+
+def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
+    """Any Messages body: its copy without what only Anthropic takes validated by the schema."""
     fs = FeatureSet()
     platform_only(data, betas, fs)
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}

@@ -149,6 +149,7 @@ def event(name: str, data: JSON) -> bytes:
 
 PING = event("ping", {"type": "ping"})
 TEXT_BLOCK = b'"content_block":{"type":"text"'  # a relayed content_block_start's, as to_json writes it
+BLOCK_START, BLOCK_STOP = b"event: content_block_start\n", b"event: content_block_stop\n"
 
 
 class MessagesEncoder:
@@ -231,16 +232,22 @@ class MessagesEncoder:
         return event("message_start", {"type": "message_start", "message": message}) + PING
 
     def _relay(self, frame: bytes) -> bytes:
+        """An Anthropic target's own events as they came, one or a run of them: the blocks they open
+        counted, the last one's kind kept (a stream resumed mid-text goes on in its block), the last
+        event's name kept (``end``). An event's line cannot occur inside a JSON line: no raw newline."""
         self.pending, self.started = None, True
-        name = frame[7 : frame.find(b"\n")]  # after "event: "
-        if name == b"content_block_start":
-            self.index += 1
-            text = TEXT_BLOCK in frame  # a stream resumed mid-text goes on in this block
+        start, stop = frame.rfind(BLOCK_START), frame.rfind(BLOCK_STOP)
+        if start >= 0:
+            self.index += frame.count(BLOCK_START)
+        if start > stop:  # the last block opened is still open
+            text = frame.find(TEXT_BLOCK, start, frame.find(b"\n\n", start)) >= 0
             self.open = ("text", 0) if text else ("relayed", -1)
             self.text_head = text_head(self.index) if text else None
-        elif name == b"content_block_stop":
+        elif stop >= 0:
             self.open = self.text_head = None
-        self.relayed = name
+        last = frame.rfind(b"\n\nevent: ", 0, len(frame) - 2) + 2  # 1: the frame holds one event
+        last = 0 if last == 1 else last
+        self.relayed = frame[last + 7 : frame.find(b"\n", last)]  # after "event: "
         return frame
 
     def _reader(self) -> ChunkText:

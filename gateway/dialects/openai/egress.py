@@ -435,10 +435,14 @@ class ChunkDecoder:
     def same_shape(self, buffer: bytes) -> bool:
         """``buffer`` is one whole event of the shape the last event relayed alone carried: its keys and
         framing around a plain text. Relayed as it is (a ``Token``), without ``relay_run``'s checks: a
-        stream's tokens mostly differ only in their texts (and ids, where asked for: ``same_ids``)."""
+        stream's tokens mostly differ only in their texts (and ids, where asked for: then its head,
+        and one pattern for the rest, ``after_text``; in this call, a call less a token)."""
         shape = self.shape
         if shape is None:
-            return self.ids_shape is not None and self.same_ids(buffer)
+            if (ids := self.ids_shape) is None:
+                return False
+            head, rest = ids
+            return buffer[: len(head)] == head and rest.fullmatch(buffer, len(head)) is not None
         head, tail = shape
         start, end = len(head), len(buffer) - len(tail)
         return (
@@ -447,12 +451,6 @@ class ChunkDecoder:
             and buffer[end:] == tail
             and NOT_PLAIN.search(buffer, start, end) is None
         )
-
-    def same_ids(self, buffer: bytes) -> bool:
-        """``same_shape`` for a shape that holds the token's ids: its head, then one pattern for the
-        rest (``after_text``)."""
-        head, rest = self.ids_shape  # type: ignore[misc]  # (only called with one)
-        return buffer[: len(head)] == head and rest.fullmatch(buffer, len(head)) is not None
 
     def decode(self, data: JSON) -> list[StreamEvent]:
         if not isinstance(data, dict):

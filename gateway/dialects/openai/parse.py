@@ -27,6 +27,7 @@ from gateway.dialects.common import (
     choice_cap,
     exclusive,
     logit_bias,
+    plain_number,
     request_of,
     stop_list,
     validate,
@@ -340,13 +341,6 @@ def plain_chat(
     )
 
 
-def _plain_number(value: JSON, high: float) -> bool:
-    """A plain body's ``temperature`` or ``top_p`` as the strict schema takes it without a question: absent,
-    or a number (an int becomes its float) within 0..``high`` (finite, as ``check`` has made sure)."""
-    kind = type(value)
-    return value is None or ((kind is float or kind is int) and 0 <= value <= high)
-
-
 def _typed_messages(msgs: JSON) -> tuple[ChatMessage, ...] | None:
     """Messages of a role and a text only, as the schema would take them; None for any other shape."""
     if type(msgs) is not list or not msgs:
@@ -375,7 +369,7 @@ def typed_plain_chat(data: dict[str, JSON], relay: str | None) -> InternalReques
         return None
     temperature, top_p = data.get("temperature"), data.get("top_p")
     stream, options = data.get("stream"), data.get("stream_options")
-    if not (_plain_number(temperature, 2) and _plain_number(top_p, 1)):
+    if not (plain_number(temperature, 2) and plain_number(top_p, 1)):
         return None
     if stream is not None and type(stream) is not bool:
         return None

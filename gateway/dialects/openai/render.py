@@ -234,7 +234,7 @@ class ChunkEncoder:
                     head, start, tail_size, tail = around
                     # (a shape that holds ids has its tail after them: the plain text ends at a quote)
                     end = len(data) - tail_size if tail_size is not None else data.find(b'"', start)
-                    data = head + data[start:end] + tail
+                    data = head + data[start:end] + tail if head else data[:end] + tail
             return data if self.held is None else self._release() + data
         if isinstance(ev, Frame):
             self.relayed = True
@@ -302,10 +302,11 @@ class ChunkEncoder:
         self.as_is = parts == [head, tail]
         if len(parts) != 2 or self.as_is:
             return
+        kept = b"" if parts[0] == head else parts[0]  # (a head as it came is not copied apart)
         if len(shape) == 2:
-            self.around = (parts[0], len(head), len(tail), parts[1])
+            self.around = (kept, len(head), len(tail), parts[1])
         elif retouch(head + STAND_IN + b"1".join(shape[1:])).split(STAND_IN) == parts:  # the ids do not show
-            self.around = (parts[0], len(head), None, parts[1])
+            self.around = (kept, len(head), None, parts[1])
 
     def end(self) -> bytes:
         out = self._release()

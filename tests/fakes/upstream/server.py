@@ -212,11 +212,18 @@ async def truncated(request: web.Request, body: bytes, how: str) -> web.StreamRe
     return abort(request, response)
 
 
+def versioned(request: web.Request, wire: Wire) -> None:
+    """The wire's version header, where it requires one (Anthropic's, in Anthropic's words)."""
+    if wire.version_header and not request.headers.get(wire.version_header):
+        raise ApiError(400, f"{wire.version_header}: header is required")
+
+
 def generation_handler(build: Callable[[Engine, JSON, str], Job]) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
         wire = state.wire
         chat = request.path.endswith(wire.chat_path)
+        versioned(request, wire)
         body = await json_body(request)
         faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
         await pause(request, faults.hang_before)
@@ -309,6 +316,7 @@ async def count_tokens_endpoint(request: web.Request) -> web.Response:
     """Anthropic's ``POST /v1/messages/count_tokens``: the prompt tokens a message with this body
     would report (a ``status`` fault marker in the body makes it fail instead)."""
     state = request.app[STATE]
+    versioned(request, state.wire)
     body = await json_body(request)
     faults = parse_faults(marker_text(body) + state.faults, state.fired_once)
     if faults.status is not None:

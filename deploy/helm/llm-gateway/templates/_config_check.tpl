@@ -1,31 +1,18 @@
-{{/* The gateway's own checks of .Values.config, beyond the shapes values.schema.json holds: what its
-     loader checks in code (gateway/runtime/config.py and spend_config.py validators, the names and
-     prices parse_config cross-checks, web/app.py check_target), in the order the loader meets them.
-     Each refusal fails the render with the line `llm-gateway check-config` prints, with "config" for
-     the file's name. tests/unit/test_helm_config.py runs every refusal site of the loader through
-     both and compares the lines; a new rule there without its twin here fails that test. The
-     providers come from _gateway.tpl, generated from the gateway's registries. */}}
+{{/* The gateway's own checks of .Values.config beyond its shapes (_config_shape.tpl): what its loader
+     checks in code, in the order the loader meets them. Each refusal fails the render with the line
+     `llm-gateway check-config` prints, with "config" for the file's name. The validators of the config
+     models (gateway/runtime/config.py and spend_config.py) are "gw.rule.<Section>" and
+     "gw.rule.<Section>.<field>" below: the shape check runs each where pydantic runs it (a field's once
+     its value is of the right shape, a section's once all its fields are), so that of several mistakes
+     the one check-config names is the one named here; `config-schema --chart` lists them from the
+     models (a validator without its template fails every render). Then what parse_config cross-checks
+     (names, prices), web/app.py check_target (providers) and the key holder, each failing at once.
+     tests/unit/test_helm_config.py runs every refusal site of the loader through both and compares the
+     lines; a new rule there without its twin here fails that test. The providers come from
+     _gateway.tpl, generated from the gateway's registries. */}}
 {{- define "gw.checkConfig" -}}
 {{- include "gw.checkShape" . -}}
 {{- $c := .Values.config -}}
-{{- range $i, $m := $c.models -}}
-{{- $at := printf "models%s" (include "gw.at" (list $m $i)) -}}
-{{- range $j, $t := $m.targets -}}
-{{- include "gw.checkTarget" (dict "t" $t "at" (printf "%s.targets%s" $at (include "gw.at" (list $t $j)))) -}}
-{{- end -}}
-{{- end -}}
-{{- range $i, $team := $c.teams -}}
-{{- $at := printf "teams%s" (include "gw.at" (list $team $i)) -}}
-{{- range $j, $key := $team.keys -}}
-{{- include "gw.checkKey" (dict "k" $key "at" (printf "%s.keys%s" $at (include "gw.at" (list $key $j)))) -}}
-{{- end -}}
-{{- include "gw.checkBudget" (dict "b" $team.budget "at" (printf "%s.budget" $at)) -}}
-{{- include "gw.checkBudget" (dict "b" $team.key_budget "at" (printf "%s.key_budget" $at)) -}}
-{{- end -}}
-{{- include "gw.checkSpend" (default dict $c.spend) -}}
-{{- with $c.tracing }}{{ include "gw.checkUrl" (list .endpoint "tracing.endpoint") }}{{ end -}}
-{{- include "gw.checkUnique" $c -}}
-{{- include "gw.checkClasses" $c -}}
 {{- include "gw.checkTeamModels" $c -}}
 {{- include "gw.checkPrices" $c -}}
 {{- include "gw.checkProviders" $c -}}
@@ -43,8 +30,13 @@
 {{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}{{ . }}
 {{- else if kindIs "slice" . }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ include "gw.repr" $v }}{{ end }}]
 {{- else if kindIs "map" . }}{{ "{" }}{{ range $i, $k := keys . | sortAlpha }}{{ if $i }}, {{ end }}{{ include "gw.repr" $k }}: {{ include "gw.repr" (get $ $k) }}{{ end }}{{ "}" }}
-{{- else if and (contains "'" (toString .)) (not (contains "\"" (toString .))) }}"{{ toString . | replace "\\" "\\\\" }}"
-{{- else }}'{{ toString . | replace "\\" "\\\\" | replace "'" "\\'" }}'{{ end -}}
+{{- else if and (contains "'" (toString .)) (not (contains "\"" (toString .))) }}"{{ include "gw.escapes" . }}"
+{{- else }}'{{ include "gw.escapes" . | replace "'" "\\'" }}'{{ end -}}
+{{- end -}}
+
+{{/* A string as Python's repr writes it between its quotes: backslash, tab, newline, return escaped. */}}
+{{- define "gw.escapes" -}}
+{{- toString . | replace "\\" "\\\\" | replace "\t" "\\t" | replace "\n" "\\n" | replace "\r" "\\r" -}}
 {{- end -}}
 
 {{/* (list item index): a list item's place in a key path as the loader writes it: [<its name or id>] or [index]. */}}
@@ -55,109 +47,128 @@
 {{- if $label }}[{{ include "gw.repr" $label }}]{{ else }}[{{ index . 1 }}]{{ end -}}
 {{- end -}}
 
-{{/* (list value where): an address the gateway calls over HTTP (config._http_url). */}}
-{{- define "gw.checkUrl" -}}
-{{- $v := index . 0 -}}
-{{- if not (kindIs "invalid" $v) -}}
-{{- if not (or (hasPrefix "http://" $v) (hasPrefix "https://" $v)) }}{{ include "gw.refuse" (list (index . 1) "must start with http:// or https://") }}{{ end -}}
+{{/* The validators: each takes (dict "v" value "at" path) and gives its problems as _config_shape.tpl's
+     records ("gw.problem"); the first is the one pydantic raises. */}}
+
+{{/* config._http_url: an address the gateway calls over HTTP. */}}
+{{- define "gw.rule.url" -}}
+{{- if not (or (hasPrefix "http://" .v) (hasPrefix "https://" .v)) }}{{ include "gw.problem" (list "e" .at "must start with http:// or https://") }}{{ end -}}
+{{- end -}}
+
+{{- define "gw.rule.Target.base_url" -}}{{ if .v }}{{ include "gw.rule.url" . }}{{ end }}{{- end -}}
+
+{{- define "gw.rule.TracingConfig.endpoint" -}}{{ include "gw.rule.url" . }}{{- end -}}
+
+{{- define "gw.rule.Target.replicas" -}}
+{{- range .v }}{{ include "gw.rule.url" (dict "v" . "at" $.at) }}{{ end -}}
+{{- $seen := dict -}}
+{{- range .v -}}
+{{- $url := regexReplaceAll "/+$" . "" -}}
+{{- if hasKey $seen $url }}{{ include "gw.problem" (list "e" $.at "a replica is listed twice") }}{{ end -}}
+{{- $_ := set $seen $url true -}}
 {{- end -}}
 {{- end -}}
 
-{{/* A target's own validators (config.Target, Balance, KvEvents): fields first, then the target's. */}}
-{{- define "gw.checkTarget" -}}
-{{- $t := .t -}}
-{{- $at := .at -}}
-{{- if $t.base_url }}{{ include "gw.checkUrl" (list $t.base_url (printf "%s.base_url" $at)) }}{{ end -}}
-{{- $replicas := default list $t.replicas -}}
-{{- range $replicas }}{{ include "gw.checkUrl" (list . (printf "%s.replicas" $at)) }}{{ end -}}
-{{- $seen := dict -}}
-{{- range $replicas -}}
-{{- $url := regexReplaceAll "/+$" . "" -}}
-{{- if hasKey $seen $url }}{{ include "gw.refuse" (list (printf "%s.replicas" $at) "a replica is listed twice") }}{{ end -}}
-{{- $_ := set $seen $url true -}}
-{{- end -}}
-{{- $balance := default dict $t.balance -}}
-{{- $events := $balance.kv_events -}}
-{{- if not (kindIs "invalid" $events) -}}
-{{- include "gw.checkEvents" (dict "e" $events "at" (printf "%s.balance.kv_events" $at)) -}}
-{{- $strategy := default "prefix" $balance.strategy -}}
+{{/* Out of reach at render: the pod's image holds the time zone database; the chart writes redis. */}}
+{{- define "gw.rule.SpendSettings.time_zone" -}}{{- end -}}
+{{- define "gw.rule.RedisConfig.url" -}}{{- end -}}
+
+{{/* config.Balance: KV events steer by prefix. */}}
+{{- define "gw.rule.Balance" -}}
+{{- if not (kindIs "invalid" .v.kv_events) -}}
+{{- $strategy := default "prefix" .v.strategy -}}
 {{- if has $strategy (list "round-robin" "least-loaded") -}}
-{{- include "gw.refuse" (list (printf "%s.balance" $at) (printf "kv_events needs strategy prefix or kv-shared, not %s" $strategy)) -}}
+{{- include "gw.problem" (list "e" .at (printf "kv_events needs strategy prefix or kv-shared, not %s" $strategy)) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* config.Target: one place, and what its pool's events need. */}}
+{{- define "gw.rule.Target" -}}
+{{- $t := .v -}}
+{{- $at := .at -}}
+{{- $replicas := default list $t.replicas -}}
+{{- $events := (default dict $t.balance).kv_events -}}
 {{- $given := 0 -}}
 {{- if $t.base_url }}{{ $given = add1 $given }}{{ end -}}
 {{- if $replicas }}{{ $given = add1 $given }}{{ end -}}
 {{- if not (kindIs "invalid" $t.engine) }}{{ $given = add1 $given }}{{ end -}}
-{{- if gt $given 1 }}{{ include "gw.refuse" (list $at "give exactly one of 'base_url', 'replicas' or 'engine'") }}{{ end -}}
-{{- if and (not (kindIs "invalid" $events)) (not $replicas) }}{{ include "gw.refuse" (list $at "balance.kv_events needs 'replicas'") }}{{ end -}}
+{{- if gt $given 1 }}{{ include "gw.problem" (list "e" $at "give exactly one of 'base_url', 'replicas' or 'engine'") }}{{ end -}}
+{{- if and (not (kindIs "invalid" $events)) (not $replicas) }}{{ include "gw.problem" (list "e" $at "balance.kv_events needs 'replicas'") }}{{ end -}}
 {{- range $key := list "endpoints" "replay_endpoints" -}}
 {{- $listed := default list (get (default dict $events) $key) -}}
 {{- if and $listed (ne (len $listed) (len $replicas)) -}}
-{{- include "gw.refuse" (list $at (printf "balance.kv_events.%s: give one per replica, in the same order" $key)) -}}
+{{- include "gw.problem" (list "e" $at (printf "balance.kv_events.%s: give one per replica, in the same order" $key)) -}}
 {{- end -}}
 {{- end -}}
-{{- if and $t.api_key_env $t.api_key_file }}{{ include "gw.refuse" (list $at "give at most one of 'api_key_env' or 'api_key_file'") }}{{ end -}}
+{{- if and $t.api_key_env $t.api_key_file }}{{ include "gw.problem" (list "e" $at "give at most one of 'api_key_env' or 'api_key_file'") }}{{ end -}}
 {{- end -}}
 
 {{/* config.KvEvents: where vLLM publishes a pool's KV-cache events. */}}
-{{- define "gw.checkEvents" -}}
-{{- $e := .e -}}
+{{- define "gw.rule.KvEvents" -}}
+{{- $e := .v -}}
 {{- $endpoints := default list $e.endpoints -}}
 {{- $replay := default list $e.replay_endpoints -}}
-{{- if eq (not (empty $endpoints)) (not (kindIs "invalid" $e.port)) }}{{ include "gw.refuse" (list .at "give exactly one of 'endpoints' or 'port'") }}{{ end -}}
-{{- if and $replay (not (kindIs "invalid" $e.replay_port)) }}{{ include "gw.refuse" (list .at "give at most one of 'replay_endpoints' or 'replay_port'") }}{{ end -}}
+{{- if eq (not (empty $endpoints)) (not (kindIs "invalid" $e.port)) }}{{ include "gw.problem" (list "e" .at "give exactly one of 'endpoints' or 'port'") }}{{ end -}}
+{{- if and $replay (not (kindIs "invalid" $e.replay_port)) }}{{ include "gw.problem" (list "e" .at "give at most one of 'replay_endpoints' or 'replay_port'") }}{{ end -}}
 {{- range concat $endpoints $replay -}}
-{{- if not (or (hasPrefix "tcp://" .) (hasPrefix "ipc://" .)) }}{{ include "gw.refuse" (list $.at "endpoints must start with tcp:// or ipc://") }}{{ end -}}
+{{- if not (or (hasPrefix "tcp://" .) (hasPrefix "ipc://" .)) }}{{ include "gw.problem" (list "e" $.at "endpoints must start with tcp:// or ipc://") }}{{ end -}}
 {{- end -}}
 {{- end -}}
 
 {{/* config.KeyEntry: one source per key. */}}
-{{- define "gw.checkKey" -}}
-{{- $k := .k -}}
-{{- if eq (kindIs "invalid" $k.sha256) (kindIs "invalid" $k.env) }}{{ include "gw.refuse" (list .at "give exactly one of 'sha256' or 'env'") }}{{ end -}}
+{{- define "gw.rule.KeyEntry" -}}
+{{- $k := .v -}}
+{{- if eq (kindIs "invalid" $k.sha256) (kindIs "invalid" $k.env) }}{{ include "gw.problem" (list "e" .at "give exactly one of 'sha256' or 'env'") }}{{ end -}}
 {{- if and (not (kindIs "invalid" $k.sha256)) (not (regexMatch "^[0-9a-f]{64}$" $k.sha256)) -}}
-{{- include "gw.refuse" (list .at "'sha256' must be 64 lowercase hex digits") -}}
+{{- include "gw.problem" (list "e" .at "'sha256' must be 64 lowercase hex digits") -}}
 {{- end -}}
 {{- end -}}
 
 {{/* spend_config.Budget. An amount's decimals are counted on its text, as the loader reads it
      (a float's shortest form, as Python's repr writes it; 1e-07 is 7 decimals). */}}
-{{- define "gw.checkBudget" -}}
-{{- $b := .b -}}
-{{- if not (kindIs "invalid" $b) -}}
-{{- if and (kindIs "invalid" $b.amount) (kindIs "invalid" $b.tokens) }}{{ include "gw.refuse" (list .at "give 'amount', 'tokens' or both") }}{{ end -}}
+{{- define "gw.rule.Budget" -}}
+{{- $b := .v -}}
+{{- if and (kindIs "invalid" $b.amount) (kindIs "invalid" $b.tokens) }}{{ include "gw.problem" (list "e" .at "give 'amount', 'tokens' or both") }}{{ end -}}
 {{- if not (kindIs "invalid" $b.amount) -}}
-{{- $text := lower (toString $b.amount) -}}
+{{- $text := lower (include "gw.strip" (toString $b.amount) | replace "_" "") -}}
 {{- $exponent := 0 -}}
 {{- if contains "e" $text }}{{ $exponent = atoi (last (splitList "e" $text)) }}{{ $text = first (splitList "e" $text) }}{{ end -}}
 {{- $parts := splitList "." $text -}}
 {{- $fraction := ternary (regexReplaceAll "0+$" (last $parts) "") "" (gt (len $parts) 1) -}}
 {{- if gt (sub (len $fraction) $exponent) 6 -}}
-{{- include "gw.refuse" (list .at "'amount' is kept in millionths of the currency: at most 6 decimals") -}}
+{{- include "gw.problem" (list "e" .at "'amount' is kept in millionths of the currency: at most 6 decimals") -}}
 {{- end -}}
 {{- end -}}
 {{- if ne (eq (default "month" $b.period) "rolling") (not (kindIs "invalid" $b.window_seconds)) -}}
-{{- include "gw.refuse" (list .at "'window_seconds' is given with period: rolling, and only then") -}}
-{{- end -}}
+{{- include "gw.problem" (list "e" .at "'window_seconds' is given with period: rolling, and only then") -}}
 {{- end -}}
 {{- end -}}
 
-{{/* spend_config.Price and SpendSettings: one read price per price, each (model, target) priced once. */}}
-{{- define "gw.checkSpend" -}}
+{{/* spend_config.Price: one read price. */}}
+{{- define "gw.rule.Price" -}}
+{{- if and (not (kindIs "invalid" .v.cache_read)) (not (kindIs "invalid" .v.cached_input)) -}}
+{{- include "gw.problem" (list "e" .at "give 'cache_read' or its earlier name 'cached_input', not both") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* spend_config.SpendSettings: each (model, target) priced once. */}}
+{{- define "gw.rule.SpendSettings" -}}
 {{- $seen := dict -}}
-{{- range $i, $p := .prices -}}
-{{- if and (not (kindIs "invalid" $p.cache_read)) (not (kindIs "invalid" $p.cached_input)) -}}
-{{- include "gw.refuse" (list (printf "spend.prices%s" (include "gw.at" (list $p $i))) "give 'cache_read' or its earlier name 'cached_input', not both") -}}
-{{- end -}}
-{{- end -}}
-{{- range .prices -}}
+{{- range .v.prices -}}
 {{- $key := printf "%s %s" (include "gw.repr" .model) (include "gw.repr" .target) -}}
 {{- if hasKey $seen $key -}}
-{{- include "gw.refuse" (list "spend" (printf "prices: model %s target %s is priced twice" (include "gw.repr" .model) (include "gw.repr" .target))) -}}
+{{- include "gw.problem" (list "e" $.at (printf "prices: model %s target %s is priced twice" (include "gw.repr" .model) (include "gw.repr" .target))) -}}
 {{- end -}}
 {{- $_ := set $seen $key true -}}
 {{- end -}}
+{{- end -}}
+
+{{/* config.GatewayConfig: names declared once (_unique), then the queue's classes (_classes_known).
+     Placed by position, as the loader places them. */}}
+{{- define "gw.rule.GatewayConfig" -}}
+{{- include "gw.checkUnique" .v -}}
+{{- include "gw.checkClasses" .v -}}
 {{- end -}}
 
 {{/* config.GatewayConfig._unique: a model name or alias, a team id, declared once. */}}
@@ -168,7 +179,7 @@
 {{- if hasKey $first $name -}}
 {{- $f := get $first $name -}}
 {{- $where := ternary "" (printf "; first at models[%d]" $f) (eq $f $i) -}}
-{{- include "gw.refuse" (list (printf "models[%d]" $i) (printf "model name %s is declared twice%s" (include "gw.repr" $name) $where)) -}}
+{{- include "gw.problem" (list "e" (printf "models[%d]" $i) (printf "model name %s is declared twice%s" (include "gw.repr" $name) $where)) -}}
 {{- end -}}
 {{- $_ := set $first $name $i -}}
 {{- end -}}
@@ -176,7 +187,7 @@
 {{- $teams := dict -}}
 {{- range $i, $team := .teams -}}
 {{- if hasKey $teams $team.id -}}
-{{- include "gw.refuse" (list (printf "teams[%d].id" $i) (printf "team id %s is declared twice; first at teams[%d]" (include "gw.repr" $team.id) (get $teams $team.id))) -}}
+{{- include "gw.problem" (list "e" (printf "teams[%d].id" $i) (printf "team id %s is declared twice; first at teams[%d]" (include "gw.repr" $team.id) (get $teams $team.id))) -}}
 {{- end -}}
 {{- $_ := set $teams $team.id $i -}}
 {{- end -}}
@@ -185,22 +196,22 @@
 {{/* config.GatewayConfig._classes_known: the queue's classes, and every class a team or key names. */}}
 {{- define "gw.checkClasses" -}}
 {{- $classes := default (list "interactive" "batch") .priorities -}}
-{{- if ne (len $classes) (len (uniq $classes)) }}{{ include "gw.refuse" (list "priorities" "a class is listed twice") }}{{ end -}}
+{{- if ne (len $classes) (len (uniq $classes)) }}{{ include "gw.problem" (list "e" "priorities" "a class is listed twice") }}{{ end -}}
 {{- $token := (include "gw.registry" . | fromJson).priorityClass -}}
 {{- range $i, $name := $classes -}}
 {{- if not (regexMatch (printf "^(?:%s)$" $token) $name) -}}
 {{- $why := "letters, digits, '_', '.', '-' (up to 64), as the X-Gateway-Priority header names it" -}}
-{{- include "gw.refuse" (list (printf "priorities[%d]" $i) (printf "a class is one token of %s, not %s" $why (include "gw.repr" (trunc 64 $name)))) -}}
+{{- include "gw.problem" (list "e" (printf "priorities[%d]" $i) (printf "a class is one token of %s, not %s" $why (include "gw.repr" (trunc 64 $name)))) -}}
 {{- end -}}
 {{- end -}}
 {{- $known := join ", " $classes -}}
 {{- range $i, $team := .teams -}}
 {{- if and (not (kindIs "invalid" $team.priority)) (not (has $team.priority $classes)) -}}
-{{- include "gw.refuse" (list (printf "teams[%d].priority" $i) (printf "unknown class %s (known: %s)" (include "gw.repr" $team.priority) $known)) -}}
+{{- include "gw.problem" (list "e" (printf "teams[%d].priority" $i) (printf "unknown class %s (known: %s)" (include "gw.repr" $team.priority) $known)) -}}
 {{- end -}}
 {{- range $j, $key := $team.keys -}}
 {{- if and (not (kindIs "invalid" $key.priority)) (not (has $key.priority $classes)) -}}
-{{- include "gw.refuse" (list (printf "teams[%d].keys[%d].priority" $i $j) (printf "unknown class %s (known: %s)" (include "gw.repr" $key.priority) $known)) -}}
+{{- include "gw.problem" (list "e" (printf "teams[%d].keys[%d].priority" $i $j) (printf "unknown class %s (known: %s)" (include "gw.repr" $key.priority) $known)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

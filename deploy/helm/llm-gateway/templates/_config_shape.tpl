@@ -1,15 +1,17 @@
-{{/* .Values.config against the shapes of the gateway's config models (types, bounds, choices, required
-     and unknown keys), which `llm-gateway config-schema --chart` writes into _gateway.tpl as
-     "gw.shapes" (gateway/runtime/shapes.py). A mistake fails the render with the line check-config
-     prints, "config" for the file's name: pydantic's first error, an unknown key before any other,
-     in pydantic's words and check-config's key path. tests/unit/test_helm_config.py compares the two
-     for every field. Helm's own values.schema.json leaves the config's shapes to this check, which
-     runs before the rules of _config_check.tpl (they assume a config of the right shape). */}}
+{{/* .Values.config as pydantic validates it: against the shapes of the gateway's config models (types,
+     bounds, choices, required and unknown keys), which `llm-gateway config-schema --chart` writes into
+     _gateway.tpl as "gw.shapes" (gateway/runtime/shapes.py), with the models' validators
+     ("gw.rule.*", _config_check.tpl) run where pydantic runs them. A mistake fails the render with the
+     line check-config prints, "config" for the file's name: pydantic's first error (an unknown key
+     before any other), in pydantic's words and check-config's key path. tests/unit/test_helm_config.py
+     compares the two for every field, and for configs with two mistakes. Helm's own values.schema.json
+     leaves the config's shapes to this check; the loader's checks after pydantic's (names, prices,
+     providers, the key holder) follow in _config_check.tpl, on a config of the right shape. */}}
 {{- define "gw.checkShape" -}}
 {{- with include "gw.shapeProblem" .Values.config }}{{ fail (printf "config: %s" .) }}{{ end -}}
 {{- end -}}
 
-{{/* A config's first mistake of shape, as "<where>: <why>"; nothing when it has none. */}}
+{{/* A config's first mistake as pydantic finds it, as "<where>: <why>"; nothing when it has none. */}}
 {{- define "gw.shapeProblem" -}}
 {{- if kindIs "invalid" . -}}
 (top level): the file is empty: give at least 'models' (docs/configuration.md)
@@ -19,7 +21,7 @@
 (top level): must be a mapping of keys (models, teams, ...), not a single value ({{ include "gw.repr" . | trunc 40 }})
 {{- else -}}
 {{- $shapes := include "gw.shapes" . | fromJson -}}
-{{- $found := include "gw.shape" (dict "v" . "s" $shapes.root "at" "" "models" $shapes.models) -}}
+{{- $found := include "gw.shape" (dict "v" . "s" $shapes.root "at" "" "sh" $shapes) -}}
 {{- if $found -}}
 {{- $problems := splitList "\x1e" (trimSuffix "\x1e" $found) -}}
 {{- $first := first $problems -}}
@@ -35,12 +37,12 @@
 {{/* (list at key): the key path of a mapping's key, as check-config writes it. */}}
 {{- define "gw.child" -}}{{ if index . 0 }}{{ index . 0 }}.{{ end }}{{ index . 1 }}{{- end -}}
 
-{{/* (dict "v" value "s" shape "at" path "models" models): each problem of the value, in pydantic's order. */}}
+{{/* (dict "v" value "s" shape "at" path "sh" shapes): each problem of the value, in pydantic's order. */}}
 {{- define "gw.shape" -}}
 {{- $v := .v -}}
 {{- $s := .s -}}
 {{- if eq $s.t "model" -}}{{ include "gw.shapeModel" . }}
-{{- else if eq $s.t "null" -}}{{ if not (kindIs "invalid" $v) }}{{ include "gw.shape" (dict "v" $v "s" $s.of "at" .at "models" .models) }}{{ end }}
+{{- else if eq $s.t "null" -}}{{ if not (kindIs "invalid" $v) }}{{ include "gw.shape" (dict "v" $v "s" $s.of "at" .at "sh" .sh) }}{{ end }}
 {{- else if eq $s.t "union" -}}{{ include "gw.shapeUnion" . }}
 {{- else if eq $s.t "list" -}}{{ include "gw.shapeList" . }}
 {{- else if eq $s.t "dict" -}}{{ include "gw.shapeDict" . }}
@@ -65,34 +67,50 @@
 {{- end -}}
 {{- end -}}
 
-{{/* A section: its fields in order (a missing one "required"), then the keys it does not know. */}}
+{{/* A section: its fields in order (a missing one "required"), each field's validator once its value
+     is of the right shape, the keys it does not know; then, if all that found nothing, the section's
+     own validator. */}}
 {{- define "gw.shapeModel" -}}
 {{- if not (kindIs "map" .v) -}}{{ include "gw.problem" (list "e" .at "must be a mapping (key: value)") }}
 {{- else -}}
-{{- $fields := get .models .s.ref -}}
+{{- $fields := get .sh.models .s.ref -}}
 {{- $known := dict -}}
+{{- $out := "" -}}
 {{- range $fields -}}
 {{- $name := index . 0 -}}
 {{- $_ := set $known $name true -}}
 {{- $at := include "gw.child" (list $.at $name) -}}
-{{- if hasKey $.v $name -}}{{ include "gw.shape" (dict "v" (get $.v $name) "s" (index . 1) "at" $at "models" $.models) }}
-{{- else if index . 2 -}}{{ include "gw.problem" (list "e" $at "required") }}
+{{- if hasKey $.v $name -}}
+{{- $found := include "gw.shape" (dict "v" (get $.v $name) "s" (index . 1) "at" $at "sh" $.sh) -}}
+{{- $rule := printf "%s.%s" $.s.ref $name -}}
+{{- if and (not $found) (has $rule $.sh.rules) -}}
+{{- $found = include "gw.firstProblem" (include (printf "gw.rule.%s" $rule) (dict "v" (get $.v $name) "at" $at)) -}}
+{{- end -}}
+{{- $out = print $out $found -}}
+{{- else if index . 2 -}}{{ $out = print $out (include "gw.problem" (list "e" $at "required")) }}
 {{- end -}}
 {{- end -}}
 {{- range $key, $_ := .v -}}
 {{- if not (hasKey $known $key) -}}
-{{- include "gw.problem" (list "x" (include "gw.child" (list $.at $key)) (include "gw.unknownKey" (list $key $fields))) -}}
+{{- $out = print $out (include "gw.problem" (list "x" (include "gw.child" (list $.at $key)) (include "gw.unknownKey" (list $key $fields)))) -}}
 {{- end -}}
 {{- end -}}
+{{- if and (not $out) (has .s.ref .sh.rules) -}}
+{{- $out = include "gw.firstProblem" (include (printf "gw.rule.%s" .s.ref) (dict "v" .v "at" .at)) -}}
+{{- end -}}
+{{- $out -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The first of some problems: the one a validator raises. */}}
+{{- define "gw.firstProblem" -}}{{ with . }}{{ first (splitList "\x1e" .) }}{{ "\x1e" }}{{ end }}{{- end -}}
 
 {{/* A value of one of several shapes: the first shape's problems when it fits none. */}}
 {{- define "gw.shapeUnion" -}}
 {{- $first := "" -}}
 {{- $fits := false -}}
 {{- range .s.of -}}
-{{- $found := include "gw.shape" (dict "v" $.v "s" . "at" $.at "models" $.models) -}}
+{{- $found := include "gw.shape" (dict "v" $.v "s" . "at" $.at "sh" $.sh) -}}
 {{- if not $found }}{{ $fits = true }}{{ else if not $first }}{{ $first = $found }}{{ end -}}
 {{- end -}}
 {{- if not $fits }}{{ $first }}{{ end -}}
@@ -102,7 +120,7 @@
 {{- if not (kindIs "slice" .v) -}}{{ include "gw.problem" (list "e" .at "must be a list") }}
 {{- else -}}
 {{- range $i, $item := .v -}}
-{{- include "gw.shape" (dict "v" $item "s" $.s.item "at" (printf "%s%s" $.at (include "gw.at" (list $item $i))) "models" $.models) -}}
+{{- include "gw.shape" (dict "v" $item "s" $.s.item "at" (printf "%s%s" $.at (include "gw.at" (list $item $i))) "sh" $.sh) -}}
 {{- end -}}
 {{- $min := int (default 0 .s.min) -}}
 {{- if lt (len .v) $min -}}
@@ -117,8 +135,8 @@
 {{- else -}}
 {{- range $key, $value := .v -}}
 {{- $at := include "gw.child" (list $.at $key) -}}
-{{- include "gw.shape" (dict "v" $key "s" $.s.key "at" $at "models" $.models) -}}
-{{- include "gw.shape" (dict "v" $value "s" $.s.value "at" $at "models" $.models) -}}
+{{- include "gw.shape" (dict "v" $key "s" $.s.key "at" $at "sh" $.sh) -}}
+{{- include "gw.shape" (dict "v" $value "s" $.s.value "at" $at "sh" $.sh) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,12 +1,13 @@
-"""Anthropic's Messages API (``POST /v1/messages``, anthropic SDK 2.14.0's types and Anthropic's
-streaming docs): ``x-api-key``, a body with ``max_tokens`` required, ``system`` apart from ``messages``,
-turns alternating between ``user`` and ``assistant``, tools with ``input_schema``; answers as a
-``message`` with content blocks, stop reasons (``end_turn``, ``max_tokens``, ``stop_sequence`` with the
-sequence, ``tool_use``) and usage whose ``input_tokens`` leave cache reads and writes out; streams as
-named events (``message_start``, ``content_block_start``, ``ping``, ``content_block_delta``,
-``content_block_stop``, ``message_delta``, ``message_stop``; no ``[DONE]``); errors as
-``{"type": "error", "error": {...}, "request_id": ...}``. Also ``POST /v1/messages/count_tokens``: the
-same body less what only a generation takes (refused as extra inputs), answered ``{"input_tokens": N}``.
+"""Anthropic's Messages API (``POST /v1/messages``, anthropic SDK 2.14.0's types and Anthropic's streaming
+docs): ``x-api-key``, ``anthropic-version`` required, a body with ``max_tokens`` required, ``system``
+apart from ``messages``, turns alternating between ``user`` and ``assistant``, tools with
+``input_schema``; answers as a ``message`` with content blocks, stop reasons (``end_turn``,
+``max_tokens``, ``stop_sequence`` with the sequence, ``tool_use``) and usage whose ``input_tokens``
+leave cache reads and writes out; streams as named events (``message_start``, ``content_block_start``,
+``ping``, ``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``; no
+``[DONE]``); errors as ``{"type": "error", "error": {...}, "request_id": ...}``. Also ``POST
+/v1/messages/count_tokens``: the same body less what only a generation takes (refused as extra
+inputs), answered ``{"input_tokens": N}``.
 
 The body is read onto the chat job the other wires use (its turns rendered to the fake's chat), so the
 answer is the same deterministic text as every other kind's for the same last message."""
@@ -198,4 +199,5 @@ WIRE: Final = Wire(
     key_header="x-api-key",
     chat_path="/messages",
     error_event=True,
+    version_header="anthropic-version",
 )

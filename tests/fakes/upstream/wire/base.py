@@ -43,6 +43,7 @@ class Wire:
     headers: tuple[tuple[str, str], ...] = field(default=())  # added to every answer
     chat_path: str = "/chat/completions"  # the chat route under ``prefix`` (Anthropic: /messages)
     error_event: bool = False  # an in-stream error is an ``event: error`` (Anthropic), not a data line
+    version_header: str | None = None  # a header every generation request must carry (anthropic-version)
 
 
 def openai_error(exc: ApiError, kind: str = "invalid_request_error", code: object = None) -> JSON:
