@@ -48,9 +48,9 @@ puts them on the child's values (``_upper_bounds``, ``_buckets``, ``_sum``: thei
 ``inc``) when the tallies are flushed, before each scrape: the counts and the sum ``observe`` would
 have made, the sum to the bit (carried on from the child's own, in the same order of additions).
 ``observe`` takes two locks and walks the buckets per observation, and a chat request with Redis
-limits observes four (its duration, its overhead, its admission's wait, its share of a round trip)
-(benchmarks/results/instructions.md). Retired by: a public way to add counts to a histogram's
-buckets.
+limits observes four (its duration, its overhead, its admission's wait, its share of a round trip):
+1.246M -> 1.226M instructions per such request (callgrind, benchmarks/results/instructions.md).
+Retired by: a public way to add counts to a histogram's buckets.
 
 CPython's private modules: none. Keys were hashed by CPython's own ``_sha2``/``_sha256``; measured
 against ``hashlib.sha256`` it saved 1.6k of 900k instructions per request (docs/performance.md), so
