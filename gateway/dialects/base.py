@@ -25,6 +25,12 @@ class StreamEncoder(Protocol):
 
     def end(self) -> bytes: ...
 
+    @property
+    def continuable(self) -> bool:
+        """Whether what a continuation (a stream resumed on another target) adds can follow what was
+        written so far; if not, a break ends the stream with ``error``, never with a false ending."""
+        ...
+
     def error(self, err: GatewayError) -> bytes:
         """The in-band form of an error raised after the first byte was sent."""
         ...

@@ -15,9 +15,9 @@ import time
 from aiohttp import web
 
 from gateway.core.errors import GatewayError, ModelNotFound
-from gateway.dialects import ANTHROPIC, OPENAI
+from gateway.dialects import ANTHROPIC, OPENAI, SGP_V5
 from gateway.dialects.anthropic import models as anthropic_models
-from gateway.dialects.base import Dialect
+from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps
 from gateway.dialects.openai import render as openai_render
 from gateway.policy.auth import Principal
@@ -34,11 +34,18 @@ def install(app: web.Application, bases: tuple[str, ...]) -> None:
 
 
 def _dialect(request: web.Request) -> Dialect:
-    return ANTHROPIC if "anthropic-version" in request.headers else OPENAI
+    """Whose envelope an error takes: Anthropic's when its SDK asks, Scale's on its own base."""
+    if "anthropic-version" in request.headers:
+        return ANTHROPIC
+    return SGP_V5 if request.path.startswith("/v5/") else OPENAI
 
 
 async def _principal(gw: Gateway, dialect: Dialect, request: web.Request) -> Principal:
+    """The caller, by its dialect's key header or, the list being every dialect's, by either key header
+    (an SGP client sends ``x-api-key``, an OpenAI one a bearer token)."""
     token, team = credentials(dialect, request.headers)
+    if token is None:
+        token = bearer_token(request.headers.get("authorization")) or request.headers.get("x-api-key")
     return await gw.auth.authenticate(token, team)
 
 

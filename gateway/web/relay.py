@@ -56,6 +56,8 @@ class Relay:
                 await self.relay(events.current, events)
                 return
             except GatewayError as err:
+                if not self.encoder.continuable:
+                    raise  # the client's stream cannot take a continuation here: it ends with the error
                 head = await events.recover(err)  # or ``err`` again: the stream ends with it
             self.log.observe(head.events)
             self.out += b"".join([encode(ev) for ev in head.events])

@@ -125,3 +125,26 @@ async def test_anthropic_bad_query_values(gw: Gateway, query: str, param: str) -
     status, got = await get(gw, f"/v1/models?{query}", ANTHROPIC)
     assert status == 400 and got["error"]["type"] == "invalid_request_error"
     assert got["error"]["message"].startswith(f"{param}: ")
+
+
+@pytest.mark.parametrize("base", MODEL_LIST_PATHS)
+@pytest.mark.parametrize("headers", [OPENAI, {"x-api-key": KEY}], ids=["bearer", "x-api-key"])
+async def test_either_key_header_lists_on_every_base(gw: Gateway, base: str, headers: dict[str, str]) -> None:
+    """The list is every dialect's: an SGP client sends its key as ``x-api-key`` (on ``/v5`` too), an
+    OpenAI one as a bearer token."""
+    status, got = await get(gw, base, headers)
+    assert status == 200 and "m" in [m["id"] for m in got["data"]], got
+    status, got = await get(gw, f"{base}/m", headers)
+    assert status == 200 and got["id"] == "m", got
+
+
+@pytest.mark.parametrize("base", MODEL_LIST_PATHS)
+async def test_a_refusal_takes_the_bases_envelope(gw: Gateway, base: str) -> None:
+    status, got = await get(gw, f"{base}/nope", {"x-api-key": KEY})
+    assert status == 404, got
+    if base.startswith("/v5"):  # Scale's envelope: FastAPI's detail
+        assert "nope" in got["detail"] and "error" not in got, got
+    else:
+        assert got["error"]["code"] == "model_not_found" and got["error"]["param"] == "model", got
+    status, got = await get(gw, base, {"x-api-key": "wrong"})
+    assert status == 401 and ("detail" in got) == base.startswith("/v5"), got

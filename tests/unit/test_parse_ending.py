@@ -1,7 +1,8 @@
 """Every dialect's parse ends in ``common.request_of``, which carries the features the parse found and
 the client's name for each: a parse that built its ``InternalRequest`` by hand could drop them, and its
 refusals would then name no field. The exceptions are the plain fast paths, which have no features to
-carry (``openai/parse.py``: ``plain_completion``, ``plain_chat``)."""
+carry (``openai/parse.py``: ``plain_completion``, ``plain_chat``; ``anthropic/parse.py``: ``typed_plain``,
+a body of ``PLAIN_FIELDS`` alone)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ ALLOWED = {
     ("gateway/dialects/common.py", "request_of"),
     ("gateway/dialects/openai/parse.py", "plain_completion"),
     ("gateway/dialects/openai/parse.py", "plain_chat"),
+    ("gateway/dialects/anthropic/parse.py", "typed_plain"),
 }
 
 

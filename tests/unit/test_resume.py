@@ -268,6 +268,8 @@ async def test_past_what_a_stream_keeps_a_break_ends_with_its_error(monkeypatch:
 class Written:
     """What the relay needs of a response, an encoder and a request's log: the text written."""
 
+    continuable = True
+
     def __init__(self) -> None:
         self.out = b""
 

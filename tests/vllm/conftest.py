@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.vllm)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test's report carries the end of the log of every server it used (the vLLM servers, a
+    gateway with the in-process engine): what the engine said is what tells its fault from ours."""
+    report: pytest.TestReport = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, VLLM):
+                report.sections.append((f"{name}: the end of {value.log}", server.tail(value.log, 6000)))
+    return report
 
 
 @contextlib.contextmanager

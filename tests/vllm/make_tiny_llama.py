@@ -16,6 +16,9 @@ CORPUS = [
     "FriendliAI Scale SGP OctoAI OpenAI completions",
     'yes no 0123456789 {}[]:," true false null',
 ] * 50
+# server.MAX_MODEL_LEN's room: vLLM's rotary embedding keeps a cos/sin row per position up to this, and
+# its CPU kernel does not check the bound (docs/vllm.md); vLLM refuses a longer --max-model-len.
+POSITIONS = 8192
 
 
 def main(out: str) -> None:
@@ -45,7 +48,7 @@ def main(out: str) -> None:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=POSITIONS,
         rms_norm_eps=1e-5,
         bos_token_id=hf_tok.bos_token_id,
         eos_token_id=hf_tok.eos_token_id,

@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("GATEWAY_VLLM_VENV", ROOT / ".vllm-venv"))
 MODEL = Path(os.environ.get("GATEWAY_VLLM_MODEL", ROOT / ".vllm-model"))
 SERVED_NAME = "tiny"
-# Past the tiny model's 1,024 positions (its rotary embedding has no such limit; vLLM asks for
-# VLLM_ALLOW_LONG_MAX_MODEL_LEN to go beyond): a hang-up test asks for an answer the engine cannot finish
-# in the time the hang-up takes to land, even on a loaded machine (480 tokens, ~1 s, once did).
+# A hang-up test asks for an answer the engine cannot finish in the time the hang-up takes to land, even
+# on a loaded machine (480 tokens, ~1 s, once did). Within the tiny model's max_position_embeddings
+# (make_tiny_llama.py), which vLLM enforces: never pass VLLM_ALLOW_LONG_MAX_MODEL_LEN. Past it, vLLM's
+# CPU rotary-embedding kernel reads beyond its cos/sin table: garbage or a crash, and a server whose later
+# greedy answers are token 0 (docs/vllm.md, "Positions past the model's table").
 MAX_MODEL_LEN = 8192
 READY_TIMEOUT = float(os.environ.get("GATEWAY_VLLM_READY_TIMEOUT", "180"))
 ENV = {
@@ -32,7 +34,6 @@ ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "VLLM_USE_V2_MODEL_RUNNER": "0",  # the plugins use the V1 interface (the CPU build's default anyway)
-    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",  # MAX_MODEL_LEN
 }
 DEFAULT_ARGS = ("--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4", "--enforce-eager")
 

@@ -53,7 +53,7 @@ async def runs(vllm_tools: VLLM, request: pytest.FixtureRequest) -> dict[str, An
     """The driver's results against a gateway whose one model is the real vLLM, on one path (one run
     per path: the SDK's import and four CPU generations are most of the time)."""
     origin = vllm_tools.url.removesuffix("/v1")
-    async with front({"/v1/chat": origin, "/v1/models": origin}) as fr:
+    async with front({"/v1/chat": origin, "/v1/models": origin, "/tokenize": origin}) as fr:
         url = vllm_tools.url if request.param == "native" else fr.url + "/v1"
         target = {"provider": "vllm", "base_url": url, "model": vllm_tools.model}
         cfg = parse_config(
@@ -129,6 +129,9 @@ async def test_sdk_against_real_vllm(runs: dict[str, Any], vllm_tools: VLLM) -> 
     assert stopped["stop_reason"] == "stop_sequence" and stopped["stop_sequence"] == asked, runs["_context"]
     assert stopped["text"] == text[: text.index(asked)]
 
+    # count_tokens asks vLLM's /tokenize (chat template and generation prompt): the prompt's own count
+    assert case(runs, "count_tokens")["input_tokens"] == usage["input_tokens"]
+
     assert runs["_missing"] in ([], ["/v1/messages"])  # translated: the 404 paid once
 
 
@@ -139,6 +142,8 @@ async def test_tool_choice_any(runs: dict[str, Any]) -> None:
     on ``input``), which the gateway relays: the native path's known vLLM defect, checked by its text."""
     got = runs["tool_any"]
     if got["ok"]:
+        # the tools are in the prompt through the chat template: count_tokens counts them as vLLM does
+        assert case(runs, "count_tokens_tools")["input_tokens"] == got["usage"]["input_tokens"]
         (block,) = [b for b in got["blocks"] if b["type"] == "tool_use"]
         assert block["name"] == "get_weather" and got["stop_reason"] == "tool_use"
         assert isinstance(block["input"], dict) and block["input"]["city"] in ("Paris", "Oslo"), got

@@ -156,6 +156,8 @@ class MessagesEncoder:
     """Internal stream events → Anthropic's named events. Holds which block is open (text, tool use or
     thinking; the upstream's tool-call index for a tool) so a change of kind closes it and opens the next."""
 
+    continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+
     def __init__(self, req: InternalRequest) -> None:
         self.index = -1  # the open block's index; -1: none yet
         self.open: tuple[str, int] | None = None  # ("text" | "thinking" | "tool", upstream tool index)

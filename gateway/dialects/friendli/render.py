@@ -34,6 +34,8 @@ class Legacy2024Encoder:
     """friendli-client's completion stream: it ``json.loads`` every line, needs ``event`` and
     ``token`` on each, and stops at the first line that parses as a whole ``Completion``."""
 
+    continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+
     def __init__(self, req: InternalRequest) -> None:
         self.req = req
         self.acc = Accumulator()

@@ -154,6 +154,8 @@ class ChunkEncoder:
     usage follows (it always follows the finishes); content goes out as it comes. Relayed frames (the
     upstream's OpenAI chunks) are retouched into the style in bytes."""
 
+    continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+
     def __init__(self, style: Style, req: InternalRequest) -> None:
         self.style = style
         self.chat = req.operation is Operation.CHAT

@@ -263,6 +263,12 @@ class EventEncoder:
                 out += self._emit("response.function_call_arguments.delta", {**where, "delta": arguments})
         return out
 
+    @property
+    def continuable(self) -> bool:
+        """Not after the upstream's own events (frames): its response and its open item are the
+        upstream's, which this encoder does not hold, so a break there ends with ``error``."""
+        return not self.relayed
+
     def event(self, ev: StreamEvent) -> bytes:
         if isinstance(ev, bytes):  # a frame: one upstream event as it came, its sequence number kept
             self.relayed = self.started = True

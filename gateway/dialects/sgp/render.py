@@ -29,6 +29,8 @@ def _error_chunk(err: GatewayError) -> JSON:
 class SGPEncoder:
     """OpenAI chunks without ``[DONE]``; a mid-stream error is sent both ways (see module doc)."""
 
+    continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+
     def __init__(self, style: Style, req: InternalRequest) -> None:
         self.inner = ChunkEncoder(style, req)
 

@@ -82,6 +82,12 @@ CASES = {
     "tool_any": lambda: message(
         CLIENT.messages.create(**fields(max_tokens=64, tools=[TOOL], tool_choice={"type": "any"}))
     ),
+    # the prompts of create and tool_any, counted by the gateway (vLLM's /tokenize)
+    "count_tokens": lambda: {"input_tokens": CLIENT.messages.count_tokens(
+        model=a.model, messages=[{"role": "user", "content": PROMPT}]).input_tokens},
+    "count_tokens_tools": lambda: {"input_tokens": CLIENT.messages.count_tokens(
+        model=a.model, messages=[{"role": "user", "content": PROMPT}], tools=[TOOL],
+        tool_choice={"type": "any"}).input_tokens},
 }
 
 
