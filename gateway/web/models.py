@@ -15,7 +15,7 @@ import time
 from aiohttp import web
 
 from gateway.core.errors import GatewayError, ModelNotFound
-from gateway.dialects import ANTHROPIC, OPENAI, SGP_V5
+from gateway.dialects import ANTHROPIC, OPENAI
 from gateway.dialects.anthropic import models as anthropic_models
 from gateway.dialects.base import Dialect, bearer_token
 from gateway.dialects.common import dumps
@@ -34,10 +34,9 @@ def install(app: web.Application, bases: tuple[str, ...]) -> None:
 
 
 def _dialect(request: web.Request) -> Dialect:
-    """Whose envelope an error takes: Anthropic's when its SDK asks, Scale's on its own base."""
-    if "anthropic-version" in request.headers:
-        return ANTHROPIC
-    return SGP_V5 if request.path.startswith("/v5/") else OPENAI
+    """Whose shapes the list and its errors take: Anthropic's when its SDK asks, else OpenAI's (on
+    ``/v5`` too, whose list is OpenAI's shape)."""
+    return ANTHROPIC if "anthropic-version" in request.headers else OPENAI
 
 
 async def _principal(gw: Gateway, dialect: Dialect, request: web.Request) -> Principal:
