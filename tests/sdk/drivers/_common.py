@@ -87,6 +87,19 @@ class Collect:
         return result(self.text, self.finish, self.usage, self.chunks)
 
 
+def attempt(fn):
+    """One case of a driver that reports SDK calls as JSON: ``{"ok": True, **fn()}``, or the exception's
+    class, HTTP status, error body and the body's ``error.type`` (traceback to stderr)."""
+    try:
+        return {"ok": True, **fn()}
+    except Exception as exc:
+        traceback.print_exc()
+        body = getattr(exc, "body", None)
+        kind = body.get("error", {}).get("type") if isinstance(body, dict) else None
+        return {"ok": False, "error": type(exc).__name__, "status": getattr(exc, "status_code", None),
+                "type": kind, "body": body}
+
+
 def main(args, cases, status_of):
     """Run ``cases[args.case]`` and print exactly one JSON line on stdout (SDK chatter goes to stderr)."""
     out = sys.stdout

@@ -10,9 +10,10 @@ of the text, first seen after the start), so nothing about the model's output is
 import argparse
 import json
 import sys
-import traceback
 
 import anthropic
+
+import _common as c
 
 PROMPT = "the quick brown fox"
 MAX_TOKENS = 16
@@ -91,15 +92,7 @@ CASES = {
 }
 
 
-def run(fn):
-    try:
-        return {"ok": True, **fn()}
-    except Exception as exc:
-        traceback.print_exc()
-        body = getattr(exc, "body", None)
-        kind = body.get("error", {}).get("type") if isinstance(body, dict) else None
-        return {"ok": False, "error": type(exc).__name__, "status": getattr(exc, "status_code", None),
-                "type": kind, "body": body}
+run = c.attempt
 
 
 out = sys.stdout

@@ -7,9 +7,10 @@ class>, "status": ..., "body": <the error object>}``.
 import argparse
 import json
 import sys
-import traceback
 
 import openai
+
+import _common as c
 
 p = argparse.ArgumentParser()
 p.add_argument("--base-url", required=True)
@@ -30,13 +31,7 @@ def cases(base):
     }
 
 
-def run(fn):
-    try:
-        return {"ok": True, **fn()}
-    except Exception as exc:
-        traceback.print_exc()
-        body = getattr(exc, "body", None)
-        return {"ok": False, "error": type(exc).__name__, "status": getattr(exc, "status_code", None), "body": body}
+run = c.attempt
 
 
 out = sys.stdout
