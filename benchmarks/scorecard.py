@@ -15,7 +15,7 @@ the way its client reads it and judged against an unbroken run of the same greed
 Run: ``.venv/bin/python -m benchmarks.scorecard`` (about a minute; in process, loopback only). It
 writes ``benchmarks/results/scorecard.{json,md}``. ``--vllm`` adds the real-vLLM rows: two ``vllm
 serve`` replicas of the tiny CPU model in one pool, a greedy 300-token stream per dialect whose replica
-is SIGKILLed, or SIGSTOPped past the idle deadline, at its 50th event (the rig
+is SIGKILLed, or SIGSTOPped past the idle deadline, past its 50th token (the rig
 of ``tests/vllm/test_vllm_resume.py``; about 10 more minutes on 2 cores).
 """
 

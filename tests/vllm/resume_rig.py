@@ -1,20 +1,24 @@
 """Two real ``vllm serve`` replicas of the tiny model in one gateway pool, each behind a ``Breaker``: a
-loopback TCP relay that, armed, lets a generation's answer through up to its ``BREAK_AT``th event, then
+loopback TCP relay that, armed, lets a generation's answer through up to its ``BREAK_AT``th token, then
 signals its replica (SIGKILL, or SIGSTOP) and cuts the connection there (reset) or holds it silent
 (past the pool's idle deadline). What ``test_vllm_resume.py`` and the scorecard's real-vLLM rows
 (``benchmarks/scorecard.py --vllm``) share.
 
 Why the relay: the tiny model writes 300 tokens in about a second, so a fault timed on what the client
 has read lands, on a busy machine, after the replica has written the whole answer. The relay counts
-the replica's own events, so the break comes after exactly ``BREAK_AT - 1`` of them, whatever the
-scheduling. The replicas are the rig's own (they are killed), not the test session's shared servers;
-a killed one is started again by ``up`` before the next stream."""
+the replica's own tokens (the ids each event carries, which the gateway asks for where a stream may
+resume; one an event where it carries none) and cuts before the event after the one that reaches
+``BREAK_AT``, whatever the scheduling. Not its events: a starved API server merges the steps its
+reader has not taken yet into one (a clean-clone CI on a loaded machine saw a 300-token answer in
+under 50 events). The replicas are the rig's own (they are killed), not the test session's shared
+servers; a killed one is started again by ``up`` before the next stream."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
@@ -93,9 +97,9 @@ async def idle(replicas: list[Replica]) -> None:
 
 class Breaker:
     """A TCP relay in front of one replica (``url``: where the gateway's pool points). Armed (``armed``
-    a signal), the next streamed answer that reaches its ``BREAK_AT``th SSE event is cut before that
-    event's chunk, the replica gets ``sig``, and the gateway's connection is reset (SIGKILL) or left
-    open with nothing more (SIGSTOP); ``fired`` says it happened. One fault per arming, on any of the
+    a signal), the next streamed answer is cut before the chunk of its first event past ``BREAK_AT``
+    tokens, the replica gets ``sig``, and the gateway's connection is reset (SIGKILL) or left open
+    with nothing more (SIGSTOP); ``fired`` says it happened. One fault per arming, on any of the
     breakers sharing ``fired``."""
 
     def __init__(self, replica: Replica, fired: asyncio.Event) -> None:
@@ -149,12 +153,12 @@ class Breaker:
             self.open -= {writer.transport, up_writer.transport}
 
     async def _downward(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The replica's bytes to the gateway; armed, cut at the ``BREAK_AT``th SSE event (only a
+        """The replica's bytes to the gateway; armed, cut once ``BREAK_AT`` tokens have passed (only a
         streamed answer has ``data: `` lines: scrapes and /tokenize pass whole)."""
-        events, tail = 0, b""
+        counter = TokenCounter()
         while data := await up.read(65536):
             if self.armed is not None and not self.fired.is_set():
-                cut, events, tail = _cut(tail + data, len(tail), events)
+                cut = counter.feed(data)
                 if cut is not None:
                     writer.write(data[:cut])
                     await writer.drain()
@@ -172,18 +176,42 @@ class Breaker:
             await asyncio.Event().wait()
 
 
-def _cut(seen: bytes, old: int, events: int) -> tuple[int | None, int, bytes]:
-    """Where in the new bytes (``seen`` past its first ``old``, the last read's tail) the chunk holding
-    the ``BREAK_AT``th event begins, if it is here; the events counted so far; the tail to keep."""
-    at = seen.find(b"data: ", max(0, old - 5))
-    while at != -1:
-        events += 1
-        if events == BREAK_AT:
-            line = seen.rfind(b"\r\n", 0, max(0, at - 2))  # the end of what precedes the chunk's size line
-            start = line + 2 if line != -1 else 0
-            return max(0, start - old), events, b""
-        at = seen.find(b"data: ", at + 6)
-    return None, events, seen[-5:]
+IDS = re.compile(rb'"token_ids":\[([^\]]*)\]')
+
+
+class TokenCounter:
+    """Counts the tokens of the SSE events in a replica's chunked answer as its bytes pass, and says
+    where to cut: at the start of the chunk of the first event after ``BREAK_AT`` tokens, so that the
+    break is mid-answer (past the first token) however many tokens an event carries."""
+
+    def __init__(self) -> None:
+        self.seen = bytearray()
+        self.tokens = 0
+        self.next = 0  # where the next event not yet counted may begin
+
+    def feed(self, data: bytes) -> int | None:
+        """Where in ``data`` to cut, or None while fewer than ``BREAK_AT`` tokens have passed."""
+        old = len(self.seen)
+        self.seen += data
+        while (at := self.seen.find(b"data: ", self.next)) != -1:
+            if self.tokens >= BREAK_AT:
+                line = self.seen.rfind(b"\r\n", 0, max(0, at - 2))  # the end of the chunk before this one
+                return max(0, (line + 2 if line != -1 else 0) - old)
+            end = self.seen.find(b"\n\n", at)
+            if end == -1:  # the event's end comes in a later read
+                return None
+            self.tokens += tokens(bytes(self.seen[at:end]))
+            self.next = end
+        return None
+
+
+def tokens(event: bytes) -> int:
+    """An event's tokens: its ids where it carries them (none in a chat answer's opening role event),
+    else one."""
+    ids = IDS.findall(event)
+    if not ids:
+        return 1
+    return sum(part.count(b",") + 1 for part in ids if part.strip())
 
 
 @contextlib.asynccontextmanager
@@ -227,7 +255,7 @@ async def read(session: aiohttp.ClientSession, url: str, ingress: Ingress) -> Re
 async def broken(
     session: aiohttp.ClientSession, url: str, breakers: list[Breaker], ingress: Ingress, sig: signal.Signals
 ) -> tuple[Reading, bool, float]:
-    """The answer read while its replica gets ``sig`` at its ``BREAK_AT``th event; whether the fault
+    """The answer read while its replica gets ``sig`` past its ``BREAK_AT``th token; whether the fault
     came, and the resumes it caused. A SIGSTOPped replica is continued once the answer is read."""
     for b in breakers:
         b.armed = sig

@@ -1,6 +1,6 @@
 """Streams that survive their replica, on the real engine: two ``vllm serve`` replicas of the tiny model
 in one pool; a greedy 300-token stream whose replica is SIGKILLed (or SIGSTOPped past the idle bound)
-at its 50th event reaches each streaming dialect's client whole: the unbroken
+past its 50th token reaches each streaming dialect's client whole: the unbroken
 run's text, one finish, the same usage, 300 completion tokens (``gateway/routing/resume.py``). The
 rig is ``tests/vllm/resume_rig.py``; the scorecard's real-vLLM rows run the same."""
 
@@ -38,7 +38,7 @@ async def test_a_stream_whose_replica_dies_arrives_whole(
         want = await rig.read(session, url, ingress)
         assert want.complete and want.finishes == 1 and want.text, want
         got, fault_came, resumed = await rig.broken(session, url, breakers, ingress, sig)
-    assert fault_came, f"the answer ended before its {rig.BREAK_AT}th event: {got}"
+    assert fault_came, f"the answer ended before {rig.BREAK_AT} tokens had passed the rig: {got}"
     assert resumed == 1, "the fault came after the replica had sent the whole answer"
     assert got.complete and not got.error and got.finishes == 1, got
     assert got.usage == want.usage, (got, want)
