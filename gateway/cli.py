@@ -237,80 +237,114 @@ def start_summary(config: GatewayConfig, catch_all: Target | None, host: str, po
     log.info("serving", extra={"fields": fields})  # the fields say it all, in either log format
 
 
-def serve(args: argparse.Namespace) -> int:
-    from gateway.runtime.defaults import embedded
+class Refused(Exception):
+    """``serve`` will not start: the one line for stderr and the exit code (2: the config or the
+    command line; 1: the machine, e.g. a port taken)."""
 
+    def __init__(self, line: str, code: int = 2) -> None:
+        super().__init__(line)
+        self.code = code
+
+
+class Plan(NamedTuple):
+    """What ``serve`` will run, from its arguments, the environment and the config."""
+
+    config: GatewayConfig
+    catch_all: Target | None  # the embedded default's vLLM catch-all (no --config)
+    host: str
+    port: int
+    workers: int
+    log_to: LogSettings
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Plan, refuse what cannot run, announce, then run: one worker in this process, or several."""
     try:
-        log_to = log_settings(args)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    catch_all: Target | None = None
-    try:
-        if args.config:
-            config = load_config(args.config)
-        else:
-            config, catch_all = embedded()
+        plan = _plan(args)
+        _refuse_unservable(plan, args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
         return 2
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return exc.code
+    _announce(plan)
+    if plan.workers == 1:
+        _worker(plan.config, plan.catch_all, plan.host, plan.port, plan.log_to, args.config)
+        return 0
+    return _run_workers(plan, args.config)
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    from gateway.runtime.defaults import embedded
+
+    log_to = log_settings(args)
+    catch_all: Target | None = None
+    if args.config:
+        config = load_config(args.config)
+    else:
+        config, catch_all = embedded()
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    workers = args.workers or config.server.workers
-    drain = args.drain_seconds if args.drain_seconds is not None else os.environ.get("LLM_GATEWAY_DRAIN_SECONDS")
-    if drain is not None:
-        try:  # validated as the config file's own value would be
-            server = type(config.server).model_validate({**config.server.model_dump(), "drain_seconds": drain})
-        except ValueError:
-            print(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}", file=sys.stderr)
-            return 2
-        config = config.model_copy(update={"server": server})
-    if catch_all is not None:
+    config = _with_drain(config, args.drain_seconds)
+    return Plan(config, catch_all, host, port, args.workers or config.server.workers, log_to)
+
+
+def _with_drain(config: GatewayConfig, flag: float | None) -> GatewayConfig:
+    """The drain time from ``--drain-seconds`` or the environment, validated as the config's own."""
+    drain = flag if flag is not None else os.environ.get("LLM_GATEWAY_DRAIN_SECONDS")
+    if drain is None:
+        return config
+    try:
+        server = type(config.server).model_validate({**config.server.model_dump(), "drain_seconds": drain})
+    except ValueError:
+        raise Refused(f"error: drain seconds must be a number from 0 to 3600, not {drain!r}") from None
+    return config.model_copy(update={"server": server})
+
+
+def _refuse_unservable(plan: Plan, args: argparse.Namespace) -> None:
+    config, workers = plan.config, plan.workers
+    if plan.catch_all is not None:
         from gateway.runtime.defaults import open_refusal
 
-        refusal = open_refusal(config, host, args.allow_open)
+        refusal = open_refusal(config, plan.host, args.allow_open)
         if refusal is not None:
-            print(refusal, file=sys.stderr)
-            return 2
+            raise Refused(refusal)
     in_process = in_process_targets(config)
     if workers > 1 and in_process:
         # Each forked worker would start its own engine on the same devices, each loading the model.
-        print(
+        raise Refused(
             f"error: --workers {workers}: target(s) {', '.join(in_process)} run an engine in this process; "
-            "serve them with one worker (scale out with more gateway replicas or with vllm serve replicas)",
-            file=sys.stderr,
+            "serve them with one worker (scale out with more gateway replicas or with vllm serve replicas)"
         )
-        return 2
     if workers > 1 and config.redis is None:
         # Issued keys, revocations and limits would live in each worker apart: a key made in one would
         # be unknown to the others, and every limit would be multiplied by the worker count.
-        print(
+        raise Refused(
             f"error: --workers {workers} needs redis: without it keys and limits live in each worker apart; "
-            "set redis.url in the config (or serve with one worker)",
-            file=sys.stderr,
+            "set redis.url in the config (or serve with one worker)"
         )
-        return 2
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Workers write their metrics to files here; /metrics in any worker aggregates them all.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llm-gateway-metrics-")
-    try:
-        if args.config:  # the embedded default is built from the environment, so it always passes these
-            check(config, args.config)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)  # "FILE: key.path: reason", one line
-        return 2
-    taken = port_taken(host, port)
+    if args.config:  # the embedded default is built from the environment, so it always passes these
+        check(config, args.config)
+    taken = port_taken(plan.host, plan.port)
     if taken is not None:
-        print(f"error: cannot listen on {host}:{port}: {taken} (choose another --port)", file=sys.stderr)
-        return 1
+        raise Refused(f"error: cannot listen on {plan.host}:{plan.port}: {taken} (choose another --port)", 1)
+
+
+def _announce(plan: Plan) -> None:
+    """The embedded default's paste-ready lines, then the start-up log line."""
+    config, catch_all = plan.config, plan.catch_all
     if catch_all is not None:
         from gateway.runtime.defaults import announcement
 
         # Plain text, not a JSON log line: the curl and SDK lines are for pasting as they stand.
-        print("\n".join(announcement(config, catch_all, host, port)), file=sys.stderr, flush=True)
+        print("\n".join(announcement(config, catch_all, plan.host, plan.port)), file=sys.stderr, flush=True)
     from gateway.obs import logs
 
-    listener = logs.configure(*log_to)
+    listener = logs.configure(*plan.log_to)
     if catch_all is not None:
         vendors = ", ".join(sorted(config.vendors)) or "none (no vendor API key in the environment)"
         other = f"the local vLLM at {catch_all.base_url}"
@@ -319,14 +353,15 @@ def serve(args: argparse.Namespace) -> int:
         log.info("no config given: embedded default; model 'demo': mock; vendors: %s; other names: %s", vendors, other)
         if config.auth == "none":
             log.warning("open access: set LLM_GATEWAY_API_KEY or use a config file with teams and keys")
-    start_summary(config, catch_all, host, port, workers)
+    start_summary(config, catch_all, plan.host, plan.port, plan.workers)
     listener.stop()
-    if workers == 1:
-        _worker(config, catch_all, host, port, log_to, args.config)
-        return 0
+
+
+def _run_workers(plan: Plan, source: str | None) -> int:
+    """Forks the workers, forwards SIGHUP (reload) and SIGTERM/SIGINT (drain) to them, and waits."""
     ctx = multiprocessing.get_context("fork")
-    worker_args = (config, catch_all, host, port, log_to, args.config, os.getpid())
-    procs = [ctx.Process(target=_worker, args=worker_args, daemon=False) for _ in range(workers)]
+    worker_args = (plan.config, plan.catch_all, plan.host, plan.port, plan.log_to, source, os.getpid())
+    procs = [ctx.Process(target=_worker, args=worker_args, daemon=False) for _ in range(plan.workers)]
     from gateway.web.reload import hold_sighup
 
     # Held (inherited by the workers) until each worker's loop takes it: a reload asked for while a
@@ -335,20 +370,17 @@ def serve(args: argparse.Namespace) -> int:
     for p in procs:
         p.start()
 
-    def forward(signum: int, frame: Any) -> None:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGHUP)
+    def send(sig: signal.Signals) -> Callable[[int, Any], None]:
+        def handler(signum: int, frame: Any) -> None:
+            for p in procs:
+                if p.is_alive() and p.pid is not None:
+                    os.kill(p.pid, sig)
 
-    signal.signal(signal.SIGHUP, forward)
+        return handler
 
-    def stop(signum: int, frame: Any) -> None:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGINT)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, send(signal.SIGHUP))
+    signal.signal(signal.SIGTERM, send(signal.SIGINT))
+    signal.signal(signal.SIGINT, send(signal.SIGINT))
     from prometheus_client import multiprocess
 
     for p in procs:
@@ -431,7 +463,16 @@ def parser() -> argparse.ArgumentParser:
     """Every option says what it does and its default (``test_cli`` checks each one)."""
     p = argparse.ArgumentParser(prog="llm-gateway", description="Multi-provider LLM gateway")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
+    for add in (_serve_parser, _config_parsers, _admin_parsers):
+        add(sub.add_parser)
+    return p
+
+
+AddParser = Callable[..., argparse.ArgumentParser]  # a subparsers' add_parser
+
+
+def _serve_parser(add_parser: AddParser) -> None:
+    s = add_parser("serve", help="run the gateway", description="Run the gateway.")
     s.add_argument("--config", help="config file (YAML) (default: the embedded default, docs/configuration.md)")
     s.add_argument("--host", help="address to listen on (default: config server.host, else 127.0.0.1)")
     s.add_argument(
@@ -463,7 +504,10 @@ def parser() -> argparse.ArgumentParser:
         help="the least severe level logged (default: LLM_GATEWAY_LOG_LEVEL, else INFO)",
     )
     s.set_defaults(func=serve)
-    c = sub.add_parser(
+
+
+def _config_parsers(add_parser: AddParser) -> None:
+    c = add_parser(
         "check-config",
         help="validate a config file and print what it would serve",
         description="Validate a config file, its providers and the environment it needs, as serve does at "
@@ -471,7 +515,7 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("file", help="the config file (YAML)")
     c.set_defaults(func=check_config)
-    cs = sub.add_parser(
+    cs = add_parser(
         "config-schema",
         help="print the config file's JSON Schema",
         description="Print the config file's JSON Schema (for editors); with --chart, write what the chart owns "
@@ -480,8 +524,12 @@ def parser() -> argparse.ArgumentParser:
     )
     cs.add_argument("--chart", help="a values.schema.json to update in place (default: print the schema)")
     cs.set_defaults(func=config_schema_cmd)
-    h = sub.add_parser("hash-key", help="print the sha256 of a key read from stdin")
+    h = add_parser("hash-key", help="print the sha256 of a key read from stdin")
     h.set_defaults(func=hash_key_cmd)
+
+
+def _admin_parsers(add_parser: AddParser) -> None:
+    """The commands that talk to a running gateway, each with the admin options."""
     admin = argparse.ArgumentParser(add_help=False)
     admin.add_argument(
         "--url",
@@ -493,7 +541,7 @@ def parser() -> argparse.ArgumentParser:
     admin.add_argument(
         "--json", action="store_true", help="print the gateway's JSON answer, for scripts (default: a table)"
     )
-    k = sub.add_parser("keys", help="issue, list and revoke team API keys", parents=[admin])
+    k = add_parser("keys", help="issue, list and revoke team API keys", parents=[admin])
     ks = k.add_subparsers(dest="action", required=True)
     create = ks.add_parser("create", parents=[admin], help="issue a key (printed once)")
     create.add_argument("--team", action="append", required=True, help="its team (required); repeat for several")
@@ -503,14 +551,14 @@ def parser() -> argparse.ArgumentParser:
     revoke = ks.add_parser("revoke", parents=[admin], help="revoke an issued key")
     revoke.add_argument("id", help="the key id (from keys list)")
     k.set_defaults(func=keys_cmd)
-    t = sub.add_parser("teams", help="teams and their usage", parents=[admin])
+    t = add_parser("teams", help="teams and their usage", parents=[admin])
     ts = t.add_subparsers(dest="action", required=True)
     ts.add_parser("list", parents=[admin], help="list teams, their limits and models")
     use = ts.add_parser("usage", parents=[admin], help="a team's usage, hour by hour")
     use.add_argument("team", help="the team id")
     use.add_argument("--hours", type=int, default=24, help="how many hours back (default: %(default)s)")
     t.set_defaults(func=teams_cmd)
-    sp = sub.add_parser("spend", help="settled spend per team, key, model or target", parents=[admin])
+    sp = add_parser("spend", help="settled spend per team, key, model or target", parents=[admin])
     sp.add_argument(
         "--group-by", choices=("team", "key", "model", "target"), default="team", help="rows (default: %(default)s)"
     )
@@ -519,7 +567,6 @@ def parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--team", help="one team only (default: every team)")
     sp.set_defaults(func=spend_cmd)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
