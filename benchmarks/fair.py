@@ -200,7 +200,7 @@ def wait_pool_idle(pool: PoolInfo, within: float = 120.0) -> None:
 
 
 def gateway_config(
-    pool: PoolInfo, port: int, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0
+    pool: PoolInfo, port: int, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0, reserve: Reserve = (0, 2.0)
 ) -> dict[str, Any]:
     target: dict[str, Any] = {"provider": "vllm", "base_url": pool.base + "/v1", "model": "tiny", "name": "pool"}
     target["timeouts"] = {"total": 300, "idle": 120}
@@ -212,7 +212,7 @@ def gateway_config(
         "teams": teams,
     }
     if mode == "with":
-        with_feature(config, pool, sc)
+        with_feature(config, pool, sc, reserve)
     return config
 
 
@@ -220,13 +220,16 @@ GATEWAYS = 2  # gateways in front of the pool, sharing one Redis
 
 
 QUEUE = {"max_waiting": 64, "timeout": 10.0}  # 64 waiting: about 6.5 s of the scripted pool's turnover
+Reserve = tuple[int, float]  # ``queue.reserve`` and ``queue.reserve_window`` (--reserve, --reserve-window)
 
 
-def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario) -> None:
+def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario, reserve: Reserve = (0, 2.0)) -> None:
     """The fair queue's settings (issue 41): the model's capacity and queue
-    bound, and per team its weight and default priority class."""
+    bound (and reserve, when asked), and per team its weight and default priority class."""
     config["priorities"] = ["interactive", "batch"]
     config["models"][0]["queue"] = {"capacity": pool.capacity, **QUEUE}
+    if reserve[0]:
+        config["models"][0]["queue"] |= {"reserve": reserve[0], "reserve_window": reserve[1]}
     # with Redis out each gateway serves ceil(capacity / replicas): together, the pool's capacity
     config["limits"] = {"replicas": GATEWAYS}
     for team in config["teams"]:
@@ -237,13 +240,20 @@ def with_feature(config: dict[str, Any], pool: PoolInfo, sc: Scenario) -> None:
 
 
 def start_gateways(
-    procs: Processes, tmp: Path, pool: PoolInfo, redis_url: str, mode: str, sc: Scenario, timeout_ms: int = 0
+    procs: Processes,
+    tmp: Path,
+    pool: PoolInfo,
+    redis_url: str,
+    mode: str,
+    sc: Scenario,
+    timeout_ms: int = 0,
+    reserve: Reserve = (0, 2.0),
 ) -> list[str]:
     urls = []
     for i in range(GATEWAYS):
         port = free_port()
         path = tmp / f"gateway{i}.yaml"
-        path.write_text(yaml.safe_dump(gateway_config(pool, port, redis_url, mode, sc, timeout_ms)))
+        path.write_text(yaml.safe_dump(gateway_config(pool, port, redis_url, mode, sc, timeout_ms, reserve)))
         serve = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "1"]
         procs.start(f"gateway{i}-{mode}-{sc.name}", [*serve, "--log-format", "json"], env=dict(os.environ))
         procs.wait_http(f"gateway{i}-{mode}-{sc.name}", f"http://127.0.0.1:{port}/ready", timeout=60)
@@ -259,7 +269,8 @@ def run_scenario(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wait_pool_idle(pool)
     redis.Redis.from_url(args.redis_url).flushall()
-    gateways = start_gateways(procs, tmp, pool, args.redis_url, mode, sc, args.redis_timeout_ms)
+    reserve = (args.reserve, args.reserve_window)
+    gateways = start_gateways(procs, tmp, pool, args.redis_url, mode, sc, args.redis_timeout_ms, reserve)
     reset_pool(pool)
     teams = [
         fl.Team(name, key_of(name), load * capacity_rps, seed=args.seed + TEAMS.index(name))
@@ -451,6 +462,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=20.0, help="the client gives a request up after this (s)")
     p.add_argument("--seed", type=int, default=41)
     p.add_argument("--redis-timeout-ms", type=int, default=0, help="the gateways' redis.timeout_ms (default: theirs)")
+    p.add_argument("--reserve", type=int, default=0, help="with: the queue's reserve (slots; default 0: none)")
+    p.add_argument("--reserve-window", type=float, default=2.0, help="with: the queue's reserve_window (s)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--name", default=None, help="results stem (default fair, or fair-vllm)")
     p.add_argument("--records", type=Path, help="write every request's outcome here (JSON lines)")
@@ -542,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
             f"a request with no first token in {args.deadline:g} s is given up (lost, infinite TTFT). "
             "`without`: no capacity or queue configured; `with`: the gateway's fair queue (issue 41): "
             f"`queue: {{capacity: {args.capacity}, max_waiting: {QUEUE['max_waiting']}, "
-            f"timeout: {QUEUE['timeout']:g}}}`, "
+            f"timeout: {QUEUE['timeout']:g}"
+            + (f", reserve: {args.reserve}, reserve_window: {args.reserve_window:g}" if args.reserve else "")
+            + "}`, "
             "weights 2:1 in b, classes interactive/batch in c."
         ),
     }

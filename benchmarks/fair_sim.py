@@ -31,6 +31,9 @@ class Policy:
     credit: float | None = 0.0  # sfq's credit; None: quiet first (priority)
     reserve: int = 0  # headroom: slots kept from the noisy team while the quiet team is active
     active: float = 1.0  # headroom: seconds since the quiet team's last arrival that count as active
+    mode: str = "free"  # headroom's test: "free" (fairq4's), "share" or "guarantee" (see ``held_back``)
+    gaps: float = 0.0  # when > 0: ``active`` is this many of the quiet team's mean gaps, as observed
+    noisy: bool = True  # False: the quiet team alone (an idle pool: the bound's base)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[lis
     waits: list[float] = []
     noisy = 0
     now, seen, last_quiet = 0.0, 0, -float("inf")
+    gap = [1.0 / pool.rate]  # the quiet team's mean gap between arrivals, as observed (moving mean)
 
     def virtual() -> float:
         return min(starts) if starts else 0.0
@@ -69,8 +73,10 @@ def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[lis
                 waits.append(now - arrived)
                 team = "quiet"
             else:
-                free = pool.capacity - len(running)
-                if policy.reserve and now - last_quiet < policy.active and free <= policy.reserve:
+                if not policy.noisy:
+                    return
+                quiet_running = sum(1 for _, t in running if t == "quiet")
+                if held_back(policy, pool, len(running), quiet_running, now - last_quiet, gap[0]):
                     return
                 tag, team = noisy_tag, "noisy"
                 last["noisy"] = noisy_tag + 1.0
@@ -81,7 +87,9 @@ def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[lis
 
     grant()
     while True:
-        if seen < len(arrivals) and arrivals[seen] < running[0][0]:
+        if seen < len(arrivals) and (not running or arrivals[seen] < running[0][0]):
+            if last_quiet > -float("inf"):
+                gap[0] += 0.1 * (arrivals[seen] - last_quiet - gap[0])
             now, last_quiet = arrivals[seen], arrivals[seen]
             seen += 1
             credit = policy.credit if policy.credit is not None else 0.0
@@ -89,6 +97,8 @@ def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[lis
             last["quiet"] = tag + 1.0
             waiting.append((tag, now))
         else:
+            if not running:
+                break
             now, team = heapq.heappop(running)
             if now > seconds:
                 break
@@ -97,13 +107,46 @@ def simulate(policy: Policy, pool: Pool, seconds: float, seed: int) -> tuple[lis
     return sorted(waits), noisy / seconds
 
 
+def held_back(policy: Policy, pool: Pool, busy: int, quiet: int, since: float, gap: float) -> bool:
+    """Whether the noisy team is kept from the free slot while the quiet team was active ``since`` ago:
+    ``free``, it is among the last ``reserve`` free; ``share``, that and the noisy team would hold more
+    than half the slots; ``guarantee``, the free slots left and the quiet team's own would be fewer than
+    ``reserve`` (the reserve counts the slots the quiet team already holds)."""
+    window = policy.gaps * gap if policy.gaps else policy.active
+    if not policy.reserve or since >= window:
+        return False
+    free = pool.capacity - busy
+    if policy.mode == "guarantee":
+        return free - 1 + quiet < policy.reserve
+    if policy.mode == "share" and busy - quiet + 1 <= pool.capacity / 2:
+        return False
+    return free <= policy.reserve
+
+
 POLICIES = (
+    Policy("idle pool (the quiet team alone)", None, noisy=False),
     Policy("sfq, no credit", 0.0),
     Policy("sfq, credit = capacity", 4.0),
     Policy("sfq, credit = 2 x capacity (the gateway's)", 8.0),
     Policy("priority (unlimited credit)", None),
     Policy("headroom 1 slot, active 1 s", None, 1, 1.0),
     Policy("headroom 1 slot, active 0.35 s", None, 1, 0.35),
+    Policy("reserve 1, guarantee, active 1 s", None, 1, 1.0, "guarantee"),
+    Policy("reserve 2, guarantee, active 1 s", None, 2, 1.0, "guarantee"),
+    Policy("reserve 2, guarantee, active 0.7 s", None, 2, 0.7, "guarantee"),
+    Policy("reserve 2, guarantee, active 0.5 s", None, 2, 0.5, "guarantee"),
+    Policy("reserve 2, guarantee, 2 gaps", None, 2, 0.0, "guarantee", 2.0),
+    Policy("reserve 2, guarantee, 3 gaps", None, 2, 0.0, "guarantee", 3.0),
+    Policy("reserve 1, share, active 1 s", None, 1, 1.0, "share"),
+    Policy("reserve 1, free, active 0.7 s", None, 1, 0.7),
+    Policy("reserve 1, free, active 0.5 s", None, 1, 0.5),
+    Policy("reserve 1, free, 2 gaps", None, 1, 0.0, "free", 2.0),
+    Policy("reserve 1, free, active 2 s", None, 1, 2.0),
+    Policy("reserve 1, share, active 2 s", None, 1, 2.0, "share"),
+    Policy("reserve 1, share, active 3 s", None, 1, 3.0, "share"),
+    Policy("reserve 1, share, 6 gaps", None, 1, 0.0, "share", 6.0),
+    Policy("reserve 2, share, active 2 s", None, 2, 2.0, "share"),
+    Policy("reserve 1, guarantee, active 2 s", None, 1, 2.0, "guarantee"),
 )
 
 

@@ -20,6 +20,12 @@ over its share than the newcomer's (its tag is later), else refuses the newcomer
 of the model cools down, its 503. A waiter cancelled (its client gone) leaves at once, giving back a
 slot granted meanwhile.
 
+Reserve (opt-in, ``queue.reserve``): while a team without a backlog, or a higher class, sent a request
+within ``reserve_window`` seconds, the last ``reserve`` free slots are kept from a team that has only
+its own requests waiting, so the next arrival of the other finds a slot instead of waiting for a
+release. It never idles a slot while a request of another team or class waits: with every team
+backlogged the order (and the split by weight) is unchanged.
+
 This module is the in-process queue: the whole of it without Redis, and each gateway's share while
 Redis is out. ``gateway.limits.fairq_shared`` keeps the same order in Redis for every gateway.
 """
@@ -52,6 +58,8 @@ class QueueSettings:
     timeout: float = 30.0
     share: int | None = None  # this gateway's slots while Redis is out (None: capacity / replicas)
     auto: bool = False  # ``capacity: auto``: ``capacity`` is learned (``fairq_policy.Learner``)
+    reserve: int = 0  # free slots kept for another team's or a higher class's next arrival (0: off)
+    reserve_window: float = 2.0  # seconds since a team's or class's last arrival that keep it active
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +141,46 @@ class QueueFull(Exception):
     """The queue is at its bound and holds nobody of a lower class to make room."""
 
 
+class Reserve:
+    """Who was active lately (``reserve_window``) and who waits, per class and team: what the reserve
+    asks before it keeps one of the last ``slots`` free slots from a team (the script repeats it)."""
+
+    __slots__ = ("clock", "seen", "slots", "waiting", "window")
+
+    def __init__(self, classes: int, slots: int = 0, window: float = 2.0, clock: Callable[[], float] = time.monotonic):
+        self.slots = slots
+        self.window = window
+        self.clock = clock
+        self.seen: list[dict[str, float]] = [{} for _ in range(classes)]  # team → its last arrival
+        self.waiting: list[dict[str, int]] = [{} for _ in range(classes)]  # team → its requests waiting
+
+    def arrived(self, rank: int, team: str) -> None:
+        if self.slots:
+            self.seen[rank][team] = self.clock()
+
+    def queued(self, rank: int, team: str, n: int) -> None:
+        counts = self.waiting[rank]
+        counts[team] = counts.get(team, 0) + n
+
+    def holds(self, rank: int, team: str, free: int, waiting: int, capacity: int) -> bool:
+        """Whether ``team``'s request of class ``rank`` is kept from one of ``free`` slots: they are
+        among the last ``slots`` (at most all but one: a held request always has a release to come),
+        nobody else waits, and another team of its class or a team of a higher class arrived within
+        the window."""
+        if free > min(self.slots, capacity - 1) or waiting != self.waiting[rank].get(team, 0):
+            return False
+        since = self.clock() - self.window
+        for r in range(rank + 1):
+            for other, at in self.seen[r].items():
+                if at > since and (r < rank or other != team):
+                    return True
+        return False
+
+
 class LocalQueue:
     """One model's slots and waiters in this process."""
 
-    def __init__(self, capacity: int, max_waiting: int, classes: int) -> None:
+    def __init__(self, capacity: int, max_waiting: int, classes: int, reserve: Reserve | None = None) -> None:
         self.capacity = capacity
         self.max_waiting = max_waiting
         self.running = 0
@@ -144,20 +188,31 @@ class LocalQueue:
         self.counts = [0] * classes
         self.tags = Tags()
         self.seq = 0
+        self.reserve = reserve if reserve is not None else Reserve(classes)
 
     @property
     def waiting(self) -> int:
         return sum(self.counts)
 
-    def take(self) -> bool:
-        """A slot now, when one is free and nobody waits for it."""
+    def take(self, ticket: Ticket | None = None) -> bool:
+        """A slot now, when one is free, nobody waits for it, and the reserve does not keep it."""
+        if ticket is not None:
+            self.reserve.arrived(ticket.rank, ticket.team)
         if self.running < self.capacity and not any(self.counts):
+            if ticket is not None and self.kept(ticket.rank, ticket.team):
+                return False
             self.running += 1
             return True
         return False
 
+    def kept(self, rank: int, team: str) -> bool:
+        """Whether the reserve keeps the free slots from ``team``'s request of class ``rank``."""
+        free = self.capacity - self.running
+        return bool(self.reserve.slots) and self.reserve.holds(rank, team, free, self.waiting, self.capacity)
+
     def join(self, ticket: Ticket) -> Waiter:
         """Queued in order; past the bound ``victim`` goes (told ``EVICTED``), or ``QueueFull``."""
+        self.reserve.arrived(ticket.rank, ticket.team)
         if self.waiting >= self.max_waiting:
             victim = self.victim(ticket)
             if victim is None:
@@ -174,6 +229,7 @@ class LocalQueue:
         heap = self.heaps[ticket.rank]
         heapq.heappush(heap, (waiter.tag, waiter.seq, waiter))
         self.counts[ticket.rank] += 1
+        self.reserve.queued(ticket.rank, ticket.team, 1)
         if len(heap) > 2 * self.counts[ticket.rank] + 64:  # entries of those who left, compacted
             self.heaps[ticket.rank] = [e for e in heap if e[2].state == WAITING]
             heapq.heapify(self.heaps[ticket.rank])
@@ -191,7 +247,7 @@ class LocalQueue:
         self.promote()
 
     def promote(self) -> None:
-        """Free slots to the head of the queue."""
+        """Free slots to the head of the queue, unless the reserve keeps them from it."""
         while self.running < self.capacity:
             waiter = self.pop()
             if waiter is None:
@@ -201,15 +257,22 @@ class LocalQueue:
             waiter.fut.set_result(None)
 
     def pop(self) -> Waiter | None:
+        """The head of the queue, out of it; None when nobody waits or the reserve keeps the slot."""
         for rank, heap in enumerate(self.heaps):
             while heap:
-                tag, _, waiter = heapq.heappop(heap)
+                tag, _, waiter = heap[0]
                 if waiter.state != WAITING:
+                    heapq.heappop(heap)
                     continue
                 if waiter.fut.done():  # cancelled: its task leaves when it runs next
+                    heapq.heappop(heap)
                     self._drop(waiter, LEFT)
                     continue
+                if self.kept(rank, waiter.ticket.team):
+                    return None
+                heapq.heappop(heap)
                 self.counts[rank] -= 1
+                self.reserve.queued(rank, waiter.ticket.team, -1)
                 self.tags.served(rank, tag, self.capacity)
                 return waiter
         return None
@@ -238,6 +301,7 @@ class LocalQueue:
     def _drop(self, waiter: Waiter, state: str) -> None:
         waiter.state = state
         self.counts[waiter.ticket.rank] -= 1
+        self.reserve.queued(waiter.ticket.rank, waiter.ticket.team, -1)
 
 
 class Drain:
@@ -305,7 +369,8 @@ class ModelQueue:
         self.model = model
         self.settings = settings
         self.classes = classes
-        self.local = LocalQueue(self.local_capacity(settings), settings.max_waiting, classes)
+        reserve = Reserve(classes, settings.reserve, settings.reserve_window)
+        self.local = LocalQueue(self.local_capacity(settings), settings.max_waiting, classes, reserve)
         self.drain = Drain()
         self.gauges = Gauges(model, LevelTally(FAIR_SLOTS.labels(model)))
         FAIR_CAPACITY.labels(model).set(self.local.capacity)
@@ -317,12 +382,13 @@ class ModelQueue:
     def reconfigure(self, settings: QueueSettings) -> None:
         self.settings = settings
         self.local.capacity, self.local.max_waiting = self.local_capacity(settings), settings.max_waiting
+        self.local.reserve.slots, self.local.reserve.window = settings.reserve, settings.reserve_window
         FAIR_CAPACITY.labels(self.model).set(self.local.capacity)
         self.local.promote()
 
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
         """A slot for ``ticket``: at once when one is free, else after waiting its turn; or the refusal."""
-        if self.local.take():
+        if self.local.take(ticket):
             self.gauges.slots.n += 1
             return Slot(self)
         return await self.wait(ticket, down)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -75,7 +76,11 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
         {t.id: classes.index(t.priority) for t in config.teams if t.priority is not None},
         {(t.id, k.id): classes.index(k.priority) for t in config.teams for k in t.keys if k.priority is not None},
         {
-            m.name: settings(m.queue.capacity, m.queue.max_waiting, m.queue.timeout, m.queue.share, replicas)
+            m.name: reserved(
+                settings(m.queue.capacity, m.queue.max_waiting, m.queue.timeout, m.queue.share, replicas),
+                m.queue.reserve,
+                m.queue.reserve_window,
+            )
             for m in config.models
             if m.queue is not None
         },
@@ -90,6 +95,10 @@ def settings(capacity: int | str, max_waiting: int, timeout: float, share: int |
     auto = capacity == "auto"
     slots = UNLEARNED if isinstance(capacity, str) else capacity
     return QueueSettings(slots, max_waiting, timeout, share or math.ceil(slots / replicas), auto)
+
+
+def reserved(settings: QueueSettings, slots: int, window: float) -> QueueSettings:
+    return dataclasses.replace(settings, reserve=slots, reserve_window=window)
 
 
 class Gauged(Protocol):
@@ -148,7 +157,7 @@ class FairQueues:
                 if settings.auto and queue.settings.auto:  # what was learned stays until learned again
                     slots = queue.settings.capacity
                     share = math.ceil(slots / policy.replicas)
-                    settings = QueueSettings(slots, settings.max_waiting, settings.timeout, share, True)
+                    settings = dataclasses.replace(settings, capacity=slots, share=share)
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues
@@ -166,7 +175,7 @@ class FairQueues:
         queue = self.queues.get(model)
         if queue is not None and queue.settings.auto and queue.settings.capacity != capacity:
             s = queue.settings
-            queue.reconfigure(QueueSettings(capacity, s.max_waiting, s.timeout, math.ceil(capacity / replicas), True))
+            queue.reconfigure(dataclasses.replace(s, capacity=capacity, share=math.ceil(capacity / replicas)))
 
     async def keeper(self) -> None:
         """Renews this gateway's slot leases, so only a dead gateway's run out."""

@@ -10,6 +10,9 @@ One Lua script does everything atomically, on Redis's clock. Its keys share the 
     gw:fq:{model}:vt:<rank>    LIST  the starts last served, as many as the slots (at most 64): the
                                      class's virtual time is their lowest
     gw:fq:{model}:who          HASH  waiter id → team; ``#<id>`` → its arrival number (``~n``: the last)
+    gw:fq:{model}:act:<rank>   ZSET  with ``queue.reserve``: team → its last arrival (ms), within the window
+
+A tag hash also counts each team's waiters (``q:<team>``), which the reserve asks (``fairq.Reserve``).
 
 Equal start tags go in arrival order (the ``#<id>`` numbers), never by id, as in the Python twin.
 
@@ -54,22 +57,30 @@ POLL_SECONDS = 0.5  # a waiter checks by itself this often when no message names
 WAITER_LEASE = 10 * POLL_SECONDS  # a waiter not checked for this long (its gateway gone) leaves the queue
 FAILURES = (RedisError, OSError, TimeoutError)
 
-# KEYS: run, alive, wait:0..n-1, tag:0..n-1, vt:0..n-1, who. ARGV: op (enter|check|leave|renew),
-# capacity, max_waiting, slot lease ms, channel, waiter lease ms, then per op: enter/check: id, rank,
-# team, weight; leave: id, rank; renew: the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full;
-# {-2} gone (evicted); leave: {n} slots given back; renew: {n} renewed.
+# KEYS: run, alive, wait:0..n-1, tag:0..n-1, vt:0..n-1, act:0..n-1, who. ARGV: op
+# (enter|check|leave|renew), capacity, max_waiting, slot lease ms, channel, waiter lease ms, reserve
+# slots, reserve window ms, then per op: enter/check: id, rank, team, weight; leave: id, rank; renew:
+# the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full; {-2} gone (evicted); leave: {n} slots
+# given back; renew: {n} renewed.
 SCRIPT = """
 local op, cap, bound, lease, chan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = string.format('%d', now + lease)
 local wexpiry = string.format('%d', now + tonumber(ARGV[6]))
+local reserve, rwindow = tonumber(ARGV[7]), tonumber(ARGV[8])
 local run, alive, who = KEYS[1], KEYS[2], KEYS[#KEYS]
-local n = (#KEYS - 3) / 3
+local n = (#KEYS - 3) / 4
 local window = math.max(1, math.min(cap, 64))
 local function wait(r) return KEYS[3 + r] end
 local function tags(r) return KEYS[3 + n + r] end
 local function starts(r) return KEYS[3 + 2 * n + r] end
+local function act(r) return KEYS[3 + 3 * n + r] end
+
+-- a team's waiters in class r, counted (``q:<team>``) for the reserve
+local function queued(r, team, d)
+  if redis.call('HINCRBY', tags(r), 'q:' .. team, d) <= 0 then redis.call('HDEL', tags(r), 'q:' .. team) end
+end
 
 -- the class's virtual time: the lowest start of the last ``window`` served (0 before any)
 local function virtual(r)
@@ -82,7 +93,10 @@ local function virtual(r)
 end
 
 local function drop_waiter(id)
-  for r = 0, n - 1 do redis.call('ZREM', wait(r), id) end
+  local team = redis.call('HGET', who, id)
+  for r = 0, n - 1 do
+    if redis.call('ZREM', wait(r), id) == 1 and team then queued(r, team, -1) end
+  end
   redis.call('ZREM', alive, id)
   redis.call('HDEL', who, id, '#' .. id)
 end
@@ -106,6 +120,20 @@ local function waiting()
   return total
 end
 
+-- the reserve (fairq.Reserve): whether team's request of class r is kept from the free slots
+local function kept(r, team, free, total)
+  if reserve == 0 or free > math.min(reserve, cap - 1) then return false end
+  if total ~= tonumber(redis.call('HGET', tags(r), 'q:' .. team) or '0') then return false end
+  local since = '(' .. (now - rwindow)
+  for c = 0, r - 1 do
+    if redis.call('ZCOUNT', act(c), since, '+inf') > 0 then return true end
+  end
+  local others = redis.call('ZCOUNT', act(r), since, '+inf')
+  local own = redis.call('ZSCORE', act(r), team)
+  if own and tonumber(own) > now - rwindow then others = others - 1 end
+  return others > 0
+end
+
 local function tidy_and_promote()
   redis.call('ZREMRANGEBYSCORE', run, '-inf', now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do drop_waiter(id) end
@@ -115,7 +143,10 @@ local function tidy_and_promote()
     for r = 0, n - 1 do
       local id, start = pick(r, false)
       if id ~= nil then
+        local team = redis.call('HGET', who, id) or ''
+        if kept(r, team, cap - redis.call('ZCARD', run), waiting()) then break end
         head = id
+        queued(r, team, -1)
         redis.call('ZREM', wait(r), id)
         redis.call('RPUSH', starts(r), start)
         redis.call('LTRIM', starts(r), -window, -1)
@@ -139,11 +170,11 @@ end
 
 if op == 'renew' then
   local renewed = 0
-  for i = 7, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
+  for i = 9, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
   return {renewed}
 end
 
-local id, rank = ARGV[7], tonumber(ARGV[8])
+local id, rank, team = ARGV[9], tonumber(ARGV[10]), ARGV[11]
 if op == 'leave' then
   local held = redis.call('ZREM', run, id)
   drop_waiter(id)
@@ -151,6 +182,10 @@ if op == 'leave' then
   return {held}
 end
 
+if op == 'enter' and reserve > 0 then
+  redis.call('ZADD', act(rank), now, team)
+  redis.call('ZREMRANGEBYSCORE', act(rank), '-inf', now - rwindow)
+end
 tidy_and_promote()
 if redis.call('ZSCORE', run, id) then return {1} end
 local mine = redis.call('ZSCORE', wait(rank), id)
@@ -159,12 +194,13 @@ if mine then
   return {0, ahead(rank, mine)}
 end
 if op == 'check' then return {-2} end
-local queued = waiting()
-if queued == 0 and redis.call('ZCARD', run) < cap then
+local total = waiting()
+local free = cap - redis.call('ZCARD', run)
+if total == 0 and free > 0 and not kept(rank, team, free, 0) then
   redis.call('ZADD', run, expiry, id)
   return {1}
 end
-local team, weight = ARGV[9], tonumber(ARGV[10])
+local weight = tonumber(ARGV[12])
 local v = virtual(rank)
 -- never earlier than the virtual time less the credit a team below its share banks (twice the window)
 local start = v - 2 * window
@@ -173,7 +209,7 @@ if last and tonumber(last) > start then start = tonumber(last) end
 -- every digit of the tags, as the Python twin sums them (a Lua number passed to Redis keeps 14)
 local tag = string.format('%.17g', start)
 local finish = string.format('%.17g', start + 1 / weight)
-if queued >= bound then
+if total >= bound then
   -- the last in line of the lowest class below; else of its own class, if behind the newcomer
   local victim, vtag, vr = nil, nil, nil
   for r = n - 1, rank, -1 do
@@ -196,7 +232,8 @@ if queued >= bound then
   drop_waiter(victim)
   redis.call('PUBLISH', chan, 'evicted:' .. victim)
 end
-redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[10])
+redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[12])
+queued(rank, team, 1)
 redis.call('HSET', who, id, team, '#' .. id, redis.call('HINCRBY', who, '~n', 1))
 redis.call('ZADD', wait(rank), tag, id)
 redis.call('ZADD', alive, wexpiry, id)
@@ -213,7 +250,9 @@ def keys(model: str, classes: int) -> list[str]:
     base = f"gw:fq:{{{model}}}"
     waits = [f"{base}:wait:{r}" for r in range(classes)]
     tags = [f"{base}:tag:{r}" for r in range(classes)]
-    return [f"{base}:run", f"{base}:alive", *waits, *tags, *(f"{base}:vt:{r}" for r in range(classes)), f"{base}:who"]
+    starts = [f"{base}:vt:{r}" for r in range(classes)]
+    seen = [f"{base}:act:{r}" for r in range(classes)]
+    return [f"{base}:run", f"{base}:alive", *waits, *tags, *starts, *seen, f"{base}:who"]
 
 
 def channel(model: str) -> str:
@@ -236,11 +275,12 @@ class Shared:
         # about a third of the client's cost of a redis-py script call; None (a cluster): redis-py's
         self.calls = calls
         self.head = (SHA, [k.encode() for k in self.keys])
+        self.reserve = (0, 0)  # ``queue.reserve`` and its window (ms), as the script takes them
         self.parked: dict[str, asyncio.Event] = {}  # request id → set when a message names it
         self.told: dict[str, int] = {}  # parked ids a message named: GRANTED or GONE (evicted)
 
     async def call(self, op: str, capacity: int, bound: int, *args: str | int | float) -> list[int]:
-        argv = [op, capacity, bound, self.lease_ms, self.channel, int(WAITER_LEASE * 1000), *args]
+        argv = [op, capacity, bound, self.lease_ms, self.channel, int(WAITER_LEASE * 1000), *self.reserve, *args]
         if self.calls is None:
             return [int(x) for x in await self.script(keys=self.keys, args=argv)]
         words = [str(a).encode() for a in argv]
@@ -343,6 +383,7 @@ class SharedQueue(ModelQueue):
     ) -> None:
         super().__init__(model, settings, classes)
         self.shared = shared
+        shared.reserve = reserved(settings)
         self.closed = closed  # ``redis.on_failure.concurrency: closed``: 503 while Redis is out
         self.retry_seconds = retry_seconds
         self.down_until = 0.0
@@ -352,6 +393,10 @@ class SharedQueue(ModelQueue):
 
     def local_capacity(self, settings: QueueSettings) -> int:
         return settings.share or settings.capacity
+
+    def reconfigure(self, settings: QueueSettings) -> None:
+        self.shared.reserve = reserved(settings)
+        super().reconfigure(settings)
 
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
         if time.monotonic() < self.down_until:
@@ -476,6 +521,11 @@ class SharedQueue(ModelQueue):
                 await self.shared.renew(list(self.held), self.settings.capacity, self.settings.max_waiting)
             except FAILURES as exc:
                 self.failed(exc)
+
+
+def reserved(settings: QueueSettings) -> tuple[int, int]:
+    """``queue.reserve`` and its window in ms, as the script takes them."""
+    return settings.reserve, int(settings.reserve_window * 1000)
 
 
 def _text(value: Any) -> str:

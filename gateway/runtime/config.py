@@ -203,6 +203,16 @@ class Queue(_Model):
     )
     # this gateway's slots while Redis is out; default: capacity / limits.replicas, rounded up
     share: Annotated[int, Field(gt=0, le=MAX_QUEUE_COUNT)] | None = None
+    # free slots kept from a team whose requests alone wait, while another team or a higher class sent
+    # one within ``reserve_window`` seconds (docs/fair-queuing.md); 0: every free slot goes at once
+    reserve: Annotated[int, Field(ge=0, le=MAX_QUEUE_COUNT)] = 0
+    reserve_window: Annotated[float, Field(gt=0, le=3600)] = 2.0
+
+    @model_validator(mode="after")
+    def _reserve_below_capacity(self) -> Queue:
+        if isinstance(self.capacity, int) and self.reserve >= self.capacity:
+            raise ValueError("reserve: must be below capacity (a slot kept free needs a release to come)")
+        return self
 
 
 class ModelEntry(_Model):

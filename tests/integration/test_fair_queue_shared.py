@@ -20,7 +20,18 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.limits.channel import ScriptChannel
-from gateway.limits.fairq import EVICTED, GRANTED, WAITING, LocalQueue, QueueFull, QueueSettings, Ticket, Waiter
+from gateway.limits.fairq import (
+    EVICTED,
+    GRANTED,
+    PRIORITY_HEADER,
+    WAITING,
+    LocalQueue,
+    QueueFull,
+    QueueSettings,
+    Reserve,
+    Ticket,
+    Waiter,
+)
 from gateway.limits.fairq_shared import FULL, GONE, WAITER_LEASE, Listener, Shared, SharedQueue, keys
 from gateway.limits.fairq_shared import GRANTED as SLOT
 from gateway.web.state import GATEWAY
@@ -115,6 +126,73 @@ async def test_the_script_serves_and_sheds_as_its_python_twin(
         await client.aclose()
 
 
+reserve_steps = st.lists(
+    st.one_of(st.tuples(st.sampled_from("abc"), st.integers(0, 1)), st.just(("serve", 0))), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=reserve_steps, capacity=st.integers(1, 4), slots=st.integers(1, 3))
+async def test_the_scripts_reserve_keeps_the_slots_its_python_twin_keeps(
+    redis_server: RedisServer, steps: list[tuple[str, int]], capacity: int, slots: int
+) -> None:
+    """Arrivals and services replayed on the script and on the in-process queue with a reserve (a
+    window longer than the test: every team that came is active): the same arrivals served at once,
+    the same waiters promoted at each release, the same slots kept free."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    shared.reserve = (slots, 3_600_000)
+    twin = LocalQueue(capacity, 1000, 2, Reserve(2, slots, 3600.0))
+    waiters: list[Waiter] = []
+    holding: list[tuple[str, int]] = []  # the slots' holders, oldest first: a serve ends the oldest
+    try:
+        for team, rank in steps:
+            if team == "serve":
+                if holding:
+                    rid, held = holding.pop(0)
+                    await shared.leave(rid, held, capacity, 1000)
+                    twin.release()
+            else:
+                ticket = Ticket(uuid.uuid4().hex, team, team, "", rank)
+                answer = await shared.enter(ticket, capacity, 1000)
+                at_once = twin.take(ticket)
+                if not at_once:
+                    waiters.append(twin.join(ticket))
+                else:
+                    holding.append((ticket.rid, rank))
+                assert (answer[0] == SLOT) == (at_once or waiters[-1].state == GRANTED)
+            for w in waiters:
+                if w.state == GRANTED:
+                    w.state = "served"
+                    holding.append((w.ticket.rid, w.ticket.rank))
+            running = {m.decode() for m in await client.zrange(shared.keys[0], 0, -1)}
+            assert running == {rid for rid, _ in holding}
+            assert twin.running == len(holding)
+    finally:
+        await client.aclose()
+
+
+async def test_the_scripts_reserve_lets_go_once_the_window_passes(redis_server: RedisServer) -> None:
+    """Reserve 1, a 100 ms window: a batch waiter kept from the last free slot while the interactive
+    class was active takes it at its next check after the window."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    shared = Shared(client, uuid.uuid4().hex, 2, 30_000)
+    shared.reserve = (1, 100)
+    try:
+        assert await shared.enter(Ticket("i1", "chat", "chat", "", 0), 2, 8) == [SLOT]
+        assert await shared.leave("i1", 0, 2, 8) == 1
+        assert await shared.enter(Ticket("b1", "etl", "etl", "", 1), 2, 8) == [SLOT]
+        b2 = Ticket("b2", "etl", "etl", "", 1)
+        assert await shared.enter(b2, 2, 8) == [0, 1]  # the last free slot, kept
+        await eventually(lambda: _granted(shared.enter(b2, 2, 8, "check")), "the window passed: b2 served")
+    finally:
+        await client.aclose()
+
+
+async def _granted(answer: Any) -> bool:
+    return (await answer) == [SLOT]
+
+
 async def test_packed_calls_answer_as_redis_pys_and_load_the_script_after_a_flush(
     redis_server: RedisServer,
 ) -> None:
@@ -191,6 +269,48 @@ async def test_two_gateways_share_one_capacity_and_one_queue(
     await eventually(lambda: queued_one.done() or queued_two.done(), "a waiter served")
     holders[1].cancel()
     assert (await queued_one).status == 200 and (await queued_two).status == 200
+
+
+async def test_two_gateways_keep_the_reserve_for_the_higher_class(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Two slots, reserve 1, through two gateways: after an interactive request, batch requests get
+    one slot and wait for the other; the next interactive request, through the other gateway, takes
+    it at once while batch still waits."""
+    server = await upstream("openai")
+    queue = {"capacity": 2, "max_waiting": 16, "timeout": 60, "reserve": 1, "reserve_window": 60}
+    cfg = config(
+        [{"name": "m", "targets": [target(server, "openai")], "queue": queue}],
+        redis={"url": redis_server.url, "timeout_ms": 1000},
+        limits={"replicas": 2},
+    )
+    admin = aioredis.Redis.from_url(redis_server.url)
+    await admin.flushdb()
+    one, two = await gateway(cfg), await gateway(cfg)
+
+    async def post(gw: Any, prompt: str, cls: str) -> int:
+        path, headers, body = OPENAI.request("m", prompt, False)
+        async with gw.session.post(gw.url + path, json=body, headers={**headers, PRIORITY_HEADER: cls}) as resp:
+            await resp.read()
+            return resp.status
+
+    try:
+        assert await post(one, "hello", "interactive") == 200
+        batch = [asyncio.create_task(post(two, HOLD, "batch")) for _ in range(2)]
+        await eventually(
+            lambda: _both(server.active == 1, admin.zcard(keys("m", 2)[3])), "one batch request held, one kept waiting"
+        )
+        assert await post(one, "hello", "interactive") == 200  # the slot kept free: no wait behind batch
+        assert server.active == 1 and await admin.zcard(keys("m", 2)[3]) == 1
+        for task in batch:
+            task.cancel()
+        await asyncio.gather(*batch, return_exceptions=True)
+    finally:
+        await admin.aclose()
+
+
+async def _both(first: bool, count: Any) -> bool:
+    return await count == 1 and first
 
 
 async def test_with_redis_out_each_gateway_serves_its_share(gateway: GatewayFactory, upstream: Any) -> None:

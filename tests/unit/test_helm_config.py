@@ -92,6 +92,7 @@ REFUSED: dict[str, dict[str, Any]] = {  # one mistake each, over BASE
     "alias-is-name": {"models": [{**MOCK, "aliases": ["m"]}]},
     "team-twice": {"teams": [{"id": "o'brien"}, {"id": "o'brien"}]},  # quoted as Python quotes it
     "class-twice": {"priorities": ["batch", "batch"]},
+    "queue-reserve": {"models": [{**MOCK, "queue": {"capacity": 2, "reserve": 2}}]},
     "class-not-token": {"priorities": ["high priority"]},
     "team-class": {"teams": [{"id": "t", "priority": "vip"}]},
     "key-class": {"teams": [{"id": "t", "keys": [{"id": "k", "sha256": SHA, "priority": "vip"}]}]},

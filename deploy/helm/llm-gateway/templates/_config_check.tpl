@@ -104,6 +104,15 @@
 {{- if and $t.api_key_env $t.api_key_file }}{{ include "gw.problem" (list "e" $at "give at most one of 'api_key_env' or 'api_key_file'") }}{{ end -}}
 {{- end -}}
 
+{{/* config.Queue: a reserve below a fixed capacity (numbers as pydantic reads them: "4", " 1_000 "). */}}
+{{- define "gw.rule.Queue" -}}
+{{- $capacity := ternary "!auto" (include "gw.number.int" .v.capacity) (eq (toString .v.capacity) "auto") -}}
+{{- $reserve := include "gw.number.int" (default 0 .v.reserve) -}}
+{{- if and (not (hasPrefix "!" $capacity)) (ge (float64 $reserve) (float64 $capacity)) -}}
+{{- include "gw.problem" (list "e" .at "reserve: must be below capacity (a slot kept free needs a release to come)") -}}
+{{- end -}}
+{{- end -}}
+
 {{/* config.KvEvents: where vLLM publishes a pool's KV-cache events. */}}
 {{- define "gw.rule.KvEvents" -}}
 {{- $e := .v -}}
