@@ -21,6 +21,7 @@ from redis.exceptions import (
 
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
+from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.limiter import Group, Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
@@ -162,6 +163,7 @@ class RedisLimiter:
         self._channel = None if self.cluster else ScriptChannel(client)
         # The admission's command up to its argument, packed once per team key (its keys)
         self._admit_heads: dict[tuple[str, ...], bytes] = {}
+        self._templates = Templates()  # and its argument, filled in per request
         self.reserves = Reserves() if advance else None
         self._sweep: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,8 +177,8 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if plan.layout.budgets:
-            keys = plan.layout.keys
-            return budget_answer(plan, await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads))
+            args = self._admit_args(plan, lease_ttl_ms)
+            return budget_answer(plan, await self._run(self._admit, plan.layout.keys, args, self._admit_heads))
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
@@ -186,7 +188,8 @@ class RedisLimiter:
                 self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
                 return None
         if reserves is None:
-            result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
+            args = self._admit_args(plan, lease_ttl_ms)
+            result = await self._run(self._admit, plan.layout.keys, args, self._admit_heads)
         else:
             result = await self._on_path(reserves, plan, lease_ttl_ms)
         if int(result[0]) == 0:
@@ -199,12 +202,17 @@ class RedisLimiter:
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
+    def _admit_args(self, plan: Plan, *extra: int) -> bytes:
+        """ADMIT's argument: from the team key's template (``argv``), or the generic walk where none fits."""
+        args = self._templates.args(plan, *extra)
+        return args if args is not None else _args(plan, *extra)
+
     async def _on_path(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int) -> Any:
         """The admission's round trip, counted in ``reserves.on_path`` while it is out."""
         keys = plan.layout.keys
         reserves.on_path[keys] = reserves.on_path.get(keys, 0) + 1
         try:
-            return await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads)
+            return await self._run(self._admit, keys, self._admit_args(plan, lease_ttl_ms), self._admit_heads)
         finally:
             left = reserves.on_path[keys] - 1
             if left:
@@ -221,7 +229,7 @@ class RedisLimiter:
             return
         ahead, units = wanted
         keys = ahead.layout.keys
-        args = _args(ahead, lease_ttl_ms, units)
+        args = self._admit_args(ahead, lease_ttl_ms, units)
         if self._channel is None:
             self._spawn(self._ahead_alone(reserves, ahead, args))
             return
