@@ -23,7 +23,7 @@ from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel
-from gateway.limits.limiter import Group, Refusal, Settlement
+from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 from gateway.runtime.internals import evalsha_head as pack_head
@@ -109,10 +109,12 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]
     reservations it releases, and to keep if the call fails). A settlement per request cost more CPU
     under load (argument JSON, the call's packing and reply) than the rest of its limits
     (docs/performance.md)."""
-    groups: dict[Group, tuple[Settlement, list[int], list[Settlement]]] = {}
+    groups: dict[tuple[object, ...], tuple[Settlement, list[int], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
-        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, plan.windows)
+        # ``Settlement.group``, with the layout and its windows by identity (each made once per team
+        # key and period): a window's hash is its fields' and cost ~2k instructions a settlement
+        same = (id(plan.layout), plan.usage_key, plan.key_id, s.model, s.target, id(plan.windows))
         group = groups.get(same)
         if group is None:
             group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [])
