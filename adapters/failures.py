@@ -6,6 +6,7 @@ server does not have. Plain functions of what the HTTP shell (``adapters/http.py
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -21,7 +22,19 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 def upstream_message(body: bytes | bytearray) -> tuple[str, str | None]:
-    """A tolerant reader of every vendor's error envelope (dialects.md §6.16)."""
+    """A tolerant reader of every vendor's error envelope (dialects.md §6.16): the message and the
+    field it names, if any."""
+    message, param = _message_and_param(body)
+    if param is None and (named := VLLM_PARAMETER.search(message)):
+        param = named.group(1)  # an envelope without a field of its own round vLLM's message
+    return message, param
+
+
+# vLLM's validation errors end their message with the field: "... (parameter=prompt, value=...)"
+VLLM_PARAMETER = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]-]*)[,)]")
+
+
+def _message_and_param(body: bytes | bytearray) -> tuple[str, str | None]:
     try:
         data = pydantic_core.from_json(body)
     except ValueError:
@@ -29,7 +42,8 @@ def upstream_message(body: bytes | bytearray) -> tuple[str, str | None]:
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict):
-            return str(err.get("message") or err), err.get("param")
+            param = err.get("param")
+            return str(err.get("message") or err), param if isinstance(param, str) else None
         if isinstance(data.get("message"), str):
             return data["message"], None
         detail = data.get("detail")

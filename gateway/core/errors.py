@@ -62,20 +62,10 @@ class InvalidRequest(RequestError):
     pass
 
 
-def split_field(name: str, reason: str = "") -> tuple[str, str]:
-    """A feature's client name, ``field`` or ``field (why)`` as parsers record it, as the field alone
-    (what a client's SDK reads as ``param``) and the why (for the message)."""
-    field, sep, why = name.partition(" (")
-    if not sep or not why.endswith(")"):
-        return name, reason
-    return field, reason or why[:-1]
-
-
 class UnsupportedFeature(RequestError):
     code = "unsupported_parameter"
 
     def __init__(self, field: str, target: str, reason: str = "") -> None:
-        field, reason = split_field(field, reason)
         why = f": {reason}" if reason else ""
         super().__init__(f"'{field}' is not supported by target '{target}'{why}", param=field)
         self.field = field

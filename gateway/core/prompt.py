@@ -81,6 +81,7 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "resumable",
             "features",
             "fields",
+            "reasons",
             "embedding",  # an embedding's dimensions and encoding; its inputs are ``prompts``
             "reply",  # what the client's dialect echoes in its answer; never sent upstream
         ]

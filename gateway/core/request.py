@@ -218,6 +218,7 @@ class InternalRequest:
     chain: tuple[JSON, ...] = ()
     features: frozenset[Feature] = frozenset()
     fields: Mapping[Feature, str] = field(default_factory=dict)
+    reasons: Mapping[Feature, str] = field(default_factory=dict)  # why a field only some targets take
     embedding: EmbeddingOptions | None = None  # an embeddings request
     # What the client's dialect needs again to render its answer and nothing else reads (the Responses
     # dialect's echoed fields, its response id): opaque here, never sent upstream.
@@ -225,6 +226,9 @@ class InternalRequest:
 
     def field_name(self, feature: Feature) -> str:
         return self.fields.get(feature, feature.value)
+
+    def field_reason(self, feature: Feature) -> str:
+        return self.reasons.get(feature, "")
 
     @property
     def choice_count(self) -> int:

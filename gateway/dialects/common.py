@@ -297,19 +297,24 @@ def new_id(prefix: str) -> str:
 
 
 class FeatureSet:
-    """Collects the features a request uses and the client's name for each, while parsing."""
+    """Collects the features a request uses, the client's name for each (its field, what an SDK reads as
+    ``param``), and, where the field alone does not say it, why only some targets take it."""
 
-    __slots__ = ("features", "fields")
+    __slots__ = ("features", "fields", "reasons")
 
     def __init__(self) -> None:
         self.features: set[Feature] = set()
         self.fields: dict[Feature, str] = {}
+        self.reasons: dict[Feature, str] = {}
 
-    def use(self, feature: Feature, field: str, when: object = True) -> None:
+    def use(self, feature: Feature, field: str, when: object = True, why: str = "") -> None:
         if not when:
             return
         self.features.add(feature)
-        self.fields.setdefault(feature, field)
+        if feature not in self.fields:
+            self.fields[feature] = field
+            if why:
+                self.reasons[feature] = why
 
     def frozen(self) -> frozenset[Feature]:
         return frozenset(self.features)
@@ -329,7 +334,10 @@ def openai_headers(key: str | None, team: str | None, request: InternalRequest) 
 def request_of(fs: FeatureSet, operation: Operation, model: str, **fields: Any) -> InternalRequest:
     """How every dialect's parse ends: the request, with the features it uses and the client's name for
     each (what a refusal or a dropped feature names)."""
-    return InternalRequest(operation=operation, model=model, features=fs.frozen(), fields=fs.fields, **fields)
+    features = fs.frozen()
+    return InternalRequest(
+        operation=operation, model=model, features=features, fields=fs.fields, reasons=fs.reasons, **fields
+    )
 
 
 def stop_list(value: str | Sequence[str] | None, field: str = "stop", cap: int | None = 4) -> tuple[str, ...]:

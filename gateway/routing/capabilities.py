@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from gateway.core.errors import UnsupportedFeature, split_field
+from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest
 from gateway.runtime.config import ConfigError
 
@@ -84,8 +84,8 @@ def fit(
     request_changes: dict[str, Any] = {}
     for feature in sorted(missing):
         name = request.field_name(feature)
-        if feature in NEVER_DROPPED or (feature.value not in droppable and split_field(name)[0] not in droppable):
-            raise UnsupportedFeature(name, target)
+        if feature in NEVER_DROPPED or (feature.value not in droppable and name not in droppable):
+            raise UnsupportedFeature(name, target, request.field_reason(feature))
         if feature in SAMPLING_RESETS:
             sampling_changes |= SAMPLING_RESETS[feature]
         request_changes |= REQUEST_RESETS.get(feature, {})

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.dialects import ANTHROPIC, EMBEDDINGS, FRIENDLI, OPENAI, RESPONSES, SGP_V4, SGP_V5
@@ -301,6 +301,7 @@ async def test_hostile_bodies_get_bounded_answers_in_the_dialects_envelope(gw: A
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(case=bodies(p))
+    @example(case={"prompt": ""})  # vLLM refuses it naming the field in its message; SGP's envelope lost it
     def fuzz(case: dict[str, JSON] | bytes) -> None:
         raw = case if isinstance(case, bytes) else encode(base(p) | case)
         given_fields = frozenset[str]() if isinstance(case, bytes) else frozenset(case)

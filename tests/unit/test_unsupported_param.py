@@ -1,6 +1,6 @@
 """A refused feature's ``param`` is the field alone, as a client's SDK reads it (OpenAI's
-``BadRequestError.param``); why it is refused goes in the message. Parsers record a native feature as
-``field (why)``: the class this test closes is a reason leaking into ``param``."""
+``BadRequestError.param``); why it is refused goes in the message. Parsers record a feature's field and
+its why apart (``FeatureSet.use``): the class this test closes is a reason leaking into ``param``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from gateway.core.errors import UnsupportedFeature, split_field
-from gateway.core.request import Operation
+from gateway.core.errors import UnsupportedFeature
+from gateway.core.request import Feature, Operation
 from gateway.dialects.anthropic.parse import parse as parse_messages
+from gateway.dialects.common import FeatureSet, request_of
 from gateway.dialects.responses import RESPONSES
 from gateway.routing.capabilities import fit
 
@@ -60,16 +61,23 @@ def test_a_messages_refusal_names_the_field_alone(extra: dict[str, Any]) -> None
     assert f"'{error.param}' is not supported by target 'vllm:m': " in error.message
 
 
-@pytest.mark.parametrize(
-    ("name", "split"),
-    [
-        ("top_k", ("top_k", "")),
-        ("tools[0] (server tool 'x', run only by Anthropic)", ("tools[0]", "server tool 'x', run only by Anthropic")),
-        ("include (a (nested) why)", ("include", "a (nested) why")),
-        ("a (no closing", ("a (no closing", "")),
-        ("anthropic-beta b1", ("anthropic-beta b1", "")),
-    ],
-)
-def test_split_field(name: str, split: tuple[str, str]) -> None:
-    assert split_field(name) == split
-    assert split_field(name, "given") == (split[0], "given")  # a reason given outright wins
+def test_the_first_field_of_a_feature_names_it_with_its_own_why() -> None:
+    fs = FeatureSet()
+    fs.use(Feature.ANTHROPIC_NATIVE, "container", why="Anthropic's code execution")
+    fs.use(Feature.ANTHROPIC_NATIVE, "tools[0]", why="a server tool")
+    fs.use(Feature.TOP_K, "top_k")
+    request = request_of(fs, Operation.CHAT, "m")
+    error = refused(request)
+    assert (error.param, error.message) == (
+        "container",
+        "'container' is not supported by target 'vllm:m': Anthropic's code execution",
+    )
+    assert request.field_reason(Feature.TOP_K) == ""
+
+
+def test_a_chained_responses_refusal_names_previous_response_id() -> None:
+    from gateway.dialects.responses.parse import with_history
+
+    request = RESPONSES.parse(Operation.CHAT, {"model": "m", "input": "x"}, "")
+    error = refused(with_history(request, [{"type": "web_search_call", "id": "ws_1"}], "openai"))
+    assert error.param == "previous_response_id" and "'web_search_call' items" in error.message

@@ -44,18 +44,18 @@ def _block(block: JSON, at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> JS
         return block  # the schema names what is wrong with it
     kind = block["type"]
     if kind not in allowed or kind not in BLOCKS:
-        fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.type ('{kind}' block, not modelled by the gateway)")
+        fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.type", why=f"'{kind}' block, not modelled by the gateway")
         return None
     if kind in ONLY_ANTHROPIC:
-        fs.use(Feature.ANTHROPIC_NATIVE, f"{at} (a '{kind}' block: only an Anthropic target takes it)")
+        fs.use(Feature.ANTHROPIC_NATIVE, at, why=f"a '{kind}' block: only an Anthropic target takes it")
         return block
     known = BLOCKS[kind].model_fields
     out = {}
     for key, value in block.items():
         if key not in known:
-            fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.{key} (not modelled by the gateway)")
+            fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.{key}", why="not modelled by the gateway")
         elif key == "citations" and value:
-            fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.citations (only an Anthropic target takes them)")
+            fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.citations", why="only an Anthropic target takes them")
         else:
             out[key] = value
     if kind == "tool_result" and isinstance(out.get("content"), list):
@@ -73,7 +73,7 @@ def checked_copy(data: dict[str, JSON], fields: dict[str, Any], fs: FeatureSet) 
     out: dict[str, JSON] = {}
     for key, value in data.items():
         if key not in fields:
-            fs.use(Feature.ANTHROPIC_NATIVE, f"{key} (not modelled by the gateway)")
+            fs.use(Feature.ANTHROPIC_NATIVE, key, why="not modelled by the gateway")
         elif key == "messages" and isinstance(value, list):
             out[key] = [_message(m, f"messages[{i}]", fs) for i, m in enumerate(value)]
         elif key == "system" and isinstance(value, list):

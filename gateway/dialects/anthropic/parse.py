@@ -60,7 +60,7 @@ def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
         fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {betas.split(',')[0]}")
     for name, why in PLATFORM_FIELDS.items():
         if name in data:
-            fs.use(Feature.ANTHROPIC_NATIVE, f"{name} ({why})")
+            fs.use(Feature.ANTHROPIC_NATIVE, name, why=why)
 
 
 def text_of(blocks: Sequence[TextBlock]) -> str:
@@ -154,7 +154,7 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
 def function(tool: Tool, i: int, fs: FeatureSet) -> dict[str, JSON]:
     if tool.type not in (None, "custom"):
         # Anthropic runs it: its body goes to Anthropic targets as it came; other targets refuse it
-        fs.use(Feature.ANTHROPIC_NATIVE, f"tools[{i}] (server tool '{tool.type}', run only by Anthropic)")
+        fs.use(Feature.ANTHROPIC_NATIVE, f"tools[{i}]", why=f"server tool '{tool.type}', run only by Anthropic")
         return {"type": "function", "function": {"name": tool.name, "parameters": {"type": "object"}}}
     if tool.input_schema is None:
         raise InvalidRequest(f"'tools[{i}].input_schema' is required", param=f"tools[{i}].input_schema")

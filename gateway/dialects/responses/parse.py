@@ -42,6 +42,7 @@ REFUSED = {
 # OpenAI's own fields, to an OpenAI target's /v1/responses as they came; refused by name elsewhere.
 OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include")
 NATIVE = "served only by OpenAI's own /v1/responses"
+Native = list[tuple[str, str]]  # the fields only OpenAI serves, each with why
 PLATFORM = ("service_tier", "safety_identifier", "prompt_cache_key")
 
 
@@ -87,7 +88,7 @@ def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
     return "".join(texts)
 
 
-def _user_content(content: JSON, at: str, native: list[str] | None = None) -> str | tuple[JSON, ...]:
+def _user_content(content: JSON, at: str, native: Native | None = None) -> str | tuple[JSON, ...]:
     """A user, system or developer message's content as chat content: text alone stays a string.
     ``native``: parts only OpenAI serves (files, audio, an image by file id) are named there and
     left out, not refused (the request then goes only to an OpenAI target)."""
@@ -104,7 +105,7 @@ def _user_content(content: JSON, at: str, native: list[str] | None = None) -> st
             and isinstance(kind, str)
             and ((kind != "input_text" and kind != "input_image") or part.get("file_id") is not None)
         ):
-            native.append(f"{here}.type ({kind!r} {NATIVE})")
+            native.append((f"{here}.type", f"{kind!r} {NATIVE}"))
             continue
         if kind == "input_text":
             parts.append({"type": "text", "text": _need(part, "text", str, here)})
@@ -125,7 +126,7 @@ def _user_content(content: JSON, at: str, native: list[str] | None = None) -> st
     return tuple(parts)
 
 
-def normalize(raw: str | list[JSON], native: list[str] | None = None) -> list[JSON]:
+def normalize(raw: str | list[JSON], native: Native | None = None) -> list[JSON]:
     """The request's ``input`` as items, each with its type and an id (``input_items`` lists them):
     a string is one user message. Each item is checked here, naming it; ``native`` collects the
     names of what only OpenAI serves (kept as it came)."""
@@ -168,7 +169,7 @@ def normalize(raw: str | list[JSON], native: list[str] | None = None) -> list[JS
                 raise InvalidRequest(f"'{at}.summary' must be a list", param=f"{at}.summary")
             out.setdefault("id", new_id("rs"))
         elif isinstance(kind, str) and kind:
-            native.append(f"{at}.type ({kind!r} {NATIVE})")
+            native.append((f"{at}.type", f"{kind!r} {NATIVE}"))
             out = dict(item)  # kept as it came: the gateway does not model it
         else:
             raise InvalidRequest(f"'{at}.type' must be a string naming the item's type", param=f"{at}.type")
@@ -210,7 +211,7 @@ def to_messages(items: list[JSON]) -> list[ChatMessage]:
     return out
 
 
-def _tools(tools: list[JSON] | None, native: list[str]) -> tuple[JSON, ...] | None:
+def _tools(tools: list[JSON] | None, native: Native) -> tuple[JSON, ...] | None:
     if not tools:
         return None
     out = []
@@ -220,7 +221,7 @@ def _tools(tools: list[JSON] | None, native: list[str]) -> tuple[JSON, ...] | No
         if kind != "function":
             if not isinstance(kind, str):
                 raise InvalidRequest(f"'{at}.type' must be a string naming the tool's type", param=f"{at}.type")
-            native.append(f"{at}.type (hosted tool {kind!r}, {NATIVE})")
+            native.append((f"{at}.type", f"hosted tool {kind!r}, {NATIVE}"))
             continue
         function = {"name": _need(tool, "name", str, at)}
         for key in ("description", "parameters", "strict"):
@@ -230,7 +231,7 @@ def _tools(tools: list[JSON] | None, native: list[str]) -> tuple[JSON, ...] | No
     return tuple(out) or None
 
 
-def _tool_choice(choice: str | dict[str, JSON] | None, native: list[str]) -> JSON:
+def _tool_choice(choice: str | dict[str, JSON] | None, native: Native) -> JSON:
     if choice is None or isinstance(choice, str):
         if choice not in (None, "auto", "none", "required"):
             raise InvalidRequest(f"'tool_choice' {choice!r} is not one of auto, none, required", param="tool_choice")
@@ -240,13 +241,13 @@ def _tool_choice(choice: str | dict[str, JSON] | None, native: list[str]) -> JSO
         return {"type": "function", "function": {"name": _need(choice, "name", str, "tool_choice")}}
     if not isinstance(kind, str):
         raise InvalidRequest("'tool_choice.type' must be a string", param="tool_choice.type")
-    native.append(f"tool_choice.type ({kind!r} {NATIVE})")
+    native.append(("tool_choice.type", f"{kind!r} {NATIVE}"))
     return None
 
 
 def _format(text: TextConfig | None, fs: FeatureSet) -> StructuredOutput | None:
     fmt = (text.format if text is not None else None) or {"type": "text"}
-    fs.use(Feature.RESPONSES_NATIVE, f"text.verbosity ({NATIVE})", text is not None and text.verbosity is not None)
+    fs.use(Feature.RESPONSES_NATIVE, "text.verbosity", text is not None and text.verbosity is not None, NATIVE)
     kind = fmt.get("type")
     if kind == "json_schema":
         if not isinstance(fmt.get("schema"), dict):
@@ -300,7 +301,7 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     b = validate(ResponsesBody, data)
     _refuse_unmodelled(b)
     fs = FeatureSet()
-    native = [f"{name} ({NATIVE})" for name in OPENAI_ONLY if getattr(b, name) not in (None, [])]
+    native: Native = [(name, NATIVE) for name in OPENAI_ONLY if getattr(b, name) not in (None, [])]
     items = normalize(b.input, native)
     turn = Turn(
         id=new_id("resp"),
@@ -317,8 +318,8 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     fs.use(Feature.TOOLS, "tool_choice", choice not in (None, "none", "auto") and not tools)
     reasoning = {"reasoning_effort": b.reasoning.effort} if b.reasoning and b.reasoning.effort else None
     fs.use(Feature.REASONING, "reasoning.effort", reasoning)
-    for name in native:
-        fs.use(Feature.RESPONSES_NATIVE, name)
+    for name, why in native:
+        fs.use(Feature.RESPONSES_NATIVE, name, why=why)
     extra = {name: getattr(b, name) for name in PLATFORM if getattr(b, name) is not None}
     for name in extra:
         fs.use(Feature.EXTRA_BODY, name)
@@ -368,10 +369,12 @@ def with_history(request: InternalRequest, history: list[JSON], upstream: str | 
     chain = tuple(history)  # all of it counts: an upstream's own /v1/responses reads items chat drops
     if not kinds:
         return replace(request, messages=conversation(turn), chain=chain)
-    field = f"previous_response_id (its chain holds {kinds[0]!r} items, {NATIVE})"
     features = request.features | {Feature.RESPONSES_NATIVE}
-    fields = {Feature.RESPONSES_NATIVE: field, **request.fields}
-    return replace(request, messages=conversation(turn), features=features, fields=fields, chain=chain)
+    fields, reasons = request.fields, request.reasons  # a field of this turn's own names it first
+    if Feature.RESPONSES_NATIVE not in fields:
+        fields = {**fields, Feature.RESPONSES_NATIVE: "previous_response_id"}
+        reasons = {**reasons, Feature.RESPONSES_NATIVE: f"its chain holds {kinds[0]!r} items, {NATIVE}"}
+    return replace(request, messages=conversation(turn), features=features, fields=fields, reasons=reasons, chain=chain)
 
 
 CHAT_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.core.errors import GatewayError, InvalidRequest, RequestError
+from gateway.core.errors import GatewayError, InvalidRequest
 from gateway.core.request import InternalRequest
 from gateway.dialects.base import ErrorReply, retry_headers
 from gateway.dialects.common import dumps
@@ -53,6 +53,6 @@ def error_reply(err: GatewayError) -> ErrorReply:
         return ErrorReply(422, {"detail": detail})
     status = err.status
     body: JSON = {"detail": err.message}
-    if isinstance(err, RequestError) and err.param:
+    if err.param:  # a request error's, or the field an upstream's refusal named
         body["param"] = err.param
     return ErrorReply(status, body, retry_headers(err))
