@@ -112,9 +112,9 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]
     groups: dict[tuple[object, ...], tuple[Settlement, list[int], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
-        # ``Settlement.group``, with the layout and its windows by identity (each made once per team
-        # key and period): a window's hash is its fields' and cost ~2k instructions a settlement
-        same = (id(plan.layout), plan.usage_key, plan.key_id, s.model, s.target, id(plan.windows))
+        # ``Settlement.group``, with the budget windows by identity (made once per layout and period):
+        # a window's hash is a Python-level hash of its fields, two per settlement
+        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, id(plan.windows))
         group = groups.get(same)
         if group is None:
             group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [])
