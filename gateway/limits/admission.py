@@ -218,8 +218,7 @@ class Admission:
         if not plan.checks:
             return plan
         began = time.monotonic()
-        clock = asyncio.get_running_loop().time  # the deadline's clock
-        wait_until = deadline if deadline is not None else clock() + self.settings.admission_timeout
+        wait_until: float | None = deadline  # the default's bound is set at the first refusal
         while True:
             refusal = await self.limiter.admit(plan, self.ttl_ms)
             if refusal is None:
@@ -236,6 +235,9 @@ class Admission:
                 raise self.spend.refused(plan, refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
+            clock = asyncio.get_running_loop().time  # the deadline's clock
+            if wait_until is None:  # ``admission_timeout`` from the admission's start (``began``)
+                wait_until = clock() - (time.monotonic() - began) + self.settings.admission_timeout
             remaining = wait_until - clock()
             if remaining <= 0:
                 ADMISSION_WAITS.observe(time.monotonic() - began)
@@ -280,9 +282,9 @@ class Admission:
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
         table = prices if prices is not None else self.policies.prices
-        cost = self.spend.cost(
-            table, model, target, prompt or 0, tokens(cached) or 0, completion or 0, tokens(written) or 0, embedding
-        )
+        cached_in = 0 if cached is None else tokens(cached) or 0  # most answers report neither
+        written_in = 0 if written is None else tokens(written) or 0
+        cost = self.spend.cost(table, model, target, prompt or 0, cached_in, completion or 0, written_in, embedding)
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
             where = (plan.usage_key, plan.key_id, *priced)

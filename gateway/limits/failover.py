@@ -136,9 +136,11 @@ class FailoverLimiter:
             self.outage.ended(held)
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        if self.up and self.to_adopt:
+        up = self.up
+        if up and self.to_adopt:
             await self._adopt(lease_ttl_ms)
-        if self.up:
+            up = self.up
+        if up:
             try:
                 result = await self.redis.admit(plan, lease_ttl_ms)
             except REDIS_FAILURES as exc:
@@ -193,8 +195,12 @@ class FailoverLimiter:
                 self.backlog.add(lease_only([Settlement(plan, 0, 0, 0, 1)]))
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        local = [s for s in items if s.plan.lease in self.via_local]
-        remote = [s for s in items if s.plan.lease not in self.via_local]
+        via_local = self.via_local
+        if via_local:  # Redis was out meanwhile: some of these were admitted here
+            local = [s for s in items if s.plan.lease in via_local]
+            remote = [s for s in items if s.plan.lease not in via_local]
+        else:
+            local, remote = [], list(items)
         for s in local:
             self.via_local.discard(s.plan.lease)
             self.to_adopt.pop(s.plan.lease, None)
