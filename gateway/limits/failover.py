@@ -195,12 +195,9 @@ class FailoverLimiter:
                 self.backlog.add(lease_only([Settlement(plan, 0, 0, 0, 1)]))
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        via_local = self.via_local
-        if via_local:  # Redis was out meanwhile: some of these were admitted here
-            local = [s for s in items if s.plan.lease in via_local]
-            remote = [s for s in items if s.plan.lease not in via_local]
-        else:
-            local, remote = [], list(items)
+        via_local = self.via_local  # empty but after an outage: then no request is looked up in it
+        local = [s for s in items if s.plan.lease in via_local] if via_local else []
+        remote = [s for s in items if s.plan.lease not in via_local] if via_local else list(items)
         for s in local:
             self.via_local.discard(s.plan.lease)
             self.to_adopt.pop(s.plan.lease, None)
