@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
+from gateway.core.records import record
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
@@ -86,7 +87,7 @@ def deadline_error(refusal: Refusal) -> DeadlineExceeded:
     return err
 
 
-@dataclass(frozen=True, slots=True)
+@record  # built per request: plain stores, not a frozen dataclass's ``object.__setattr__`` each
 class Ask:
     """What one request asks of admission: who asks (``team``, ``key_id``), for what (``request``),
     until when (``deadline``, on the event loop's clock, as ``Call.deadline``). ``load``: the model's
