@@ -179,8 +179,13 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if plan.layout.budgets:
-            args = self._admit_args(plan, lease_ttl_ms)
-            return budget_answer(plan, await self._run(self._admit, plan.layout.keys, args, self._admit_heads))
+            keys, args = plan.layout.keys, self._admit_args(plan, lease_ttl_ms)
+            if self._channel is None:
+                return budget_answer(plan, await self._run(self._admit, keys, args))
+            result = await self._send(self._admit, keys, args, heads=self._admit_heads)  # ``_run``'s, inline
+            if isinstance(result, Exception):
+                result = await self._error_reply(self._admit, keys, args, result)
+            return budget_answer(plan, result)
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
