@@ -224,8 +224,8 @@ class Admission:
             refusal = await self.limiter.admit(plan, self.ttl_ms)
             if refusal is None:
                 ADMITTED.n += 1
-                if began != time.monotonic():
-                    ADMISSION_WAITS.observe(time.monotonic() - began)
+                if (now := time.monotonic()) != began:
+                    ADMISSION_WAITS.observe(now - began)
                 if plan.concurrency_keys or plan.layout.budgets:  # renewed while it runs
                     self.live[plan.lease] = plan
                 if plan.spent:
@@ -311,7 +311,7 @@ class Admission:
             settlement = Settlement(plan, correction, prompt or 0, completion or 0)
         self.pending.append(settlement)
         self.flush.set()
-        if plan.concurrency_keys:
+        if plan.concurrency_keys and self.waiters.size:  # with none waiting here, none to wake
             self.waiters.wake_next()
         return cost
 

@@ -126,14 +126,16 @@ class FailoverLimiter:
         self.down_until = time.monotonic() + self.retry_seconds
         REDIS_STATE.n = 0
 
-    def _answered(self, held: int) -> None:
+    def _answered(self, held: int | None = None) -> None:
+        """Redis answered; ``held``: the settlements held for it (by default the backlog's, counted
+        only when an outage ends, not per admission)."""
         if not self.up:
             # A call sent before the breaker opened answered while it is open: the policy is still
             # in force until ``down_until``, so the outage (its gauge, its line's counts) goes on.
             return
         REDIS_STATE.n = 1
         if self.outage.since is not None:
-            self.outage.ended(held)
+            self.outage.ended(len(self.backlog) if held is None else held)
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         up = self.up
@@ -149,7 +151,7 @@ class FailoverLimiter:
                 else:
                     self._failed(exc)
             else:
-                self._answered(len(self.backlog))
+                self._answered()
                 if result is None and self.policy_open:  # mirrored: a fail-open share must know it
                     self.local.record(plan, lease_ttl_ms)
                 return result
