@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.errors import DeadlineExceeded, RateLimited
+from gateway.core.records import record
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
@@ -86,7 +87,7 @@ def deadline_error(refusal: Refusal) -> DeadlineExceeded:
     return err
 
 
-@dataclass(frozen=True, slots=True)
+@record  # built per request: plain stores, not a frozen dataclass's ``object.__setattr__`` each
 class Ask:
     """What one request asks of admission: who asks (``team``, ``key_id``), for what (``request``),
     until when (``deadline``, on the event loop's clock, as ``Call.deadline``). ``load``: the model's
@@ -218,14 +219,13 @@ class Admission:
         if not plan.checks:
             return plan
         began = time.monotonic()
-        clock = asyncio.get_running_loop().time  # the deadline's clock
-        wait_until = deadline if deadline is not None else clock() + self.settings.admission_timeout
+        wait_until: float | None = deadline  # the default's bound is set at the first refusal
         while True:
             refusal = await self.limiter.admit(plan, self.ttl_ms)
             if refusal is None:
                 ADMITTED.n += 1
-                if began != time.monotonic():
-                    ADMISSION_WAITS.observe(time.monotonic() - began)
+                if (now := time.monotonic()) != began:
+                    ADMISSION_WAITS.observe(now - began)
                 if plan.concurrency_keys or plan.layout.budgets:  # renewed while it runs
                     self.live[plan.lease] = plan
                 if plan.spent:
@@ -236,6 +236,9 @@ class Admission:
                 raise self.spend.refused(plan, refusal)
             if refusal.check.kind != "conc":
                 raise refusal_error(refusal)
+            clock = asyncio.get_running_loop().time  # the deadline's clock
+            if wait_until is None:  # ``admission_timeout`` from the admission's start (``began``)
+                wait_until = clock() - (time.monotonic() - began) + self.settings.admission_timeout
             remaining = wait_until - clock()
             if remaining <= 0:
                 ADMISSION_WAITS.observe(time.monotonic() - began)
@@ -280,9 +283,9 @@ class Admission:
         prompt, completion = tokens(prompt), tokens(completion)
         self.live.pop(plan.lease, None)
         table = prices if prices is not None else self.policies.prices
-        cost = self.spend.cost(
-            table, model, target, prompt or 0, tokens(cached) or 0, completion or 0, tokens(written) or 0, embedding
-        )
+        cached_in = 0 if cached is None else tokens(cached) or 0  # most answers report neither
+        written_in = 0 if written is None else tokens(written) or 0
+        cost = self.spend.cost(table, model, target, prompt or 0, cached_in, completion or 0, written_in, embedding)
         priced = (model, target) if cost is not None else ("", "")
         if not plan.checks:
             where = (plan.usage_key, plan.key_id, *priced)
@@ -308,7 +311,7 @@ class Admission:
             settlement = Settlement(plan, correction, prompt or 0, completion or 0)
         self.pending.append(settlement)
         self.flush.set()
-        if plan.concurrency_keys:
+        if plan.concurrency_keys and self.waiters.size:  # with none waiting here, none to wake
             self.waiters.wake_next()
         return cost
 

@@ -13,12 +13,14 @@ from gateway.core.errors import RateLimited
 from gateway.core.upstream import Upstream
 from gateway.limits.budget_rules import refusal as refusal_of
 from gateway.limits.limiter import Refusal
-from gateway.limits.plan import Check, Plan
+from gateway.limits.plan import Check, Layout, Plan
 from gateway.limits.prices import PriceTable, Rate
-from gateway.obs.metrics import BUDGET_EXCEEDED, budget_use
+from gateway.obs.metrics import BUDGET_EXCEEDED, LevelTally, budget_use
 
 log = logging.getLogger("gateway.limits")
 UNITS = {"m": "money", "t": "tokens"}
+MAX_LAYOUTS = 10_000  # team keys whose gauges are kept (one layout per team key and config generation)
+Gauges = list[tuple[int, LevelTally, int]]  # per team budget of a layout: its check's index, gauge, limit
 
 
 class Spend:
@@ -28,6 +30,7 @@ class Spend:
     def __init__(self, prices: PriceTable | None = None) -> None:
         self.prices = prices if prices is not None else PriceTable()
         self.said: set[tuple[str, str]] = set()  # (budget key, period field) whose excess was logged
+        self._gauges: dict[int, tuple[Layout, Gauges]] = {}  # per layout (by id, kept)
 
     @staticmethod
     def worst(prices: PriceTable, model: str, targets: Sequence[Upstream]) -> Rate | None:
@@ -69,11 +72,28 @@ class Spend:
 
     def admitted(self, plan: Plan) -> None:
         """``plan`` was admitted with budgets: its ``spent`` holds each budget's spend."""
-        for check, spent in zip(plan.checks, plan.spent, strict=False):
-            if check.kind == "bud" and check.scope == "team" and check.rule is not None:
-                budget_use(plan.team, UNITS[check.rule.unit]).n = spent / check.limit
+        spent = plan.spent
+        for i, gauge, limit in self._team_gauges(plan):
+            if i < len(spent):
+                gauge.n = spent[i] / limit
         if plan.over is not None:
             self._over(plan, plan.over)
+
+    def _team_gauges(self, plan: Plan) -> Gauges:
+        """The team budgets' gauges of ``plan``'s layout, found once per layout, not per admission."""
+        layout = plan.layout
+        known = self._gauges.get(id(layout))
+        if known is not None and known[0] is layout:
+            return known[1]
+        gauges = [
+            (i, budget_use(plan.team, UNITS[c.rule.unit]), c.limit)
+            for i, c in enumerate(layout.checks)
+            if c.kind == "bud" and c.scope == "team" and c.rule is not None
+        ]
+        if len(self._gauges) >= MAX_LAYOUTS:  # layouts of config generations gone
+            self._gauges.clear()
+        self._gauges[id(layout)] = (layout, gauges)
+        return gauges
 
     def _over(self, plan: Plan, over: Check) -> None:
         assert over.rule is not None

@@ -126,19 +126,23 @@ class FailoverLimiter:
         self.down_until = time.monotonic() + self.retry_seconds
         REDIS_STATE.n = 0
 
-    def _answered(self, held: int) -> None:
+    def _answered(self, held: int | None = None) -> None:
+        """Redis answered; ``held``: the settlements held for it (by default the backlog's, counted
+        only when an outage ends, not per admission)."""
         if not self.up:
             # A call sent before the breaker opened answered while it is open: the policy is still
             # in force until ``down_until``, so the outage (its gauge, its line's counts) goes on.
             return
         REDIS_STATE.n = 1
         if self.outage.since is not None:
-            self.outage.ended(held)
+            self.outage.ended(len(self.backlog) if held is None else held)
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        if self.up and self.to_adopt:
+        up = self.up
+        if up and self.to_adopt:
             await self._adopt(lease_ttl_ms)
-        if self.up:
+            up = self.up
+        if up:
             try:
                 result = await self.redis.admit(plan, lease_ttl_ms)
             except REDIS_FAILURES as exc:
@@ -147,7 +151,7 @@ class FailoverLimiter:
                 else:
                     self._failed(exc)
             else:
-                self._answered(len(self.backlog))
+                self._answered()
                 if result is None and self.policy_open:  # mirrored: a fail-open share must know it
                     self.local.record(plan, lease_ttl_ms)
                 return result
@@ -193,8 +197,9 @@ class FailoverLimiter:
                 self.backlog.add(lease_only([Settlement(plan, 0, 0, 0, 1)]))
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
-        local = [s for s in items if s.plan.lease in self.via_local]
-        remote = [s for s in items if s.plan.lease not in self.via_local]
+        via_local = self.via_local  # empty but after an outage: then no request is looked up in it
+        local = [s for s in items if s.plan.lease in via_local] if via_local else []
+        remote = [s for s in items if s.plan.lease not in via_local] if via_local else list(items)
         for s in local:
             self.via_local.discard(s.plan.lease)
             self.to_adopt.pop(s.plan.lease, None)

@@ -21,8 +21,9 @@ from redis.exceptions import (
 
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
+from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel
-from gateway.limits.limiter import Group, Refusal, Settlement
+from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 from gateway.runtime.internals import evalsha_head as pack_head
@@ -108,10 +109,12 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]
     reservations it releases, and to keep if the call fails). A settlement per request cost more CPU
     under load (argument JSON, the call's packing and reply) than the rest of its limits
     (docs/performance.md)."""
-    groups: dict[Group, tuple[Settlement, list[int], list[Settlement]]] = {}
+    groups: dict[tuple[object, ...], tuple[Settlement, list[int], list[Settlement]]] = {}
     for s in items:
         plan = s.plan
-        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, plan.windows)
+        # ``Settlement.group``, with the budget windows by identity (made once per layout and period):
+        # a window's hash is a Python-level hash of its fields, two per settlement
+        same = (plan.layout.keys, plan.usage_key, plan.key_id, s.model, s.target, id(plan.windows))
         group = groups.get(same)
         if group is None:
             group = groups[same] = (s, [0, 0, 0, 0, 0, 0, 0], [])
@@ -162,6 +165,7 @@ class RedisLimiter:
         self._channel = None if self.cluster else ScriptChannel(client)
         # The admission's command up to its argument, packed once per team key (its keys)
         self._admit_heads: dict[tuple[str, ...], bytes] = {}
+        self._templates = Templates()  # and its argument, filled in per request
         self.reserves = Reserves() if advance else None
         self._sweep: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,8 +179,13 @@ class RedisLimiter:
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         if plan.layout.budgets:
-            keys = plan.layout.keys
-            return budget_answer(plan, await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads))
+            keys, args = plan.layout.keys, self._admit_args(plan, lease_ttl_ms)
+            if self._channel is None:
+                return budget_answer(plan, await self._run(self._admit, keys, args))
+            result = await self._send(self._admit, keys, args, heads=self._admit_heads)  # ``_run``'s, inline
+            if isinstance(result, Exception):
+                result = await self._error_reply(self._admit, keys, args, result)
+            return budget_answer(plan, result)
         reserves = self.reserves
         if reserves is not None:
             estimate = plan.estimate  # its own, before a reserve's replaces it
@@ -186,7 +195,8 @@ class RedisLimiter:
                 self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
                 return None
         if reserves is None:
-            result = await self._run(self._admit, plan.layout.keys, _args(plan, lease_ttl_ms), self._admit_heads)
+            args = self._admit_args(plan, lease_ttl_ms)
+            result = await self._run(self._admit, plan.layout.keys, args, self._admit_heads)
         else:
             result = await self._on_path(reserves, plan, lease_ttl_ms)
         if int(result[0]) == 0:
@@ -199,12 +209,17 @@ class RedisLimiter:
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
 
+    def _admit_args(self, plan: Plan, *extra: int) -> bytes:
+        """ADMIT's argument: from the team key's template (``argv``), or the generic walk where none fits."""
+        args = self._templates.args(plan, *extra)
+        return args if args is not None else _args(plan, *extra)
+
     async def _on_path(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int) -> Any:
         """The admission's round trip, counted in ``reserves.on_path`` while it is out."""
         keys = plan.layout.keys
         reserves.on_path[keys] = reserves.on_path.get(keys, 0) + 1
         try:
-            return await self._run(self._admit, keys, _args(plan, lease_ttl_ms), self._admit_heads)
+            return await self._run(self._admit, keys, self._admit_args(plan, lease_ttl_ms), self._admit_heads)
         finally:
             left = reserves.on_path[keys] - 1
             if left:
@@ -221,7 +236,7 @@ class RedisLimiter:
             return
         ahead, units = wanted
         keys = ahead.layout.keys
-        args = _args(ahead, lease_ttl_ms, units)
+        args = self._admit_args(ahead, lease_ttl_ms, units)
         if self._channel is None:
             self._spawn(self._ahead_alone(reserves, ahead, args))
             return

@@ -18,7 +18,7 @@ CORPUS = [
 ] * 50
 # server.MAX_MODEL_LEN's room: vLLM's rotary embedding keeps a cos/sin row per position up to this, and
 # its CPU kernel does not check the bound (docs/vllm.md); vLLM refuses a longer --max-model-len.
-POSITIONS = 8192
+POSITIONS = 32768
 
 
 def main(out: str) -> None:

@@ -21,11 +21,12 @@ VENV = Path(os.environ.get("GATEWAY_VLLM_VENV", ROOT / ".vllm-venv"))
 MODEL = Path(os.environ.get("GATEWAY_VLLM_MODEL", ROOT / ".vllm-model"))
 SERVED_NAME = "tiny"
 # A hang-up test asks for an answer the engine cannot finish in the time the hang-up takes to land, even
-# on a loaded machine (480 tokens, ~1 s, once did). Within the tiny model's max_position_embeddings
-# (make_tiny_llama.py), which vLLM enforces: never pass VLLM_ALLOW_LONG_MAX_MODEL_LEN. Past it, vLLM's
-# CPU rotary-embedding kernel reads beyond its cos/sin table: garbage or a crash, and a server whose later
-# greedy answers are token 0 (docs/vllm.md, "Positions past the model's table").
-MAX_MODEL_LEN = 8192
+# on a loaded machine (480 tokens, ~1 s, once did; 8000, with two CI runs side by side, did too). Within
+# the tiny model's max_position_embeddings (make_tiny_llama.py), which vLLM enforces: never pass
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN. Past it, vLLM's CPU rotary-embedding kernel reads beyond its cos/sin
+# table: garbage or a crash, and a server whose later greedy answers are token 0 (docs/vllm.md,
+# "Positions past the model's table").
+MAX_MODEL_LEN = 32768
 READY_TIMEOUT = float(os.environ.get("GATEWAY_VLLM_READY_TIMEOUT", "180"))
 ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
