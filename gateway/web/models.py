@@ -83,6 +83,7 @@ async def list_models(request: web.Request) -> web.Response:
         now = int(time.time())
         if dialect is ANTHROPIC:
             query = anthropic_models.page_query(request.query.items())
+            names = [n for n in names if _canonical(gw, n) == n]
             return _json(anthropic_models.model_list(names, _created_at(now), query), rid)
     except GatewayError as err:
         return error_response(dialect, err, rid)
@@ -99,5 +100,12 @@ async def get_model(request: web.Request) -> web.Response:
         return error_response(dialect, err, rid)
     now = int(time.time())
     if dialect is ANTHROPIC:
-        return _json(anthropic_models.model_card(name, _created_at(now)), rid)
+        return _json(anthropic_models.model_card(_canonical(gw, name), _created_at(now)), rid)
     return _json(openai_render.model_card(name, now), rid)
+
+
+def _canonical(gw: Gateway, name: str) -> str:
+    """A configured alias's model name. Anthropic's list holds models' ids, not their aliases, and its
+    retrieve takes an alias and answers with the model's id; OpenAI's echoes the name asked for."""
+    route = gw.models.routes.get(name)
+    return route.public if route is not None else name
