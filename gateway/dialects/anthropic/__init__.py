@@ -38,7 +38,7 @@ class AnthropicDialect:
         return AnthropicDialect(betas) if betas else self
 
     def parse(self, operation: Operation, body: dict[str, JSON], flavour: str) -> InternalRequest:
-        return parse_count(body) if flavour == "count_tokens" else parse(body, self.betas)
+        return parse_count(body, self.betas) if flavour == "count_tokens" else parse(body, self.betas)
 
     def render(self, request: InternalRequest, completion: Completion) -> JSON:
         return render(request, completion)

@@ -303,9 +303,10 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     )
 
 
-def parse_count(data: dict[str, JSON]) -> InternalRequest:
+def parse_count(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     """A count_tokens body: the request it would be, with no answer asked for; the body itself kept for
-    an Anthropic target's own count."""
+    an Anthropic target's own count, with the betas only Anthropic honours (a count is never refused
+    for them: every other target's count is the gateway's own, which no beta changes)."""
     fs = FeatureSet()
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
     b = validate(CountTokensBody, checked_copy(rest, CountTokensBody.model_fields, fs))
@@ -316,6 +317,7 @@ def parse_count(data: dict[str, JSON]) -> InternalRequest:
         messages=messages(b.system, b.messages),
         sampling=Sampling(max_tokens=1),
         chat=chat_options(b, fs),
+        extra_headers={"anthropic-beta": betas} if betas else None,
         native=data,  # what an Anthropic target is asked to count, as it came
         native_dialect="anthropic",
     )
