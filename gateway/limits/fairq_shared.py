@@ -32,11 +32,12 @@ and takes them back when the requests end; it asks for the next block in the bac
 spare runs out, and gives spare slots back when they go unused (``give``). Block slots are ordinary
 leases in ``run`` (renewed with the others, so a killed gateway's come back within the lease), also
 listed in ``blk``. When a call finds the pool near saturation (free slots fewer than a block, or a
-request queued) while blocks are out, it publishes ``tight``: every gateway gives
-its spare slots back at once, returns each block slot as its request ends (a ``leave``, which hands it
-to the head of the queue) and queues per request, trying a lease again at most every
-``POLL_SECONDS``. So the fair order and the reserve (no blocks with a reserve) hold when saturated; a
+request queued) while blocks are out, it publishes ``tight``: every gateway gives its spare slots
+back at once, returns each block slot as its request ends (a ``leave``, which hands it to the head of
+the queue) and queues per request, trying a lease again at most every ``fairq_blocks.RETRY_SECONDS``.
+So the fair order and the reserve (no blocks with a reserve) hold when saturated; a
 request can wait while another gateway's spare slots are on their way back (one message and one call).
+Every renewal says ``tight`` again while anyone waits, for a gateway whose listener missed it.
 
 While Redis is out (``redis.retry_seconds`` breaker), each gateway queues on its own share
 (``queue.share``, or capacity / ``limits.replicas``) as limits do, or refuses with 503 under
@@ -199,6 +200,8 @@ if op == 'renew' then
       redis.call('ZADD', blk, 'XX', expiry, ARGV[i])
     end
   end
+  -- said again while anyone waits: a gateway that missed the first message (its listener was down)
+  if waiting() > 0 then tighten() end
   return {renewed}
 end
 

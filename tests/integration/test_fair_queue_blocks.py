@@ -210,3 +210,34 @@ async def test_a_killed_gateways_block_slots_come_back_within_the_lease(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await client.aclose()
+
+
+async def test_a_gateway_that_missed_tight_hears_it_at_the_next_renewal(client: Any) -> None:
+    """Four slots, blocks of one: A holds a spare slot and its listener is down when B's requests
+    fill the pool and one queues; once A listens again, B's next renewal says ``tight`` again and
+    A's spare goes to B's waiter."""
+    pair = Pair(client, 4, 1)
+    a, b = pair.queues
+    pair.listeners[1].start()
+    try:
+        held = [await a.enter(ticket("a0"), lambda: None)]
+        await eventually(lambda: len(a.blocks.spare) == 1, "a block leased by A")
+        held += [await b.enter(ticket(f"b{i}"), lambda: None) for i in range(2)]
+        waiter = asyncio.create_task(b.enter(ticket("b2"), lambda: None))
+        await eventually(lambda: client.zcard(keys(pair.model, 2)[2]), "B's third in the shared queue")
+        assert a.blocks.spare and not a.blocks.tight  # the message went by while A was not listening
+        a.shared.expect("probe")
+        pair.listeners[0].start()
+        await eventually(lambda: _heard_by(a, pair.model), "A listening again")
+        await b.renew()
+        held.append(await waiter)
+        assert not a.blocks.spare and a.blocks.tight
+        for slot in held:
+            slot.release()
+    finally:
+        await pair.close()
+
+
+async def _heard_by(queue: SharedQueue, model: str) -> bool:
+    await queue.shared.client.publish(channel(model), "probe")
+    return "probe" in queue.shared.told
