@@ -166,6 +166,9 @@ class FairQueues:
                     settings = learned(settings, queue.settings.capacity, policy.replicas)
                 queue.reconfigure(settings)
             queues[model] = queue
+        for model, old in self.queues.items():
+            if queues.get(model) is not old and isinstance(old, SharedQueue):
+                old.blocks.saturated()  # its spare back now, its slots in use back as their requests end
         self.queues = queues
 
     def build(self, model: str, settings: QueueSettings) -> ModelQueue:

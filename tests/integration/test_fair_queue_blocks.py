@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import QueueSettings, Slot, Ticket
+from gateway.limits.fairq_policy import FairPolicy, FairQueues
 from gateway.limits.fairq_shared import Listener, Shared, SharedQueue, channel, keys
 from tests.integration.dialect_clients import BY_NAME
 from tests.integration.test_fair_queue_shared import HOLD, doomed_and_survivor
@@ -241,3 +242,23 @@ async def test_a_gateway_that_missed_tight_hears_it_at_the_next_renewal(client: 
 async def _heard_by(queue: SharedQueue, model: str) -> bool:
     await queue.shared.client.publish(channel(model), "probe")
     return "probe" in queue.shared.told
+
+
+async def test_a_reload_that_drops_a_queue_gives_its_block_back(client: Any) -> None:
+    """A reload that removes a model's queue (or rebuilds it for other classes): the old queue's spare
+    goes back at once and its slot in use when its request ends, not a lease later (nobody renews them)."""
+    model = uuid.uuid4().hex
+    policy = FairPolicy(queues={model: QueueSettings(8, 64, 60.0, share=8, block=2)})
+    fair = FairQueues(policy, client)
+    queue = fair.queues[model]
+    first = await queue.enter(ticket("a0"), lambda: None)
+    assert isinstance(queue, SharedQueue)
+    await eventually(lambda: len(queue.blocks.spare) == 2, "a block leased")
+    held = await queue.enter(ticket("a1"), lambda: None)
+    assert held.rid.startswith(queue.blocks.prefix)
+    first.release()
+    await eventually(lambda: _zcard_is(client, keys(model, 2)[0], 2), "a block slot in use and one spare")
+    fair.configure(FairPolicy())
+    await eventually(lambda: _zcard_is(client, keys(model, 2)[0], 1), "the spare given back")
+    held.release()
+    await eventually(lambda: _zcard_is(client, keys(model, 2)[0], 0), "the slot in use given back as it ended")
