@@ -60,6 +60,7 @@ class QueueSettings:
     auto: bool = False  # ``capacity: auto``: ``capacity`` is learned (``fairq_policy.Learner``)
     reserve: int = 0  # free slots kept for another team's or a higher class's next arrival (0: off)
     reserve_window: float = 2.0  # seconds since a team's or class's last arrival that keep it active
+    block: int = 0  # with Redis, slots a gateway leases at once while the pool is far from full (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +386,14 @@ class ModelQueue:
         self.local.reserve.slots, self.local.reserve.window = settings.reserve, settings.reserve_window
         FAIR_CAPACITY.labels(self.model).set(self.local.capacity)
         self.local.promote()
+
+    def at_once(self, rank: int) -> Slot | None:
+        """A slot free now, taken with no ticket and no await (no reserve: it asks who the request
+        is); else None, and the request ``enter``s."""
+        if self.settings.reserve or not self.local.take():
+            return None
+        self.gauges.slots.n += 1
+        return Slot(self)
 
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
         """A slot for ``ticket``: at once when one is free, else after waiting its turn; or the refusal."""

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from gateway.core.errors import InvalidRequest
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, QueueSettings, Ticket
+from gateway.limits.fairq_blocks import block_size
 from gateway.limits.fairq_shared import Listener, Shared, SharedQueue
 from gateway.runtime.config import GatewayConfig
 
@@ -94,11 +95,18 @@ def fair_policy(config: GatewayConfig) -> FairPolicy:
 def settings(capacity: int | str, max_waiting: int, timeout: float, share: int | None, replicas: int) -> QueueSettings:
     auto = capacity == "auto"
     slots = UNLEARNED if isinstance(capacity, str) else capacity
-    return QueueSettings(slots, max_waiting, timeout, share or math.ceil(slots / replicas), auto)
+    share = share or math.ceil(slots / replicas)
+    return QueueSettings(slots, max_waiting, timeout, share, auto, block=block_size(slots, replicas, 0))
 
 
 def reserved(settings: QueueSettings, slots: int, window: float) -> QueueSettings:
     return dataclasses.replace(settings, reserve=slots, reserve_window=window)
+
+
+def learned(settings: QueueSettings, capacity: int, replicas: int) -> QueueSettings:
+    """``settings`` with a learned capacity, and the share and block that follow from it."""
+    share, block = math.ceil(capacity / replicas), block_size(capacity, replicas, 0)
+    return dataclasses.replace(settings, capacity=capacity, share=share, block=block)
 
 
 class Gauged(Protocol):
@@ -155,9 +163,7 @@ class FairQueues:
                 queue = self.build(model, settings)
             else:
                 if settings.auto and queue.settings.auto:  # what was learned stays until learned again
-                    slots = queue.settings.capacity
-                    share = math.ceil(slots / policy.replicas)
-                    settings = dataclasses.replace(settings, capacity=slots, share=share)
+                    settings = learned(settings, queue.settings.capacity, policy.replicas)
                 queue.reconfigure(settings)
             queues[model] = queue
         self.queues = queues
@@ -174,8 +180,7 @@ class FairQueues:
         """A ``capacity: auto`` model's capacity, as ``Learner`` last learned it."""
         queue = self.queues.get(model)
         if queue is not None and queue.settings.auto and queue.settings.capacity != capacity:
-            s = queue.settings
-            queue.reconfigure(dataclasses.replace(s, capacity=capacity, share=math.ceil(capacity / replicas)))
+            queue.reconfigure(learned(queue.settings, capacity, replicas))
 
     async def keeper(self) -> None:
         """Renews this gateway's slot leases, so only a dead gateway's run out."""
@@ -201,4 +206,7 @@ async def running(fair: FairQueues) -> AsyncIterator[None]:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+        for queue in fair.queues.values():  # spare block slots back, not stranded for a lease
+            if isinstance(queue, SharedQueue):
+                await queue.blocks.close()
         await listener.close()

@@ -11,6 +11,7 @@ One Lua script does everything atomically, on Redis's clock. Its keys share the 
                                      class's virtual time is their lowest
     gw:fq:{model}:who          HASH  waiter id → team; ``#<id>`` → its arrival number (``~n``: the last)
     gw:fq:{model}:act:<rank>   ZSET  with ``queue.reserve``: team → its last arrival (ms), within the window
+    gw:fq:{model}:blk          ZSET  the slots of ``run`` leased in blocks: slot id → expiry (ms)
 
 A tag hash also counts each team's waiters (``q:<team>``), which the reserve asks (``fairq.Reserve``).
 
@@ -23,7 +24,20 @@ gives free slots to the heads of the queue, highest class first, and publishes t
 same step, and the waiter's gateway learns of it from that message (no further call): a grant is one
 round trip after the release. A waiter checks by itself every ``POLL_SECONDS`` when no message names
 it (a lease that ran out publishes nothing), which renews its place. A free slot with nobody waiting
-costs one round trip: the ``enter`` call that takes it.
+costs one round trip: the ``enter`` call that takes it, unless this gateway holds a block.
+
+Blocks: while the pool is far from saturated, a gateway leases ``block`` slots at once (``lease``:
+granted only while nobody waits and as many again stay free), hands them to requests with no call,
+and takes them back when the requests end; it asks for the next block in the background before its
+spare runs out, and gives spare slots back when they go unused (``give``). Block slots are ordinary
+leases in ``run`` (renewed with the others, so a killed gateway's come back within the lease), also
+listed in ``blk``. When a call finds the pool near saturation (free slots fewer than a block, or a
+request queued) while blocks are out, it publishes ``tight``: every gateway gives its spare slots
+back at once, returns each block slot as its request ends (a ``leave``, which hands it to the head of
+the queue) and queues per request, trying a lease again at most every ``fairq_blocks.RETRY_SECONDS``.
+So the fair order and the reserve (no blocks with a reserve) hold when saturated; a
+request can wait while another gateway's spare slots are on their way back (one message and one call).
+Every renewal says ``tight`` again while anyone waits, for a gateway whose listener missed it.
 
 While Redis is out (``redis.retry_seconds`` breaker), each gateway queues on its own share
 (``queue.share``, or capacity / ``limits.replicas``) as limits do, or refuses with 503 under
@@ -47,6 +61,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.core.errors import StoreUnavailable
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import Down, ModelQueue, QueueSettings, Slot, Ticket
+from gateway.limits.fairq_blocks import Blocks
 from gateway.obs.metrics import FAIR_WAIT
 from gateway.runtime.internals import bulk, evalsha_head
 from gateway.runtime.throttle import LogThrottle
@@ -57,11 +72,12 @@ POLL_SECONDS = 0.5  # a waiter checks by itself this often when no message names
 WAITER_LEASE = 10 * POLL_SECONDS  # a waiter not checked for this long (its gateway gone) leaves the queue
 FAILURES = (RedisError, OSError, TimeoutError)
 
-# KEYS: run, alive, wait:0..n-1, tag:0..n-1, vt:0..n-1, act:0..n-1, who. ARGV: op
-# (enter|check|leave|renew), capacity, max_waiting, slot lease ms, channel, waiter lease ms, reserve
-# slots, reserve window ms, then per op: enter/check: id, rank, team, weight; leave: id, rank; renew:
-# the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full; {-2} gone (evicted); leave: {n} slots
-# given back; renew: {n} renewed.
+# KEYS: run, alive, wait:0..n-1, tag:0..n-1, vt:0..n-1, act:0..n-1, blk, who. ARGV: op
+# (enter|check|leave|renew|lease|give), capacity, max_waiting, slot lease ms, channel, waiter lease
+# ms, reserve slots, reserve window ms, block size, then per op: enter/check: id, rank, team, weight;
+# leave: id, rank; renew, lease, give: the ids. Answers: {1} granted; {0, ahead} waiting; {-1} full;
+# {-2} gone (evicted); leave: {n} slots given back; renew: {n} renewed; lease: {n} leased (all or
+# none); give: {n} given back.
 SCRIPT = """
 local op, cap, bound, lease, chan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local t = redis.call('TIME')
@@ -69,8 +85,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = string.format('%d', now + lease)
 local wexpiry = string.format('%d', now + tonumber(ARGV[6]))
 local reserve, rwindow = tonumber(ARGV[7]), tonumber(ARGV[8])
-local run, alive, who = KEYS[1], KEYS[2], KEYS[#KEYS]
-local n = (#KEYS - 3) / 4
+local block = tonumber(ARGV[9])
+local run, alive, blk, who = KEYS[1], KEYS[2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local n = (#KEYS - 4) / 4
 local window = math.max(1, math.min(cap, 64))
 local function wait(r) return KEYS[3 + r] end
 local function tags(r) return KEYS[3 + n + r] end
@@ -134,8 +151,14 @@ local function kept(r, team, free, total)
   return others > 0
 end
 
+-- near saturation while gateways hold blocks: they give their spare slots back and queue per request
+local function tighten()
+  if redis.call('ZCARD', blk) > 0 then redis.call('PUBLISH', chan, 'tight') end
+end
+
 local function tidy_and_promote()
   redis.call('ZREMRANGEBYSCORE', run, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', blk, '-inf', now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do drop_waiter(id) end
   local promoted = {}
   while redis.call('ZCARD', run) < cap do
@@ -170,13 +193,45 @@ end
 
 if op == 'renew' then
   local renewed = 0
-  for i = 9, #ARGV do renewed = renewed + redis.call('ZADD', run, 'XX', 'CH', expiry, ARGV[i]) end
+  for i = 10, #ARGV do
+    if redis.call('ZSCORE', run, ARGV[i]) then
+      renewed = renewed + 1
+      redis.call('ZADD', run, expiry, ARGV[i])
+      redis.call('ZADD', blk, 'XX', expiry, ARGV[i])
+    end
+  end
+  -- said again while anyone waits: a gateway that missed the first message (its listener was down)
+  if waiting() > 0 then tighten() end
   return {renewed}
 end
 
-local id, rank, team = ARGV[9], tonumber(ARGV[10]), ARGV[11]
+-- a block of slots for a gateway to hand out with no call: only while nobody waits and as many again
+-- stay free; else the pool nears saturation and every gateway queues per request
+if op == 'lease' then
+  tidy_and_promote()
+  local k = #ARGV - 9
+  if waiting() > 0 or cap - redis.call('ZCARD', run) < 2 * k then return {0} end
+  for i = 10, #ARGV do
+    redis.call('ZADD', run, expiry, ARGV[i])
+    redis.call('ZADD', blk, expiry, ARGV[i])
+  end
+  return {k}
+end
+
+if op == 'give' then
+  local given = 0
+  for i = 10, #ARGV do
+    given = given + redis.call('ZREM', run, ARGV[i])
+    redis.call('ZREM', blk, ARGV[i])
+  end
+  tidy_and_promote()
+  return {given}
+end
+
+local id, rank, team = ARGV[10], tonumber(ARGV[11]), ARGV[12]
 if op == 'leave' then
   local held = redis.call('ZREM', run, id)
+  redis.call('ZREM', blk, id)
   drop_waiter(id)
   tidy_and_promote()
   return {held}
@@ -198,9 +253,10 @@ local total = waiting()
 local free = cap - redis.call('ZCARD', run)
 if total == 0 and free > 0 and not kept(rank, team, free, 0) then
   redis.call('ZADD', run, expiry, id)
+  if free - 1 < block then tighten() end
   return {1}
 end
-local weight = tonumber(ARGV[12])
+local weight = tonumber(ARGV[13])
 local v = virtual(rank)
 -- never earlier than the virtual time less the credit a team below its share banks (twice the window)
 local start = v - 2 * window
@@ -232,13 +288,14 @@ if total >= bound then
   drop_waiter(victim)
   redis.call('PUBLISH', chan, 'evicted:' .. victim)
 end
-redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[12])
+redis.call('HSET', tags(rank), team, finish, 'w:' .. team, ARGV[13])
 queued(rank, team, 1)
 redis.call('HSET', who, id, team, '#' .. id, redis.call('HINCRBY', who, '~n', 1))
 redis.call('ZADD', wait(rank), tag, id)
 redis.call('ZADD', alive, wexpiry, id)
 tidy_and_promote()
 if redis.call('ZSCORE', run, id) then return {1} end
+tighten()
 return {0, ahead(rank, tag)}
 """
 
@@ -252,7 +309,7 @@ def keys(model: str, classes: int) -> list[str]:
     tags = [f"{base}:tag:{r}" for r in range(classes)]
     starts = [f"{base}:vt:{r}" for r in range(classes)]
     seen = [f"{base}:act:{r}" for r in range(classes)]
-    return [f"{base}:run", f"{base}:alive", *waits, *tags, *starts, *seen, f"{base}:who"]
+    return [f"{base}:run", f"{base}:alive", *waits, *tags, *starts, *seen, f"{base}:blk", f"{base}:who"]
 
 
 def channel(model: str) -> str:
@@ -276,11 +333,14 @@ class Shared:
         self.calls = calls
         self.head = (SHA, [k.encode() for k in self.keys])
         self.reserve = (0, 0)  # ``queue.reserve`` and its window (ms), as the script takes them
+        self.block = 0  # the slots a gateway leases at once (0: none, per request only)
+        self.tightened: Callable[[], None] = _nothing  # told ``tight``: the pool nears saturation
         self.parked: dict[str, asyncio.Event] = {}  # request id → set when a message names it
         self.told: dict[str, int] = {}  # parked ids a message named: GRANTED or GONE (evicted)
 
     async def call(self, op: str, capacity: int, bound: int, *args: str | int | float) -> list[int]:
-        argv = [op, capacity, bound, self.lease_ms, self.channel, int(WAITER_LEASE * 1000), *self.reserve, *args]
+        argv: list[str | int | float] = [op, capacity, bound, self.lease_ms, self.channel, int(WAITER_LEASE * 1000)]
+        argv += [*self.reserve, self.block, *args]
         if self.calls is None:
             return [int(x) for x in await self.script(keys=self.keys, args=argv)]
         words = [str(a).encode() for a in argv]
@@ -301,9 +361,18 @@ class Shared:
     async def renew(self, rids: list[str], capacity: int, bound: int) -> int:
         return (await self.call("renew", capacity, bound, *rids))[0]
 
+    async def lease(self, rids: list[str], capacity: int, bound: int) -> int:
+        return (await self.call("lease", capacity, bound, *rids))[0]
+
+    async def give(self, rids: list[str], capacity: int, bound: int) -> int:
+        return (await self.call("give", capacity, bound, *rids))[0]
+
     def heard(self, data: str) -> None:
         """A message on the channel: the ids it names (promoted, or ``evicted:`` ones) wake their waiters."""
         for word in data.split():
+            if word == "tight":
+                self.tightened()
+                continue
             rid = word.removeprefix("evicted:")
             event = self.parked.get(rid)
             if event is not None:
@@ -390,15 +459,34 @@ class SharedQueue(ModelQueue):
         self.held: dict[str, int] = {}  # this gateway's leases: request id → class, renewed while held
         self.counted: set[str] = set()  # held leases counted in this gateway's share since Redis failed
         self.tasks: set[asyncio.Task[None]] = set()
+        self.blocks = Blocks(shared, self.later, self.failed)
+        shared.tightened = self.blocks.tighten
+        self.configure_blocks(settings)
 
     def local_capacity(self, settings: QueueSettings) -> int:
         return settings.share or settings.capacity
 
     def reconfigure(self, settings: QueueSettings) -> None:
         self.shared.reserve = reserved(settings)
+        self.configure_blocks(settings)
         super().reconfigure(settings)
 
+    def configure_blocks(self, settings: QueueSettings) -> None:
+        size = 0 if settings.reserve else settings.block  # a reserve counts every arrival in Redis
+        self.shared.block = size
+        self.blocks.configure(size, settings.capacity, settings.max_waiting)
+
+    def at_once(self, rank: int) -> Slot | None:
+        rid = self.blocks.take()
+        if rid is None:
+            return None
+        self.held[rid] = rank  # renewed while held, counted in the share if Redis fails meanwhile
+        self.gauges.slots.n += 1
+        return Slot(self, rid, rank)
+
     async def enter(self, ticket: Ticket, down: Down) -> Slot:
+        if (slot := self.at_once(ticket.rank)) is not None:  # a slot of this gateway's block: no call
+            return slot
         if time.monotonic() < self.down_until:
             return await self.outage(ticket, down)
         # the wait, here or in this gateway's share after a failure, ends at arrival + timeout
@@ -440,6 +528,7 @@ class SharedQueue(ModelQueue):
 
     def failed(self, exc: BaseException) -> None:
         self.down_until = time.monotonic() + self.retry_seconds
+        self.blocks.drop(self.down_until)
         # the requests still running on Redis's slots fill this gateway's share until they end
         for rid in self.held.keys() - self.counted:
             self.counted.add(rid)
@@ -501,6 +590,8 @@ class SharedQueue(ModelQueue):
         if slot.rid in self.counted:
             self.counted.discard(slot.rid)
             self.local.release()
+        elif self.blocks.put(slot.rid):
+            return
         self.later(self.shared.leave(slot.rid, slot.rank, self.settings.capacity, self.settings.max_waiting))
 
     def later(self, call: Any) -> None:
@@ -516,16 +607,28 @@ class SharedQueue(ModelQueue):
             throttled.warning(f"fairq:leave:{self.model}", "a slot's release failed (%s): its lease runs out", exc)
 
     async def renew(self) -> None:
-        if self.held and time.monotonic() >= self.down_until:
+        """The leases this gateway holds, renewed (a block's spare among them); spare slots no request
+        needed since the last renewal go back."""
+        rids, s = [*self.held, *self.blocks.spare], self.settings
+        if (rids or self.blocks.lapsed) and time.monotonic() >= self.down_until:
             try:
-                await self.shared.renew(list(self.held), self.settings.capacity, self.settings.max_waiting)
+                renewed = await self.shared.renew(rids, s.capacity, s.max_waiting) if rids else 0
             except FAILURES as exc:
                 self.failed(exc)
+                return
+            if renewed < len(rids):  # a lease lost (Redis restarted, flushed): no spare is handed out
+                self.blocks.lost()
+            self.blocks.answered()
+        self.blocks.trim()
 
 
 def reserved(settings: QueueSettings) -> tuple[int, int]:
     """``queue.reserve`` and its window in ms, as the script takes them."""
     return settings.reserve, int(settings.reserve_window * 1000)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _text(value: Any) -> str:

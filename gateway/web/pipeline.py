@@ -174,7 +174,8 @@ async def steps(ex: Exchange) -> web.StreamResponse:
     choose(ex)
     await admit(ex)
     try:
-        if (fq := ex.gw.fair.queues.get(ex.route.label)) is not None:  # no queue configured: no more work
+        # no queue configured: no more work; a free slot that needs no call: no ticket and no await
+        if (fq := ex.gw.fair.queues.get(ex.route.label)) is not None and not at_once(ex, fq):
             await queue(ex, fq)
         return await call(ex)
     finally:
@@ -242,6 +243,17 @@ async def admit(ex: Exchange) -> None:
     ex.plan = plan
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
+
+
+def at_once(ex: Exchange, fq: ModelQueue) -> bool:
+    """Step ``queue`` for a slot free at once with no call (``ModelQueue.at_once``); untraced only (a
+    traced request's queue span comes from ``queue``)."""
+    if ex.trace is not None:
+        return False
+    policy, principal = ex.gw.fair.policy, ex.principal
+    asked = policy.asked(ex.request.headers.getall(PRIORITY_HEADER, []))
+    ex.slot = fq.at_once(policy.rank(principal.team, principal.key_id, asked))
+    return ex.slot is not None
 
 
 async def queue(ex: Exchange, fq: ModelQueue) -> None:

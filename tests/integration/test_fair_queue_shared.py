@@ -38,7 +38,7 @@ from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, KEY
 from tests.support import eventually
-from tests.support.gateways import Gateways
+from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisServer
 
 OPENAI = BY_NAME["openai"]
@@ -339,22 +339,30 @@ async def test_with_redis_out_and_closed_policy_the_answer_is_503(gateway: Gatew
 # --- a gateway killed while it holds slots ------------------------------------------------------------
 
 
-async def test_a_killed_gateways_slots_come_back_within_the_lease(
-    tmp_path: Path, upstream: Any, redis_server: RedisServer, gateways: Gateways
-) -> None:
-    server = await upstream("openai")
+async def doomed_and_survivor(
+    tmp_path: Path, server: Any, redis_url: str, gateways: Gateways, capacity: int
+) -> tuple[str, Served, Served]:
+    """Two gateway processes in front of ``server`` sharing a fresh model's queue, leases of 2 s."""
     model = f"m{uuid.uuid4().hex[:8]}"
+    queue = {"capacity": capacity, "timeout": 60}
     data = {
-        "models": [{"name": model, "targets": [target(server, "openai")], "queue": {"capacity": 2, "timeout": 60}}],
+        "models": [{"name": model, "targets": [target(server, "openai")], "queue": queue}],
         "teams": [{"id": "team1", "keys": [{"id": "k1", "env": "FQ_KEY"}]}],
-        "redis": {"url": redis_server.url, "timeout_ms": 1000},
+        "redis": {"url": redis_url, "timeout_ms": 1000},
         "limits": {"lease_ttl": 2},
     }
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(data))
     env = {"FQ_KEY": KEY, "TEST_UPSTREAM_KEY": "upstream-key"}
     doomed = await gateways.start("--config", str(path), env=env)
-    survivor = await gateways.start("--config", str(path), env=env)
+    return model, doomed, await gateways.start("--config", str(path), env=env)
+
+
+async def test_a_killed_gateways_slots_come_back_within_the_lease(
+    tmp_path: Path, upstream: Any, redis_server: RedisServer, gateways: Gateways
+) -> None:
+    server = await upstream("openai")
+    model, doomed, survivor = await doomed_and_survivor(tmp_path, server, redis_server.url, gateways, 2)
     path_, headers, body = OPENAI.request(model, HOLD, False)
     async with aiohttp.ClientSession() as session:
 

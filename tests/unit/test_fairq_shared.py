@@ -126,3 +126,120 @@ async def test_slots_taken_from_redis_fill_the_share_while_redis_is_out() -> Non
     assert slot.rid == "" and q.local.running == 1
     slot.release()
     assert q.local.running == 0
+
+
+# --- blocks: slots leased at once, handed out with no call -----------------------------------------
+
+
+def blocked(shared: Shared, capacity: int = 8, block: int = 2) -> SharedQueue:
+    settings = QueueSettings(capacity=capacity, max_waiting=8, timeout=10.0, share=1, block=block)
+    return SharedQueue("m", settings, 2, shared, closed=False, retry_seconds=60.0)
+
+
+def ops(shared: Scripted) -> list[str]:
+    return [op for op, _ in shared.calls]
+
+
+async def test_slots_of_a_leased_block_are_handed_out_and_taken_back_with_no_call() -> None:
+    shared = Scripted({"enter": answer([1]), "lease": answer([2]), "leave": answer([1])})
+    q = blocked(shared)
+    first = await q.enter(ticket("r0"), lambda: None)  # no block yet: the request's own call
+    await eventually(lambda: len(q.blocks.spare) == 2, "a block of two leased in the background")
+    first.release()
+    await eventually(lambda: "leave" in ops(shared), "the request's own slot left")
+    for i in range(20):  # one at a time, then two at once: the block serves them all
+        slots = [await q.enter(ticket(f"r{i}.{j}"), lambda: None) for j in range(2)]
+        assert all(s.rid.startswith(q.blocks.prefix) for s in slots)
+        for s in slots:
+            s.release()
+    assert sorted(ops(shared)) == ["enter", "lease", "leave"]  # 40 requests, not one call
+    assert len(q.blocks.spare) == 2 and not q.held
+
+
+async def test_tight_gives_the_spare_back_and_each_block_slot_as_its_request_ends() -> None:
+    """Another gateway's call found the pool near saturation: this one's spare goes back at once, a
+    block slot in use goes back to the queue (a ``leave``: to the head of the line) when its request
+    ends, and the next request queues per request."""
+    given: list[str] = []
+
+    async def give(rid: str) -> list[int]:
+        given.append(rid)
+        return [1]
+
+    shared = Scripted({"enter": answer([1]), "lease": answer([2]), "leave": answer([1]), "give": give})
+    q = blocked(shared)
+    (await q.enter(ticket("r0"), lambda: None)).release()
+    await eventually(lambda: len(q.blocks.spare) == 2, "a block leased")
+    in_use = await q.enter(ticket("r1"), lambda: None)
+    spare = q.blocks.spare[0]
+    shared.heard("tight")
+    await eventually(lambda: given == [spare], "the spare slot given back")
+    in_use.release()
+    await eventually(lambda: ("leave", in_use.rid) in shared.calls, "the block slot in use left to the queue")
+    assert not q.blocks.spare and not q.blocks.mine
+    slot = await q.enter(ticket("r2"), lambda: None)
+    assert slot.rid == "r2" and shared.calls[-1] == ("enter", "r2")  # per request, no lease within the retry
+    slot.release()
+
+
+async def test_a_lease_granted_across_a_tight_message_goes_back_unused() -> None:
+    """The lease's answer and ``tight`` travel on different connections: a block granted while a
+    ``tight`` came is given back, never handed out."""
+    shared: Scripted
+    given: list[str] = []
+
+    async def lease(rid: str) -> list[int]:
+        shared.heard("tight")  # the message overtook the answer
+        return [2]
+
+    async def give(rid: str) -> list[int]:
+        given.append(rid)
+        return [2]
+
+    shared = Scripted({"enter": answer([1]), "lease": lease, "leave": answer([1]), "give": give})
+    q = blocked(shared)
+    (await q.enter(ticket("r0"), lambda: None)).release()
+    await eventually(lambda: given, "the block given back")
+    assert given[0].startswith(q.blocks.prefix)
+    assert not q.blocks.spare and q.blocks.tight
+
+
+async def test_a_lost_lease_drops_the_spare_and_a_failure_keeps_it_unused() -> None:
+    """A renewal that finds fewer leases than it renews (Redis flushed or restarted) gives the spare
+    back and hands none of it out again; nor does a gateway whose call failed, which gives it back at
+    its first renewal once Redis answers again (not a lease later)."""
+    shared = Scripted(
+        {"enter": answer([1]), "lease": answer([2]), "leave": answer([1]), "renew": answer([1]), "give": answer([1])}
+    )
+    q = blocked(shared)
+    (await q.enter(ticket("r0"), lambda: None)).release()
+    await eventually(lambda: len(q.blocks.spare) == 2, "a block leased")
+    await q.renew()  # two leases renewed as one: one was lost
+    assert not q.blocks.spare and q.blocks.tight
+    await eventually(lambda: "give" in ops(shared), "what Redis still holds of the spare given back")
+    q.blocks.tight, q.blocks.spare, q.blocks.mine = False, ["b:x"], {"b:x"}
+    q.failed(TimeoutError())
+    assert q.blocks.take() is None and not q.blocks.mine
+    q.down_until = 0.0  # Redis's breaker passed
+    await q.renew()
+    await eventually(lambda: ("give", "b:x") in shared.calls, "the spare dropped at the failure given back")
+
+
+async def test_spare_slots_no_request_needed_go_back_at_the_keepers_tick() -> None:
+    given: list[str] = []
+
+    async def give(rid: str) -> list[int]:
+        given.append(rid)
+        return [1]
+
+    shared = Scripted(
+        {"enter": answer([1]), "lease": answer([2]), "leave": answer([1]), "renew": answer([2]), "give": give}
+    )
+    q = blocked(shared)
+    (await q.enter(ticket("r0"), lambda: None)).release()
+    await eventually(lambda: len(q.blocks.spare) == 2, "a block leased")
+    await q.renew()  # requests came since the lease (the first): a block's worth is kept
+    assert given == [] and len(q.blocks.spare) == 2
+    await q.renew()  # nothing came since: the spare goes
+    await eventually(lambda: len(given) == 1, "the idle block given back in one call")
+    assert not q.blocks.spare and not q.blocks.mine
