@@ -226,6 +226,46 @@ async def test_bearer_key_and_honoured_beta(gateway: GatewayFactory, upstream: A
         assert 'dialect="anthropic"' in await resp.text()
 
 
+async def test_a_system_turn_mid_conversation_stays_in_its_place(gateway: GatewayFactory, upstream: Any) -> None:
+    """Claude Code sends a ``system`` turn (beta mid-conversation-system-2026-04-07) for a model name it
+    does not know: passed as it came to an Anthropic target, a system message in its place on a chat
+    wire; a system turn of anything but text is refused naming it."""
+    turns = [
+        {"role": "user", "content": [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": PROMPT}]},
+        {"role": "system", "content": "Agent types: claude"},
+        {"role": "assistant", "content": "Sure"},
+        {"role": "system", "content": [{"type": "text", "text": "Be"}, {"type": "text", "text": "brief"}]},
+        {"role": "user", "content": "go on"},
+    ]
+    headers = {**HEADERS, "anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
+    claude = await upstream("anthropic", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(claude, "anthropic")]}]))
+    status, _, raw = await post(gw, body(system="Be kind.", messages=turns), headers)
+    assert status == 200, raw
+    assert claude.requests[-1].body["messages"] == turns
+    assert claude.requests[-1].headers["anthropic-beta"] == "claude-code-20250219,mid-conversation-system-2026-04-07"
+    vllm = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(vllm, "vllm")]}]))
+    beta = {**HEADERS, "anthropic-beta": "mid-conversation-system-2026-04-07"}
+    status, _, raw = await post(gw, body(system="Be kind.", messages=turns), beta)
+    assert status == 200, raw
+    sent = [(m["role"], m["content"]) for m in vllm.requests[-1].body["messages"]]
+    assert sent == [
+        ("system", "Be kind."),
+        ("user", f"<reminder>\n\n{PROMPT}"),
+        ("system", "Agent types: claude"),
+        ("assistant", "Sure"),
+        ("system", "Be\n\nbrief"),
+        ("user", "go on"),
+    ]
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    bad = [*turns[:1], {"role": "system", "content": [{"type": "text", "text": "x"}, image]}]
+    status, _, raw = await post(gw, body(messages=bad), HEADERS)
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["type"] == "invalid_request_error", raw
+    assert err["message"].startswith("'messages[1].content[1]': a system turn holds only text"), raw
+
+
 async def test_count_tokens_counts_every_part(gateway: GatewayFactory, upstream: Any) -> None:
     """On a target that cannot count (``openai``): the bound, every part in it (exact counts: test_count_tokens)."""
     server = await upstream("openai", models=("up-model",))

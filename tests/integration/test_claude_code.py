@@ -32,9 +32,14 @@ RUN_TIMEOUT = 120.0
 
 
 @pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
-async def test_claude_code_completes_a_one_tool_task(gateway: GatewayFactory, upstream: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["claude-sonnet-4-5", "team-coder"])
+async def test_claude_code_completes_a_one_tool_task(
+    gateway: GatewayFactory, upstream: Any, tmp_path: Path, name: str
+) -> None:
+    """Under a Claude model's name, and under a name Claude Code does not know, for which it sends what
+    it sends the newest models (adaptive thinking, effort, a system turn mid-conversation)."""
     server = await upstream("anthropic")
-    model = {"name": "claude-sonnet-4-5", "targets": [target(server, "anthropic")]}
+    model = {"name": name, "targets": [target(server, "anthropic")]}
     gw = await gateway(config([model]))
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
@@ -45,8 +50,8 @@ async def test_claude_code_completes_a_one_tool_task(gateway: GatewayFactory, up
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gw.url.rstrip("/"),
         "ANTHROPIC_AUTH_TOKEN": KEY,
-        "ANTHROPIC_MODEL": "claude-sonnet-4-5",
-        "ANTHROPIC_SMALL_FAST_MODEL": "claude-sonnet-4-5",
+        "ANTHROPIC_MODEL": name,
+        "ANTHROPIC_SMALL_FAST_MODEL": name,
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
@@ -61,5 +66,8 @@ async def test_claude_code_completes_a_one_tool_task(gateway: GatewayFactory, up
     first, second = (r for r in server.requests if r.path == "/v1/messages")
     assert first.headers["x-api-key"] == "upstream-key"  # the gateway's key, never Claude Code's
     assert "claude-code-20250219" in first.headers["anthropic-beta"]  # passed through to Anthropic
+    if name == "team-coder":  # what the name made Claude Code send reached the target as it came
+        assert "mid-conversation-system-2026-04-07" in first.headers["anthropic-beta"]
+        assert [m["role"] for m in first.body["messages"]] == ["user", "system"]
     results = [b for b in second.body["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert results and "hello.txt" in json.dumps(results[0]["content"])

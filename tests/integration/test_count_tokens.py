@@ -73,9 +73,9 @@ async def test_an_anthropic_target_counts(gateway: GatewayFactory, upstream: Any
     assert sent[1].body["tools"][0]["name"] == "get_weather"
 
 
-async def test_a_count_carries_the_betas_only_anthropic_honours(gateway: GatewayFactory, upstream: Any) -> None:
-    """As a message does, to an Anthropic target; a count on any other target is the gateway's own, which
-    no beta changes: answered, not refused (a message with the beta is)."""
+async def test_a_count_carries_the_betas(gateway: GatewayFactory, upstream: Any) -> None:
+    """As a message does, every one to an Anthropic target; a count on any other target is the gateway's
+    own, which no beta changes: answered, not refused (a message with a beta only Anthropic honours is)."""
     claude = await upstream("anthropic", models=("up-model",), api_key=UPSTREAM_KEY)
     vllm = await upstream("vllm", models=("up-model",))
     gw = await gateway(config([{"name": "m", "targets": [target(claude, "anthropic")]}]))
@@ -84,7 +84,7 @@ async def test_a_count_carries_the_betas_only_anthropic_honours(gateway: Gateway
     status, _, raw = await post(gw, asked(), headers, PATH)
     assert status == 200, raw
     sent = [r for r in claude.requests if r.path == PATH]
-    assert len(sent) == 1 and sent[0].headers["anthropic-beta"] == "context-1m-2025-08-07"
+    assert len(sent) == 1 and sent[0].headers["anthropic-beta"] == "context-1m-2025-08-07,prompt-caching-2024-07-31"
     status, _, raw = await post(other, asked(), headers, PATH)
     assert status == 200 and json.loads(raw)["input_tokens"] > 0, raw
     status, _, raw = await post(other, asked(max_tokens=4), headers)

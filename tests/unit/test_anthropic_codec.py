@@ -12,7 +12,7 @@ from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, Up
 from gateway.core.request import Feature
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamStart, Usage, UsageReport
 from gateway.dialects import ANTHROPIC
-from gateway.dialects.anthropic.parse import parse, unhonoured_betas
+from gateway.dialects.anthropic.parse import betas_of, parse
 from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error, render
 from gateway.limits.plan import estimate_prompt
 
@@ -117,11 +117,12 @@ def test_thinking_and_platform_features_are_named_features() -> None:
     req = parse(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert Feature.THINKING in req.features and req.field_name(Feature.THINKING) == "thinking"
     assert Feature.THINKING not in parse(body(thinking={"type": "disabled"})).features
-    assert (
-        unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"}) == ""
-    )
-    betas = unhonoured_betas({"anthropic-beta": "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"})
-    assert betas == "interleaved-thinking-2025-05-14"
+    honoured = betas_of({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"})
+    assert honoured == "prompt-caching-2024-07-31,fine-grained-tool-streaming-2025-05-14"
+    req = parse(body(), honoured)  # sent on to an Anthropic target, refused by no other
+    assert Feature.ANTHROPIC_NATIVE not in req.features and req.extra_headers == {"anthropic-beta": honoured}
+    betas = betas_of({"anthropic-beta": " prompt-caching-2024-07-31,,interleaved-thinking-2025-05-14"})
+    assert betas == "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"
     req = parse(body(), betas)
     assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta interleaved-thinking-2025-05-14"
     assert req.extra_headers == {"anthropic-beta": betas}

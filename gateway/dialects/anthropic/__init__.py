@@ -3,8 +3,8 @@ and Claude Code send them.
 
 The bodies are in ``schema``, their parsing in ``parse``, answers and errors in ``render``; this module
 builds the dialect from them. The key comes as ``x-api-key`` or, as current SDKs send it,
-``Authorization: Bearer``; ``anthropic-version`` is accepted as given, and an ``anthropic-beta`` the
-gateway cannot honour elsewhere is sent on to Anthropic targets and refused by name by the others.
+``Authorization: Bearer``; ``anthropic-version`` is accepted as given, and ``anthropic-beta`` is sent on
+to Anthropic targets; one the gateway cannot honour elsewhere is refused by name by the others.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.response import Completion
-from gateway.dialects.anthropic.parse import parse, parse_count, unhonoured_betas
+from gateway.dialects.anthropic.parse import betas_of, parse, parse_count
 from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error, render
 from gateway.dialects.anthropic.schema import CountTokensBody, MessagesBody
 from gateway.dialects.base import ErrorReply, StreamEncoder
@@ -30,11 +30,11 @@ class AnthropicDialect:
     team_header = "anthropic-workspace-id"  # Anthropic's workspace: the gateway's team
 
     def __init__(self, betas: str = "") -> None:
-        self.betas = betas  # this request's betas that only Anthropic honours
+        self.betas = betas  # this request's betas
 
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> AnthropicDialect:
-        """Itself, or for a request with betas only Anthropic honours, a dialect that carries them."""
-        betas = unhonoured_betas(headers)
+        """Itself, or for a request with betas, a dialect that carries them."""
+        betas = betas_of(headers)
         return AnthropicDialect(betas) if betas else self
 
     def parse(self, operation: Operation, body: dict[str, JSON], flavour: str) -> InternalRequest:

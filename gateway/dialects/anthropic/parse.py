@@ -40,24 +40,35 @@ JSON = Any
 
 # Betas whose effect the gateway gives on every target: prompt caching's marks are accepted (and kept
 # for Anthropic targets), tool arguments stream as the upstream writes them, tool definitions need no
-# other wire format. Any other beta is refused by name: it changes what Anthropic answers.
+# other wire format, a system turn mid-conversation stays in its place. Any other beta is refused by
+# name: it changes what Anthropic answers.
 HONOURED_BETAS = frozenset(
-    {"prompt-caching-2024-07-31", "fine-grained-tool-streaming-2025-05-14", "token-efficient-tools-2025-02-19"}
+    {
+        "prompt-caching-2024-07-31",
+        "fine-grained-tool-streaming-2025-05-14",
+        "token-efficient-tools-2025-02-19",
+        "mid-conversation-system-2026-04-07",  # a system turn is a chat wire's system message in its place
+    }
 )
 ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
 
 
-def unhonoured_betas(headers: Mapping[str, str]) -> str:
-    """The ``anthropic-beta`` values only Anthropic's platform can honour, comma-separated."""
-    betas = (b.strip() for b in headers.get("anthropic-beta", "").split(","))
-    return ",".join(b for b in betas if b and b not in HONOURED_BETAS)
+def betas_of(headers: Mapping[str, str]) -> str:
+    """The request's ``anthropic-beta`` values, comma-separated: every one goes on to an Anthropic
+    target (an honoured one changes what Anthropic answers too, and a system turn needs its beta)."""
+    return ",".join(b for b in (b.strip() for b in headers.get("anthropic-beta", "").split(",")) if b)
+
+
+def unhonoured(betas: str) -> list[str]:
+    """Of ``betas``, those only Anthropic's platform can honour."""
+    return [b for b in betas.split(",") if b and b not in HONOURED_BETAS]
 
 
 def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
     """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
     by name, with the reason, by every other target."""
-    if betas:
-        fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {betas.split(',')[0]}")
+    if only := unhonoured(betas):
+        fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {only[0]}")
     for name, why in PLATFORM_FIELDS.items():
         if name in data:
             fs.use(Feature.ANTHROPIC_NATIVE, name, why=why)
@@ -146,9 +157,21 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
         _non_empty(m.content, where)
         if m.role == "user":
             out += user_messages(m.content, where)
+        elif m.role == "system":
+            out.append(system_message(m.content, where))
         else:
             out.append(assistant_message(m.content, where))
     return tuple(out)
+
+
+def system_message(blocks: Sequence[Block], where: str) -> ChatMessage:
+    """A system turn mid-conversation: its text, in its place (a chat wire's system message)."""
+    texts: list[TextBlock] = []
+    for j, b in enumerate(blocks):
+        if not isinstance(b, TextBlock):
+            raise InvalidRequest(f"'{where}[{j}]': a system turn holds only text blocks, not '{b.type}'", param=where)
+        texts.append(b)
+    return ChatMessage(role="system", content=text_of(texts))
 
 
 def function(tool: Tool, i: int, fs: FeatureSet) -> dict[str, JSON]:
@@ -305,8 +328,8 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
 
 def parse_count(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     """A count_tokens body: the request it would be, with no answer asked for; the body itself kept for
-    an Anthropic target's own count, with the betas only Anthropic honours (a count is never refused
-    for them: every other target's count is the gateway's own, which no beta changes)."""
+    an Anthropic target's own count, with the request's betas (a count is never refused for them:
+    every other target's count is the gateway's own, which no beta changes)."""
     fs = FeatureSet()
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
     b = validate(CountTokensBody, checked_copy(rest, CountTokensBody.model_fields, fs))

@@ -95,7 +95,9 @@ def _as_blocks(value: JSON) -> JSON:
 
 
 class MessageParam(Part):
-    role: Literal["user", "assistant"]
+    # "system": an instruction mid-conversation (beta mid-conversation-system-2026-04-07, which Claude
+    # Code sends for a model it does not know), text only
+    role: Literal["user", "assistant", "system"]
     content: Annotated[list[Block], BeforeValidator(_as_blocks), Items]
 
 

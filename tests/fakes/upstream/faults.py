@@ -121,10 +121,12 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
 
 
 def marker_text(body: dict[str, Any]) -> str:
-    """Where faults are read from: the prompt text(s), or the last chat message's content."""
+    """Where faults are read from: the prompt text(s), or the last chat message's content (a system turn
+    after it is not the turn the marker is in: Claude Code puts one after the user's first message)."""
     messages = body.get("messages")
     if isinstance(messages, list):
-        last = messages[-1] if messages else None
+        turns = [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")]
+        last = turns[-1] if turns else None
         content = last.get("content") if isinstance(last, dict) else None
         return message_text(content) if isinstance(content, str | list) else ""
     prompt = body.get("prompt")

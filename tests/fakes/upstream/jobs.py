@@ -237,7 +237,8 @@ def chat_job(engine: Engine, body: JSON, request_id: str, tool: str | None = Non
         return make_job(engine, req, [Prompt(text, engine.vocab.encode(text))], "chatcmpl", request_id, role=role)
     prompt = Prompt(text, engine.vocab.encode(text), message_text(last.content) if last is not None else "")
     job = make_job(engine, req, [prompt], "chatcmpl", request_id, echo_text=echo, role=role)
-    return tool_job(job, req, last, tool, tool_arg)
+    turn = next((m for m in reversed(req.messages) if m.role != "system"), None)  # a system turn may follow
+    return tool_job(job, req, turn, tool, tool_arg)
 
 
 def chosen_tool(req: ChatRequest, name: str | None = None) -> dict[str, Any] | None:

@@ -50,11 +50,15 @@ def turns(messages: Any) -> list[JSON]:
     if not isinstance(messages, list) or not messages:
         raise bad("messages: at least one message is required")
     out: list[JSON] = []
+    last = None  # the role of the last user or assistant turn (a system turn sits between them)
     for i, m in enumerate(messages):
         role, content = m.get("role"), m.get("content")
-        if role not in ("user", "assistant"):
-            raise bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
-        if i and messages[i - 1].get("role") == role:
+        if role not in ("user", "assistant", "system"):  # system: beta mid-conversation-system-2026-04-07
+            raise bad(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
+        if role == "system":
+            out.append({"role": "system", "content": text_of(content)})
+            continue
+        if last == role:
             raise bad(
                 'messages: roles must alternate between "user" and "assistant", but found multiple '
                 f'"{role}" roles in a row'
@@ -67,6 +71,7 @@ def turns(messages: Any) -> list[JSON]:
             out.append({"role": "tool", "content": text_of(r.get("content") or ""), "tool_call_id": r["tool_use_id"]})
         if len(results) < len(blocks):
             out.append({"role": role, "content": text_of(blocks)})
+        last = role
     return out
 
 
