@@ -3,12 +3,14 @@ requests in Redis before they arrive, so they are admitted without a round trip 
 
 An admission made ahead (a *reserve*) is an ordinary admission in Redis of up to ``AHEAD_UNITS``
 requests at once (*units*): per unit, one arrival under each requests-per-minute limit, a token
-estimate under each tokens-per-minute limit, a lease under each concurrency limit. Limits stay exact
+estimate under each tokens-per-minute limit, a lease under each concurrency limit, a reservation of the
+worst case (money or tokens) under each budget. Limits and budgets stay exact
 across replicas (nothing is admitted that Redis did not count); what changes is when a unit is taken.
 Redis grants as many units as leave every limit at least half its room (``scripts.ADMIT``'s ``ahead``),
-so near a limit each request is admitted on its own path, as without reserves. A reserve's units
+so near a limit each request is admitted on its own path, as without reserves (under a budget: as
+many as leave half its remaining room, so a budget is never walked past ahead). A reserve's units
 nobody takes within ``RESERVE_SECONDS`` are given back; until then it is at most ``AHEAD_UNITS``
-requests, token estimates and concurrency slots per team key and replica.
+requests, token estimates, concurrency slots and budget worst cases per team key and replica.
 
 One round trip for several requests: a key's requests at concurrency 1 meet Redis's work (on the
 path of the request that asks) once every few requests, not each time. A reserve asks for the
@@ -31,6 +33,13 @@ BACK_TO_BACK_SECONDS = 1.0  # requests of a team key this close together get res
 _SEEN_MAX = 4096  # team keys remembered before the quiet ones are forgotten
 
 
+def _fits_budgets(plan: Plan, made: Plan) -> bool:
+    """Whether a unit of the reserve ``made`` holds enough for ``plan`` under its budgets: the same
+    windows (a unit's reservation sits in the window it was made in, where settlement takes it back)
+    and a worst case no dearer than the unit's."""
+    return plan.windows is made.windows and plan.cost_estimate <= made.cost_estimate
+
+
 def units_for(gap: float) -> int:
     """Units to ask for, for a key whose last two requests came ``gap`` seconds apart: the requests
     expected within half a reserve's life, at least one and at most ``AHEAD_UNITS``."""
@@ -44,6 +53,12 @@ class Reserve:
     marks: list[int]  # what Redis answered: its time (ms), then per limit the arrival time it set (rpm)
     units: int = 1  # admitted by Redis
     taken: int = 0  # of them, by requests (in order: unit ``u`` is the ``taken``-th + 1)
+
+    @property
+    def spent(self) -> tuple[int, ...]:
+        """Per check, a budget's spend with every unit's worst case, as Redis answered (the gauges'
+        figure for the requests that take a unit; 0 or an arrival time for the other kinds)."""
+        return tuple(self.marks[1:])
 
     def lease(self, unit: int) -> str:
         """Unit ``unit``'s concurrency lease (1-based), as ADMIT named it."""
@@ -77,18 +92,25 @@ class Reserves:
         reserve = self.ready.get(keys)
         if reserve is None or now - reserve.made > max_age:
             return False
-        if plan.layout.tokens and plan.estimate > reserve.plan.estimate:
+        made = reserve.plan
+        if (plan.layout.tokens or plan.layout.budgets) and plan.estimate > made.estimate:
+            return False
+        if plan.layout.budgets and not _fits_budgets(plan, made):
             return False
         reserve.taken += 1
         if reserve.taken == reserve.units:
             del self.ready[keys]
         plan.lease = reserve.lease(reserve.taken)
-        plan.estimate = reserve.plan.estimate
+        plan.estimate = made.estimate
+        if plan.layout.budgets:  # the unit's reservation, as Redis holds it: settled to the real cost
+            plan.cost_estimate = made.cost_estimate
+            plan.spent = reserve.spent
         return True
 
-    def wanted(self, plan: Plan, now: float, estimate: int) -> tuple[Plan, int] | None:
+    def wanted(self, plan: Plan, now: float, estimate: int, cost: int = 0) -> tuple[Plan, int] | None:
         """After ``plan`` was admitted: the admission to make ahead for this team key's next requests
-        (reserving ``estimate`` tokens a unit: the request's own, not a reserve's it took) and how many
+        (reserving ``estimate`` tokens and a worst case of ``cost`` a unit: the request's own, not a
+        reserve's it took) and how many
         units to ask for, or None (one is ready, its last unit not yet taken, or asked for, or its
         requests are not back to back)."""
         keys = plan.layout.keys
@@ -102,6 +124,8 @@ class Reserves:
             return None
         self.asking.add(keys)
         ahead = Plan(plan.team, plan.key_id, plan.layout, estimate, plan.prompt_estimate, new_lease(), "")
+        if plan.layout.budgets:
+            ahead.cost_estimate, ahead.windows = cost, plan.windows
         return ahead, units_for(now - last)
 
     def answered(self, ahead: Plan, granted: Reserve | None) -> None:

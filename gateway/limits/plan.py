@@ -56,7 +56,7 @@ class Layout:
     keys: tuple[str, ...] = ()
     concurrency_keys: tuple[str, ...] = ()
     tokens: bool = False  # a tokens-per-minute limit applies (a reserve fits by token estimate)
-    budgets: bool = False  # a budget applies: admitted one request at a time, never ahead
+    budgets: bool = False  # a budget applies: its worst case reserved per request (a reserve's: per unit)
 
 
 @dataclass(slots=True)

@@ -23,15 +23,19 @@ as the triples. Limit kinds:
   that are still held: each reservation leaves exactly once, by settlement or by expiry. An
   admission with budgets answers ``{0 | 2, i, 0, spent_1, ...}`` (2: soft budget ``i`` went past its
   limit; per limit, a budget's spend with this request's worst case, 0 for the other kinds) and a
-  budget's refusal ``{1, i, -2, room}``. Budgets are never admitted ahead.
+  budget's refusal ``{1, i, -2, room}``.
 
 Admission returns ``{0}``, or ``{1, i, retry_ms}`` naming the first refusing limit (1-based),
 ``retry_ms = -1`` when the request can never fit (an estimate larger than the whole bucket). An
 admission made ahead of its requests (``gateway.limits.advance``: ``extra`` is ``[ttl, k]``) admits
 up to ``k`` of them at once, *units*, as many as leave every limit at least half its room (none:
 refused); unit ``u``'s concurrency lease is ``<lease>.<u>``. It is answered with
-``{0, now_ms, units, mark_1, ...}``: per limit, the arrival time it set (rpm; 0 for the other kinds),
-for GIVE_BACK.
+``{0, now_ms, units, mark_1, ...}``: per limit, the arrival time it set (rpm, for GIVE_BACK), the
+budget's spend with every unit's worst case (bud, for the gauges), 0 for the other kinds. Under a
+budget each unit holds its own reservation of the worst case, ``<lease>.<u>|<field>|<want>`` (what the
+request that takes the unit settles or renews, and its expiry takes back), and units are granted only
+while they leave half the budget's remaining room: a budget, soft or hard, never goes past its limit
+by an admission made ahead (a request that would take it past is admitted on its own path).
 """
 
 from __future__ import annotations
@@ -146,10 +150,15 @@ for i = 1, n do
     local want, used = tonumber(param), 0
     for _, v in ipairs(redis.call('HMGET', KEYS[i], unpack(a[i][4]))) do used = used + (tonumber(v) or 0) end
     if used + want > limit then
-      if a[i][6] == 0 then return {1, i, -2, limit - used} end
+      if a[i][6] == 0 or ahead > 0 then return {1, i, -2, limit - used} end
       over = over or i
     end
     fits = units
+    if ahead > 0 and want > 0 then
+      fits = math.floor((limit - used) / (2 * want))
+      if fits < 1 then return {1, i, -2, limit - used} end
+    end
+    state[i] = used
     spent[i] = used + want
   else
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
@@ -172,8 +181,16 @@ for i = 1, n do
   elseif kind == 'tpm' then
     put_level(KEYS[i], state[i] - units * tonumber(param))
   elseif kind == 'bud' then
-    spend(KEYS[i], a[i][5], tonumber(param), a[i][8])
-    hold(KEYS[i], a[i][10], ttl, a[i][8])
+    spend(KEYS[i], a[i][5], units * tonumber(param), a[i][8])
+    if marks then
+      local lease, rest = string.match(a[i][10], '^([^|]*)(|.*)$')
+      if lease then
+        for u = 1, units do hold(KEYS[i], lease .. '.' .. u .. rest, ttl, a[i][8]) end
+      end
+      marks[i + 3] = state[i] + units * tonumber(param)
+    else
+      hold(KEYS[i], a[i][10], ttl, a[i][8])
+    end
     prune(KEYS[i], a[i][7])
   elseif ahead > 0 then
     local members = {}
@@ -188,7 +205,7 @@ for i = 1, n do
     redis.call('PEXPIRE', KEYS[i], ttl * 2)
   end
 end
-if spent then
+if spent and not marks then
   local out = {over and 2 or 0, over or 0, 0}
   for i = 1, n do out[i + 3] = spent[i] or 0 end
   return out
@@ -281,15 +298,18 @@ return 0
 )
 
 # KEYS: an admission's. ARGV[1]: its triples, but an rpm triple's param is the arrival time the
-# admission set (its last unit's), a concurrency triple's the leases of the units given back; then the
-# Redis time it was made at, then how many of its units come back: what ADMIT answered an ``ahead``
-# admission with, less the units requests took. Undoes those units of an admission made ahead
-# (``gateway.limits.advance``), never by more than it still holds: arrivals only by the part time has
-# not paid off yet, tokens less the refill since (which a bucket at its cap would have lost), so giving
-# back never lets more in than if those units had never been admitted.
+# admission set (its last unit's), a concurrency triple's the leases of the units given back, a budget
+# triple's last element those units' reservations (taken back only while still held, as SETTLE does:
+# each leaves once, by settlement, giving back or expiry); then the Redis time it was made at, then
+# how many of its units come back: what ADMIT answered an ``ahead`` admission with, less the units
+# requests took. Undoes those units of an admission made ahead (``gateway.limits.advance``), never by
+# more than it still holds: arrivals only by the part time has not paid off yet, tokens less the
+# refill since (which a bucket at its cap would have lost), so giving back never lets more in than if
+# those units had never been admitted.
 GIVE_BACK = (
     PRELUDE
     + BUCKET
+    + BUDGET
     + """local n = #KEYS
 local made, units = tonumber(a[n + 1]), tonumber(a[n + 2])
 for i = 1, n do
@@ -304,6 +324,8 @@ for i = 1, n do
   elseif kind == 'tpm' then
     local back = math.max(0, units * tonumber(param) - (now - made) * limit / 60000)
     put_level(KEYS[i], math.min(limit, refilled(KEYS[i], limit) + back))
+  elseif kind == 'bud' then
+    spend(KEYS[i], a[i][5], -release(KEYS[i], a[i][10]), a[i][8])
   elseif #param > 0 then
     redis.call('ZREM', KEYS[i], unpack(param))
   end

@@ -24,7 +24,7 @@ from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.limiter import Refusal, Settlement
-from gateway.limits.plan import USAGE_TTL_SECONDS, Plan
+from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 from gateway.runtime.internals import evalsha_head as pack_head
 
@@ -89,15 +89,25 @@ def _max_age(lease_ttl_ms: int) -> float:
 
 
 def _give_back_args(reserve: Reserve) -> bytes:
-    """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set and a
-    concurrency one with the leases of the units left, then the Redis time it was made at
-    (``reserve.marks``) and how many units are left."""
+    """GIVE_BACK's argument: the admission's triples, an rpm one with the arrival time it set, a
+    concurrency one with the leases of the units left and a budget one with their reservations, then
+    the Redis time it was made at (``reserve.marks``) and how many units are left."""
     plan, marks, left = reserve.plan, reserve.marks, reserve.left
     triples = [
-        [c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else left if c.kind == "conc" else plan.param(c)]
+        plan.budget(i, c, _units_held(plan, i, c, left))
+        if c.kind == "bud"
+        else [c.kind, c.limit, marks[i + 1] if c.kind == "rpm" else left if c.kind == "conc" else plan.param(c)]
         for i, c in enumerate(plan.checks)
     ]
     return pydantic_core.to_json([*triples, marks[0], len(left)])
+
+
+def _units_held(plan: Plan, i: int, check: Check, leases: list[str]) -> list[str]:
+    """The reservations ADMIT made under budget check ``i`` for the units of ``leases`` (the units'
+    leases in place of the admission's in ``Plan.held``'s member); none where it held none."""
+    mine = plan.held(i, check)
+    rest = mine[len(plan.lease) :]
+    return [lease + rest for lease in leases] if mine else []
 
 
 Failed = tuple[list[Settlement], Exception]  # the settlements of a script call that failed, and its error
@@ -178,22 +188,16 @@ class RedisLimiter:
         return self._channel.round_trips if self._channel is not None else 0
 
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
-        if plan.layout.budgets:
-            keys, args = plan.layout.keys, self._admit_args(plan, lease_ttl_ms)
-            if self._channel is None:
-                return budget_answer(plan, await self._run(self._admit, keys, args))
-            result = await self._send(self._admit, keys, args, heads=self._admit_heads)  # ``_run``'s, inline
-            if isinstance(result, Exception):
-                result = await self._error_reply(self._admit, keys, args, result)
-            return budget_answer(plan, result)
         reserves = self.reserves
         if reserves is not None:
-            estimate = plan.estimate  # its own, before a reserve's replaces it
+            estimate, cost = plan.estimate, plan.cost_estimate  # its own, before a reserve's replaces them
             now = time.monotonic()
             if reserves.take(plan, now, _max_age(lease_ttl_ms)):
                 ADMITTED_AHEAD.n += 1
-                self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, now)
+                self._ask_ahead(reserves, plan, lease_ttl_ms, estimate, cost, now)
                 return None
+        if plan.layout.budgets:
+            return await self._admit_budgets(plan, lease_ttl_ms)
         if reserves is None:
             args = self._admit_args(plan, lease_ttl_ms)
             result = await self._run(self._admit, plan.layout.keys, args, self._admit_heads)
@@ -201,13 +205,39 @@ class RedisLimiter:
             result = await self._on_path(reserves, plan, lease_ttl_ms)
         if int(result[0]) == 0:
             if reserves is not None:
-                self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, time.monotonic())
+                self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, 0, time.monotonic())
             return None
         if reserves is not None and reserves.take(plan, time.monotonic(), _max_age(lease_ttl_ms)):
             ADMITTED_AHEAD.n += 1  # refused, but this replica holds an admission for it: it is not left unused
             return None
         retry = int(result[2])
         return Refusal(plan.checks[int(result[1]) - 1], None if retry < 0 else retry / 1000)
+
+    async def _admit_budgets(self, plan: Plan, lease_ttl_ms: int, again: bool = True) -> Refusal | None:
+        """An admission with budgets on its request's path: its spend comes back with the answer. A
+        budget that refuses it while this replica holds units its worst case does not fit in is asked
+        ``again`` once those are given back: a replica refuses nothing for room it holds unused."""
+        reserves = self.reserves
+        if reserves is not None:
+            result = await self._on_path(reserves, plan, lease_ttl_ms)
+        else:
+            keys, args = plan.layout.keys, self._admit_args(plan, lease_ttl_ms)
+            if self._channel is None:
+                return budget_answer(plan, await self._run(self._admit, keys, args))
+            result = await self._send(self._admit, keys, args, heads=self._admit_heads)  # ``_run``'s, inline
+            if isinstance(result, Exception):
+                result = await self._error_reply(self._admit, keys, args, result)
+            return budget_answer(plan, result)
+        refusal = budget_answer(plan, result)
+        if refusal is None:
+            self._ask_ahead(reserves, plan, lease_ttl_ms, plan.estimate, plan.cost_estimate, time.monotonic())
+        elif reserves.take(plan, time.monotonic(), _max_age(lease_ttl_ms)):
+            ADMITTED_AHEAD.n += 1  # a unit this replica holds was counted in the budget: it is not left unused
+            return None
+        elif again and refusal.check.kind == "bud" and (unused := reserves.ready.pop(plan.layout.keys, None)):
+            await self._give_back_all([unused])
+            return await self._admit_budgets(plan, lease_ttl_ms, again=False)
+        return refusal
 
     def _admit_args(self, plan: Plan, *extra: int) -> bytes:
         """ADMIT's argument: from the team key's template (``argv``), or the generic walk where none fits."""
@@ -227,11 +257,13 @@ class RedisLimiter:
             else:
                 del reserves.on_path[keys]
 
-    def _ask_ahead(self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int, now: float) -> None:
+    def _ask_ahead(
+        self, reserves: Reserves, plan: Plan, lease_ttl_ms: int, estimate: int, cost: int, now: float
+    ) -> None:
         """Admit this team key's next request now, in the background, if its requests come back to back."""
         if self._closed:
             return
-        wanted = reserves.wanted(plan, now, estimate)
+        wanted = reserves.wanted(plan, now, estimate, cost)
         if wanted is None:
             return
         ahead, units = wanted

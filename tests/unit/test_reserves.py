@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits import plan as planning
 from gateway.limits.advance import AHEAD_UNITS, Reserve, Reserves, units_for
+from gateway.limits.budget_rules import rules
 from gateway.limits.plan import LimitValues
+from gateway.runtime.spend_config import Budget
 
 REQUEST = InternalRequest(Operation.COMPLETION, "m", prompts=("hi",))
 
@@ -46,3 +50,26 @@ def test_a_reserves_units_go_in_order_and_the_last_one_empties_it() -> None:
             assert reserves.ready[keys].left == ["base.2", "base.3"]  # what would be given back
     assert taken == ["base.1", "base.2", "base.3"]  # ADMIT's names for them, each once
     assert keys not in reserves.ready  # used up: the next is asked for
+
+
+def test_a_budgeted_unit_is_taken_only_by_a_worst_case_it_holds_in_the_same_window() -> None:
+    budget = tuple(rules(Budget(amount="1000", tokens=10**9, period="day"), ZoneInfo("UTC"), "EUR"))
+    layout = planning.layout("t", "k", LimitValues(), LimitValues(), budget)
+
+    def plan(cost: int, lease: str, now: float = 0.0) -> planning.Plan:
+        made = planning.planned("t", "k", layout, REQUEST, lease)
+        made.cost_estimate = cost
+        if now:  # the next day's windows
+            made.windows = tuple(c.rule.period.window(c.rule.unit, now) for c in layout.checks if c.rule)
+        return made
+
+    ahead = plan(100, "base")
+    reserves = Reserves()
+    reserves.answered(ahead, Reserve(ahead, 0.0, [0, 700, 900], units=3))
+    dearer, other_window = plan(101, "a"), plan(50, "b", now=ahead.windows[0].reset + 1)  # type: ignore[union-attr]
+    assert not reserves.take(dearer, 0.1, 1.0) and not reserves.take(other_window, 0.1, 1.0)
+    cheaper = plan(50, "c")
+    assert reserves.take(cheaper, 0.1, 1.0)
+    # what Redis holds for the unit: settled to the real cost, renewed under its own name
+    assert (cheaper.lease, cheaper.cost_estimate, cheaper.spent) == ("base.1", 100, (700, 900))
+    assert cheaper.held(0, cheaper.checks[0]) == f"base.1|{ahead.windows[0].add}|100"  # type: ignore[union-attr]
