@@ -89,3 +89,19 @@ async def test_native_and_translated_agree(gw: tuple[str, aiohttp.ClientSession,
     answers = [json.loads((await post(url, session, {**BODY, "model": m}))[1]) for m in ("native", "translated")]
     assert answers[0]["content"] == answers[1]["content"]
     assert answers[0]["usage"] == answers[1]["usage"]
+
+
+async def test_a_system_turn_mid_conversation_both_ways(gw: tuple[str, aiohttp.ClientSession, list[str]]) -> None:
+    """Claude Code's system turn after the first message (beta mid-conversation-system-2026-04-07): vLLM's
+    own /v1/messages takes it, and the chat it is translated to holds it in its place; the same answer."""
+    turns = [
+        {"role": "user", "content": "the quick brown fox"},
+        {"role": "system", "content": [{"type": "text", "text": "Agent types: claude"}]},
+    ]
+    body = {**BODY, "messages": turns}
+    got = []
+    for model in ("native", "translated"):
+        status, raw, _ = await post(url := gw[0], gw[1], {**body, "model": model})
+        assert status == 200, (model, raw)
+        got.append(json.loads(raw))
+    assert got[0]["content"] == got[1]["content"] and got[0]["usage"] == got[1]["usage"], (url, got)
