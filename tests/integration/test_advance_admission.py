@@ -52,7 +52,7 @@ async def test_back_to_back_requests_are_admitted_without_a_round_trip(
 ) -> None:
     sized(monkeypatch, advance.AHEAD_UNITS)
     limiter = RedisLimiter(client, advance=True)
-    batch = plans(4, rpm=1000, tpm=100_000, concurrency=50)
+    batch = plans(4, rpm=1000, tpm=100_000, concurrency=200)
     for p in batch[:2]:  # the second comes back to back: the next ones are admitted ahead
         assert await limiter.admit(p, TTL) is None
     await reserve_ready(limiter)
