@@ -7,6 +7,7 @@ with their lease TTL, each reservation leaving once (by settlement, giving back 
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from zoneinfo import ZoneInfo
 
@@ -17,7 +18,7 @@ from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.limits import advance
 from gateway.limits.budget_rules import rules
 from gateway.limits.limiter import Settlement
-from gateway.limits.plan import LimitValues, Plan, new_lease, planned
+from gateway.limits.plan import Layout, LimitValues, Plan, new_lease, planned
 from gateway.limits.plan import layout as plan_layout
 from gateway.limits.store import RedisLimiter
 from gateway.runtime.spend_config import Budget
@@ -120,3 +121,77 @@ async def test_a_dead_replicas_units_come_back_once(client: aioredis.Redis, monk
     await asyncio.gather(*dead._tasks)
     assert await used(client, alive) == WANT  # taken back by expiry already: nothing twice
     await dead.close()
+
+
+def one_layout(tokens: int) -> Layout:
+    """A new team key's layout under a hard token budget: its plans share it (and its windows), as a
+    key's requests do."""
+    budget = Budget(tokens=tokens, period="day")
+    return plan_layout(new_team(), "k1", LimitValues(), LimitValues(), tuple(rules(budget, ZoneInfo("UTC"), "EUR")))
+
+
+def plan_in(limits: Layout, max_tokens: int) -> Plan:
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=("x",), sampling=Sampling(max_tokens=max_tokens))
+    return planned(limits.keys[0].split("{")[1].split("}")[0], "k1", limits, request, new_lease())
+
+
+async def budget_sum(client: aioredis.Redis, limits: Layout) -> int:
+    """What the budget counts now: settled spend and the worst cases still reserved."""
+    return sum(int(v) for v in (await client.hgetall(limits.keys[0])).values())
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_replicas_with_reserves_of_mixed_sizes_never_walk_past_a_hard_budget(
+    client: aioredis.Redis, seed: int
+) -> None:
+    """Random sizes, replicas and orders, settlements among admissions: what the budget counts
+    (settled spend and reserved worst cases) never passes its limit, and once both replicas close it
+    is exactly what was settled."""
+    rng = random.Random(seed)
+    limits = one_layout(600)
+    replicas = [RedisLimiter(client, advance=True), RedisLimiter(client, advance=True)]
+    running: list[Plan] = []
+    spent, ahead = 0, 0
+    for _ in range(60):
+        if running and rng.random() < 0.4:
+            p = running.pop(rng.randrange(len(running)))
+            completion = rng.randint(0, p.estimate - p.prompt_estimate)  # at most the unit's worst case
+            await replicas[0].settle([Settlement(p, 0, p.prompt_estimate, completion)], urgent=True)
+            spent += p.prompt_estimate + completion
+        else:
+            p = plan_in(limits, rng.choice((4, 8, 16, 40)))
+            if await replicas[rng.randrange(2)].admit(p, TTL) is None:
+                running.append(p)
+                ahead += "." in p.lease
+        assert await budget_sum(client, limits) <= 600
+        for r in replicas:
+            await answered(r)
+    assert ahead > 0  # units of reserves were taken: the test saw them
+    for p in running:
+        await replicas[0].settle([Settlement(p, 0, p.prompt_estimate, 0)], urgent=True)
+        spent += p.prompt_estimate
+    for r in replicas:
+        await r.close()
+    assert await budget_sum(client, limits) == spent
+    assert await client.zcard(f"{limits.keys[0]}:held") == 0
+
+
+async def test_a_larger_request_is_not_refused_for_units_its_replica_is_being_granted(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reserve asked for after the second small request is still out when the large one is
+    # admitted: Redis counts the reserve first (the same connection, in order) and refuses the large
+    # one; the reserve's answer came first too, so its replica gives those units back and asks again
+    sized(monkeypatch, 8)
+    limits = one_layout(200)
+    limiter = RedisLimiter(client, advance=True)
+    small = [plan_in(limits, 4) for _ in range(2)]
+    for p in small:
+        assert await limiter.admit(p, TTL) is None
+    assert limiter.reserves is not None and limiter.reserves.asking  # not answered yet
+    large = plan_in(limits, 200 - 2 * small[0].estimate - small[0].prompt_estimate)
+    assert large.estimate == 200 - 2 * small[0].estimate  # fits only if no unit is held
+    assert await limiter.admit(large, TTL) is None and "." not in large.lease
+    await limiter.settle([Settlement(p, 0, p.prompt_estimate, 0) for p in [*small, large]], urgent=True)
+    await limiter.close()
+    assert await budget_sum(client, limits) == sum(p.prompt_estimate for p in [*small, large])
