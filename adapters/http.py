@@ -53,8 +53,9 @@ JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 # One stream event waiting for its end, at most (a whole answer's bound is ``failures.MAX_ANSWER_BYTES``).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
-# What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
-NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
+# What only a native path serves (OpenAI's own /v1/responses; vLLM's /v1/messages takes Anthropic's
+# thinking and effort, which its chat path has no fields for): a target has it while it has the path.
+NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE, Feature.THINKING, Feature.EFFORT})
 # native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
 # a stream that may resume takes the chat path, which returns the output's token ids
 CHAT_PATHS = frozenset({"anthropic"})
@@ -235,7 +236,7 @@ class HTTPUpstream(Identity[Target]):
         gone = self.native.pop(req.native_dialect or "", None)
         if gone is not None:
             kept = frozenset().union(*(w.features for w in self.native.values()))
-            self._features -= NATIVE_ONLY - kept
+            self._features -= NATIVE_ONLY - kept - self.wire.features
         for feature in NATIVE_ONLY & req.features:
             raise UnsupportedFeature(req.field_name(feature), self.name, "it has no native path for it (404)")
 

@@ -74,6 +74,7 @@ class Feature(StrEnum):
     PREDICTION = "prediction"
     REASONING = "reasoning"
     THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
+    EFFORT = "effort"  # Anthropic's output_config.effort (how many tokens the answer may spend)
     # What only Anthropic's own platform serves (server tools, its betas and platform fields): the
     # Anthropic client's body goes to an Anthropic target as it came (``InternalRequest.native``).
     ANTHROPIC_NATIVE = "anthropic_native"

@@ -63,6 +63,8 @@ NOT_CONTINUABLE = frozenset(
         Feature.GRAMMAR,
         Feature.TOOLS,
         Feature.REASONING,
+        Feature.THINKING,  # (and effort) served on vLLM's /v1/messages, not the chat path a resume takes
+        Feature.EFFORT,
         Feature.ECHO,
         Feature.SUFFIX,
         Feature.BEAM_SEARCH,

@@ -240,3 +240,24 @@ async def test_stream_error_event_fails_the_stream_in_band(gateway: GatewayFacto
     assert status == 200
     datas = frames(raw)
     assert "error" in json.loads(datas[-1]) and "[DONE]" not in datas
+
+
+async def test_effort_and_thinking_reach_an_anthropic_target_either_way(gateway: GatewayFactory, upstream: Any) -> None:
+    """``output_config.effort`` and ``thinking``: as they came to a target that passes the body through,
+    written back by the translation to one with ``passthrough: false``."""
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "anthropic-beta": "effort-2025-11-24"}
+    body = {
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 4,
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "low"},
+    }
+    for passthrough in (True, False):
+        server = await upstream("anthropic", models=("up-model",), api_key="upstream-key")
+        claude = {"name": "claude", "targets": [target(server, "anthropic", passthrough=passthrough)]}
+        gw = await gateway(config([claude]))
+        status, raw = await chat(gw, body, headers, "/v1/messages")
+        assert status == 200, raw
+        sent = server.requests[-1]
+        assert sent.body["output_config"] == {"effort": "low"} and sent.body["thinking"] == {"type": "adaptive"}
+        assert sent.headers["anthropic-beta"] == "effort-2025-11-24"

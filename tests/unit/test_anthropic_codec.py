@@ -121,11 +121,29 @@ def test_thinking_and_platform_features_are_named_features() -> None:
     assert honoured == "prompt-caching-2024-07-31,fine-grained-tool-streaming-2025-05-14"
     req = parse(body(), honoured)  # sent on to an Anthropic target, refused by no other
     assert Feature.ANTHROPIC_NATIVE not in req.features and req.extra_headers == {"anthropic-beta": honoured}
-    betas = betas_of({"anthropic-beta": " prompt-caching-2024-07-31,,interleaved-thinking-2025-05-14"})
-    assert betas == "prompt-caching-2024-07-31,interleaved-thinking-2025-05-14"
+    betas = betas_of({"anthropic-beta": " prompt-caching-2024-07-31,,context-1m-2025-08-07"})
+    assert betas == "prompt-caching-2024-07-31,context-1m-2025-08-07"
     req = parse(body(), betas)
-    assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta interleaved-thinking-2025-05-14"
+    assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta context-1m-2025-08-07"
     assert req.extra_headers == {"anthropic-beta": betas}
+    # a beta that turns on a feature is that feature (served where it is), not Anthropic's alone
+    req = parse(body(), "claude-code-20250219,interleaved-thinking-2025-05-14,effort-2025-11-24")
+    assert Feature.ANTHROPIC_NATIVE not in req.features
+    assert req.field_name(Feature.THINKING) == "anthropic-beta interleaved-thinking-2025-05-14"
+    assert req.field_name(Feature.EFFORT) == "anthropic-beta effort-2025-11-24"
+
+
+@pytest.mark.parametrize("level", ["low", "medium", "high", "xhigh", "max"])
+def test_an_effort_alone_is_a_feature_and_anything_else_in_output_config_anthropics(level: str) -> None:
+    req = parse(body(output_config={"effort": level}))
+    assert req.features & {Feature.EFFORT, Feature.ANTHROPIC_NATIVE} == {Feature.EFFORT}
+    assert req.field_name(Feature.EFFORT) == "output_config.effort"
+    assert req.chat is not None and req.chat.reasoning == {"effort": level}
+    for config in ({"effort": "turbo"}, {"effort": level, "format": {"type": "json_schema"}}, {"effort": 1}):
+        other = parse(body(output_config=config))
+        assert Feature.EFFORT not in other.features and other.field_name(Feature.ANTHROPIC_NATIVE) == "output_config"
+    both = parse(body(thinking={"type": "adaptive"}, output_config={"effort": level}))
+    assert both.chat is not None and both.chat.reasoning == {"thinking": {"type": "adaptive"}, "effort": level}
     server = parse(body(tools=[{"type": "web_search_20250305", "name": "web_search"}]))
     assert server.field_name(Feature.ANTHROPIC_NATIVE) == "tools[0]"
     assert server.field_reason(Feature.ANTHROPIC_NATIVE).startswith("server tool 'web_search_20250305'")

@@ -47,7 +47,7 @@ JSON = Any
 F = Feature
 VERSION = "2023-06-01"  # the anthropic-version every Anthropic SDK sends
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; other dialects may leave it out
-FEATURES = frozenset({F.STOP, F.TOP_K, F.TOOLS, F.THINKING, F.ANTHROPIC_NATIVE})
+FEATURES = frozenset({F.STOP, F.TOP_K, F.TOOLS, F.THINKING, F.EFFORT, F.ANTHROPIC_NATIVE})
 STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -179,6 +179,8 @@ def encode(req: InternalRequest, model: str, passthrough: bool = True) -> dict[s
                 body["tool_choice"] = choice
         if chat.reasoning and "thinking" in chat.reasoning:
             body["thinking"] = chat.reasoning["thinking"]
+        if chat.reasoning and "effort" in chat.reasoning:
+            body["output_config"] = {"effort": chat.reasoning["effort"]}
     if req.user is not None:
         body["metadata"] = {"user_id": req.user}
     if req.stream:

@@ -11,6 +11,7 @@ targets other than Anthropic, ignored.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,8 +49,16 @@ HONOURED_BETAS = frozenset(
         "fine-grained-tool-streaming-2025-05-14",
         "token-efficient-tools-2025-02-19",
         "mid-conversation-system-2026-04-07",  # a system turn is a chat wire's system message in its place
+        "claude-code-20250219",  # names the client (Claude Code): nothing in the answer's shape
     }
 )
+# Betas that only turn on a field or a behaviour of one: served wherever that feature is (vLLM's
+# /v1/messages takes thinking and effort), refused by name elsewhere.
+BETA_FEATURES: dict[str, Feature] = {
+    "interleaved-thinking-2025-05-14": Feature.THINKING,
+    "effort-2025-11-24": Feature.EFFORT,
+}
+EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # output_config.effort's levels
 ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
 
 
@@ -61,17 +70,28 @@ def betas_of(headers: Mapping[str, str]) -> str:
 
 def unhonoured(betas: str) -> list[str]:
     """Of ``betas``, those only Anthropic's platform can honour."""
-    return [b for b in betas.split(",") if b and b not in HONOURED_BETAS]
+    return [b for b in betas.split(",") if b and b not in HONOURED_BETAS and b not in BETA_FEATURES]
 
 
 def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
     """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
-    by name, with the reason, by every other target."""
+    by name, with the reason, by every other target; a beta of a feature, where that feature is."""
     if only := unhonoured(betas):
         fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {only[0]}")
+    for beta in betas.split(","):
+        if beta in BETA_FEATURES:
+            fs.use(BETA_FEATURES[beta], f"anthropic-beta {beta}")
     for name, why in PLATFORM_FIELDS.items():
-        if name in data:
+        if name in data and not (name == "output_config" and effort_of(data[name]) is not None):
             fs.use(Feature.ANTHROPIC_NATIVE, name, why=why)
+
+
+def effort_of(config: JSON) -> str | None:
+    """An ``output_config`` of only a known ``effort``: its level (vLLM's /v1/messages takes it as its
+    reasoning effort); None for any other (only Anthropic's platform takes that)."""
+    if type(config) is not dict or config.keys() != {"effort"} or config["effort"] not in EFFORTS:
+        return None
+    return str(config["effort"])
 
 
 def text_of(blocks: Sequence[TextBlock]) -> str:
@@ -217,6 +237,15 @@ def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
     )
 
 
+def with_effort(chat: ChatOptions | None, effort: str | None, fs: FeatureSet) -> ChatOptions | None:
+    """``chat`` carrying ``output_config.effort`` beside the thinking (an Anthropic wire writes it back)."""
+    fs.use(Feature.EFFORT, "output_config.effort", effort)
+    if effort is None:
+        return chat
+    chat = chat if chat is not None else ChatOptions()
+    return dataclasses.replace(chat, reasoning={**(chat.reasoning or {}), "effort": effort})
+
+
 # The Messages body most clients send: a model, a length, turns of one text each, perhaps a system
 # string, temperature, top_p and a stream. Read by type checks alone (``typed_plain``): the schema's
 # validation, the copy for what only Anthropic takes and the feature walk cost about 9 us of a 13 us
@@ -306,7 +335,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     fs.use(Feature.STOP, "stop_sequences", stop)
     if any(not s for s in stop):
         raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
-    chat = chat_options(b, fs)
+    chat = with_effort(chat_options(b, fs), effort_of(data.get("output_config")), fs)
     stream = bool(b.stream)
     return request_of(
         fs,

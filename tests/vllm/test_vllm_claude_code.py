@@ -1,0 +1,78 @@
+"""Claude Code (npm ``@anthropic-ai/claude-code``, its native binary) in print mode through the gateway
+to real vLLM (CPU, the tiny model) under a model name of the team's: what it sends with
+``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`` (its marker and effort betas, a system turn after the
+first message, ``output_config.effort``, its tools) goes to vLLM's own /v1/messages and is answered.
+The tiny model's words are noise; what is checked is that every request was served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.runtime.config import hash_key, parse_config
+from gateway.web.app import create_app
+from tests.integration.test_claude_code import BINARY, RUN_TIMEOUT
+from tests.vllm import server
+from tests.vllm.conftest import VLLM, running_vllm
+
+pytestmark = pytest.mark.vllm
+KEY = "gw-claude-code-key"
+
+
+@pytest.fixture(scope="module")
+def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
+    """A vLLM server that takes tools with ``tool_choice: auto``, as Claude Code sends them: started as
+    its docs say to for tool calling (``--enable-auto-tool-choice`` and the model's parser)."""
+    args = (*server.DEFAULT_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    with running_vllm(tmp_path_factory.mktemp("vllm-tools") / "vllm.log", extra=args) as running:
+        yield running
+
+
+@pytest.fixture
+async def gateway_url(vllm_tools: VLLM) -> AsyncIterator[str]:
+    target = {"provider": "vllm", "base_url": vllm_tools.url, "model": "tiny"}
+    cfg = parse_config(
+        {
+            "models": [{"name": "team-coder", "targets": [target]}],
+            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
+        }
+    )
+    server = TestServer(create_app(cfg), host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
+async def test_claude_code_answers_from_vllm(gateway_url: str, tmp_path: Path) -> None:
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gateway_url,
+        "ANTHROPIC_AUTH_TOKEN": KEY,
+        "ANTHROPIC_MODEL": "team-coder",
+        "ANTHROPIC_SMALL_FAST_MODEL": "team-coder",
+        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "16",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    argv = [str(BINARY), "-p", "say hi", "--output-format", "json"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=work, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    # The tiny random model never ends its answer: it runs to the token cap, which Claude Code reports
+    # as its own error after a served answer; any refusal or upstream error would be an API error.
+    assert result["api_error_status"] is None and result["num_turns"] == 1, (result, err.decode()[-3000:])
+    assert "exceeded the 16 output token maximum" in result["result"], result
