@@ -73,16 +73,17 @@ def unhonoured(betas: str) -> list[str]:
     return [b for b in betas.split(",") if b and b not in HONOURED_BETAS and b not in BETA_FEATURES]
 
 
-def platform_only(data: dict[str, JSON], betas: str, fs: FeatureSet) -> None:
+def platform_only(data: dict[str, JSON], betas: str, effort: str | None, fs: FeatureSet) -> None:
     """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
-    by name, with the reason, by every other target; a beta of a feature, where that feature is."""
+    by name, with the reason, by every other target; a beta of a feature, where that feature is, and
+    an ``output_config`` of an ``effort`` alone (``effort_of``) is that feature, not Anthropic's."""
     if only := unhonoured(betas):
         fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {only[0]}")
     for beta in betas.split(","):
         if beta in BETA_FEATURES:
             fs.use(BETA_FEATURES[beta], f"anthropic-beta {beta}")
     for name, why in PLATFORM_FIELDS.items():
-        if name in data and not (name == "output_config" and effort_of(data[name]) is not None):
+        if name in data and not (name == "output_config" and effort is not None):
             fs.use(Feature.ANTHROPIC_NATIVE, name, why=why)
 
 
@@ -326,7 +327,8 @@ def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
 def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     """Any Messages body: its copy without what only Anthropic takes validated by the schema."""
     fs = FeatureSet()
-    platform_only(data, betas, fs)
+    effort = effort_of(data.get("output_config"))
+    platform_only(data, betas, effort, fs)
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
     b = validate(MessagesBody, checked_copy(rest, MessagesBody.model_fields, fs))
     top_k = b.top_k if b.top_k not in (None, -1) else None
@@ -335,7 +337,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     fs.use(Feature.STOP, "stop_sequences", stop)
     if any(not s for s in stop):
         raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
-    chat = with_effort(chat_options(b, fs), effort_of(data.get("output_config")), fs)
+    chat = with_effort(chat_options(b, fs), effort, fs)
     stream = bool(b.stream)
     return request_of(
         fs,
