@@ -7,7 +7,8 @@ between two keeper ticks go back. When Redis says the pool nears saturation (``t
 refused), the spare goes back at once and each block slot in use goes back to the queue as its
 request ends: requests queue per request, in the fair order, until a lease is granted again.
 
-Not here: the script and its calls (``gateway.limits.fairq_shared``), the order (``gateway.limits.fairq``).
+Not here: the script (``gateway.limits.fairq_script``) and its calls (``gateway.limits.fairq_shared``),
+the order (``gateway.limits.fairq``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from gateway.limits.channel import ScriptChannel
 from gateway.limits.fairq import QueueSettings, Slot, Ticket
 from gateway.limits.fairq_policy import FairPolicy, FairQueues
-from gateway.limits.fairq_shared import Listener, Shared, SharedQueue, channel, keys
+from gateway.limits.fairq_script import channel, keys
+from gateway.limits.fairq_shared import Listener, Shared, SharedQueue
 from tests.integration.dialect_clients import BY_NAME
 from tests.integration.test_fair_queue_shared import HOLD, doomed_and_survivor
 from tests.support import eventually

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.limits.fairq import ModelQueue
-from gateway.limits.fairq_shared import keys
+from gateway.limits.fairq_script import keys
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.test_ingress_fuzz import ANSWER_TIMEOUT, PATHS, Path, base, encode, named, shapes

@@ -32,8 +32,9 @@ from gateway.limits.fairq import (
     Ticket,
     Waiter,
 )
-from gateway.limits.fairq_shared import FULL, GONE, WAITER_LEASE, Listener, Shared, SharedQueue, keys
-from gateway.limits.fairq_shared import GRANTED as SLOT
+from gateway.limits.fairq_script import FULL, GONE, keys
+from gateway.limits.fairq_script import GRANTED as SLOT
+from gateway.limits.fairq_shared import WAITER_LEASE, Listener, Shared, SharedQueue
 from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BY_NAME, KEY
