@@ -467,6 +467,10 @@ class HTTPUpstream(Identity[Target]):
             elif event.event == "error":
                 raise UpstreamFailed(f"target '{self.name}' stream error: {data[:300].decode('utf-8', 'replace')}")
             if data == b"[DONE]" and sentinel:
+                if not decoder.finished:
+                    # An in-band error in a shape no reader names (Friendli's ``{"message"}``, OctoAI's
+                    # ``{"object": "error"}``), then ``[DONE]``: a stream without a finish broke off.
+                    raise UpstreamFailed(f"target '{self.name}' ended the stream without a finish")
                 batch += decoder.finish()
                 return True
             batch += decoder.decode(self._chunk(data))
