@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.test_responses import CHAT_KINDS, post
+from tests.integration.test_responses import CHAT_KINDS, post, scripted_target, scripted_upstream
 
 JSON = Any
 FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
@@ -31,3 +31,13 @@ async def test_a_broken_stream_never_ends_as_completed(
     assert "response.output_text.delta" in types, types  # the break came after the first text
     assert "error" in types and not FINISHED & set(types), types
 
+
+async def test_a_streamed_answer_names_the_model_its_whole_twin_names(gateway: GatewayFactory) -> None:
+    async with scripted_upstream() as server:
+        gw = await gateway(config([{"name": "m", "targets": [scripted_target(server)]}]))
+        status, whole = await post(gw, {"model": "m", "input": "hi"})
+        assert status == 200, whole
+        status, streamed = await post(gw, {"model": "m", "input": "hi", "stream": True})
+        assert status == 200, streamed
+        models = {e["response"]["model"] for e in streamed if "response" in e}
+        assert models == {whole["model"]}, (models, whole["model"])

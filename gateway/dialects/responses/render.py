@@ -276,7 +276,10 @@ class EventEncoder:
             return ev
         if self.relayed or isinstance(ev, StreamStart):
             # What a relayed stream's reader read beside its frames; and a stream's identity, whose
-            # events (ours or the upstream's) begin with what follows it.
+            # events (ours or the upstream's) begin with what follows it. Its model names the answer,
+            # as a whole answer's does (``render``); a continuation's does not rename it.
+            if isinstance(ev, StreamStart) and ev.model and not self.started:
+                self.model = ev.model
             return b""
         out = b"" if self.started else self._start()
         if isinstance(ev, Delta):
