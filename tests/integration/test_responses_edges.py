@@ -41,3 +41,32 @@ async def test_a_streamed_answer_names_the_model_its_whole_twin_names(gateway: G
         assert status == 200, streamed
         models = {e["response"]["model"] for e in streamed if "response" in e}
         assert models == {whole["model"]}, (models, whole["model"])
+
+
+TOOL = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize("kind", ["openai", "friendli"])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "weather"}}, "tool_choice.name"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "other"}}, "tool_choice.name"),
+        ({"text": {"format": {}}}, "text.format.type"),
+    ],
+)
+async def test_what_a_client_asks_for_is_never_dropped_unsaid(
+    gateway: GatewayFactory, upstream: Any, kind: str, body: JSON, param: str
+) -> None:
+    """A tool required but not given was dropped on the way to chat, and an empty format read as
+    text: the model answered as if neither had been asked for. Now 400, naming the field, on an
+    OpenAI target (its own /v1/responses refuses them too) and on a chat one."""
+    server = await upstream(kind)
+    gw = await gateway(config([{"name": "m", "targets": [target(server, kind)]}]))
+    status, err = await post(gw, {"model": "m", "input": "x", **body})
+    assert status == 400, err
+    assert err["error"]["param"] == param and param in err["error"]["message"], err
+    assert server.requests == []
+    status, ok = await post(gw, {"model": "m", "input": "x", "tools": [TOOL], "tool_choice": "required"})
+    assert status == 200, ok

@@ -245,8 +245,22 @@ def _tool_choice(choice: str | dict[str, JSON] | None, native: Native) -> JSON:
     return None
 
 
+def _chosen_tool_given(choice: str | dict[str, JSON] | None, tools: list[JSON] | None) -> None:
+    """A ``tool_choice`` that needs a tool names one the request gives: chat targets would drop it
+    (no tools) or an upstream refuse it; OpenAI's own /v1/responses answers 400 for both."""
+    if choice == "required" and not tools:
+        raise InvalidRequest("'tool_choice' 'required' needs 'tools'", param="tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return
+    names = {t.get("name") for t in tools or () if t.get("type") == "function"}
+    if choice.get("name") not in names:
+        name = choice.get("name")
+        raise InvalidRequest(f"'tool_choice.name' {name!r} is not a function in 'tools'", param="tool_choice.name")
+
+
 def _format(text: TextConfig | None, fs: FeatureSet) -> StructuredOutput | None:
-    fmt = (text.format if text is not None else None) or {"type": "text"}
+    given = text.format if text is not None else None
+    fmt = {"type": "text"} if given is None else given  # ``{}`` is no format: named below, not read as text
     fs.use(Feature.RESPONSES_NATIVE, "text.verbosity", text is not None and text.verbosity is not None, NATIVE)
     kind = fmt.get("type")
     if kind == "json_schema":
@@ -314,6 +328,7 @@ def parse(data: dict[str, JSON], created_at: int) -> InternalRequest:
     )
     tools = _tools(b.tools, native)
     fs.use(Feature.TOOLS, "tools", tools)
+    _chosen_tool_given(b.tool_choice, b.tools)
     choice = _tool_choice(b.tool_choice, native)
     fs.use(Feature.TOOLS, "tool_choice", choice not in (None, "none", "auto") and not tools)
     reasoning = {"reasoning_effort": b.reasoning.effort} if b.reasoning and b.reasoning.effort else None
