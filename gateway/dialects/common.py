@@ -246,10 +246,10 @@ class _Check:
             # a prompt or an input may be text, a batch of texts or of token lists (a Responses input: items);
             # every other list here holds ids
             if first is not int and not (key in TEXT_OR_IDS and first in (str, list, dict) and not path.endswith("]")):
-                raise InvalidRequest(f"'{path}[0]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
+                raise _bad_id(f"{path}[0]")
             if len(set(map(type, node))) > 1:  # C loops: a long token list is walked here twice
                 i = next(i for i, v in enumerate(node) if type(v) is not first)
-                raise InvalidRequest(f"'{path}[{i}]': items must all be of one type", param=path)
+                raise InvalidRequest(f"'{path}[{i}]': items must all be of one type", param=f"{path}[{i}]")
             if first is int:
                 self.token_ids(node, path)
                 return
@@ -269,7 +269,12 @@ class _Check:
             raise InvalidRequest(f"'{path}': a request holds at most {caps.MAX_TOKEN_IDS} token ids", param=path)
         if min(ids) < 0 or max(ids) > caps.MAX_TOKEN_ID:
             i = next(i for i, t in enumerate(ids) if not 0 <= t <= caps.MAX_TOKEN_ID)
-            raise InvalidRequest(f"'{path}[{i}]': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=path)
+            raise _bad_id(f"{path}[{i}]")
+
+
+def _bad_id(at: str) -> InvalidRequest:
+    """A token id out of range, or no id where ids are: named where it is, in the message and ``param``."""
+    return InvalidRequest(f"'{at}': token ids are integers in [0, {caps.MAX_TOKEN_ID}]", param=at)
 
 
 def plain_number(value: JSON, high: float) -> bool:

@@ -369,7 +369,7 @@ def test_a_capitalised_unknown_field_keeps_its_name(d: Dialect, op: Operation) -
 
 def test_union_tags_stay_out_of_the_field_name() -> None:
     assert refused(SGP_V4, {"model": "m", "prompt": "x", "logprobs": "many"}).param == "logprobs"
-    assert refused(OPENAI, {"model": "m", "prompt": [[1], ["a"]]}).param == "prompt[1]"
+    assert refused(OPENAI, {"model": "m", "prompt": [[1], ["a"]]}).param == "prompt[1][0]"
     err = refused(
         FRIENDLI, {"model": "m", "prompt": "x", "stop_tokens": [{"tokens": [1]}, {"tokens": [1], "Tokens": [1]}]}
     )
@@ -379,9 +379,9 @@ def test_union_tags_stay_out_of_the_field_name() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": [1, 2**31]}, "prompt"),
+        ({"prompt": [1, 2**31]}, "prompt[1]"),  # the id itself, as the message names it
         ({"prompt": [[1] * 20_000, [1] * 20_000]}, "prompt[1]"),
-        ({"prompt": [True, False]}, "prompt"),
+        ({"prompt": [True, False]}, "prompt[0]"),
         ({"prompt": "x", "logit_bias": {"-5": 1}}, "logit_bias"),
         ({"prompt": "x", "logit_bias": {str(2**31): 1}}, "logit_bias"),
         ({"prompt": "x", "extra": {"deep": [0.5, -math.inf]}}, "extra.deep[1]"),
