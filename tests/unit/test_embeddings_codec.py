@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.errors import InvalidRequest
-from gateway.dialects.openai.embeddings import parse
+from gateway.core.errors import InvalidRequest, UpstreamMalformed
+from gateway.dialects.openai.embeddings import decode, parse
 
 JSON = Any
 BAD_ID = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**31), st.floats(allow_nan=False), st.booleans())
@@ -27,3 +28,16 @@ def test_a_refusal_names_in_param_the_place_its_message_names(given_input: JSON)
         assert err.param is not None and err.param.startswith("input"), (err.param, str(err))
         assert str(err).startswith(f"'{err.param}'"), (err.param, str(err))
 
+
+def rows(*indices: int) -> dict[str, JSON]:
+    return {"data": [{"index": i, "embedding": [float(i)]} for i in indices], "model": "up"}
+
+
+def test_vectors_are_put_in_input_order() -> None:
+    assert decode(rows(2, 0, 1), 3).embeddings == [[0.0], [1.0], [2.0]]
+
+
+@pytest.mark.parametrize("indices", [(0, 0), (1, 1, 0)], ids=["twice-first", "twice-second"])
+def test_an_index_given_twice_leaves_an_input_without_its_vector(indices: tuple[int, ...]) -> None:
+    with pytest.raises(UpstreamMalformed):
+        decode(rows(*indices), len(indices))

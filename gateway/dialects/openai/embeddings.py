@@ -121,7 +121,7 @@ def decode(data: JSON, count: int) -> Completion:
     rows = data.get("data") if isinstance(data, dict) else None
     if not isinstance(rows, list) or len(rows) != count:
         raise UpstreamMalformed(f"upstream embeddings answer does not hold {count} embedding(s)")
-    vectors: list[list[float]] = [[] for _ in rows]
+    vectors: list[list[float] | None] = [None] * count
     for i, row in enumerate(rows):
         vector = row.get("embedding") if isinstance(row, dict) else None
         index = row.get("index", i) if isinstance(row, dict) else i
@@ -129,6 +129,7 @@ def decode(data: JSON, count: int) -> Completion:
             not isinstance(vector, list)
             or not isinstance(index, int)
             or not 0 <= index < count
+            or vectors[index] is not None  # twice: another input would be left without its vector
             or not all(type(x) in (float, int) for x in vector)
         ):
             raise UpstreamMalformed("upstream embedding is not a list of numbers at a valid index")
@@ -139,7 +140,7 @@ def decode(data: JSON, count: int) -> Completion:
         model=str(data.get("model") or ""),
         choices=[],
         usage=usage_from(data.get("usage")),
-        embeddings=vectors,
+        embeddings=[v for v in vectors if v is not None],  # all of them: each index came once
     )
 
 
