@@ -254,8 +254,8 @@ def planned(
         plan.windows = windows(limits, now)
         if rate is not None and request.operation is Operation.EMBEDDING:
             rate = rate.for_embeddings()
-        if rate is not None:  # the worst case: no prompt token cached, every completion token used
-            plan.cost_estimate = rate.cost(prompt, 0, plan.estimate - prompt)
+        if rate is not None:  # the worst case: every prompt token at its dearest, every completion token used
+            plan.cost_estimate = rate.worst(prompt, plan.estimate - prompt)
     return plan
 
 
