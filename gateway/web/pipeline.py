@@ -34,7 +34,7 @@ from gateway.core.errors import GatewayError, ShuttingDown
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Batch
 from gateway.core.upstream import Call
-from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
+from gateway.dialects.base import Dialect, StreamEncoder, bearer_token, id_headers
 from gateway.dialects.common import dumps, loads
 from gateway.limits.admission import Ask
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, Slot
@@ -90,7 +90,7 @@ class Exchange:
     def reply_headers(self, first: dict[str, str]) -> dict[str, str]:
         """``first``, then the request id, the gateway's overhead so far, and a soft budget gone past."""
         log = self.log
-        headers = {**first, "X-Request-Id": log.rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+        headers = {**first, **id_headers(self.dialect, log.rid), OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
         if log.budget_exceeded:
             headers[BUDGET_HEADER] = log.budget_exceeded
         return headers
@@ -404,7 +404,7 @@ def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | Non
 
 def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:
     reply = dialect.error(err)
-    headers = {"X-Request-Id": rid, **reply.headers}
+    headers = {**id_headers(dialect, rid), **reply.headers}
     return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
 
 

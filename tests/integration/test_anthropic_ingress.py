@@ -324,3 +324,28 @@ async def test_tool_cell(gateway: GatewayFactory, upstream: Any, upstream_kind: 
     assert got["stop_reason"] == "tool_use", got
     (call,) = [b for b in got["content"] if b["type"] == "tool_use"]
     assert call["name"] == "get_weather" and set(call["input"]) == {"city"} and call["id"], got
+
+
+async def test_every_answer_carries_request_id(gateway: GatewayFactory, upstream: Any) -> None:
+    """Anthropic's API puts the request's id in ``request-id`` on every answer, and its SDKs read it
+    from there (``message._request_id``, ``APIStatusError.request_id``): whole, streamed, refused,
+    counted, listed, and on a path the gateway does not serve. It is the gateway's own id, the one
+    ``X-Request-Id`` carries and the log line names."""
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    asks = [
+        ("/v1/messages", body(), HEADERS),
+        ("/v1/messages", body(stream=True), HEADERS),
+        ("/v1/messages", body(max_tokens=0), HEADERS),
+        ("/v1/messages", body(), {**HEADERS, "x-api-key": "wrong"}),
+        ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, HEADERS),
+        ("/v1/messages/count_tokens", {"model": "m"}, HEADERS),
+        ("/v1/messages/nope", body(), HEADERS),
+    ]
+    for path, req, headers in asks:
+        status, got, raw = await post(gw, req, headers, path)
+        got = {k.lower(): v for k, v in got.items()}
+        assert got.get("request-id") and got["request-id"] == got["x-request-id"], (path, status, got, raw)
+    for path in ("/v1/models", "/v1/models/m", "/v1/models/nope"):
+        async with gw.session.get(gw.url + path, headers=HEADERS) as resp:
+            assert resp.headers.get("request-id") == resp.headers["X-Request-Id"], (path, resp.status)
