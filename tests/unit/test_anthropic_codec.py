@@ -113,6 +113,47 @@ def test_refusals_name_the_field(fields: JSON, named: str) -> None:
     assert named in err.value.message
 
 
+TOOL_TURNS = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+]
+
+
+def _result(*parts: JSON) -> JSON:
+    return {
+        "messages": [
+            *TOOL_TURNS,
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": list(parts)}]},
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        (
+            {"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]},
+            "system[0].cache_control.ttl",
+        ),
+        ({"system": [{"type": "text", "text": 5}]}, "system[0].text"),
+        ({"system": 5}, "system"),
+        (_result({"type": "text", "text": 5}), "messages[2].content[0].content[0].text"),
+        (_result({"type": "image", "source": {"type": "url"}}), "messages[2].content[0].content[0].source.url"),
+        (_result(), None),
+    ],
+)
+def test_a_union_field_is_judged_by_the_member_its_value_took(fields: JSON, param: str | None) -> None:
+    """A string-or-blocks field (``system``, a tool result's ``content``) given blocks, one of them
+    wrong: the error names the wrong key inside the blocks, not the field as if a string were due."""
+    if param is None:  # an empty result is a result without content, as Anthropic takes it
+        parse(body() | fields)
+        return
+    with pytest.raises(InvalidRequest) as err:
+        parse(body() | fields)
+    assert err.value.param == param, err.value.message
+    assert err.value.message.startswith(f"'{param}'"), err.value.message
+
+
 def test_thinking_and_platform_features_are_named_features() -> None:
     req = parse(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert Feature.THINKING in req.features and req.field_name(Feature.THINKING) == "thinking"
