@@ -10,16 +10,18 @@ import json
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from aiohttp import web
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.upstream import Upstream
 from gateway.limits.admission import Ask, running
 from gateway.runtime.config import parse_config
-from tests.integration.conftest import GatewayFactory, target
+from tests.integration.conftest import GatewayFactory, completions_server, target
 from tests.integration.dialect_clients import BEARER
 from tests.integration.test_spend import Target, budget_spent, outage_admission, settled, spend_config
 from tests.support.redis_servers import RedisServer
@@ -147,3 +149,35 @@ async def test_failing_open_a_budget_starts_from_what_redis_last_said_was_spent(
         await limiter.close()
         await client.aclose()
         server.close()
+
+
+async def answer_without_usage(request: web.Request) -> web.Response:
+    """A whole completion with no ``usage``: some OpenAI-compatible servers leave it out."""
+    body = await request.json()
+    text = " word" * 10
+    choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
+    return web.json_response(
+        {"id": "c", "object": "text_completion", "created": 1, "model": body["model"], "choices": [choice]}
+    )
+
+
+async def test_an_answer_without_usage_is_charged_an_upper_bound_not_nothing(
+    gateway: GatewayFactory, redis_server: RedisServer
+) -> None:
+    """A whole answer the target reports no usage for is charged the upper bounds a cut stream is (the
+    prompt's, and its text's), never 0: else every such answer is free and a hard budget never
+    refuses."""
+    async with completions_server(answer_without_usage) as server:
+        team = f"t-{uuid.uuid4().hex[:8]}"
+        up = SimpleNamespace(url=str(server.make_url("/v1")))
+        cfg = spend_config(up, redis_server.url, team, budget={"tokens": 200, "period": "day"})
+        gw = await gateway(parse_config(cfg))
+        statuses = []
+        for _ in range(10):
+            status, _ = await usage_of(gw, "/v1/completions", {"model": "m", "prompt": "alpha", "max_tokens": 20})
+            statuses.append(status)
+        assert statuses[0] == 200
+        await settled(redis_server.url, team, statuses.count(200))
+        spent = await budget_spent(redis_server.url, team, "t")
+        assert spent >= statuses.count(200) * 11, (statuses, spent)  # at least the text's tokens each
+        assert spent <= 200 and 429 in statuses, (statuses, spent)
