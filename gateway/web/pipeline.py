@@ -38,7 +38,7 @@ from gateway.dialects.base import Dialect, StreamEncoder, bearer_token, id_heade
 from gateway.dialects.common import dumps, loads
 from gateway.limits.admission import Ask
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, Slot
-from gateway.limits.plan import Plan
+from gateway.limits.plan import Plan, bounded
 from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
@@ -241,6 +241,8 @@ async def admit(ex: Exchange) -> None:
         admitting = admission.admit(ask)
         plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
     ex.plan = plan
+    if plan.layout.hard:  # the answer's length its worst case counted, where the client set none
+        ex.ireq = bounded(ireq)
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
 
