@@ -322,7 +322,7 @@ def _typed_turns(system: JSON, turns: JSON) -> tuple[ChatMessage, ...] | None:
         if text is None or type(role) is not str or role not in ROLES:
             return None
         out.append(ChatMessage(role=role, content=text))
-    return tuple(out)
+    return tuple(out) if out[-1].role == "user" else None  # a prefill: the full parse names it
 
 
 def typed_plain(data: dict[str, JSON], betas: str) -> InternalRequest | None:
@@ -361,6 +361,14 @@ def typed_plain(data: dict[str, JSON], betas: str) -> InternalRequest | None:
     )
 
 
+def prefill(turns: Sequence[MessageParam], fs: FeatureSet) -> None:
+    """A final assistant turn is a prefill: Anthropic's answer continues it, and a target whose wire
+    would answer it with a new turn instead refuses it by name."""
+    last = len(turns) - 1
+    why = "a final assistant turn (a prefill) would be answered with a new turn, not continued"
+    fs.use(Feature.PREFILL, f"messages[{last}]", turns[last].role == "assistant", why=why)
+
+
 def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     typed = typed_plain(data, betas)
     if typed is not None:
@@ -382,6 +390,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     if any(not s for s in stop):
         raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
     chat = with_effort(chat_options(b, fs), effort, fs)
+    prefill(b.messages, fs)
     stream = bool(b.stream)
     return request_of(
         fs,
