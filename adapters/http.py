@@ -59,6 +59,9 @@ NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE, Feature.THINKING, Feature.EFF
 # native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
 # a stream that may resume takes the chat path, which returns the output's token ids
 CHAT_PATHS = frozenset({"anthropic"})
+# What a native path may lack and the target's own wire serves (vLLM's /v1/messages opens a new turn
+# after a prefill; its chat path continues it): such a request takes the target's own wire
+CHAT_ONLY = frozenset({Feature.PREFILL})
 DEFAULT_BUDGET = Server().max_buffered_bytes
 
 
@@ -209,7 +212,8 @@ class HTTPUpstream(Identity[Target]):
             return self.wire
         if req.resumable and req.native_dialect in CHAT_PATHS:
             return self.wire
-        return self.native.get(req.native_dialect, self.wire)
+        native = self.native.get(req.native_dialect, self.wire)
+        return self.wire if req.features & CHAT_ONLY - native.features else native
 
     async def _post(self, req: InternalRequest, call: Call) -> tuple[aiohttp.ClientResponse, Wire]:
         """Send the request and wait for the response head; the caller bounds the wait (first byte).

@@ -11,7 +11,7 @@ A pool of ``--capacity`` slots, each request holding one for the mean service ti
 * ``headroom``: quiet first, and the noisy team is not given the last ``r`` free slots while the quiet
   team sent a request within ``active`` seconds (a queue that is not work-conserving).
 
-    python -m benchmarks.fair_sim [--seconds 2000] [--seeds 4]
+    python -m benchmarks.fair_sim [--seconds 2000] [--seeds 4] [--capacity 4] [--spread 0.5]
 
 prints, per policy, the quiet team's p99 wait for a slot per seed and the noisy team's throughput.
 """
@@ -150,22 +150,46 @@ POLICIES = (
 )
 
 
+def scaled(capacity: int) -> tuple[Policy, ...]:
+    """The policies for a pool of other than 4 slots: credit in units of the capacity, and the
+    guarantee reserve from a quarter of the slots up to most of them (what it takes to keep a quiet
+    team's p99 near its idle figure when a slot frees at random: its own concurrency's p99)."""
+    reserves = sorted({max(1, capacity * k // 8) for k in (2, 3, 4, 5, 6)})
+    return (
+        Policy("idle pool (the quiet team alone)", None, noisy=False),
+        Policy("sfq, no credit", 0.0),
+        Policy("sfq, credit = 2 x capacity (the gateway's)", 2.0 * capacity),
+        Policy("priority (unlimited credit)", None),
+        *(Policy(f"reserve {r}, guarantee, active 1 s", None, r, 1.0, "guarantee") for r in reserves),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=2000.0)
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--spread", type=float, default=0.5)
+    p.add_argument("--capacity", type=int, default=4, help="the pool's slots (bench-fair's --capacity)")
+    p.add_argument("--service", type=float, default=0.407, help="mean seconds a request holds a slot")
+    p.add_argument("--quiet", type=float, default=0.3, help="the quiet team's rate, a multiple of the pool's")
     args = p.parse_args(argv)
-    pool = Pool(spread=args.spread)
+    rate = args.quiet * args.capacity / args.service
+    pool = Pool(args.capacity, args.service, args.spread, rate)
     print(f"pool: {pool}; turnover {pool.service / pool.capacity * 1000:.0f} ms\n")
-    print("| policy | quiet p99 wait per seed (ms) | noisy completions/s |")
-    print("|---|---|---:|")
-    for policy in POLICIES:
+    print("| policy | quiet p50 wait per seed (ms) | quiet p99 wait per seed (ms) | noisy completions/s |")
+    print("|---|---|---|---:|")
+    for policy in POLICIES if args.capacity == 4 else scaled(args.capacity):
         runs = [simulate(policy, pool, args.seconds, seed) for seed in range(1, args.seeds + 1)]
-        p99 = ", ".join(f"{waits[int(0.99 * len(waits))] * 1000:.0f}" for waits, _ in runs)
-        rate = sum(r for _, r in runs) / len(runs)
-        print(f"| {policy.name} | {p99} | {rate:.2f} |")
+        p50 = ", ".join(f"{quantile(waits, 0.5) * 1000:.0f}" for waits, _ in runs)
+        p99 = ", ".join(f"{quantile(waits, 0.99) * 1000:.0f}" for waits, _ in runs)
+        noisy = sum(r for _, r in runs) / len(runs)
+        print(f"| {policy.name} | {p50} | {p99} | {noisy:.2f} |")
     return 0
+
+
+def quantile(waits: list[float], q: float) -> float:
+    """``waits`` sorted; 0 where the quiet team sent nothing."""
+    return waits[int(q * len(waits))] if waits else 0.0
 
 
 if __name__ == "__main__":

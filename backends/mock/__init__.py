@@ -10,7 +10,10 @@ and choice index (``text.py``); streams at ``tokens_per_second`` (default 20; 0 
 counts usage with a documented tokenizer (``text.py``): prompt tokens from the prompt's text,
 completion tokens = the tokens it generated. It honours ``max_tokens`` (finish ``length``), ``n``,
 batched and token-id prompts, ``stop`` (finish ``stop``), ``include_stop_str_in_output``,
-``min_tokens``, ``ignore_eos`` and seeds; any other feature is refused by name, as for every target.
+``min_tokens``, ``ignore_eos`` and seeds; tools, Anthropic's thinking and effort (``tools.py``: a
+chat offered tools answers in text unless a call is forced or the last user turn says
+``[mock-tool NAME]``, so Claude Code and agent SDKs run on it); any other feature is refused by name,
+as for every target.
 
 **Errors on demand**: a prompt (or any chat message) containing ``[mock-error STATUS]`` fails with
 that HTTP status before the first byte: 4xx as the upstream's rejection (429 is retryable), 504 as an

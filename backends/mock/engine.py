@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from backends.mock import text
+from backends.mock import text, tools
 from gateway.core.errors import GatewayError
 from gateway.core.request import Feature, InternalRequest, Operation, PromptItem
 from gateway.core.response import (
@@ -43,6 +43,9 @@ FEATURES = frozenset(
         Feature.MIN_TOKENS,
         Feature.SEED,
         Feature.SEED_PER_CHOICE,
+        Feature.TOOLS,  # offered, answered in text; a forced or asked-for call made (``tools.py``)
+        Feature.THINKING,  # enabled: a sentence of thinking first; adaptive: the mock chooses none
+        Feature.EFFORT,  # a hint its fixed answers need not heed
     }
 )
 Sleep = Callable[[float], Awaitable[Any]]
@@ -89,10 +92,15 @@ class MockEngine(Identity[Target]):
             prompt = sum(text.prompt_tokens(p) for p in prompts)
         seeds = request.sampling.seeds
         n = request.sampling.n
+        called = tools.call(request) if request.operation is Operation.CHAT else None
         answers = [
-            text.write(key, seeds[j % len(seeds)] if seeds else None, j, request) for key in keys for j in range(n)
+            text.calling(*called) if called else text.write(key, seeds[j % len(seeds)] if seeds else None, j, request)
+            for key in keys
+            for j in range(n)
         ]
-        usage = Usage(prompt, sum(len(a.pieces) for a in answers))
+        usage = Usage(
+            prompt, sum(a.tokens for a in answers), reasoning_tokens=sum(len(a.thought) for a in answers) or None
+        )
         asked = next((e for e in (text.asked_error(k, self.name) for k in keys) if e is not None), None)
         return answers, usage, asked
 
@@ -117,11 +125,14 @@ class MockEngine(Identity[Target]):
         answers, usage, asked = self._write(request)
         if asked is not None:
             raise asked[0]
-        await self._pause(max(len(a.pieces) for a in answers), call)
+        await self._pause(max(a.tokens for a in answers), call)
         acc = Accumulator(start=self._start(request, call))
         chat = request.operation is Operation.CHAT
         for i, answer in enumerate(answers):
-            acc.add(Delta(i, answer.text, role="assistant" if chat else None))
+            thinking = "".join(answer.thought) or None
+            acc.add(Delta(i, answer.text, role="assistant" if chat else None, reasoning=thinking))
+            if answer.call is not None:
+                acc.add(Delta(i, tool_calls=(_tool_call(answer.call, call, i),)))
             acc.add(Finish(i, answer.reason))
         acc.add(UsageReport(usage))
         return acc.completion()
@@ -137,18 +148,14 @@ class MockEngine(Identity[Target]):
         batch: list[StreamEvent] = [self._start(request, call)]
         if request.operation is Operation.CHAT:
             batch += [Delta(i, role="assistant") for i in range(len(answers))]
-        steps = max(len(a.pieces) for a in answers)
+        steps = max(a.tokens for a in answers)
         for step in range(steps):
             if fail_after is not None and step == fail_after:
                 assert asked is not None
                 raise asked[0]  # after the first byte: the client's stream ends with it, in-band
             await self._pause(1, call)
             for i, answer in enumerate(answers):
-                if step < len(answer.pieces):
-                    if answer.pieces[step]:
-                        batch.append(Delta(i, answer.pieces[step]))
-                    if step == len(answer.pieces) - 1:
-                        batch.append(Finish(i, answer.reason))
+                batch += _step(answer, step, i, call)
             if step < steps - 1:
                 yield Batch(batch)
                 batch = []
@@ -156,3 +163,30 @@ class MockEngine(Identity[Target]):
             assert asked is not None
             raise asked[0]
         yield Batch([*batch, UsageReport(usage)], Then.END)  # the answer ends in the same send
+
+
+def _step(answer: text.Answer, step: int, i: int, call: Call) -> list[StreamEvent]:
+    """Choice ``i``'s events at ``step``: a token of its thinking, then of its text; its tool call
+    and its finish with its last token."""
+    out: list[StreamEvent] = []
+    thought = len(answer.thought)
+    if step < thought:
+        out.append(Delta(i, reasoning=answer.thought[step]))
+    elif step - thought < len(answer.pieces) and answer.pieces[step - thought]:
+        out.append(Delta(i, answer.pieces[step - thought]))
+    if step == answer.tokens - 1:
+        if answer.call is not None:
+            out.append(Delta(i, tool_calls=(_tool_call(answer.call, call, i),)))
+        out.append(Finish(i, answer.reason))
+    return out
+
+
+def _tool_call(made: tuple[str, str], call: Call, i: int) -> dict[str, Any]:
+    """A tool call in OpenAI's shape (the events' own), its id unique to the request and choice."""
+    name, arguments = made
+    return {
+        "index": 0,
+        "id": f"call_mock_{call.request_id}_{i}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }

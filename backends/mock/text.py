@@ -11,11 +11,14 @@ What does not belong here: timing, the request pipeline, any wire format.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from backends.mock.tools import thinks
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected, UpstreamTimeout
 from gateway.core.request import ChatMessage, InternalRequest, PromptItem
 from gateway.core.response import FinishReason
@@ -80,14 +83,38 @@ def _words(rng: random.Random) -> Iterator[tuple[str, bool]]:
 @dataclass(slots=True)
 class Answer:
     """One choice as written: its tokens' texts (a stop string may have cut the last ones to ``""``),
-    and why it ended. ``len(pieces)`` is the completion's token count."""
+    and why it ended; the thinking's tokens before them; a tool call, the answer's only output (its
+    arguments' tokens are ``pieces`` of no text). ``tokens`` is the completion's token count."""
 
     pieces: list[str]
     reason: FinishReason
+    thought: list[str] = field(default_factory=list)
+    call: tuple[str, str] | None = None  # (name, arguments as JSON)
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.thought) + len(self.pieces)
+
+
+def calling(name: str, arguments: dict[str, Any]) -> Answer:
+    """An answer that is one call of tool ``name``: its arguments' tokens counted, no text."""
+    encoded = json.dumps(arguments, separators=(",", ":"))
+    return Answer([""] * max(1, count_tokens(encoded)), "tool_calls", call=(name, encoded))
+
+
+def thought(key: str, seed: int | None, index: int, budget: int) -> list[str]:
+    """What the mock thinks before answering: one sentence drawn as the answer is, within ``budget``."""
+    rng = random.Random(hashlib.sha256(f"thinking\x00{seed}\x00{index}\x00{key}".encode()).digest())
+    pieces: list[str] = []
+    for piece, sentence_end in _words(rng):
+        pieces.append(piece)
+        if sentence_end or len(pieces) >= budget:
+            return pieces
+    return pieces  # pragma: no cover  (the words never run out)
 
 
 def write(key: str, seed: int | None, index: int, request: InternalRequest) -> Answer:
@@ -100,7 +127,9 @@ def write(key: str, seed: int | None, index: int, request: InternalRequest) -> A
     digest = hashlib.sha256(f"{seed}\x00{index}\x00{key}".encode()).digest()
     rng = random.Random(digest)
     natural = rng.randint(*NATURAL_TOKENS)
-    limit = sampling.max_tokens
+    budget = thinks(request)
+    thinking = thought(key, seed, index, budget) if budget else []
+    limit = sampling.max_tokens if sampling.max_tokens is None else max(1, sampling.max_tokens - len(thinking))
     floor = sampling.min_tokens or 0
     pieces: list[str] = []
     reason: FinishReason = "stop"
@@ -126,7 +155,7 @@ def write(key: str, seed: int | None, index: int, request: InternalRequest) -> A
             break
         if sentence_end and len(pieces) >= max(natural, floor) and not sampling.ignore_eos:
             break
-    return Answer(pieces, reason)
+    return Answer(pieces, reason, thinking)
 
 
 def _stop_at(text: str, stops: Sequence[str], since: int, include: bool) -> int | None:

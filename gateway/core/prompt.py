@@ -42,7 +42,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.core.response import Delta
+from gateway.core.response import Completion, Delta
 
 MESSAGE_TOKENS = 8  # a template's markers around one message (its role name is counted as text)
 CHAT_TOKENS = 64  # BOS, the generation prompt, a template's own preamble (a date, a default system line)
@@ -257,4 +257,18 @@ def delta_tokens(delta: Delta) -> int:
         total += text_tokens(delta.reasoning)
     if delta.tool_calls:
         total += json_tokens(delta.tool_calls)
+    return total
+
+
+def answer_tokens(completion: Completion) -> int:
+    """The most tokens a whole answer's choices can hold, as ``delta_tokens`` bounds a delta's: for
+    an answer its target reported no usage for."""
+    total = 0
+    for c in completion.choices:
+        if c.token_ids:
+            total += len(c.token_ids)
+            continue
+        total += text_tokens(c.text) + (text_tokens(c.reasoning) if c.reasoning else 0)
+        if c.tool_calls:
+            total += json_tokens(c.tool_calls)
     return total

@@ -75,6 +75,9 @@ class Feature(StrEnum):
     REASONING = "reasoning"
     THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
     EFFORT = "effort"  # Anthropic's output_config.effort (how many tokens the answer may spend)
+    # A final assistant turn the answer continues (Anthropic's prefill); a chat wire's final assistant
+    # message is otherwise closed and answered with a new turn.
+    PREFILL = "prefill"
     # What only Anthropic's own platform serves (server tools, its betas and platform fields): the
     # Anthropic client's body goes to an Anthropic target as it came (``InternalRequest.native``).
     ANTHROPIC_NATIVE = "anthropic_native"

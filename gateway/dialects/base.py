@@ -151,6 +151,12 @@ class Dialect(Protocol):
     @property
     def team_header(self) -> str | None: ...
 
+    @property
+    def id_header(self) -> str:
+        """The answer's header its SDKs read the request's id from; every answer carries
+        ``X-Request-Id`` as well (``id_headers``)."""
+        ...
+
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> Dialect:
         """The dialect that actually answers: paths shared by several SDKs are told apart here."""
         ...
@@ -162,6 +168,11 @@ class Dialect(Protocol):
     def encoder(self, request: InternalRequest) -> StreamEncoder: ...
 
     def error(self, err: GatewayError) -> ErrorReply: ...
+
+
+def id_headers(dialect: Dialect, rid: str) -> dict[str, str]:
+    """The request id's headers for ``dialect``'s clients: ``X-Request-Id``, and the dialect's own."""
+    return {"X-Request-Id": rid, dialect.id_header: rid}
 
 
 def bearer_token(value: str | None) -> str | None:

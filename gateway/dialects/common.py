@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import pydantic
 import pydantic_core
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 from gateway.core import caps
 from gateway.core.errors import InvalidRequest, PayloadTooLarge, UpstreamMalformed
@@ -83,6 +84,14 @@ Objects = Annotated[list[dict[str, JSON]], Items]
 
 
 def _loc(data: JSON, loc: Sequence[int | str], kind: str) -> str:
+    """The client's path to the field (``_parts``), written as the client would."""
+    out = ""
+    for j, part in enumerate(_parts(data, loc, kind)):
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if j else part
+    return out
+
+
+def _parts(data: JSON, loc: Sequence[int | str], kind: str) -> list[int | str]:
     """The client's path to the field: a location part that does not lead into the body as sent is
     a union member's tag (``list[str]``, ``int``, a model's name) and is left out, so a field named
     like one (``Temperature``) keeps its name."""
@@ -98,16 +107,29 @@ def _loc(data: JSON, loc: Sequence[int | str], kind: str) -> str:
         elif isinstance(part, str) and isinstance(node, dict) and (part in node or (i == last and kind == "missing")):
             parts.append(part)
             node = node.get(part)
-    out = ""
-    for j, part in enumerate(parts):
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if j else part
-    return out
+    return parts
+
+
+def _judged(errors: Sequence[ErrorDetails], data: JSON) -> ErrorDetails:
+    """The error to answer with: the first, unless it is a union member's that the value did not take
+    (``system`` given blocks is tried as a string first): then the deepest error inside the same
+    field, the one of the member the value took, which names the wrong key within it."""
+    first = errors[0]
+    if data is None or len(errors) == 1:
+        return first
+    field = _parts(data, first["loc"], first["type"])
+    best, depth = first, len(field)
+    for err in errors[1:]:
+        parts = _parts(data, err["loc"], err["type"])
+        if len(parts) > depth and parts[: len(field)] == field:
+            best, depth = err, len(parts)
+    return best
 
 
 def invalid_from(exc: pydantic.ValidationError, data: JSON = None) -> InvalidRequest:
     """The first validation error, as one sentence naming the field; without the ``data`` validated
     (another library's models), union tags are told by their look: brackets or a capital."""
-    err = exc.errors(include_url=False)[0]
+    err = _judged(exc.errors(include_url=False), data)
     kind = err["type"]
     if data is None:
         loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p[:1].isupper()))]

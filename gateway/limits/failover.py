@@ -110,9 +110,12 @@ class FailoverLimiter:
     # Some rate or concurrency limit fails open: this process's share of it is enforced here during an
     # outage, so what Redis admits for this process is mirrored here (``LocalLimiter.record``).
     policy_open: bool = field(init=False)
+    # Budgets fail open: this process's share is of what Redis last said was left (``record_spent``).
+    budgets_open: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.policy_open = any(self.policy.get(kind, "open") == "open" for kind in ("rpm", "tpm", "conc"))
+        self.budgets_open = self.policy.get("bud", "open") == "open"
 
     @property
     def up(self) -> bool:
@@ -154,6 +157,8 @@ class FailoverLimiter:
                 self._answered()
                 if result is None and self.policy_open:  # mirrored: a fail-open share must know it
                     self.local.record(plan, lease_ttl_ms)
+                if result is None and self.budgets_open and plan.spent:
+                    self.local.record_spent(plan)
                 return result
         closed = [c for c in plan.checks if self.policy.get(c.kind, "open") == "closed"]
         outage = self.outage

@@ -28,6 +28,8 @@ class LocalLimiter:
     leases: dict[str, dict[str, float]] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     spends: dict[str, dict[str, int]] = field(default_factory=dict)  # budget hashes: field -> amount
+    # per budget key: the window and the spend Redis last answered an admission with (``record_spent``)
+    seen: dict[str, tuple[Window, int]] = field(default_factory=dict)
     _names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per key id: its counters
     # Per layout (by id, the layout kept so its id is not reused): its mirrored checks' shares
     _mirrors: dict[int, tuple[Layout, int, list[Mirrored]]] = field(default_factory=dict)
@@ -49,6 +51,7 @@ class LocalLimiter:
                 want = plan.cost_estimate if rule.unit == "m" else plan.estimate
                 fields = self.spends.get(c.key, {})
                 used = sum(fields.get(f, 0) for f in window.fields)
+                limit = self._room(c, window)
                 if used + want > limit:
                     if not rule.soft:
                         return Refusal(c, max(0.0, window.reset - time.time()), limit - used)
@@ -101,6 +104,21 @@ class LocalLimiter:
                 self.buckets[key] = (max(0.0, self._level(key, limit, now) - plan.estimate), now)
             else:
                 self.leases.setdefault(key, {})[plan.lease] = now + lease_ttl_ms
+
+    def _room(self, check: Check, window: Window) -> int:
+        """This process's share of a budget: of what Redis last said was left in this window (spent
+        there already, by every replica), else of the whole amount."""
+        seen = self.seen.get(check.key)
+        spent = seen[1] if seen is not None and seen[0].add in window.fields else 0
+        return max(0, math.ceil((check.limit - spent) / self.divisor))
+
+    def record_spent(self, plan: Plan) -> None:
+        """Redis admitted ``plan`` and answered each budget's spend (``Plan.spent``): should it fail
+        open, this process's share is of what was left then, not of the whole budget from zero (an
+        outage near a month's end would admit another budget a replica)."""
+        for i, spent in enumerate(plan.spent):
+            if (window := plan.windows[i]) is not None:
+                self.seen[plan.checks[i].key] = (window, spent)
 
     def _mirrored(self, layout: Layout) -> list[Mirrored]:
         """``layout``'s rate and concurrency checks with this process's shares, worked out once."""

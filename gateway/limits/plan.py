@@ -7,13 +7,14 @@ has separate budgets in each). Sans-IO: no Redis here.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from random import getrandbits
 
 from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
-from gateway.core.request import InternalRequest, Operation
+from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.limits.budget_rules import Rule, Window
 from gateway.limits.prices import Rate
 
@@ -57,6 +58,7 @@ class Layout:
     concurrency_keys: tuple[str, ...] = ()
     tokens: bool = False  # a tokens-per-minute limit applies (a reserve fits by token estimate)
     budgets: bool = False  # a budget applies: its worst case reserved per request (a reserve's: per unit)
+    hard: bool = False  # a hard budget applies: the answer's length is held to what its worst case counts
 
 
 @dataclass(slots=True)
@@ -145,8 +147,25 @@ def estimate_tokens(request: InternalRequest, prompt: int) -> int:
     if request.operation is Operation.EMBEDDING:
         return prompt
     sampling = request.sampling
-    most = sampling.max_tokens or sampling.max_total_tokens or DEFAULT_MAX_TOKENS_ESTIMATE
+    most = completion_bound(sampling)
     return prompt + most * max(1, len(request.prompts)) * max(sampling.n, sampling.best_of or 1)
+
+
+def completion_bound(sampling: Sampling) -> int:
+    """The most tokens one choice's answer may use, as a worst case counts them: the client's bound,
+    else ``DEFAULT_MAX_TOKENS_ESTIMATE`` (no less than the least the client asked for)."""
+    least = max(sampling.min_tokens or 0, sampling.min_total_tokens or 0)
+    return sampling.max_tokens or sampling.max_total_tokens or max(DEFAULT_MAX_TOKENS_ESTIMATE, least)
+
+
+def bounded(request: InternalRequest) -> InternalRequest:
+    """``request`` with the bound its worst case counted sent to the target where the client set
+    none: a target's own default (vLLM's: the rest of the context; an Anthropic target's: 4,096)
+    would let one answer pass a hard budget by more than was reserved for it."""
+    sampling = request.sampling
+    if request.operation is Operation.EMBEDDING or sampling.max_tokens or sampling.max_total_tokens:
+        return request
+    return dataclasses.replace(request, sampling=dataclasses.replace(sampling, max_tokens=completion_bound(sampling)))
 
 
 def checks_for(prefix: str, scope: str, values: LimitValues) -> list[Check]:
@@ -183,6 +202,7 @@ def layout(
         tuple(c.key for c in checks if c.kind == "conc"),
         any(c.kind == "tpm" for c in checks),
         any(c.kind == "bud" for c in checks),
+        any(c.rule is not None and not c.rule.soft for c in checks),
     )
 
 
@@ -234,8 +254,8 @@ def planned(
         plan.windows = windows(limits, now)
         if rate is not None and request.operation is Operation.EMBEDDING:
             rate = rate.for_embeddings()
-        if rate is not None:  # the worst case: no prompt token cached, every completion token used
-            plan.cost_estimate = rate.cost(prompt, 0, plan.estimate - prompt)
+        if rate is not None:  # the worst case: every prompt token at its dearest, every completion token used
+            plan.cost_estimate = rate.worst(prompt, plan.estimate - prompt)
     return plan
 
 

@@ -60,6 +60,20 @@ class Rate:
         whole = (prompt - cached - written) * self.input + cached * self.cached_input + written * write_price
         return math.ceil(whole + completion * self.output)
 
+    def worst(self, prompt: int, completion: int) -> int:
+        """The most ``prompt`` and ``completion`` tokens can cost, however the target serves the prompt
+        (fresh, read from its cache or written to it: a write may cost more than a fresh token,
+        Anthropic's 1.25 times): what a budget reserves. Millionths, rounded up."""
+        scaled = self.scaled
+        if scaled is not None:
+            each, read, write, out, per = scaled
+            return -(-(prompt * max(each, read, write) + completion * out) // per)
+        return max(
+            self.cost(prompt, 0, completion),
+            self.cost(prompt, prompt, completion),
+            self.cost(prompt, 0, completion, prompt),
+        )
+
 
 def _in_integers(rate: Rate) -> tuple[int, int, int, int, int] | None:
     """The input, cached input, cache write and output prices as integers over one power of ten

@@ -65,6 +65,7 @@ NOT_CONTINUABLE = frozenset(
         Feature.REASONING,
         Feature.THINKING,  # (and effort) served on vLLM's /v1/messages, not the chat path a resume takes
         Feature.EFFORT,
+        Feature.PREFILL,  # a continuation's partial message would follow the client's, not extend it
         Feature.ECHO,
         Feature.SUFFIX,
         Feature.BEAM_SEARCH,

@@ -20,6 +20,7 @@ from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.core.upstream import Call, Upstream
 from gateway.dialects import ANTHROPIC
+from gateway.dialects.base import id_headers
 from gateway.dialects.common import dumps, loads
 from gateway.limits.plan import estimate_prompt
 from gateway.routing.table import Route
@@ -48,7 +49,7 @@ async def count_tokens(request: web.Request) -> web.Response:
         return error_response(ANTHROPIC, err, rid)
     count = await exact(gen, route, ireq, rid)
     body = dumps({"input_tokens": estimate_prompt(ireq) if count is None else count})
-    return web.Response(body=body, content_type="application/json", headers={"X-Request-Id": rid})
+    return web.Response(body=body, content_type="application/json", headers=id_headers(ANTHROPIC, rid))
 
 
 async def exact(gen: Generation, route: Route, req: InternalRequest, rid: str) -> int | None:

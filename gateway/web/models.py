@@ -17,7 +17,7 @@ from aiohttp import web
 from gateway.core.errors import GatewayError, ModelNotFound
 from gateway.dialects import ANTHROPIC, OPENAI
 from gateway.dialects.anthropic import models as anthropic_models
-from gateway.dialects.base import Dialect, bearer_token
+from gateway.dialects.base import Dialect, bearer_token, id_headers
 from gateway.dialects.common import dumps
 from gateway.dialects.openai import render as openai_render
 from gateway.policy.auth import Principal
@@ -68,8 +68,8 @@ def reachable(gw: Gateway) -> list[str]:
     return names
 
 
-def _json(body: object, rid: str) -> web.Response:
-    return web.Response(body=dumps(body), content_type="application/json", headers={"X-Request-Id": rid})
+def _json(body: object, dialect: Dialect, rid: str) -> web.Response:
+    return web.Response(body=dumps(body), content_type="application/json", headers=id_headers(dialect, rid))
 
 
 def _created_at(now: int) -> str:
@@ -84,10 +84,10 @@ async def list_models(request: web.Request) -> web.Response:
         if dialect is ANTHROPIC:
             query = anthropic_models.page_query(request.query.items())
             names = [n for n in names if _canonical(gw, n) == n]
-            return _json(anthropic_models.model_list(names, _created_at(now), query), rid)
+            return _json(anthropic_models.model_list(names, _created_at(now), query), dialect, rid)
     except GatewayError as err:
         return error_response(dialect, err, rid)
-    return _json(openai_render.model_list(names, now), rid)
+    return _json(openai_render.model_list(names, now), dialect, rid)
 
 
 async def get_model(request: web.Request) -> web.Response:
@@ -100,8 +100,8 @@ async def get_model(request: web.Request) -> web.Response:
         return error_response(dialect, err, rid)
     now = int(time.time())
     if dialect is ANTHROPIC:
-        return _json(anthropic_models.model_card(_canonical(gw, name), _created_at(now)), rid)
-    return _json(openai_render.model_card(name, now), rid)
+        return _json(anthropic_models.model_card(_canonical(gw, name), _created_at(now)), dialect, rid)
+    return _json(openai_render.model_card(name, now), dialect, rid)
 
 
 def _canonical(gw: Gateway, name: str) -> str:

@@ -34,11 +34,11 @@ from gateway.core.errors import GatewayError, ShuttingDown
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Batch
 from gateway.core.upstream import Call
-from gateway.dialects.base import Dialect, StreamEncoder, bearer_token
+from gateway.dialects.base import Dialect, StreamEncoder, bearer_token, id_headers
 from gateway.dialects.common import dumps, loads
 from gateway.limits.admission import Ask
 from gateway.limits.fairq import PRIORITY_HEADER, ModelQueue, Slot
-from gateway.limits.plan import Plan
+from gateway.limits.plan import Plan, bounded
 from gateway.obs.load import ModelLoad
 from gateway.obs.tracing import RequestTrace
 from gateway.policy.auth import Principal
@@ -90,7 +90,7 @@ class Exchange:
     def reply_headers(self, first: dict[str, str]) -> dict[str, str]:
         """``first``, then the request id, the gateway's overhead so far, and a soft budget gone past."""
         log = self.log
-        headers = {**first, "X-Request-Id": log.rid, OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
+        headers = {**first, **id_headers(self.dialect, log.rid), OVERHEAD_HEADER: f"{log.overhead() * 1000:.3f}"}
         if log.budget_exceeded:
             headers[BUDGET_HEADER] = log.budget_exceeded
         return headers
@@ -241,6 +241,8 @@ async def admit(ex: Exchange) -> None:
         admitting = admission.admit(ask)
         plan = await (admitting if ex.trace is None else ex.trace.admitted(admitting, principal.team))
     ex.plan = plan
+    if plan.layout.hard:  # the answer's length its worst case counted, where the client set none
+        ex.ireq = bounded(ireq)
     if plan.over is not None:
         ex.log.budget_exceeded = plan.over.scope
 
@@ -402,7 +404,7 @@ def credentials(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str | Non
 
 def error_response(dialect: Dialect, err: GatewayError, rid: str) -> web.Response:
     reply = dialect.error(err)
-    headers = {"X-Request-Id": rid, **reply.headers}
+    headers = {**id_headers(dialect, rid), **reply.headers}
     return web.Response(status=reply.status, body=dumps(reply.body), content_type="application/json", headers=headers)
 
 

@@ -17,7 +17,7 @@ import logging
 import time
 
 from gateway.core.errors import GatewayError
-from gateway.core.prompt import delta_tokens, relayed_tokens
+from gateway.core.prompt import answer_tokens, delta_tokens, relayed_tokens
 from gateway.core.response import Completion, Delta, Frame, StreamEvent, Token, UsageReport
 from gateway.core.upstream import StreamProgress
 from gateway.limits.budget_rules import money
@@ -107,6 +107,7 @@ class RequestLog:
         "trace",
         "ttfb",
         "ttft",
+        "unreported",
         "wall",
     )
 
@@ -144,6 +145,7 @@ class RequestLog:
         self.cost: int | None = None  # millionths of the currency, when priced (``Admission.release``)
         self.budget_exceeded: str | None = None  # the soft budget gone past: "team" or "key"
         self.progress: StreamProgress | None = None  # a stream's usage as its upstream last reported it
+        self.unreported = False  # a whole answer came without usage: settled by upper bounds (``usage``)
 
     def first_byte(self) -> None:
         self.ttfb = time.perf_counter() - self.started
@@ -219,14 +221,18 @@ class RequestLog:
             self.completion_tokens = completion.usage.completion_tokens
             self.cached_tokens = completion.usage.cached_tokens
             self.cache_write_tokens = completion.usage.cache_write_tokens
+        else:  # no count of its own: charged its bounds, as a cut stream is, never nothing
+            self.unreported = True
+            self.most = answer_tokens(completion)
 
     def usage(self, plan: Plan) -> tuple[int | None, int | None]:
         """Tokens to settle: the upstream's own count. For a stream cut short (client gone, upstream
-        broke off), upper bounds: the prompt's real count where the upstream reported one as it went,
-        else its estimate; and the larger of the upstream's count so far and the most the streamed
-        texts can hold (never past the completion's worst case): an upstream's count may be its first
-        event's (Anthropic's), and a chunk may carry several tokens."""
-        if self.completion_tokens is not None or not self.streamed:
+        broke off) or an answer whose upstream reported no usage, upper bounds: the prompt's real
+        count where the upstream reported one as it went, else its estimate; and the larger of the
+        upstream's count so far and the most the texts can hold (never past the completion's worst
+        case): an upstream's count may be its first event's (Anthropic's), and a chunk may carry
+        several tokens."""
+        if self.completion_tokens is not None or not (self.streamed or self.unreported):
             return self.prompt_tokens, self.completion_tokens
         worst = plan.estimate - plan.prompt_estimate  # max_tokens for every choice (0: not planned)
         most = self.counted()

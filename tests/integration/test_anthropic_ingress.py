@@ -324,3 +324,57 @@ async def test_tool_cell(gateway: GatewayFactory, upstream: Any, upstream_kind: 
     assert got["stop_reason"] == "tool_use", got
     (call,) = [b for b in got["content"] if b["type"] == "tool_use"]
     assert call["name"] == "get_weather" and set(call["input"]) == {"city"} and call["id"], got
+
+
+async def test_every_answer_carries_request_id(gateway: GatewayFactory, upstream: Any) -> None:
+    """Anthropic's API puts the request's id in ``request-id`` on every answer, and its SDKs read it
+    from there (``message._request_id``, ``APIStatusError.request_id``): whole, streamed, refused,
+    counted, listed, and on a path the gateway does not serve. It is the gateway's own id, the one
+    ``X-Request-Id`` carries and the log line names."""
+    server = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    asks = [
+        ("/v1/messages", body(), HEADERS),
+        ("/v1/messages", body(stream=True), HEADERS),
+        ("/v1/messages", body(max_tokens=0), HEADERS),
+        ("/v1/messages", body(), {**HEADERS, "x-api-key": "wrong"}),
+        ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, HEADERS),
+        ("/v1/messages/count_tokens", {"model": "m"}, HEADERS),
+        ("/v1/messages/nope", body(), HEADERS),
+    ]
+    for path, req, headers in asks:
+        status, got, raw = await post(gw, req, headers, path)
+        got = {k.lower(): v for k, v in got.items()}
+        assert got.get("request-id") and got["request-id"] == got["x-request-id"], (path, status, got, raw)
+    for path in ("/v1/models", "/v1/models/m", "/v1/models/nope"):
+        async with gw.session.get(gw.url + path, headers=HEADERS) as resp:
+            assert resp.headers.get("request-id") == resp.headers["X-Request-Id"], (path, resp.status)
+
+
+PREFILL = [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "The answer is"}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_prefill_is_continued_or_refused_by_name(gateway: GatewayFactory, upstream: Any, stream: bool) -> None:
+    """A final assistant turn is Anthropic's prefill: the answer continues it. vLLM's chat path
+    continues it when told (``continue_final_message``; its own /v1/messages does not, 0.32), an
+    Anthropic target takes it as it came, and a target that would answer it as a new turn (OpenAI's
+    API) refuses it by name: never a new turn in its place."""
+    vllm = await upstream("vllm", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(vllm, "vllm")]}]))
+    await answer(gw, body(messages=PREFILL), stream)
+    sent = vllm.requests[-1]
+    assert sent.path.endswith("/chat/completions"), sent.path
+    assert sent.body["continue_final_message"] is True and sent.body["add_generation_prompt"] is False
+    assert sent.body["messages"][-1] == {"role": "assistant", "content": "The answer is"}
+    claude = await upstream("anthropic", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(claude, "anthropic")]}]))
+    await answer(gw, body(messages=PREFILL), stream)
+    assert claude.requests[-1].body["messages"] == PREFILL
+    openai = await upstream("openai", models=("up-model",))
+    gw = await gateway(config([{"name": "m", "targets": [target(openai, "openai")]}]))
+    status, _, raw = await post(gw, body(messages=PREFILL, stream=stream))
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["type"] == "invalid_request_error", raw
+    assert err["message"].startswith("'messages[1]' is not supported by target 'openai:up-model'"), raw
+    assert not openai.requests

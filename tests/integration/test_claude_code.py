@@ -5,9 +5,9 @@ completes in two turns, and the second request carries the command's output as t
 
 The binary is looked for at ``$CLAUDE_CODE_BIN``, then ``.claude-code/`` (``scripts/claude-code``, which
 ``scripts/test`` runs, installs the pinned release there; it needs the npm registry once and runs offline
-after); without it the test is skipped, saying so. Claude Code sends betas and ``thinking`` that only Anthropic
-serves, so its target is an ``anthropic`` one (the body passes through); a vLLM or OpenAI target
-refuses them by name (docs/dialects.md#claude-code).
+after); without it the test is skipped, saying so. The same task on the built-in ``mock`` (the quick
+start's ``demo``), whose ``[mock-tool NAME ARGS]`` marker makes it call the tool; vLLM's own
+/v1/messages is tests/vllm/test_vllm_claude_code.py's (docs/dialects.md#claude-code).
 """
 
 from __future__ import annotations
@@ -41,27 +41,8 @@ async def test_claude_code_completes_a_one_tool_task(
     server = await upstream("anthropic")
     model = {"name": name, "targets": [target(server, "anthropic")]}
     gw = await gateway(config([model]))
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    (work / "hello.txt").write_text("hello\n")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": gw.url.rstrip("/"),
-        "ANTHROPIC_AUTH_TOKEN": KEY,
-        "ANTHROPIC_MODEL": name,
-        "ANTHROPIC_SMALL_FAST_MODEL": name,
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
     prompt = "List the files here [[fault:tool=Bash,tool_arg=ls]]"
-    argv = [str(BINARY), "-p", prompt, "--allowedTools", "Bash", "--output-format", "json"]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=work, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
-    result = json.loads(out.decode().strip().splitlines()[-1])
+    result, err = await run_claude_code(gw.url, name, prompt, tmp_path)
     assert result["is_error"] is False and result["num_turns"] == 2, (result, err.decode()[-3000:])
     first, second = (r for r in server.requests if r.path == "/v1/messages")
     assert first.headers["x-api-key"] == "upstream-key"  # the gateway's key, never Claude Code's
@@ -71,3 +52,42 @@ async def test_claude_code_completes_a_one_tool_task(
         assert [m["role"] for m in first.body["messages"]] == ["user", "system"]
     results = [b for b in second.body["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert results and "hello.txt" in json.dumps(results[0]["content"])
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
+async def test_claude_code_completes_a_one_tool_task_on_the_mock(gateway: GatewayFactory, tmp_path: Path) -> None:
+    """The built-in ``mock`` (the quick start's ``demo``) as Claude Code finds it: every beta, adaptive
+    thinking, effort, thinking clearing that keeps all, 25 tools; the prompt's marker makes the mock
+    call Bash with ``ls``, and it answers the result in text."""
+    gw = await gateway(
+        config([{"name": "demo", "targets": [{"provider": "mock", "engine": {"tokens_per_second": 0}}]}])
+    )
+    prompt = 'List the files here [mock-tool Bash {"command": "ls"}]'
+    result, err = await run_claude_code(gw.url, "demo", prompt, tmp_path)
+    assert result["is_error"] is False and result["num_turns"] == 2, (result, err.decode()[-3000:])
+    assert result["usage"]["output_tokens"] > 0
+
+
+async def run_claude_code(url: str, name: str, prompt: str, tmp_path: Path) -> tuple[dict[str, Any], bytes]:
+    """``claude -p PROMPT`` in a directory holding hello.txt, Bash allowed, against the gateway at
+    ``url`` under model ``name``: its JSON result and its stderr."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": url.rstrip("/"),
+        "ANTHROPIC_AUTH_TOKEN": KEY,
+        "ANTHROPIC_MODEL": name,
+        "ANTHROPIC_SMALL_FAST_MODEL": name,
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    argv = [str(BINARY), "-p", prompt, "--allowedTools", "Bash", "--output-format", "json"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=work, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
+    return json.loads(out.decode().strip().splitlines()[-1]), err

@@ -101,3 +101,18 @@ async def test_unserved_messages_are_translated_after_one_404(gateway: GatewayFa
         assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
         assert fr.missing == ["/v1/messages"]  # paid once for the target
         assert len(vllm.requests) == 2 and not anthropic.requests
+
+
+async def test_a_prefill_goes_as_chat_which_continues_it(gateway: GatewayFactory, fakes: tuple[Any, Any]) -> None:
+    """vLLM's /v1/messages answers a final assistant turn with a new turn (0.32 sets no
+    ``continue_final_message``): a prefill takes the replica's chat path, told to continue it."""
+    anthropic, vllm = fakes
+    turns = [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hello"}]
+    async with front({"/v1/messages": anthropic.origin, "/v1": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, {**BODY, "messages": turns}, **{"X-Gateway-Resume": "off"})
+        assert status == 200, raw
+        assert not anthropic.requests
+        sent = vllm.requests[-1].body
+        assert sent["messages"][-1] == {"role": "assistant", "content": "Hello"}
+        assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False

@@ -63,6 +63,7 @@ def test_create(runs: dict[str, Any]) -> None:
     usage = got["usage"]
     assert usage["output_tokens"] == 8 and usage["input_tokens"] > 0
     assert usage["cache_read_input_tokens"] == 0 and usage["cache_creation_input_tokens"] == 0
+    assert got["request_id"]  # the SDK's ``_request_id``, read from the request-id header
 
 
 def test_stream_matches_create(runs: dict[str, Any]) -> None:
@@ -137,6 +138,7 @@ def test_models_retrieve(runs: dict[str, Any]) -> None:
 def test_error_types_as_the_sdks_classes(runs: dict[str, Any], name: str, error: str, status: int) -> None:
     got = case(runs, name, ok=False)
     assert (got["error"], got["status"], got["type"]) == (error, status, name), f"{got}{runs['_context']}"
+    assert got["request_id"]  # the SDK's ``APIStatusError.request_id``
     if name == "rate_limit_error":
         assert got["retry_after"] == "7"
 

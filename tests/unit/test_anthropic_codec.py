@@ -113,6 +113,47 @@ def test_refusals_name_the_field(fields: JSON, named: str) -> None:
     assert named in err.value.message
 
 
+TOOL_TURNS = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+]
+
+
+def _result(*parts: JSON) -> JSON:
+    return {
+        "messages": [
+            *TOOL_TURNS,
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": list(parts)}]},
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        (
+            {"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]},
+            "system[0].cache_control.ttl",
+        ),
+        ({"system": [{"type": "text", "text": 5}]}, "system[0].text"),
+        ({"system": 5}, "system"),
+        (_result({"type": "text", "text": 5}), "messages[2].content[0].content[0].text"),
+        (_result({"type": "image", "source": {"type": "url"}}), "messages[2].content[0].content[0].source.url"),
+        (_result(), None),
+    ],
+)
+def test_a_union_field_is_judged_by_the_member_its_value_took(fields: JSON, param: str | None) -> None:
+    """A string-or-blocks field (``system``, a tool result's ``content``) given blocks, one of them
+    wrong: the error names the wrong key inside the blocks, not the field as if a string were due."""
+    if param is None:  # an empty result is a result without content, as Anthropic takes it
+        parse(body() | fields)
+        return
+    with pytest.raises(InvalidRequest) as err:
+        parse(body() | fields)
+    assert err.value.param == param, err.value.message
+    assert err.value.message.startswith(f"'{param}'"), err.value.message
+
+
 def test_thinking_and_platform_features_are_named_features() -> None:
     req = parse(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert Feature.THINKING in req.features and req.field_name(Feature.THINKING) == "thinking"
@@ -150,6 +191,85 @@ def test_an_effort_alone_is_a_feature_and_anything_else_in_output_config_anthrop
     assert parse(body(container="c")).field_name(Feature.ANTHROPIC_NATIVE) == "container"
     assert parse(body(container="c")).field_reason(Feature.ANTHROPIC_NATIVE)
     assert parse(body(container="c")).native == body(container="c")  # for an Anthropic target, as it came
+
+
+CLAUDE_CODE_BETAS = (
+    "claude-code-20250219,interleaved-thinking-2025-05-14,thinking-token-count-2026-05-13,"
+    "context-management-2025-06-27,prompt-caching-scope-2026-01-05,mid-conversation-system-2026-04-07,"
+    "effort-2025-11-24"
+)
+THOUGHT = {"type": "thinking", "thinking": "t", "signature": "s"}
+
+
+def turns(*thinks: bool) -> list[JSON]:
+    """A conversation whose assistant turns hold a thinking block where ``thinks`` says."""
+    out: list[JSON] = [{"role": "user", "content": "q"}]
+    for t in thinks:
+        out.append({"role": "assistant", "content": [*([THOUGHT] if t else []), {"type": "text", "text": "a"}]})
+        out.append({"role": "user", "content": "q"})
+    return out
+
+
+def test_claude_codes_default_request_is_no_platform_feature() -> None:
+    """What Claude Code 2.1.197 sends by default (no CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS): every beta,
+    and thinking clearing that keeps all: served on every target where thinking and effort are."""
+    data = body(
+        thinking={"type": "adaptive"},
+        output_config={"effort": "high"},
+        context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    )
+    req = parse(data, CLAUDE_CODE_BETAS)
+    assert Feature.ANTHROPIC_NATIVE not in req.features
+    assert req.features >= {Feature.THINKING, Feature.EFFORT}
+    assert req.native == data and req.extra_headers == {"anthropic-beta": CLAUDE_CODE_BETAS}
+
+
+@pytest.mark.parametrize(
+    ("config", "thinks", "kept"),
+    [
+        ({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}, (True, True), True),
+        ({"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "all"}}]}, (True,), True),
+        ({"edits": []}, (), True),
+        ({}, (True,), True),
+        # the default keeps the last assistant turn's thinking: nothing older holds any
+        ({"edits": [{"type": "clear_thinking_20251015"}]}, (False, True), True),
+        ({"edits": [{"type": "clear_thinking_20251015"}]}, (True, False), False),
+        (
+            {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 2}}]},
+            (True, True),
+            True,
+        ),
+        (
+            {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]},
+            (True, True),
+            False,
+        ),
+        ({"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}}]}, (), False),
+        (
+            {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": True}}]},
+            (),
+            False,
+        ),
+        ({"edits": [{"type": "clear_tool_uses_20250919"}]}, (), False),
+        ({"edits": [{"type": "compact_20260112"}]}, (), False),
+        ({"edits": [{"type": "clear_thinking_20251015", "keep": "all", "x": 1}]}, (), False),
+        ({"edits": "all"}, (), False),
+        ({"other": 1}, (), False),
+        ([], (), False),
+    ],
+)
+def test_context_management_that_edits_nothing_is_served_anywhere(
+    config: JSON, thinks: tuple[bool, ...], kept: bool
+) -> None:
+    req = parse(body(messages=turns(*thinks), context_management=config), "context-management-2025-06-27")
+    if kept:
+        assert (
+            Feature.ANTHROPIC_NATIVE not in req.features
+            or req.field_name(Feature.ANTHROPIC_NATIVE) != "context_management"
+        )
+    else:
+        assert req.field_name(Feature.ANTHROPIC_NATIVE) == "context_management"
+    assert req.native is not None and req.native["context_management"] == config  # to Anthropic as it came
 
 
 UNMODELLED = [

@@ -225,3 +225,22 @@ def test_the_simulated_floor_orders_the_policies_as_the_docs_say() -> None:
     assert none[0] > cap[0] >= twice[0] >= first[0]
     assert none[1] == cap[1] == twice[1] == first[1]  # work-conserving: the same noisy throughput
     assert headroom[0] < first[0] and headroom[1] < 0.9 * first[1]
+
+
+def test_on_a_wider_pool_no_work_conserving_order_keeps_within_one_turnover() -> None:
+    """``benchmarks.fair_sim --capacity 16``: with slots freeing at random, strict priority still has the
+    quiet team wait several turnovers at p99 (its requests arrive together); only a reserve of most
+    of the slots gets within one turnover, and it does so by idling them: the noisy team loses half."""
+    pool = fair_sim.Pool(capacity=16, service=0.408, spread=0.5, rate=0.3 * 16 / 0.408)
+    turnover = pool.service / pool.capacity
+
+    def run(policy: fair_sim.Policy) -> tuple[float, float]:
+        waits, noisy = fair_sim.simulate(policy, pool, 300.0, seed=1)
+        return fair_sim.quantile(waits, 0.99), noisy
+
+    first = run(fair_sim.Policy("", None))
+    half = run(fair_sim.Policy("", None, 8, 1.0, "guarantee"))
+    most = run(fair_sim.Policy("", None, 12, 1.0, "guarantee"))
+    assert first[0] > 3 * turnover and half[0] > 2 * turnover
+    assert most[0] < turnover and most[1] < 0.5 * first[1]
+    assert [p.name for p in fair_sim.scaled(16)][-1] == "reserve 12, guarantee, active 1 s"

@@ -265,12 +265,13 @@ def test_a_plain_messages_body_skips_the_schema(monkeypatch: pytest.MonkeyPatch)
     parse_full = messages_parse.parse_full
     monkeypatch.setattr(messages_parse, "parse_full", lambda *a: full.append(a) or parse_full(*a))
     body = {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello"}], "stream": True}
-    blocks = [{"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}]
+    blocks = [{"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}, {"role": "user", "content": "Go on"}]
     request = messages_parse.parse(
         {**body, "system": "Be brief", "temperature": 1, "messages": body["messages"] + blocks}
     )
     assert (request.sampling.temperature, request.native_dialect, full) == (1.0, "anthropic", [])
-    assert [m.content for m in request.messages] == ["Be brief", "Say hello", "Hi"]
+    assert [m.content for m in request.messages] == ["Be brief", "Say hello", "Hi", "Go on"]
     messages_parse.parse({**body, "stop_sequences": ["x"]})  # any other field: the full parse
     messages_parse.parse(body, "some-beta-2025-01-01")  # a beta only Anthropic honours: the full parse
-    assert len(full) == 2
+    messages_parse.parse({**body, "messages": body["messages"] + blocks[:1]})  # a prefill: the full parse
+    assert len(full) == 3

@@ -235,3 +235,32 @@ def test_cache_reads_and_writes_have_their_own_prices() -> None:
     assert Rate.of(Price(model="c", input=Decimal(3), output=Decimal(0))).cost(4, 2, 0, written=2) == 12
     with pytest.raises(ValueError, match="'cache_read' or its earlier name 'cached_input'"):
         Price(model="c", input=Decimal(3), cache_read=Decimal(1), cached_input=Decimal(1), output=Decimal(0))
+
+
+@given(
+    words=st.integers(0, 2000),
+    most=st.integers(1, 10**5),
+    split=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    prices=st.tuples(*[st.integers(0, 10**5)] * 4),
+)
+def test_the_worst_case_reserved_bounds_every_split_of_the_prompt(
+    words: int, most: int, split: tuple[float, float], prices: tuple[int, int, int, int]
+) -> None:
+    """However the target reports the prompt (read from its cache, written to it, neither), its cost is
+    within the worst case a budget reserves: a write dearer than a fresh token (Anthropic's 1.25 times)
+    or a read priced above it is reserved at that price, or a hard budget is passed."""
+    from gateway.core.request import InternalRequest, Operation, Sampling
+    from gateway.limits.plan import LimitValues, layout, planned
+    from gateway.runtime.spend_config import Budget
+
+    each, read, write, out = (Decimal(p) / 100 for p in prices)
+    rate = Rate(each, read, out, cache_write=write)
+    budget = rules(Budget(amount=Decimal(10**9), period="day"), ZoneInfo("UTC"), "EUR")
+    prompt = ("word " * words,)
+    request = InternalRequest(Operation.COMPLETION, model="m", prompts=prompt, sampling=Sampling(max_tokens=most))
+    plan = planned("t", "k", layout("t", "k", LimitValues(), LimitValues(), tuple(budget)), request, "l", rate)
+    tokens = plan.prompt_estimate  # the prompt at its bound: every token of it read, written or fresh
+    cached = int(tokens * split[0])
+    written = int((tokens - cached) * split[1])
+    for c, w in ((cached, written), (tokens, 0), (0, tokens), (0, 0)):
+        assert rate.cost(tokens, c, most, w) <= plan.cost_estimate

@@ -1,8 +1,9 @@
 """Claude Code (npm ``@anthropic-ai/claude-code``, its native binary) in print mode through the gateway
-to real vLLM (CPU, the tiny model) under a model name of the team's: what it sends with
-``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`` (its marker and effort betas, a system turn after the
-first message, ``output_config.effort``, its tools) goes to vLLM's own /v1/messages and is answered.
-The tiny model's words are noise; what is checked is that every request was served."""
+to real vLLM (CPU, the tiny model) under a model name of the team's: what it sends by default (its
+betas, experimental ones included, adaptive thinking, ``output_config.effort``, thinking clearing that
+keeps all, a system turn after the first message, its tools) and with
+``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`` goes to vLLM's own /v1/messages and is answered. The
+tiny model's words are noise; what is checked is that every request was served."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ async def gateway_url(vllm_tools: VLLM) -> AsyncIterator[str]:
 
 
 @pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
-async def test_claude_code_answers_from_vllm(gateway_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("experimental", [True, False], ids=["default", "no-experimental-betas"])
+async def test_claude_code_answers_from_vllm(gateway_url: str, tmp_path: Path, experimental: bool) -> None:
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
@@ -61,7 +63,7 @@ async def test_claude_code_answers_from_vllm(gateway_url: str, tmp_path: Path) -
         "ANTHROPIC_AUTH_TOKEN": KEY,
         "ANTHROPIC_MODEL": "team-coder",
         "ANTHROPIC_SMALL_FAST_MODEL": "team-coder",
-        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
+        **({} if experimental else {"CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1"}),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "16",
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

@@ -28,6 +28,9 @@ class AnthropicDialect:
     auth_header = "x-api-key"
     bearer_too = True  # current SDKs send the key as Authorization: Bearer
     team_header = "anthropic-workspace-id"  # Anthropic's workspace: the gateway's team
+    # Anthropic's API sends the id in ``request-id`` on every answer, where its SDKs read it
+    # (anthropic 2.14.0 ``_request_id``, ``APIStatusError.request_id``; its "Errors" page)
+    id_header = "request-id"
 
     def __init__(self, betas: str = "") -> None:
         self.betas = betas  # this request's betas

@@ -42,7 +42,7 @@ JSON = Any
 # Betas whose effect the gateway gives on every target: prompt caching's marks are accepted (and kept
 # for Anthropic targets), tool arguments stream as the upstream writes them, tool definitions need no
 # other wire format, a system turn mid-conversation stays in its place. Any other beta is refused by
-# name: it changes what Anthropic answers.
+# name: it changes what Anthropic answers. Claude Code sends the last three by default.
 HONOURED_BETAS = frozenset(
     {
         "prompt-caching-2024-07-31",
@@ -50,6 +50,11 @@ HONOURED_BETAS = frozenset(
         "token-efficient-tools-2025-02-19",
         "mid-conversation-system-2026-04-07",  # a system turn is a chat wire's system message in its place
         "claude-code-20250219",  # names the client (Claude Code): nothing in the answer's shape
+        "prompt-caching-scope-2026-01-05",  # a caching hint: what other targets cache is their own
+        # a thinking delta's lossy display estimate, null unless thinking is omitted (never, off Anthropic)
+        "thinking-token-count-2026-05-13",
+        # turns on ``context_management``, which is judged by itself (``context_kept``)
+        "context-management-2025-06-27",
     }
 )
 # Betas that only turn on a field or a behaviour of one: served wherever that feature is (vLLM's
@@ -58,7 +63,8 @@ BETA_FEATURES: dict[str, Feature] = {
     "interleaved-thinking-2025-05-14": Feature.THINKING,
     "effort-2025-11-24": Feature.EFFORT,
 }
-EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # output_config.effort's levels
+EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})  # output_config.effort's levels
 ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
 
 
@@ -76,15 +82,53 @@ def unhonoured(betas: str) -> list[str]:
 def platform_only(data: dict[str, JSON], betas: str, effort: str | None, fs: FeatureSet) -> None:
     """Anthropic's platform features: served by Anthropic targets (the body goes as it came), refused
     by name, with the reason, by every other target; a beta of a feature, where that feature is, and
-    an ``output_config`` of an ``effort`` alone (``effort_of``) is that feature, not Anthropic's."""
+    an ``output_config`` of an ``effort`` alone (``effort_of``) is that feature, not Anthropic's; a
+    ``context_management`` that edits nothing here (``context_kept``) is served everywhere."""
     if only := unhonoured(betas):
         fs.use(Feature.ANTHROPIC_NATIVE, f"anthropic-beta {only[0]}")
     for beta in betas.split(","):
         if beta in BETA_FEATURES:
             fs.use(BETA_FEATURES[beta], f"anthropic-beta {beta}")
     for name, why in PLATFORM_FIELDS.items():
-        if name in data and not (name == "output_config" and effort is not None):
+        if name in data and not _served(name, data, effort):
             fs.use(Feature.ANTHROPIC_NATIVE, name, why=why)
+
+
+def _served(name: str, data: dict[str, JSON], effort: str | None) -> bool:
+    """Whether a platform field is one every target serves here: an effort alone, edits of nothing."""
+    if name == "output_config":
+        return effort is not None
+    return name == "context_management" and context_kept(data[name], data.get("messages"))
+
+
+def context_kept(config: JSON, turns: JSON) -> bool:
+    """A ``context_management`` whose edits change nothing in this conversation: thinking clearing
+    (``clear_thinking_20251015``) that keeps every turn's thinking, or the last N turns' when no older
+    assistant turn holds any (Claude Code sends ``keep: "all"``). Every target serves it: there is
+    nothing to edit. Any other edit, or one that would clear, only Anthropic's platform applies."""
+    if type(config) is not dict or not config.keys() <= {"edits"} or type(turns) is not list:
+        return False
+    edits = config.get("edits", [])
+    return type(edits) is list and all(_clears_nothing(e, turns) for e in edits)
+
+
+def _clears_nothing(edit: JSON, turns: list[JSON]) -> bool:
+    if type(edit) is not dict or edit.get("type") != "clear_thinking_20251015" or not edit.keys() <= {"type", "keep"}:
+        return False
+    keep = edit.get("keep", {"type": "thinking_turns", "value": 1})  # Anthropic's default: the last turn's
+    if keep == "all" or keep == {"type": "all"}:
+        return True
+    if type(keep) is not dict or keep.keys() != {"type", "value"} or keep["type"] != "thinking_turns":
+        return False
+    kept = keep["value"]
+    if type(kept) is not int or kept < 1:
+        return False
+    older = [m for m in turns if type(m) is dict and m.get("role") == "assistant"][:-kept]
+    return not any(_thinks(m.get("content")) for m in older)
+
+
+def _thinks(content: JSON) -> bool:
+    return type(content) is list and any(type(b) is dict and b.get("type") in THINKING_BLOCKS for b in content)
 
 
 def effort_of(config: JSON) -> str | None:
@@ -278,7 +322,7 @@ def _typed_turns(system: JSON, turns: JSON) -> tuple[ChatMessage, ...] | None:
         if text is None or type(role) is not str or role not in ROLES:
             return None
         out.append(ChatMessage(role=role, content=text))
-    return tuple(out)
+    return tuple(out) if out[-1].role == "user" else None  # a prefill: the full parse names it
 
 
 def typed_plain(data: dict[str, JSON], betas: str) -> InternalRequest | None:
@@ -317,6 +361,14 @@ def typed_plain(data: dict[str, JSON], betas: str) -> InternalRequest | None:
     )
 
 
+def prefill(turns: Sequence[MessageParam], fs: FeatureSet) -> None:
+    """A final assistant turn is a prefill: Anthropic's answer continues it, and a target whose wire
+    would answer it with a new turn instead refuses it by name."""
+    last = len(turns) - 1
+    why = "a final assistant turn (a prefill) would be answered with a new turn, not continued"
+    fs.use(Feature.PREFILL, f"messages[{last}]", turns[last].role == "assistant", why=why)
+
+
 def parse(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     typed = typed_plain(data, betas)
     if typed is not None:
@@ -338,6 +390,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     if any(not s for s in stop):
         raise InvalidRequest("'stop_sequences' must not hold an empty string", param="stop_sequences")
     chat = with_effort(chat_options(b, fs), effort, fs)
+    prefill(b.messages, fs)
     stream = bool(b.stream)
     return request_of(
         fs,

@@ -28,6 +28,7 @@ class FriendliDialect:
     auth_header = "authorization"
     bearer_too = False
     team_header = "x-friendli-team"
+    id_header = "X-Request-Id"
 
     def __init__(self, *, legacy: bool) -> None:
         self.legacy = legacy

@@ -26,6 +26,7 @@ class OctoAIDialect:
     auth_header = "authorization"
     bearer_too = False
     team_header = None
+    id_header = "X-Request-Id"
 
     def select(self, body: dict[str, JSON], headers: Any) -> OctoAIDialect:
         return self

@@ -32,6 +32,7 @@ class OpenAIDialect:
     auth_header = "authorization"
     bearer_too = False
     team_header = "openai-organization"
+    id_header = "X-Request-Id"
 
     def __init__(self, friendli: Dialect, octoai: Dialect) -> None:
         self._friendli = friendli

@@ -194,6 +194,9 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if Feature.PREFILL in req.features:  # vLLM's chat template continues the final assistant message
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
     if req.extra_body:
         body.update(req.extra_body)
     return body

@@ -33,6 +33,7 @@ from gateway.dialects.common import (
     validate,
     validated,
 )
+from gateway.dialects.openai import shapes
 from gateway.dialects.openai.schema import (
     PLATFORM_FIELDS,
     ROLES,
@@ -271,6 +272,11 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
 
 
 def messages(b: ChatBody) -> tuple[ChatMessage, ...]:
+    for i, m in enumerate(b.messages):
+        if isinstance(m.content, list):
+            shapes.check_content(m.content, f"messages[{i}].content")
+        if m.tool_calls:
+            shapes.check_tool_calls(m.tool_calls, f"messages[{i}].tool_calls")
     return tuple(
         ChatMessage(
             role=m.role,
@@ -299,6 +305,7 @@ def chat_sampling(b: ChatBody, fs: FeatureSet) -> dict[str, Any]:
 
 
 def chat_options(b: ChatBody, fs: FeatureSet, reasoning: dict[str, JSON] | None = None) -> ChatOptions:
+    shapes.check_tools(b.tools, b.tool_choice)
     fs.use(Feature.TOOLS, "tools", b.tools)
     fs.use(Feature.TOOLS, "tool_choice", b.tool_choice not in (None, "none", "auto") and not b.tools)
     reasoning = {k: v for k, v in (reasoning or {}).items() if v is not None}

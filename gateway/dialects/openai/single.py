@@ -25,6 +25,7 @@ class SinglePathDialect:
     auth_header: ClassVar[str] = "authorization"
     team_header: ClassVar[str] = "openai-organization"
     bearer_too: ClassVar[bool] = False
+    id_header: ClassVar[str] = "X-Request-Id"
 
     def select(self, body: dict[str, JSON], headers: Mapping[str, str]) -> Dialect:
         return self

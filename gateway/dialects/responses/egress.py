@@ -119,6 +119,8 @@ class ResponsesWire:
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:
         body = {**(request.native or {}), "model": model}
+        if request.sampling.max_tokens is not None:  # the client's, or a hard budget's (``limits.plan.bounded``)
+            body["max_output_tokens"] = request.sampling.max_tokens
         turn: Turn = request.reply
         if turn.previous is None or (self.stateful and turn.previous_upstream == self.provider):
             return body

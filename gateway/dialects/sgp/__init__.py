@@ -25,6 +25,7 @@ class SGPDialect:
     auth_header = "x-api-key"
     bearer_too = False
     team_header = "x-selected-account-id"
+    id_header = "X-Request-Id"
 
     def __init__(self, name: str, logprobs: str) -> None:
         self.name = name

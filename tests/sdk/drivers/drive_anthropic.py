@@ -47,6 +47,7 @@ def message(msg):
         "stop_reason": msg.stop_reason,
         "stop_sequence": msg.stop_sequence,
         "usage": msg.usage.model_dump(exclude_none=True),
+        "request_id": getattr(msg, "_request_id", None),  # a created message's: the request-id header
     }
 
 
@@ -144,7 +145,8 @@ def run(fn):
         kind = body.get("error", {}).get("type") if isinstance(body, dict) else None
         message = body.get("error", {}).get("message") if isinstance(body, dict) else None
         return {"ok": False, "error": type(exc).__name__, "status": status, "type": kind,
-                "retry_after": headers.get("retry-after"), "message": message}
+                "retry_after": headers.get("retry-after"), "message": message,
+                "request_id": getattr(exc, "request_id", None)}
 
 
 out = sys.stdout

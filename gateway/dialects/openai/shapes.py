@@ -1,0 +1,76 @@
+"""The OpenAI chat structures the schema keeps as JSON (content parts, tools, tool calls, a named
+tool choice), checked where OpenAI defines their shape: a part of a known type holds its fields with
+their types, a function tool a name, a tool call a name and string arguments. What OpenAI does not
+define (a server's own part types, vLLM's ``video_url`` or ``image_embeds``, other tool types) is the
+target's to judge. Sans-IO: the errors name the field as the client wrote it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.core.errors import InvalidRequest
+
+JSON = Any
+# A part's type -> its field, and that field's string members (None: the field is a string itself;
+# a string image_url is vLLM's short form, taken too)
+PARTS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "text": ("text", None),
+    "refusal": ("refusal", None),
+    "image_url": ("image_url", ("url",)),
+    "input_audio": ("input_audio", ("data", "format")),
+    "file": ("file", ()),
+}
+
+
+def check_content(parts: Sequence[JSON], where: str) -> None:
+    """A message's content parts, at ``where`` (``messages[i].content``)."""
+    for j, part in enumerate(parts):
+        shape = PARTS.get(part.get("type")) if type(part.get("type")) is str else None
+        if shape is None:
+            continue
+        name, members = shape
+        here = f"{where}[{j}].{name}"
+        value = part.get(name)
+        if members is None or (name == "image_url" and type(value) is str):
+            _string(value, here)
+            continue
+        if type(value) is not dict:
+            raise InvalidRequest(f"'{here}' must be an object", param=here)
+        for member in members:
+            _string(value.get(member), f"{here}.{member}")
+
+
+def check_tool_calls(calls: Sequence[JSON], where: str) -> None:
+    """An assistant message's ``tool_calls``: each function call named, its arguments a string."""
+    for j, call in enumerate(calls):
+        if call.get("type", "function") != "function":
+            continue
+        fn = _object(call.get("function"), f"{where}[{j}].function")
+        _string(fn.get("name"), f"{where}[{j}].function.name")
+        _string(fn.get("arguments"), f"{where}[{j}].function.arguments")
+
+
+def check_tools(tools: Sequence[JSON] | None, choice: JSON) -> None:
+    """``tools`` (each function tool named, its ``parameters`` an object) and a named ``tool_choice``."""
+    for i, tool in enumerate(tools or ()):
+        if tool.get("type") != "function":
+            continue
+        fn = _object(tool.get("function"), f"tools[{i}].function")
+        _string(fn.get("name"), f"tools[{i}].function.name")
+        if fn.get("parameters") is not None:
+            _object(fn["parameters"], f"tools[{i}].function.parameters")
+    if type(choice) is dict and choice.get("type") == "function":
+        _string(_object(choice.get("function"), "tool_choice.function").get("name"), "tool_choice.function.name")
+
+
+def _string(value: JSON, here: str) -> None:
+    if type(value) is not str:
+        raise InvalidRequest(f"'{here}' must be a string", param=here)
+
+
+def _object(value: JSON, here: str) -> dict[str, JSON]:
+    if type(value) is not dict:
+        raise InvalidRequest(f"'{here}' must be an object", param=here)
+    return value
