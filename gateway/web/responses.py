@@ -44,8 +44,17 @@ async def _stored(request: web.Request) -> tuple[Conversations, str, str, dict[s
     return conversations, team, rid, await conversations.read(team, rid, None)
 
 
+def _not_streamed(query: Any) -> None:
+    """OpenAI streams a stored response's events again (``stream=true``, from ``starting_after``) for
+    its background responses; the gateway keeps the response, not its events: refused by name, as
+    an SDK's stream would otherwise end with no event and no error."""
+    if query.get("stream", "false").lower() != "false":
+        raise InvalidRequest("'stream': a stored response is not streamed again by this gateway", param="stream")
+
+
 async def retrieve(request: web.Request) -> web.Response:
     try:
+        _not_streamed(request.query)
         _, _, _, record = await _stored(request)
     except GatewayError as err:
         return _failed(err)

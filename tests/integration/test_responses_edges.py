@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.test_responses import CHAT_KINDS, post, scripted_target, scripted_upstream
+from tests.integration.test_responses import CHAT_KINDS, call, post, scripted_target, scripted_upstream
 
 JSON = Any
 FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
@@ -70,3 +70,16 @@ async def test_what_a_client_asks_for_is_never_dropped_unsaid(
     assert server.requests == []
     status, ok = await post(gw, {"model": "m", "input": "x", "tools": [TOOL], "tool_choice": "required"})
     assert status == 200, ok
+
+
+async def test_a_stored_response_asked_for_as_a_stream_is_refused_by_name(gateway: GatewayFactory) -> None:
+    """The openai SDK's ``responses.retrieve(id, stream=True)`` got the JSON object, read it as a
+    stream, and ended with no event and no error."""
+    async with scripted_upstream() as server:
+        gw = await gateway(config([{"name": "m", "targets": [scripted_target(server)]}]))
+        status, first = await post(gw, {"model": "m", "input": "one"})
+        assert status == 200, first
+        status, err = await call(gw, "GET", f"/v1/responses/{first['id']}?stream=true")
+        assert status == 400 and err["error"]["param"] == "stream", err
+        status, got = await call(gw, "GET", f"/v1/responses/{first['id']}?stream=false")
+        assert status == 200 and got == first
