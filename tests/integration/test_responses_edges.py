@@ -83,3 +83,35 @@ async def test_a_stored_response_asked_for_as_a_stream_is_refused_by_name(gatewa
         assert status == 400 and err["error"]["param"] == "stream", err
         status, got = await call(gw, "GET", f"/v1/responses/{first['id']}?stream=false")
         assert status == 200 and got == first
+
+
+IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+TOOL_RETURNED_AN_IMAGE: JSON = [
+    {"role": "user", "content": "Draw it"},
+    {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "here"}, IMAGE]},
+]
+
+
+async def test_a_tool_output_image_goes_to_openai_and_is_refused_by_name_elsewhere(
+    gateway: GatewayFactory, upstream: Any
+) -> None:
+    """OpenAI takes images and files in a function call's output (an Agents SDK tool returning
+    ``ToolOutputImage`` sends one); the gateway refused them with a 400 even on an OpenAI target.
+    A chat tool message holds text only: elsewhere they are refused by name, this turn's and a
+    stored chain's alike, never sent without them."""
+    remote, chat = await upstream("openai"), await upstream("friendli")
+    models = [
+        {"name": "o", "targets": [target(remote, "openai")]},
+        {"name": "c", "targets": [target(chat, "friendli")]},
+    ]
+    gw = await gateway(config(models))
+    body = {"input": TOOL_RETURNED_AN_IMAGE, "tools": [TOOL]}
+    status, first = await post(gw, {"model": "o", **body})
+    assert status == 200, first
+    assert remote.requests[-1].body["input"] == TOOL_RETURNED_AN_IMAGE  # as it came
+    status, err = await post(gw, {"model": "c", **body})
+    assert status == 400 and err["error"]["param"] == "input[2].output[1].type", err
+    status, err = await post(gw, {"model": "c", "input": "next", "previous_response_id": first["id"]})
+    assert status == 400 and err["error"]["param"] == "previous_response_id", err
+    assert "input_image" in err["error"]["message"] and chat.requests == []

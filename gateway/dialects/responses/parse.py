@@ -88,6 +88,20 @@ def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
     return "".join(texts)
 
 
+def _call_output(output: JSON, at: str, native: Native) -> None:
+    """A ``function_call_output``'s output: text, or parts; its images and files (what an Agents SDK
+    tool returning ``ToolOutputImage`` sends) are named in ``native``: a chat tool message holds text."""
+    if not isinstance(output, list):
+        _text_of(output, at, TOOL_TEXT)
+        return
+    for j, part in enumerate(output):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TOOL_NATIVE:
+            native.append((f"{at}[{j}].type", f"{kind!r} in a function call's output {NATIVE}"))
+        else:
+            _text_of([part], at, TOOL_TEXT)
+
+
 def _user_content(content: JSON, at: str, native: Native | None = None) -> str | tuple[JSON, ...]:
     """A user, system or developer message's content as chat content: text alone stays a string.
     ``native``: parts only OpenAI serves (files, audio, an image by file id) are named there and
@@ -161,8 +175,7 @@ def normalize(raw: str | list[JSON], native: Native | None = None) -> list[JSON]
             out.setdefault("id", new_id("fc"))
         elif kind == "function_call_output":
             _need(item, "call_id", str, at)
-            output = item.get("output")
-            _text_of(output, f"{at}.output", ("input_text", "output_text"))
+            _call_output(item.get("output"), f"{at}.output", native)
             out.setdefault("id", new_id("fco"))
         elif kind == "reasoning":
             if not isinstance(item.get("summary", []), list):
@@ -205,10 +218,15 @@ def to_messages(items: list[JSON]) -> list[ChatMessage]:
             else:
                 out.append(ChatMessage("assistant", None, tool_calls=(call,)))
         elif kind == "function_call_output":
-            text = _text_of(item["output"], f"{at}.output", ("input_text", "output_text"))
+            text = _text_of(_texts_only(item["output"]), f"{at}.output", TOOL_TEXT)
             out.append(ChatMessage("tool", text, tool_call_id=item["call_id"]))
         # reasoning: kept in the stored conversation; a chat target takes no reasoning input
     return out
+
+
+def _texts_only(output: JSON) -> JSON:
+    """A checked output's text parts (a request with others goes to OpenAI as it came, not as chat)."""
+    return [p for p in output if p.get("type") not in TOOL_NATIVE] if isinstance(output, list) else output
 
 
 def _tools(tools: list[JSON] | None, native: Native) -> tuple[JSON, ...] | None:
@@ -380,7 +398,7 @@ def with_history(request: InternalRequest, history: list[JSON], upstream: str | 
     turn: Turn = request.reply
     turn.history = history
     turn.previous_upstream = upstream
-    kinds = sorted({str(item.get("type")) for item in history} - CHAT_ITEMS)
+    kinds = sorted({kind for item in history if (kind := _openai_only(item)) is not None})
     chain = tuple(history)  # all of it counts: an upstream's own /v1/responses reads items chat drops
     if not kinds:
         return replace(request, messages=conversation(turn), chain=chain)
@@ -393,3 +411,22 @@ def with_history(request: InternalRequest, history: list[JSON], upstream: str | 
 
 
 CHAT_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+TOOL_TEXT = ("input_text", "output_text")
+TOOL_NATIVE = frozenset({"input_image", "input_file"})  # in a function call's output: OpenAI's alone
+MESSAGE_PARTS = frozenset({"input_text", "output_text", "refusal", "input_image"})
+
+
+def _openai_only(item: JSON) -> str | None:
+    """What of a stored item only OpenAI serves (its type, or a part's), or None: a chain holding it
+    is refused elsewhere by name, not sent to chat without it."""
+    kind = str(item.get("type"))
+    if kind not in CHAT_ITEMS:
+        return kind
+    parts = item.get("content") if kind == "message" else item.get("output")
+    for part in parts if kind in ("message", "function_call_output") and isinstance(parts, list) else ():
+        part_kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "message" and (part_kind not in MESSAGE_PARTS or part.get("file_id") is not None):
+            return str(part_kind)
+        if kind == "function_call_output" and part_kind in TOOL_NATIVE:
+            return str(part_kind)
+    return None
