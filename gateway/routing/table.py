@@ -76,13 +76,14 @@ class Resolved:
 
 
 def check_kind(route: Route, operation: Operation) -> None:
-    """A chat request to an embedding model, or the reverse, is the client's error, named."""
+    """A chat request to an embedding model, or the reverse, is the client's error, named in the
+    message too (Anthropic's and Friendli's envelopes carry no field of their own)."""
     if route.kind is None or (route.kind == "embedding") == (operation is Operation.EMBEDDING):
         return
     if route.kind == "embedding":
-        why = f"model {route.public!r} is an embedding model: send it to /v1/embeddings"
+        why = f"'model': {route.public!r} is an embedding model: send it to /v1/embeddings"
     else:
-        why = f"model {route.public!r} is a chat model: /v1/embeddings needs a model of kind embedding"
+        why = f"'model': {route.public!r} is a chat model: /v1/embeddings needs a model of kind embedding"
     raise InvalidRequest(why, param="model")
 
 
