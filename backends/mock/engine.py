@@ -46,6 +46,7 @@ FEATURES = frozenset(
         Feature.TOOLS,  # offered, answered in text; a forced or asked-for call made (``tools.py``)
         Feature.THINKING,  # enabled: a sentence of thinking first; adaptive: the mock chooses none
         Feature.EFFORT,  # a hint its fixed answers need not heed
+        Feature.PREFILL,  # a conversation ending in the assistant's words: its answer goes on from them
     }
 )
 Sleep = Callable[[float], Awaitable[Any]]

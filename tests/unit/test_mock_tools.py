@@ -17,6 +17,7 @@ from backends.mock.tools import call, least
 from gateway.core.request import ChatMessage, ChatOptions, InternalRequest, Operation, Sampling
 from gateway.core.response import Accumulator, Completion
 from gateway.core.upstream import Call
+from gateway.dialects.anthropic.parse import parse
 from gateway.runtime.config import Target
 
 JSON = Any
@@ -124,3 +125,17 @@ def test_least_arguments_are_valid_for_their_schema(schema: JSON) -> None:
     value = least(top)
     jsonschema.validate(value, top)
     json.dumps(value)  # arguments go out as JSON
+
+
+async def test_a_prefill_is_continued() -> None:
+    """An Anthropic client's last turn the assistant's: the mock's words go on from it (its words are
+    its own either way), where every other target but vLLM's chat path and Anthropic refuses it."""
+    req = parse(
+        {
+            "model": "demo",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "The"}],
+        }
+    )
+    whole = await engine().complete(req, Call("r1"))
+    assert whole.choices[0].text and whole.usage.completion_tokens <= 8
