@@ -13,6 +13,7 @@ import aiohttp
 import pydantic_core
 
 from gateway.core.errors import GatewayError, Overloaded, UpstreamFailed, UpstreamMalformed
+from gateway.core.request import InternalRequest, Operation
 from gateway.runtime.config import Target
 from gateway.runtime.memory_budget import MemoryBudget
 
@@ -32,6 +33,17 @@ def upstream_message(body: bytes | bytearray) -> tuple[str, str | None]:
 
 # vLLM's validation errors end their message with the field: "... (parameter=prompt, value=...)"
 VLLM_PARAMETER = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]-]*)[,)]")
+
+
+def blamed(param: str | None, req: InternalRequest) -> str | None:
+    """The client's field an upstream's refusal names. vLLM names the prompt's length ``input_tokens``
+    when prompt and max_tokens pass the model's context, a field no client sends: the client's is
+    ``max_tokens`` when a length was asked for, else its prompt."""
+    if param != "input_tokens":
+        return param
+    if req.sampling.max_tokens is not None:
+        return "max_tokens"
+    return "messages" if req.operation is Operation.CHAT else "prompt"
 
 
 def _message_and_param(body: bytes | bytearray) -> tuple[str, str | None]:

@@ -20,6 +20,7 @@ from adapters import pool
 from adapters.failures import (
     MAX_ANSWER_BYTES,
     SHAPE_ERRORS,
+    blamed,
     malformed,
     over_budget,
     route_missing,
@@ -232,7 +233,7 @@ class HTTPUpstream(Identity[Target]):
             self._translate(req)
             wire = self.wire
             resp = await self._post_in(wire, req, call, model)
-        return await self._checked(resp), wire
+        return await self._checked(resp, req), wire
 
     def _translate(self, req: InternalRequest) -> None:
         """The upstream lacks the native path for ``req``'s dialect: paid once, this target's later
@@ -284,7 +285,7 @@ class HTTPUpstream(Identity[Target]):
             raise unreachable(self.name, self.target, exc) from None
         return resp
 
-    async def _checked(self, resp: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
+    async def _checked(self, resp: aiohttp.ClientResponse, req: InternalRequest) -> aiohttp.ClientResponse:
         """``resp`` if it is an answer; its failure translated into our errors otherwise."""
         if 300 <= resp.status < 400:
             resp.release()
@@ -304,6 +305,7 @@ class HTTPUpstream(Identity[Target]):
                     f"target '{self.name}' refused the gateway's credentials (HTTP {resp.status})"
                 )
             if resp.status < 500 and resp.status != 408:
+                param = blamed(param, req)
                 err = UpstreamRejected(f"upstream rejected the request: {message}", status=resp.status, param=param)
                 retry_after = resp.headers.get("Retry-After")
                 if retry_after is not None and retry_after.replace(".", "", 1).isdigit():
