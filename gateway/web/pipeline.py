@@ -185,7 +185,12 @@ async def steps(ex: Exchange) -> web.StreamResponse:
 async def read(ex: Exchange) -> None:
     """The body, read within its caps and decoded once; its keys and the SDK's headers refine the
     dialect (``/v1/...`` serves several SDKs)."""
-    ex.data = data = loads(await read_body(ex.request))
+    try:
+        ex.data = data = loads(await read_body(ex.request))
+    except GatewayError:
+        # no body to tell the SDK by: its headers alone pick the envelope of the refusal
+        ex.dialect = ex.dialect.select({}, ex.request.headers)
+        raise
     ex.dialect = ex.dialect.select(data, ex.request.headers)
     ex.log.dialect = ex.dialect.name
 

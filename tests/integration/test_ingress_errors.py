@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import BY_NAME, INGRESSES, KEY, Ingress
+from tests.integration.dialect_clients import BEARER, BY_NAME, INGRESSES, KEY, Ingress
 
 
 @pytest.fixture
@@ -58,6 +58,26 @@ async def test_malformed_bodies_are_4xx_naming_the_field(gw: Any, ingress: Ingre
     assert 400 <= status < 500 and "JSON" in str(reply)
     status, reply, _ = await post(gw, path, headers, b"[1, 2]")
     assert 400 <= status < 500
+
+
+# What tells an SDK on the shared /v1 paths apart without its body (octoai 1.11's Fern header,
+# octoai-sdk 0.10's user agent, friendli-client's team header), and how its error envelope reads.
+SHARED_PATH_SDKS = {
+    "octoai": ({"X-Fern-SDK-Name": "octoai"}, lambda reply: reply["object"] == "error" and reply["message"]),
+    "octoai-sdk": ({"User-Agent": "octoai-0.10.1"}, lambda reply: reply["object"] == "error" and reply["message"]),
+    "friendli-client": ({"X-Friendli-Team": "team1"}, lambda reply: reply["message"] == reply["error"]["message"]),
+}
+
+
+@pytest.mark.parametrize("sdk", SHARED_PATH_SDKS)
+async def test_an_unreadable_body_is_refused_in_the_envelope_its_headers_name(gw: Any, sdk: str) -> None:
+    """A body that is no JSON object leaves only the headers to tell the SDK by: its refusal still
+    comes in that SDK's envelope, not OpenAI's (found probing OctoAI's error shapes)."""
+    extra, reads_it = SHARED_PATH_SDKS[sdk]
+    headers = {**BEARER, "Content-Type": "application/json", **extra}
+    for body in (b"{not json", b"[1, 2]", b'{"model": "m", "prompt": "\xff"'):
+        status, reply, _ = await post(gw, "/v1/completions", headers, body)
+        assert status == 400 and reads_it(reply), (body, reply)
 
 
 @pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
