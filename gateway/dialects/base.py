@@ -35,6 +35,12 @@ class StreamEncoder(Protocol):
         """The in-band form of an error raised after the first byte was sent."""
         ...
 
+    @property
+    def cut_after_error(self) -> bool:
+        """Whether the body ends cut short after ``error``, without HTTP's last chunk: for SDKs that
+        skip an error chunk they cannot parse and would read a clean end as a complete answer."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorReply:

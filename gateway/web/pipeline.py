@@ -311,9 +311,11 @@ async def relay(ex: Exchange, opened: tuple[Batch, AsyncIterator[Batch]]) -> web
     resp = EventStream(headers=ex.reply_headers(SSE_HEADERS))  # its head leaves with the first events
     await resp.prepare(ex.request)
     writer = Relay(resp, encoder, log)
+    failed = True
     try:
         await writer.run(first, events, ex.gw.in_flight.busy)
         tail = writer.out + encoder.end()
+        failed = False
         await keep(ex)
     except GatewayError as err:
         log.failed(err)
@@ -332,10 +334,19 @@ async def relay(ex: Exchange, opened: tuple[Batch, AsyncIterator[Batch]]) -> web
         # On client disconnect this runs during cancellation and closes the upstream request.
         await events.aclose()  # type: ignore[attr-defined]
     try:
-        await resp.write_eof(tail)  # the stream's end and the body's end in one write
+        await (cut_after(ex, resp, tail) if failed and encoder.cut_after_error else resp.write_eof(tail))
     except ConnectionResetError:  # gone just before the end
         log.gone()
     return resp
+
+
+async def cut_after(ex: Exchange, resp: web.StreamResponse, tail: bytes) -> None:
+    """The stream's last bytes (its error), then the connection closed before HTTP's last chunk: the
+    body ends unfinished, which every HTTP client raises on (``StreamEncoder.cut_after_error``).
+    aiohttp's own end of the answer then finds the connection closing, which it takes as a client gone."""
+    await resp.write(tail)
+    if ex.request.transport is not None:
+        ex.request.transport.close()  # sends what is buffered first
 
 
 async def cut_short(ex: Exchange, resp: web.StreamResponse, out: bytes, encoder: StreamEncoder) -> None:
@@ -345,8 +356,9 @@ async def cut_short(ex: Exchange, resp: web.StreamResponse, out: bytes, encoder:
         return
     cut = ShuttingDown("the gateway is shutting down: the stream was cut; retry the request")
     ex.log.failed(cut)
+    tail = out + encoder.error(cut)
     with contextlib.suppress(ConnectionError, RuntimeError):
-        await resp.write_eof(out + encoder.error(cut))
+        await (cut_after(ex, resp, tail) if encoder.cut_after_error else resp.write_eof(tail))
 
 
 async def answer(ex: Exchange, resp: web.Response) -> web.Response:

@@ -6,7 +6,9 @@ python (``.sdk-venvs/<sdk>``) in a throwaway HOME, and checks the one JSON line 
 * ``complete``, ``stream``, ``chat``, ``chat_stream`` succeed with non-empty text and a finish reason
   of ``stop`` or ``length``; the streamed text equals the non-streamed text for the same SDK;
 * ``bad_key`` surfaces 401, ``wrong_team`` (the right key, a team it is not in) 403, and
-  ``malformed`` (a wrong-typed field on the wire) a 4xx.
+  ``malformed`` (a wrong-typed field on the wire) a 4xx;
+* ``stream_break`` and ``chat_stream_break`` (the upstream fails after two tokens) raise in the SDK:
+  none ends a broken stream as if it were complete.
 
 Cells an SDK cannot express are listed in ``NOT_APPLICABLE`` with the reason; the test checks that the
 driver agrees (it answers "unsupported") and then reports the cell as skipped with that reason.
@@ -30,7 +32,8 @@ pytestmark = pytest.mark.sdk
 DRIVER_TIMEOUT = 60.0
 SUCCESS = ("complete", "stream", "chat", "chat_stream")
 ERRORS = ("bad_key", "wrong_team", "malformed")
-CASES = SUCCESS + ERRORS
+BREAKS = ("stream_break", "chat_stream_break")
+CASES = SUCCESS + ERRORS + BREAKS
 FINISH_REASONS = ("stop", "length")
 
 
@@ -158,6 +161,8 @@ def test_sdk_case(gateway: Gateway, target: Target, case: str, tmp_path: Path) -
             assert run["finish_reason"] in FINISH_REASONS, f"finish_reason {run['finish_reason']!r}{run.context}"
         if case.endswith("stream"):
             assert isinstance(run["chunks"], int) and run["chunks"] >= 1, f"no chunks{run.context}"
+    elif case in BREAKS:
+        assert run["ok"] is False, f"the SDK ended a broken stream as if complete: {run['text']!r}{run.context}"
     else:
         low, high = EXPECTED_STATUS[case]
         assert run["ok"] is False, f"{case}: the gateway accepted the request{run.context}"

@@ -157,6 +157,7 @@ class MessagesEncoder:
     thinking; the upstream's tool-call index for a tool) so a change of kind closes it and opens the next."""
 
     continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+    cut_after_error = False  # the Anthropic SDKs raise on the ``error`` event
 
     def __init__(self, req: InternalRequest) -> None:
         self.index = -1  # the open block's index; -1: none yet

@@ -35,6 +35,9 @@ class Legacy2024Encoder:
     ``token`` on each, and stops at the first line that parses as a whole ``Completion``."""
 
     continuable = True  # its events go on after any of its own or relayed ones (``StreamEncoder``)
+    # friendli-client 1.5.8 yields the error line as one more ``CompletionLine`` (and ``wait()`` skips
+    # it) and takes a clean end for a finished stream: cut short, its HTTP client raises.
+    cut_after_error = True
 
     def __init__(self, req: InternalRequest) -> None:
         self.req = req

@@ -1,7 +1,10 @@
 """Internal answers → OctoAI's wire answers: OpenAI's shape (``Style``) with a ``system_fingerprint``
 always (octoai drops chunks without it, silently), stream usage on the last content chunk, chat-style
 logprobs, ``cancelled`` for an aborted choice; no SSE comments or ``event:`` lines (octoai-sdk raises
-on them); error bodies with top-level ``message`` and ``type`` (clients.md §6).
+on them); error bodies with top-level ``message`` and ``type`` (clients.md §6). A stream that fails
+midway ends cut short after its error chunk: octoai 1.11 skips every chunk it cannot parse as an
+answer's (the error's too) and octoai-sdk 0.10's ``infer_stream`` yields it as one more, so only the
+unfinished body makes their HTTP clients raise.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ STYLE = Style(
     logprobs="chat",
     finish={"abort": "cancelled"},
     stream_error=lambda err: error_body(err),
+    cut_after_error=True,
 )
 
 

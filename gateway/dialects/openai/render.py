@@ -72,6 +72,7 @@ class Style:
     created: bool = True
     finish: Mapping[str, str] = field(default_factory=dict)
     stream_error: Callable[[GatewayError], JSON] = lambda err: {"error": error_object(err)}
+    cut_after_error: bool = False  # ``StreamEncoder.cut_after_error``
 
     def finish_reason(self, reason: str | None) -> str | None:
         if reason is None:
@@ -158,6 +159,7 @@ class ChunkEncoder:
 
     def __init__(self, style: Style, req: InternalRequest) -> None:
         self.style = style
+        self.cut_after_error = style.cut_after_error
         self.chat = req.operation is Operation.CHAT
         self.want_usage = req.stream_usage or style.usage_always
         self.want_ids = style.token_ids or req.want_token_ids

@@ -148,6 +148,8 @@ class _Open:
 class EventEncoder:
     """Internal stream events → Responses SSE events, in order, each with its sequence number."""
 
+    cut_after_error = False  # the OpenAI SDK raises on the ``error`` event
+
     def __init__(self, request: InternalRequest) -> None:
         self.turn: Turn = request.reply
         self.model = request.model

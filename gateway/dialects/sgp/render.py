@@ -1,7 +1,9 @@
 """Internal answers → Scale SGP's wire answers: OpenAI's shape (``Style``) with usage always on and
 streams that never end with ``[DONE]`` (every SGP SDK ``json.loads`` it and fails); FastAPI error
 bodies (``detail``); a mid-stream error as ``event: error`` (scale-gp raises on it) followed by an
-in-band ``error`` chunk (scale-gp-beta skips named events but yields the chunk).
+in-band ``error`` chunk (scale-gp-beta skips named events but yields the chunk). scale-gp-beta 0.7
+yields that chunk as one more ``Completion`` and ends the stream without raising, so ``/v5`` streams
+end cut short after it: the SDK's HTTP client raises on the unfinished body.
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ JSON = Any
 
 
 def style_for(logprobs: str) -> Style:
-    """``logprobs``: "chat" (``/v4/beta``, scale-gp a58) or "legacy" (``/v5``)."""
-    return Style(done=False, fingerprint="", usage_always=True, usage_details=True, logprobs=logprobs)  # type: ignore[arg-type]
+    """``logprobs``: "chat" (``/v4/beta``, scale-gp a58) or "legacy" (``/v5``, scale-gp-beta)."""
+    return Style(
+        done=False,
+        fingerprint="",
+        usage_always=True,
+        usage_details=True,
+        logprobs=logprobs,  # type: ignore[arg-type]
+        cut_after_error=logprobs == "legacy",
+    )
 
 
 def _error_chunk(err: GatewayError) -> JSON:
@@ -33,6 +42,7 @@ class SGPEncoder:
 
     def __init__(self, style: Style, req: InternalRequest) -> None:
         self.inner = ChunkEncoder(style, req)
+        self.cut_after_error = style.cut_after_error
 
     def event(self, ev: Any) -> bytes:
         return self.inner.event(ev)

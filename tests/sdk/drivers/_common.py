@@ -6,7 +6,7 @@ SDK it imports, since a script's own directory comes first on sys.path.
 
 A driver maps case names to functions. A success case returns ``result(...)``; the error cases make
 the text-completion call with a wrong key, with ``--team`` naming a team the key is not in, or with a
-malformed body, and the exception the SDK raises becomes ``{"ok": false, "status": <the HTTP status
+malformed body (the ``BROKEN`` cases: a stream that fails midway), and the exception the SDK raises becomes ``{"ok": false, "status": <the HTTP status
 the SDK surfaced>, "error": ...}``. An error case that unexpectedly succeeds reports its answer with
 ``ok: true``, so the test shows it. A case the SDK cannot express is absent from the driver's table and
 prints ``{"ok": false, "error": "unsupported"}``.
@@ -23,7 +23,11 @@ MAX_TOKENS = 5
 SEED = 42  # for the Friendli completion cases (Friendli picks a random seed when none is given)
 WRONG_KEY = "gw-wrong-key-not-issued"
 MALFORMED = {"max_tokens": "many"}  # a wrong type: the gateway must answer 4xx
-CASES = ("complete", "stream", "chat", "chat_stream", "bad_key", "wrong_team", "malformed")
+# The streaming cases again, the prompt asking the fake upstream for its in-stream error after two
+# tokens: the SDK must raise, never end the stream as if it were complete.
+BROKEN = {"stream_break": "stream", "chat_stream_break": "chat_stream"}
+BREAK_MARKER = " [[fault:error_after=2]]"
+CASES = ("complete", "stream", "chat", "chat_stream", "bad_key", "wrong_team", "malformed", *BROKEN)
 KEYS = ("ok", "text", "finish_reason", "usage", "status", "error", "chunks")
 
 
@@ -41,6 +45,10 @@ def parse_args(flavours=None):
     if args.case == "wrong_team" and not args.team:
         p.error("--case wrong_team needs --team (a team the key is not a member of)")
     args.base_url = args.base_url.rstrip("/")
+    if args.case in BROKEN:
+        global PROMPT, MESSAGES  # read by the drivers when they call, after this
+        PROMPT += BREAK_MARKER
+        MESSAGES = [{"role": "user", "content": PROMPT}]
     return args
 
 
@@ -105,7 +113,7 @@ def main(args, cases, status_of):
     out = sys.stdout
     sys.stdout = sys.stderr
     try:
-        fn = cases.get(args.case)
+        fn = cases.get(BROKEN.get(args.case, args.case))
         if fn is None:
             line = {"ok": False, "error": "unsupported"}
         else:
