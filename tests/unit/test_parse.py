@@ -190,6 +190,18 @@ def test_friendli_dedicated_adapter_and_container_model() -> None:
     assert parse(FRIENDLI, {"model": "a:b", "prompt": "x"}).model == "a:b"
 
 
+@pytest.mark.parametrize("model", [":lora", "ep1:", ":"])
+@pytest.mark.parametrize("op", [C, Operation.CHAT])
+def test_friendli_dedicated_model_needs_both_halves(model: str, op: Operation) -> None:
+    """An empty endpoint fell through to the gateway's default model (a Friendli container's), with
+    the adapter put on whatever that model's target is; an empty adapter went out unchanged, unserved."""
+    body: dict[str, Any] = {"model": model}
+    body |= {"messages": [{"role": "user", "content": "x"}]} if op is Operation.CHAT else {"prompt": "x"}
+    with pytest.raises(InvalidRequest) as err:
+        parse(FRIENDLI, body, op, flavour="dedicated")
+    assert err.value.param == "model" and "ENDPOINT_ID:ADAPTER_ROUTE" in err.value.message
+
+
 def test_sgp_synonyms_guided_and_timeout() -> None:
     r = parse(
         SGP_V4,

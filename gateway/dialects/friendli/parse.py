@@ -38,7 +38,9 @@ def model_and_adapter(model: str | None, flavour: str) -> tuple[str, str | None]
     if flavour == "dedicated" and ":" in model:
         # dedicated endpoints address a LoRA adapter as ENDPOINT_ID:ADAPTER_ROUTE (dialects.md §2.2)
         endpoint, _, adapter = model.partition(":")
-        return endpoint, adapter or None
+        if not endpoint or not adapter:
+            raise InvalidRequest(f"'model' {model!r} is not ENDPOINT_ID:ADAPTER_ROUTE", param="model")
+        return endpoint, adapter
     return model, None
 
 
