@@ -229,7 +229,12 @@ def choose(ex: Exchange) -> None:
     ex.gen.model_access.check(ex.principal, ex.ireq.model)
     if resolved.adapter is not None and ex.ireq.adapter is None:
         features = ex.ireq.features | {Feature.ADAPTER}
-        ex.ireq = dataclasses.replace(ex.ireq, adapter=resolved.adapter, features=features)
+        # the client's field is the model's name (SGP's vendor/model/deployment), never an "adapter"
+        fields = {**ex.ireq.fields, Feature.ADAPTER: "model"}
+        reasons = {**ex.ireq.reasons, Feature.ADAPTER: f"it names the adapter {resolved.adapter!r}"}
+        ex.ireq = dataclasses.replace(
+            ex.ireq, adapter=resolved.adapter, features=features, fields=fields, reasons=reasons
+        )
 
 
 async def admit(ex: Exchange) -> None:

@@ -121,6 +121,16 @@ async def test_vendor_model_names_and_adapters_resolve(gw: Any) -> None:
         assert status == expected, (model, reply)
 
 
+@pytest.mark.parametrize("ingress", INGRESSES, ids=lambda i: i.name)
+async def test_a_deployment_no_target_serves_is_refused_naming_the_model(gw: Any, ingress: Ingress) -> None:
+    """SGP's ``vendor/model/deployment`` on a target without adapters: the refusal names the field the
+    client sent, ``model``, not the gateway's own word for it (it said 'adapter')."""
+    path, headers, body = ingress.request("x/m/dep", "x", False)
+    status, reply, _ = await post(gw, path, headers, body)
+    assert status == 400 and "'model'" in str(reply) and "'dep'" in str(reply), reply
+    assert "'adapter'" not in str(reply), reply
+
+
 async def test_request_id_is_echoed(gw: Any) -> None:
     path, headers, body = BY_NAME["openai"].request("m", "x", False)
     status, _, out = await post(gw, path, {**headers, "X-Request-Id": "abc-123"}, body)
