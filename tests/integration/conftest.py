@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from gateway.runtime.config import GatewayConfig, hash_key, parse_config
 from gateway.web.app import create_app
 from tests.fakes import upstream as fake
-from tests.integration.dialect_clients import KEY, Answer, Ingress, read
+from tests.integration.dialect_clients import KEY, Answer, Ingress, body_of, read
 from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisServer
 
@@ -50,7 +50,7 @@ class Gateway:
     async def send(self, ingress: Ingress, model: str, prompt: str, stream: bool, **fields: Any) -> Answer:
         path, headers, body = ingress.request(model, prompt, stream, **fields)
         async with self.session.post(self.url + path, json=body, headers=headers) as resp:
-            raw = await resp.read()
+            raw, _ = await body_of(resp)  # a stream that failed may end cut short
             if stream and resp.status == 200:
                 assert resp.headers["Content-Type"].startswith("text/event-stream")
             return read(ingress, resp.status, raw, stream)

@@ -7,8 +7,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
 JSON = Any
 KEY = "gw-key-0123456789"
+
+
+async def body_of(resp: aiohttp.ClientResponse) -> tuple[bytes, bool]:
+    """An answer's bytes as they came, and whether its body ended unfinished: a stream that failed
+    ends so for the SDKs that would miss its in-band error (``StreamEncoder.cut_after_error``)."""
+    got: list[bytes] = []
+    try:
+        async for data in resp.content.iter_any():
+            got.append(data)
+    except aiohttp.ClientPayloadError:
+        return b"".join(got), True
+    return b"".join(got), False
 
 
 @dataclass

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import INGRESSES, Ingress, frames
+from tests.integration.dialect_clients import INGRESSES, Ingress, body_of, frames
 
 FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
 STREAM_FAULTS = ["reset_after=2", "stall_after=2", "error_after=2"]
@@ -48,14 +47,8 @@ async def send_raw(gw: Any, ingress: Ingress, prompt: str, stream: bool) -> tupl
 async def send_cut(gw: Any, ingress: Ingress, prompt: str, stream: bool) -> tuple[int, bytes, bool]:
     """The status, the bytes that came, and whether the body ended unfinished (no last chunk)."""
     path, headers, body = ingress.request("m", prompt, stream, max_tokens=16)
-    got: list[bytes] = []
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
-        try:
-            async for data in resp.content.iter_any():
-                got.append(data)
-        except aiohttp.ClientPayloadError:
-            return resp.status, b"".join(got), True
-        return resp.status, b"".join(got), False
+        return (resp.status, *await body_of(resp))
 
 
 @pytest.mark.parametrize("kind", ["openai", "vllm"])
