@@ -59,6 +59,9 @@ class Feature(StrEnum):
     SUFFIX = "suffix"
     SEED = "seed"
     SEED_PER_CHOICE = "seed_per_choice"
+    # Never asked for: a target that samples choice j of n with ``seed + j`` (vLLM's parallel sampling,
+    # v1/engine/parallel_sampling.py, 0.32), which is then the seed that choice reports.
+    CHILD_SEEDS = "child_seeds"
     FORCED_OUTPUT = "forced_output_tokens"
     EMBEDDING_REPLACEMENT = "embedding_replacement"
     JSON_OBJECT = "json_object"

@@ -155,31 +155,39 @@ async def complete(
         completion = await upstream.complete(req, call if trace is None else trace.calling(upstream, n, call))
         if trace is not None:
             trace.ended()
-        return _with_seeds(completion, req)
+        return _with_seeds(completion, req, upstream)
 
     _, completion = await _first_to_answer(table, _candidates(table, route, request, attempt), call, attempt, whole)
     return completion
 
 
-def _with_seeds(completion: Completion, req: InternalRequest) -> Completion:
-    seeds = req.sampling.seeds
-    if req.want_seed and seeds:
+def _seed_of(index: int, req: InternalRequest, upstream: Upstream) -> int:
+    """The seed choice ``index`` (prompt i's choice j: i * n + j) was sampled with: its own of a seed
+    list; of one seed, ``seed + j`` on a target that derives its children's seeds so."""
+    seeds = req.sampling.seeds or (0,)
+    if len(seeds) == 1 and Feature.CHILD_SEEDS in upstream.features:
+        return seeds[0] + index % req.sampling.n
+    return seeds[index % len(seeds)]
+
+
+def _with_seeds(completion: Completion, req: InternalRequest, upstream: Upstream) -> Completion:
+    if req.want_seed and req.sampling.seeds:
         for choice in completion.choices:
             if choice.seed is None:
-                choice.seed = seeds[choice.index % len(seeds)]
+                choice.seed = _seed_of(choice.index, req, upstream)
     return completion
 
 
 Batches = AsyncIterator[Batch]
 
 
-async def _seed_finishes(batches: Batches, req: InternalRequest) -> Batches:
+async def _seed_finishes(batches: Batches, req: InternalRequest, upstream: Upstream) -> Batches:
     seeds = req.sampling.seeds
     try:
         async for batch in batches:
             if seeds:
                 batch.events = [
-                    Finish(ev.index, ev.reason, seeds[ev.index % len(seeds)])
+                    Finish(ev.index, ev.reason, _seed_of(ev.index, req, upstream))
                     if isinstance(ev, Finish) and ev.seed is None
                     else ev
                     for ev in batch.events
@@ -196,7 +204,7 @@ def _opener(attempt: Attempt, call: Call) -> resume.Opener:
         attempt.target, attempt.provider, attempt.tries = upstream.name, upstream.provider, n
         trace = attempt.trace
         events = upstream.stream(req, call if trace is None else trace.calling(upstream, n, call))
-        return _seed_finishes(events, req) if req.want_seed else events
+        return _seed_finishes(events, req, upstream) if req.want_seed else events
 
     return open_on
 

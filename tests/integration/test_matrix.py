@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import INGRESSES, Ingress, frames
+from tests.integration.dialect_clients import BY_NAME, INGRESSES, Ingress, body_of, frames
 
 PROMPT = "Say something deterministic"
 KINDS = list(fake.KINDS)
@@ -95,7 +95,7 @@ async def test_cut_stream_ends_with_in_band_error(gateway: GatewayFactory, upstr
     path, headers, body = ingress.request("m", "x [[fault:reset_after=2,hang_between=0.05]]", True)
     async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
         assert resp.status == 200
-        raw = await resp.read()
+        raw, _ = await body_of(resp)
     assert b"[DONE]" not in raw
     assert b"broke off" in raw or b"ended the stream early" in raw, raw[-300:]
 
@@ -120,3 +120,20 @@ async def test_seed_per_choice_fans_out(gateway: GatewayFactory, upstream: Any, 
         answer = json.loads(raw)
         assert [(c["index"], c["seed"]) for c in answer["choices"]] == [(0, 11), (1, 22), (2, 33)]
         assert answer["usage"]["completion_tokens"] == 12
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("seed", [5, None], ids=["given", "drawn"])
+async def test_one_seed_for_n_choices_reports_each_choices_own(
+    gateway: GatewayFactory, upstream: Any, stream: bool, seed: int | None
+) -> None:
+    """vLLM samples choice j of n with ``seed + j`` (v1/engine/parallel_sampling.py): a Friendli
+    client is told that seed per choice, the one that reproduces it, not the request's for all."""
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
+    answer = await gw.send(BY_NAME["friendli2024"], "m", PROMPT, stream, n=3, seed=seed)
+    (sent,) = server.requests
+    first = sent.body["seed"]
+    assert answer.status == 200 and (seed is None or first == seed)
+    complete = answer.body if not stream else json.loads(frames(answer.raw)[-2])
+    assert [(c["index"], c["seed"]) for c in complete["choices"]] == [(j, first + j) for j in range(3)]

@@ -32,7 +32,7 @@ def test_a_seed_is_drawn_when_the_client_gave_none_and_reported_as_sent() -> Non
         assert Feature.SEED not in req.features  # not the client's: no target is refused for it
         sent = dispatch._for(req, Target(frozenset({Feature.SEED})))  # type: ignore[arg-type]
         assert sent is req  # no copy on the common path
-        seed = dispatch._with_seeds(answer(), sent).choices[0].seed
+        seed = dispatch._with_seeds(answer(), sent, Target(frozenset({Feature.SEED}))).choices[0].seed  # type: ignore[arg-type]
         assert seed == req.sampling.seeds[0]
 
 
@@ -41,7 +41,21 @@ def test_a_target_without_seeds_gets_none_and_none_is_reported() -> None:
     sent = dispatch._for(req, Target(frozenset()))  # type: ignore[arg-type]
     assert sent.sampling.seeds is None and not sent.seed_drawn
     assert req.sampling.seeds is not None  # the parsed request itself is unchanged
-    assert dispatch._with_seeds(answer(), sent).choices[0].seed is None
+    assert dispatch._with_seeds(answer(), sent, Target(frozenset())).choices[0].seed is None  # type: ignore[arg-type]
+
+
+def test_one_seed_for_n_choices_reports_each_choices_own_where_the_target_derives_them() -> None:
+    """vLLM samples choice j of n with ``seed + j`` (v1/engine/parallel_sampling.py): that is the seed
+    that reproduces the choice, so each reports its own; elsewhere every choice reports the one seed."""
+    req = parsed({"seed": 5, "n": 3, "prompt": ["a", "b"]})
+    choices = [Choice(i, "x", "length", token_ids=[]) for i in range(6)]
+    vllm = Target(frozenset({Feature.SEED, Feature.CHILD_SEEDS}))
+    got = dispatch._with_seeds(Completion("id", 1, "m", choices, Usage(1, 1)), req, vllm)  # type: ignore[arg-type]
+    assert [c.seed for c in got.choices] == [5, 6, 7, 5, 6, 7]
+    choices = [Choice(i, "x", "length", token_ids=[]) for i in range(6)]
+    other = Target(frozenset({Feature.SEED}))
+    got = dispatch._with_seeds(Completion("id", 1, "m", choices, Usage(1, 1)), req, other)  # type: ignore[arg-type]
+    assert [c.seed for c in got.choices] == [5] * 6
 
 
 def test_the_clients_own_seed_is_kept() -> None:
