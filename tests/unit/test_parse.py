@@ -239,6 +239,32 @@ def test_octoai_defaults_and_peft() -> None:
     assert Feature.PROMPT_LOGPROBS in parse(OCTOAI, {"model": "m", "prompt": "x", "loglikelihood": True}).features
 
 
+FUNCTION = {"name": "get_w", "parameters": {"type": "object", "properties": {}}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "sent"),
+    [
+        ({"functions": None, "function_call": None}, {}),  # octoai-sdk 0.10 sends both, null
+        ({"function_call": "auto"}, {}),  # no functions: nothing to call
+        ({"functions": [FUNCTION]}, {"functions": [FUNCTION]}),
+        (
+            {"functions": [FUNCTION], "function_call": {"name": "get_w"}},
+            {"functions": [FUNCTION], "function_call": {"name": "get_w"}},
+        ),
+    ],
+)
+def test_octoai_functions_go_by_name_never_dropped(extra: dict[str, Any], sent: dict[str, Any]) -> None:
+    """OpenAI's deprecated function calling from an OctoAI client was marked a tool use and then
+    dropped: a target with tools answered without ever seeing the functions. It travels as OpenAI
+    clients' does: by name to targets that take platform fields, refused by name by the rest."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **extra}
+    r = parse(OCTOAI, body, Operation.CHAT)
+    assert dict(r.extra_body or {}) == sent
+    assert r.features == ({Feature.EXTRA_BODY} if sent else set()), r.features
+    assert not sent or r.field_name(Feature.EXTRA_BODY) == "functions"  # what a refusal names
+
+
 @pytest.mark.parametrize(
     ("headers", "body", "name"),
     [

@@ -25,6 +25,20 @@ def _common(b: OctoExtras | OctoChatBody, fs: FeatureSet) -> dict[str, Any]:
     return {"prompt_logprobs": 0 if b.loglikelihood else None}
 
 
+def _functions(b: OctoChatBody, fs: FeatureSet) -> dict[str, JSON] | None:
+    """OpenAI's deprecated function calling (octoai-sdk 0.10 sends both keys, as null): as for OpenAI
+    clients, by name to targets that take OpenAI's platform fields, refused by name by the rest; a
+    ``function_call`` of "none" or "auto" with no functions asks nothing."""
+    extra: dict[str, JSON] = {}
+    if b.functions:
+        extra["functions"] = b.functions
+    if b.function_call is not None and (b.functions or b.function_call not in ("none", "auto")):
+        extra["function_call"] = b.function_call
+    for name in extra:
+        fs.use(Feature.EXTRA_BODY, name)
+    return extra or None
+
+
 def parse_completion(data: dict[str, JSON]) -> InternalRequest:
     if isinstance(data.get("logit_bias"), dict):
         data = {**data, "logit_bias": {k: v for k, v in data["logit_bias"].items() if v is not None}}
@@ -69,8 +83,6 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         kw["structured"] = StructuredOutput("json_schema", rf.schema_)
     else:
         kw["structured"] = oai.structured_from_format(rf, fs)
-    fs.use(Feature.TOOLS, "functions", b.functions)
-    fs.use(Feature.TOOLS, "function_call", b.function_call not in (None, "none", "auto"))
     fs.use(Feature.IGNORE_EOS, "ignore_eos", b.ignore_eos)
     fs.use(Feature.MIN_P, "min_p", b.min_p not in (None, 0))
     fs.use(Feature.REPETITION_PENALTY, "repetition_penalty", b.repetition_penalty not in (None, 1))
@@ -87,5 +99,6 @@ def parse_chat(data: dict[str, JSON]) -> InternalRequest:
         stream_usage=oai.stream_usage(stream, b.stream_options),
         adapter=b.peft,
         user=b.user,
+        extra_body=_functions(b, fs),
         relay=None if b.loglikelihood else oai.relay_for(stream, kw["logprobs"], STREAM_FORMAT),
     )
