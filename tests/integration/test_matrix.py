@@ -131,9 +131,12 @@ async def test_one_seed_for_n_choices_reports_each_choices_own(
     client is told that seed per choice, the one that reproduces it, not the request's for all."""
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "vllm")]}]))
-    answer = await gw.send(BY_NAME["friendli2024"], "m", PROMPT, stream, n=3, seed=seed)
+    path, headers, body = BY_NAME["friendli2024"].request("m", PROMPT, stream, n=3, seed=seed)
+    async with gw.session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        raw = await resp.read()
     (sent,) = server.requests
     first = sent.body["seed"]
-    assert answer.status == 200 and (seed is None or first == seed)
-    complete = answer.body if not stream else json.loads(frames(answer.raw)[-2])
+    assert seed is None or first == seed
+    complete = json.loads(frames(raw)[-2] if stream else raw)  # the stream's last line before [DONE]
     assert [(c["index"], c["seed"]) for c in complete["choices"]] == [(j, first + j) for j in range(3)]
