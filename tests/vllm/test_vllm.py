@@ -74,6 +74,18 @@ DIALECTS = {
 }
 
 
+async def test_each_choice_reports_the_seed_that_reproduces_it(gw: GW) -> None:
+    """One seed for n choices: vLLM samples choice j with seed + j, which is what Friendli's answer
+    reports for it; asked alone with that seed, vLLM gives that choice's text again."""
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "temperature": 1.0, "n": 3, "seed": 1234}
+    status, many = await gw.post("/serverless/v1/completions", body)
+    assert status == 200, many
+    for choice in many["choices"]:
+        assert choice["seed"] == 1234 + choice["index"], choice
+        status, alone = await gw.post("/serverless/v1/completions", {**body, "n": 1, "seed": choice["seed"]})
+        assert status == 200 and alone["choices"][0]["text"] == choice["text"], (choice, alone)
+
+
 @pytest.mark.parametrize("dialect", list(DIALECTS))
 async def test_dialects_whole_and_streamed_agree(gw: GW, vllm_server: VLLM, dialect: str) -> None:
     path, headers, model = DIALECTS[dialect]
