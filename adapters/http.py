@@ -356,7 +356,7 @@ class HTTPUpstream(Identity[Target]):
         except TimeoutError:
             raise call.timed_out(self.name, "no response headers in time") from None
         drain_whole(resp.content)
-        watch.reading(resp.content)
+        watch.reading(resp.content, self.target.timeouts.total)
         parser, decoder = SSEParser(), wire.reader(request)
         relaying = decoder.relaying  # set for the stream: not asked again per read
         read, same_shape = resp.content.readany, decoder.same_shape
@@ -394,8 +394,8 @@ class HTTPUpstream(Identity[Target]):
         watch.since = watch.loop.time()
         try:
             chunk = await read()
-        except StreamIdle:
-            raise call.timed_out(self.name, "stream idle for too long") from None
+        except StreamIdle as exc:
+            raise call.timed_out(self.name, str(exc)) from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
         watch.since = None
