@@ -88,3 +88,21 @@ async def test_a_stream_kept_alive_without_progress_ends_at_its_total_bound(
             assert status == 200 and reading.error and not reading.complete, (ingress.name, raw)
             assert b"not complete in time" in raw, (ingress.name, raw)
     await eventually(lambda: server.cancelled == len(STREAMING), "every stuck stream cancelled upstream")
+
+
+@pytest.mark.parametrize(("kind", "ingresses"), [("anthropic", STREAMING), ("openai", STREAMING[-1:])])
+async def test_a_stream_broken_before_its_first_token_goes_to_the_next_target(
+    gateway: GatewayFactory, upstream: Any, kind: str, ingresses: list[Ingress]
+) -> None:
+    """A stream whose identity came (Anthropic's ``message_start``, a Responses ``response.created``)
+    and then broke has sent its client nothing of the answer: the next target answers it, as it
+    would a failure before the head, with no first-token bound configured and nothing to resume."""
+    healthy = await upstream(kind)
+    for ingress in ingresses:
+        broken = await upstream(kind, faults="[[fault:reset_after=0]]")
+        targets = [target(broken, kind, weight=1e6, timeouts=FAST), target(healthy, kind, weight=1e-6)]
+        gw = await gateway(config([{"name": "m", "targets": targets, "resume": False}]))
+        status, raw = await send_raw(gw, ingress, "hello there", True)
+        reading = read_stream(ingress, raw)
+        assert status == 200 and reading.complete and reading.text, (ingress.name, raw)
+        assert len(broken.requests) == 1, ingress.name  # it broke: not skipped
