@@ -47,6 +47,7 @@ FEATURES = frozenset(
         Feature.THINKING,  # enabled: a sentence of thinking first; adaptive: the mock chooses none
         Feature.EFFORT,  # a hint its fixed answers need not heed
         Feature.PREFILL,  # a conversation ending in the assistant's words: its answer goes on from them
+        Feature.THOUGHTS,  # earlier turns' thinking sent back: part of the conversation it answers
     }
 )
 Sleep = Callable[[float], Awaitable[Any]]

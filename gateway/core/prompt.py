@@ -57,7 +57,7 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # schema some upstreams describe in the prompt); its other fields steer generation only.
 COUNTED: dict[type, frozenset[str]] = {
     InternalRequest: frozenset({"prompts", "messages", "chat", "extra_body", "sampling", "native", "chain"}),
-    ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
+    ChatMessage: frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning"}),
     ChatOptions: frozenset({"tools", "tool_choice", "reasoning"}),
     Sampling: frozenset({"suffix", "structured"}),
 }
@@ -177,6 +177,8 @@ def message_tokens(message: ChatMessage) -> int:
         total += json_tokens(message.tool_calls)
     if message.tool_call_id is not None:
         total += text_tokens(message.tool_call_id)
+    if message.reasoning is not None:  # thinking sent back goes to the template with the turn
+        total += text_tokens(message.reasoning)
     return total
 
 

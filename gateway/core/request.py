@@ -75,6 +75,9 @@ class Feature(StrEnum):
     REASONING = "reasoning"
     THINKING = "thinking"  # Anthropic's extended thinking (a budget of thinking tokens)
     EFFORT = "effort"  # Anthropic's output_config.effort (how many tokens the answer may spend)
+    # Earlier turns' thinking sent back (Anthropic's thinking blocks): on a chat wire, the assistant
+    # message's ``reasoning``, which vLLM's chat templates take (as vLLM's own /v1/messages passes it)
+    THOUGHTS = "thoughts"
     # A final assistant turn the answer continues (Anthropic's prefill); a chat wire's final assistant
     # message is otherwise closed and answered with a new turn.
     PREFILL = "prefill"
@@ -159,6 +162,7 @@ class ChatMessage:
     name: str | None = None
     tool_calls: tuple[JSON, ...] | None = None
     tool_call_id: str | None = None
+    reasoning: str | None = None  # an assistant turn's thinking, sent back (``Feature.THOUGHTS``)
 
 
 @record

@@ -217,7 +217,8 @@ REFUSED = [
 async def test_other_targets_refuse_it_by_name(gateway: GatewayFactory, upstream: Any, turn: JSON, named: str) -> None:
     server = await upstream("openai")
     gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
-    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "q"}, turn]}
+    turns = [{"role": "user", "content": "q"}, turn, {"role": "user", "content": "and?"}]  # no prefill
+    body = {"model": "m", "max_tokens": 4, "messages": turns}
     status, raw = await asyncio.to_thread(exchange, gw.url, body)
     reply = json.loads(raw)
     assert status == 400 and reply["type"] == "error", raw

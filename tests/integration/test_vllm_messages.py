@@ -116,3 +116,27 @@ async def test_a_prefill_goes_as_chat_which_continues_it(gateway: GatewayFactory
         sent = vllm.requests[-1].body
         assert sent["messages"][-1] == {"role": "assistant", "content": "Hello"}
         assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+
+
+async def test_thinking_sent_back_reaches_vllm_either_way(gateway: GatewayFactory, fakes: tuple[Any, Any]) -> None:
+    """A reasoning model's thinking, which Claude Code sends back with the next turn: vLLM's own
+    /v1/messages takes the body as it came; its chat path, the assistant turn's ``reasoning``."""
+    anthropic, vllm = fakes
+    thought = {"type": "thinking", "thinking": "Two and two.", "signature": ""}
+    turns = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": [thought, {"type": "text", "text": "4"}]},
+        {"role": "user", "content": "And 3+3?"},
+    ]
+    body = {**BODY, "messages": turns}
+    async with front({"/v1/messages": anthropic.origin, "/v1": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, body)
+        assert status == 200, raw
+        assert anthropic.requests[-1].body["messages"] == turns
+    async with front({"/v1/chat": vllm.origin, "/v1/models": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        status, raw = await messages(gw, body)
+        assert status == 200, raw
+        sent = vllm.requests[-1].body["messages"]
+        assert sent[1] == {"role": "assistant", "content": "4", "reasoning": "Two and two."}

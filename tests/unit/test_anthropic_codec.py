@@ -71,6 +71,7 @@ def test_prompt_parts_all_reach_the_request() -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
     )
     assert assistant.content == "calling" and "secret" not in json.dumps(assistant.content)
+    assert assistant.reasoning == "secret"  # the turn's thinking, for a wire that takes it back
     assert assistant.tool_calls == (
         {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}},
     )
@@ -83,9 +84,9 @@ def test_prompt_parts_all_reach_the_request() -> None:
         req.chat.tool_choice == {"type": "function", "function": {"name": "f"}}
         and req.chat.parallel_tool_calls is False
     )
-    assert req.user == "u1" and req.features == {Feature.TOOLS, Feature.ANTHROPIC_NATIVE}
-    assert req.field_name(Feature.ANTHROPIC_NATIVE) == "messages[1].content[0]"
-    assert req.field_reason(Feature.ANTHROPIC_NATIVE).startswith("a 'thinking' block")
+    assert req.user == "u1" and req.features == {Feature.TOOLS, Feature.THOUGHTS}
+    assert req.field_name(Feature.THOUGHTS) == "messages[1].content[0]"
+    assert req.field_reason(Feature.THOUGHTS).startswith("a 'thinking' block")
 
 
 def test_long_system_and_tool_results_raise_the_estimate() -> None:
@@ -272,6 +273,24 @@ def test_context_management_that_edits_nothing_is_served_anywhere(
     assert req.native is not None and req.native["context_management"] == config  # to Anthropic as it came
 
 
+def test_thinking_sent_back_is_the_turns_reasoning_where_a_wire_takes_it() -> None:
+    """Earlier turns' thinking (Claude Code sends a reasoning model's back): Anthropic's as it came,
+    a chat wire's assistant ``reasoning`` (vLLM's templates read it); redacted thinking is opaque and
+    only Anthropic reads it (vLLM's own /v1/messages passes over it too)."""
+    turns = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [THOUGHT, {"type": "redacted_thinking", "data": "zz"}, {"type": "text", "text": "a"}],
+        },
+        {"role": "user", "content": "more"},
+    ]
+    req = parse(body(messages=turns))
+    assert req.features == {Feature.THOUGHTS} and req.field_name(Feature.THOUGHTS) == "messages[1].content[0]"
+    assert req.messages[1].reasoning == "t" and req.messages[1].content == "a"
+    assert req.native is not None and req.native["messages"] == turns  # to Anthropic as it came
+
+
 UNMODELLED = [
     ({"citations": {"enabled": True}}, "citations"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0].type"),
@@ -282,16 +301,6 @@ UNMODELLED = [
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "new_key": 1}]}]},
         "messages[0].content[0].new_key",
-    ),
-    (
-        {
-            "messages": [
-                {"role": "user", "content": "q"},
-                {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "zz"}]},
-                {"role": "user", "content": "more"},
-            ]
-        },
-        "messages[1].content[0]",
     ),
     (
         {

@@ -47,7 +47,7 @@ JSON = Any
 F = Feature
 VERSION = "2023-06-01"  # the anthropic-version every Anthropic SDK sends
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; other dialects may leave it out
-FEATURES = frozenset({F.STOP, F.TOP_K, F.TOOLS, F.THINKING, F.EFFORT, F.ANTHROPIC_NATIVE, F.PREFILL})
+FEATURES = frozenset({F.STOP, F.TOP_K, F.TOOLS, F.THINKING, F.EFFORT, F.ANTHROPIC_NATIVE, F.PREFILL, F.THOUGHTS})
 STOP_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -394,7 +394,8 @@ class AnthropicWire:
 
 ANTHROPIC_WIRE = AnthropicWire()
 # ``passthrough: false``: what only Anthropic's own wire carries is refused by name, not sent
-ANTHROPIC_TRANSLATED_WIRE = AnthropicWire(FEATURES - {F.ANTHROPIC_NATIVE}, passthrough=False)
+# (nor thinking sent back: Anthropic takes a Claude's signed thinking only as it came)
+ANTHROPIC_TRANSLATED_WIRE = AnthropicWire(FEATURES - {F.ANTHROPIC_NATIVE, F.THOUGHTS}, passthrough=False)
 # An Anthropic client's own body to a vLLM replica that serves /v1/messages (vLLM 0.32 does). Not a
 # prefill: vLLM's Messages path answers a final assistant turn with a new turn (its anthropic/serving.py
 # sets no continue_final_message, 0.32); its chat path continues it.

@@ -5,7 +5,7 @@ The body itself goes to Anthropic targets as it came (``InternalRequest.native``
 is a use of ``Feature.ANTHROPIC_NATIVE``, so every other target refuses the request naming it instead
 of dropping it. The class: any key or block the schema does not model (a field Anthropic added, a
 server-tool block, ``document``, ``search_result``), and the modelled parts no other target can be
-given (thinking and redacted thinking of earlier turns, citations).
+given (citations). Earlier turns' thinking is ``Feature.THOUGHTS``: Anthropic's and vLLM's.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ BLOCKS: dict[str, type[BaseModel]] = {
     "redacted_thinking": RedactedThinkingBlock,
 }
 RESULT_PARTS = ("text", "image")  # what a tool_result's content may hold for other targets
-ONLY_ANTHROPIC = ("thinking", "redacted_thinking")  # another model cannot be given a Claude's thinking
+THOUGHT_BLOCKS = ("thinking", "redacted_thinking")  # taken where the wire takes a turn's reasoning
 
 
 def _block(block: JSON, at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> JSON:
@@ -46,8 +46,9 @@ def _block(block: JSON, at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> JS
     if kind not in allowed or kind not in BLOCKS:
         fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.type", why=f"'{kind}' block, not modelled by the gateway")
         return None
-    if kind in ONLY_ANTHROPIC:
-        fs.use(Feature.ANTHROPIC_NATIVE, at, why=f"a '{kind}' block: only an Anthropic target takes it")
+    if kind in THOUGHT_BLOCKS:
+        # thinking sent back: an Anthropic target takes it as it came, vLLM as the turn's reasoning
+        fs.use(Feature.THOUGHTS, at, why=f"a '{kind}' block: earlier turns' thinking")
         return block
     known = BLOCKS[kind].model_fields
     out = {}

@@ -29,6 +29,7 @@ from gateway.dialects.anthropic.schema import (
     MessageParam,
     MessagesBody,
     TextBlock,
+    ThinkingBlock,
     Tool,
     ToolChoice,
     ToolResultBlock,
@@ -198,16 +199,26 @@ def user_messages(blocks: Sequence[Block], where: str) -> list[ChatMessage]:
 
 
 def assistant_message(blocks: Sequence[Block], where: str) -> ChatMessage:
+    """An assistant turn: its text, its tool calls and its thinking as the turn's reasoning (redacted
+    thinking is opaque: only Anthropic reads it, and vLLM passes over it too)."""
     texts: list[str] = []
     calls: list[dict[str, JSON]] = []
+    thoughts: list[str] = []
     for j, b in enumerate(blocks):
         if isinstance(b, TextBlock):
             texts.append(b.text)
         elif isinstance(b, ToolUseBlock):
             calls.append(tool_call(b))
+        elif isinstance(b, ThinkingBlock):
+            thoughts.append(b.thinking)
         elif b.type in ("image", "tool_result"):
             raise InvalidRequest(f"'{where}[{j}]': a '{b.type}' block belongs to a user turn", param=where)
-    return ChatMessage(role="assistant", content="".join(texts) or None, tool_calls=tuple(calls) or None)
+    return ChatMessage(
+        role="assistant",
+        content="".join(texts) or None,
+        tool_calls=tuple(calls) or None,
+        reasoning="".join(thoughts) or None,
+    )
 
 
 def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:

@@ -69,8 +69,8 @@ class ToolResultBlock(Part):
 
 
 class ThinkingBlock(Part):
-    """A previous turn's thinking, sent back by the client: kept out of the prompt (Anthropic's own
-    models ignore the thinking of turns before the last, extended-thinking docs)."""
+    """A previous turn's thinking, sent back by the client: an Anthropic target gets it as it came, a
+    chat wire that takes it (vLLM's) as the turn's reasoning (``Feature.THOUGHTS``)."""
 
     type: Literal["thinking"]
     thinking: str

@@ -77,6 +77,8 @@ def _messages(req: InternalRequest) -> list[dict[str, JSON]]:
                 msg[key] = getattr(m, key)
         if m.tool_calls:
             msg["tool_calls"] = list(m.tool_calls)
+        if m.reasoning is not None:  # vLLM's chat templates read an assistant turn's thinking here
+            msg["reasoning"] = m.reasoning
         out.append(msg)
     return out
 

@@ -22,7 +22,7 @@ VLLM_FEATURES = frozenset(
     {F.BATCH_PROMPT, F.TOKEN_PROMPT, F.N, F.STOP, F.LOGIT_BIAS, F.LOGPROBS, F.ECHO, F.SEED, F.TOOLS, F.REASONING}
     | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
     | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR, F.TOKEN_IDS}
-    | {F.PROMPT_LOGPROBS, F.BEAM_SEARCH, F.PREFILL}
+    | {F.PROMPT_LOGPROBS, F.BEAM_SEARCH, F.PREFILL, F.THOUGHTS}
 )
 # Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
 # a target opts in with ``extra_features``, and may name nothing else there.
