@@ -123,3 +123,21 @@ async def test_thinking_and_effort_on_vllms_own_messages_path(gw: tuple[str, aio
         assert resp.status == 400, raw
     message = json.loads(raw)["error"]["message"]
     assert ("'thinking'" in message or "effort" in message) and "no native path" in message, message
+
+
+async def test_thinking_sent_back_both_ways(gw: tuple[str, aiohttp.ClientSession, list[str]]) -> None:
+    """A reasoning model's thinking, sent back with the next turn (Claude Code does): vLLM's own
+    /v1/messages hands it to the template as the turn's reasoning, and so does the chat it is
+    translated to; the same greedy answer both ways."""
+    thought = {"type": "thinking", "thinking": "the fox is quick", "signature": ""}
+    turns = [
+        {"role": "user", "content": "the quick brown fox"},
+        {"role": "assistant", "content": [thought, {"type": "text", "text": "jumps"}]},
+        {"role": "user", "content": "over the lazy dog"},
+    ]
+    got = []
+    for model in ("native", "translated"):
+        status, raw, _ = await post(gw[0], gw[1], {**BODY, "messages": turns, "model": model})
+        assert status == 200, (model, raw)
+        got.append(json.loads(raw))
+    assert got[0]["content"] == got[1]["content"] and got[0]["usage"] == got[1]["usage"], got
