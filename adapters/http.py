@@ -54,9 +54,8 @@ JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 # One stream event waiting for its end, at most (a whole answer's bound is ``failures.MAX_ANSWER_BYTES``).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
-# What only a native path serves (OpenAI's own /v1/responses; vLLM's /v1/messages takes Anthropic's
-# thinking and effort, which its chat path has no fields for): a target has it while it has the path.
-NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE, Feature.THINKING, Feature.EFFORT})
+# What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
+NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
 # native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
 # a stream that may resume takes the chat path, which returns the output's token ids
 CHAT_PATHS = frozenset({"anthropic"})
