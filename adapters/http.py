@@ -54,9 +54,8 @@ JSON = Any
 PROBE_REQUEST = InternalRequest(Operation.COMPLETION, model="")
 # One stream event waiting for its end, at most (a whole answer's bound is ``failures.MAX_ANSWER_BYTES``).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
-# What only a native path serves (OpenAI's own /v1/responses; vLLM's /v1/messages takes Anthropic's
-# thinking and effort, which its chat path has no fields for): a target has it while it has the path.
-NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE, Feature.THINKING, Feature.EFFORT})
+# What only a native path serves (OpenAI's own /v1/responses): a target has it while it has the path.
+NATIVE_ONLY = frozenset({Feature.RESPONSES_NATIVE})
 # native dialects whose upstream path is the same engine path as the translated chat (vLLM's Messages):
 # a stream that may resume takes the chat path, which returns the output's token ids
 CHAT_PATHS = frozenset({"anthropic"})
@@ -356,7 +355,7 @@ class HTTPUpstream(Identity[Target]):
         except TimeoutError:
             raise call.timed_out(self.name, "no response headers in time") from None
         drain_whole(resp.content)
-        watch.reading(resp.content)
+        watch.reading(resp.content, self.target.timeouts.total)
         parser, decoder = SSEParser(), wire.reader(request)
         relaying = decoder.relaying  # set for the stream: not asked again per read
         read, same_shape = resp.content.readany, decoder.same_shape
@@ -394,8 +393,8 @@ class HTTPUpstream(Identity[Target]):
         watch.since = watch.loop.time()
         try:
             chunk = await read()
-        except StreamIdle:
-            raise call.timed_out(self.name, "stream idle for too long") from None
+        except StreamIdle as exc:
+            raise call.timed_out(self.name, str(exc)) from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(f"target '{self.name}' broke off the stream: {type(exc).__name__}") from None
         watch.since = None

@@ -11,7 +11,8 @@ from gateway.runtime.timers import Wheel, current_task, timed_out
 
 
 class StreamIdle(Exception):
-    """Set on a stream's reader by ``StreamWatch``: no bytes for too long, or the deadline passed."""
+    """Set on a stream's reader by ``StreamWatch``: no bytes for too long, or the deadline or the body's
+    bound passed; ``args[0]`` says which."""
 
 
 class StreamWatch:
@@ -20,8 +21,10 @@ class StreamWatch:
     a short stream's relay). Until the response head is in (``with watch:``), the first-byte bound: the
     task is cancelled and the block raises ``TimeoutError``, as ``Bound`` does. Then, from
     ``reading``, the body's: a read waiting longer than ``idle``, or any moment past the request's
-    deadline, fails the reader with ``StreamIdle``. Time the consumer spends between reads (a slow
-    client) does not count as idle."""
+    deadline or the body's own bound (the target's ``total``: reads that keep coming, a keep-alive
+    comment or a ping at a time, do not keep a stream that never ends open for ever), fails the reader
+    with ``StreamIdle``. Time the consumer spends between reads (a slow client) does not count as
+    idle."""
 
     __slots__ = (
         "_cancelling",
@@ -64,9 +67,17 @@ class StreamWatch:
         if timed_out(self._task, self._cancelling, self._expired, exc_type):
             raise TimeoutError from exc
 
-    def reading(self, reader: aiohttp.StreamReader) -> None:
-        """The head is in: from now on, the body's bounds."""
+    def reading(self, reader: aiohttp.StreamReader, body: float | None = None) -> None:
+        """The head is in: from now on, the body's bounds; ``body``: the most the body may take."""
         self._reader = reader
+        if body is None:
+            return
+        due = self.loop.time() + body
+        if self._hard is None or due < self._hard:
+            self._hard = due
+            if due < self._due:  # filed for later than the body may last: sooner now
+                self._wheel.discard(self, self._due)
+                self._due = self._wheel.add(self, due, self._idle)
 
     def _file(self, start: float) -> None:
         due = start + self._idle
@@ -82,8 +93,11 @@ class StreamWatch:
                 self._due = self._wheel.add(self, self._head_due, self._idle)
             return
         since = self.since
-        if (self._hard is not None and now >= self._hard) or (since is not None and now >= since + self._idle):
-            self._reader.set_exception(StreamIdle())
+        if self._hard is not None and now >= self._hard:
+            self._reader.set_exception(StreamIdle("answer not complete in time"))
+            return
+        if since is not None and now >= since + self._idle:
+            self._reader.set_exception(StreamIdle("stream idle for too long"))
             return
         self._file(now if since is None else since)
 

@@ -22,7 +22,7 @@ from typing import Any
 from gateway.core.request import InternalRequest
 
 JSON = Any
-MARKER = re.compile(r"\[mock-tool ([A-Za-z0-9_.:-]+)(?: (\{.*?\}))?\]")
+MARKER = re.compile(r"\[mock-tool ([A-Za-z0-9_.:-]+)(?: (\{.*\}))?\]", re.DOTALL)  # the JSON nests
 ARGUMENT_DEPTH = 8  # a schema nested deeper gets {} there: a mock need not fill it all
 
 

@@ -222,8 +222,14 @@ NO_LIMITS = Layout()
 
 
 def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
-    """The plan of a team with no limits: nothing to check or reserve, only the usage to count."""
-    return Plan(team, key_id, NO_LIMITS, 0, estimate_prompt(request), "", current_usage_key(team))
+    """The plan of a team with no limits: nothing to check or reserve, only the usage to count. Its
+    estimate is the worst case where the client bounded the answer (0 where it did not: no default's
+    bound, which its target was not sent): a stream cut short is settled by upper bounds within it,
+    as a limited team's is (``RequestLog.usage``), its usage and cost summed all the same."""
+    prompt = estimate_prompt(request)
+    s = request.sampling
+    worst = estimate_tokens(request, prompt) if s.max_tokens or s.max_total_tokens else 0
+    return Plan(team, key_id, NO_LIMITS, worst, prompt, "", current_usage_key(team))
 
 
 _windows: dict[int, tuple[Layout, float, tuple[Window | None, ...]]] = {}  # per layout (by id, kept)

@@ -210,10 +210,8 @@ def _opener(attempt: Attempt, call: Call) -> resume.Opener:
 
 
 async def _first(events: Batches, upstream: Upstream, call: Call) -> Batch:
-    bound = first_token.bound(upstream, call)
-    if bound is None:
-        return await anext(events)
-    return await first_token.first_token(events, bound, upstream.name)
+    """The stream's first batch, held until its first token (``first_token``)."""
+    return await first_token.first_token(events, first_token.bound(upstream, call), upstream.name)
 
 
 def _may_resume(

@@ -63,7 +63,7 @@ NOT_CONTINUABLE = frozenset(
         Feature.GRAMMAR,
         Feature.TOOLS,
         Feature.REASONING,
-        Feature.THINKING,  # (and effort) served on vLLM's /v1/messages, not the chat path a resume takes
+        Feature.THINKING,  # (and effort) a continuation carries the partial text, not a thought cut mid-way
         Feature.EFFORT,
         Feature.PREFILL,  # a continuation's partial message would follow the client's, not extend it
         Feature.ECHO,

@@ -8,13 +8,15 @@ answer, never a 200."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import GatewayFactory, config, target
-from tests.integration.dialect_clients import INGRESSES, Ingress, body_of, frames
+from tests.integration.dialect_clients import INGRESSES, STREAMING, Ingress, body_of, frames, read_stream
+from tests.support import HANG_GUARD, eventually
 
 FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
 STREAM_FAULTS = ["reset_after=2", "stall_after=2", "error_after=2"]
@@ -77,3 +79,40 @@ async def test_a_whole_answer_cut_mid_body_is_an_error(
         status, raw = await send_raw(gw, ingress, "hello there", False)
         assert status in (502, 503, 504), (ingress.name, fault, status, raw)  # 503: cooling down
         assert b"choices" not in raw, raw
+
+
+@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+async def test_a_stream_kept_alive_without_progress_ends_at_its_total_bound(
+    gateway: GatewayFactory, upstream: Any, kind: str
+) -> None:
+    """An engine stuck mid-answer behind keep-alives (SSE comments; Anthropic's pings) has a read come
+    well within ``idle`` for ever: the target's ``total`` still ends the stream, with the dialect's
+    in-band error, and the upstream request is cancelled."""
+    server = await upstream(kind, faults="[[fault:ping_after=2]]")
+    timeouts = {**FAST, "total": 0.5}
+    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=timeouts)]}]))
+    async with asyncio.timeout(HANG_GUARD):  # without the bound, the first stream never ends
+        for ingress in STREAMING:
+            status, raw = await send_raw(gw, ingress, "hello there", True)
+            reading = read_stream(ingress, raw)
+            assert status == 200 and reading.error and not reading.complete, (ingress.name, raw)
+            assert b"not complete in time" in raw, (ingress.name, raw)
+    await eventually(lambda: server.cancelled == len(STREAMING), "every stuck stream cancelled upstream")
+
+
+@pytest.mark.parametrize(("kind", "ingresses"), [("anthropic", STREAMING), ("openai", STREAMING[-1:])])
+async def test_a_stream_broken_before_its_first_token_goes_to_the_next_target(
+    gateway: GatewayFactory, upstream: Any, kind: str, ingresses: list[Ingress]
+) -> None:
+    """A stream whose identity came (Anthropic's ``message_start``, a Responses ``response.created``)
+    and then broke has sent its client nothing of the answer: the next target answers it, as it
+    would a failure before the head, with no first-token bound configured and nothing to resume."""
+    healthy = await upstream(kind)
+    for ingress in ingresses:
+        broken = await upstream(kind, faults="[[fault:reset_after=0]]")
+        targets = [target(broken, kind, weight=1e6, timeouts=FAST), target(healthy, kind, weight=1e-6)]
+        gw = await gateway(config([{"name": "m", "targets": targets, "resume": False}]))
+        status, raw = await send_raw(gw, ingress, "hello there", True)
+        reading = read_stream(ingress, raw)
+        assert status == 200 and reading.complete and reading.text, (ingress.name, raw)
+        assert len(broken.requests) == 1, ingress.name  # it broke: not skipped

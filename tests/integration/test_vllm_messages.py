@@ -140,3 +140,29 @@ async def test_thinking_sent_back_reaches_vllm_either_way(gateway: GatewayFactor
         assert status == 200, raw
         sent = vllm.requests[-1].body["messages"]
         assert sent[1] == {"role": "assistant", "content": "4", "reasoning": "Two and two."}
+
+
+async def test_thinking_and_effort_on_the_chat_path_as_vllm_puts_them(
+    gateway: GatewayFactory, fakes: tuple[Any, Any], upstream: Any
+) -> None:
+    """A replica without /v1/messages: Claude Code's adaptive thinking and effort go on its chat path
+    as vLLM's own /v1/messages would put them (effort as ``reasoning_effort``, an enabled thinking's
+    budget as ``thinking_token_budget``, adaptive as nothing); a target whose wire has no such fields
+    (OpenAI's) refuses them by name."""
+    _, vllm = fakes
+    betas = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,effort-2025-11-24"}
+    async with front({"/v1/chat": vllm.origin, "/v1/models": vllm.origin}) as fr:
+        gw = await behind(gateway, fr, vllm)
+        for thinking, sent in (
+            ({"type": "adaptive"}, {"reasoning_effort": "high"}),
+            ({"type": "enabled", "budget_tokens": 5}, {"reasoning_effort": "high", "thinking_token_budget": 5}),
+        ):
+            body = {**BODY, "max_tokens": 8, "thinking": thinking, "output_config": {"effort": "high"}}
+            status, raw = await messages(gw, body, **betas)
+            assert status == 200, raw
+            chat = vllm.requests[-1].body
+            assert {k: chat[k] for k in sent} == sent and not {"thinking", "effort", "output_config"} & chat.keys()
+    openai = await upstream("openai")
+    gw = await gateway(config([{"name": "tiny", "targets": [target(openai, "openai")]}]))
+    status, raw = await messages(gw, {**BODY, "output_config": {"effort": "high"}}, **betas)
+    assert status == 400 and b"effort" in raw and not openai.requests, raw

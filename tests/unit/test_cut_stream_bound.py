@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.response import Delta, Frame
 from gateway.dialects.openai.egress import ChunkDecoder
-from gateway.limits.plan import NO_LIMITS, planned
+from gateway.limits.plan import NO_LIMITS, planned, unlimited
 from gateway.web.record import Backlog, RequestLog
 
 HEAD = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -74,6 +74,16 @@ def test_a_cut_stream_settles_the_bound_within_the_worst_case() -> None:
     assert log.usage(plan) == (plan.prompt_estimate, 20)
     short = relayed(["ab"], [])
     assert short.usage(plan) == (plan.prompt_estimate, short.counted()) and short.counted() > short.streamed
+
+
+def test_an_unlimited_team_s_cut_stream_settles_within_its_max_tokens() -> None:
+    """Nothing reserved, but the client's own bound still holds: its usage and cost are summed too (a
+    cut stream of 9 tokens with max_tokens 16 was settled 64 completion tokens, its bytes' bound)."""
+    bounded = InternalRequest(Operation.CHAT, "m", sampling=Sampling(max_tokens=20, n=2))
+    log = relayed(["word " * 3] * 12, [])  # 12 chunks, 180 bytes: past 2 choices of max_tokens
+    assert log.usage(unlimited("t", "k", bounded)) == (unlimited("t", "k", bounded).prompt_estimate, 40)
+    free = InternalRequest(Operation.CHAT, "m")  # no bound of the client's: the texts' bound alone
+    assert log.usage(unlimited("t", "k", free))[1] == log.counted() > 40
 
 
 def test_decoded_deltas_count_their_texts_or_their_ids() -> None:

@@ -92,3 +92,18 @@ async def test_an_error_before_the_head_ends_the_watch(w: Wheel) -> None:
     with pytest.raises(KeyError), StreamWatch(first_byte=5, idle=5, remaining=None, wheel=w):
         raise KeyError("x")
     assert not w._slots
+
+
+async def test_reads_within_idle_do_not_keep_a_stream_past_its_body_bound(w: Wheel, clock: VirtualClock) -> None:
+    """Keep-alives (a comment, a ping) within ``idle`` for ever: the body's own bound still ends it."""
+    r = reader()
+    watch = StreamWatch(first_byte=5, idle=10, remaining=None, wheel=w)
+    watch.reading(r, body=0.05)
+    with pytest.raises(StreamIdle, match="not complete in time"):
+        while True:
+            watch.since = watch.loop.time()
+            asyncio.get_running_loop().call_soon(r.feed_data, b": ping\n\n")
+            await asyncio.wait_for(r.readany(), 1)
+            watch.since = None
+            await clock.advance(0.02)
+    watch.cancel()

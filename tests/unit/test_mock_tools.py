@@ -58,6 +58,7 @@ async def both(req: InternalRequest) -> tuple[Completion, Completion]:
         ((("user", "hi"),), {"type": "function", "function": {"name": "Read"}}, ("Read", {})),
         ((("user", "hi"),), {"type": "function", "function": {"name": "Nope"}}, None),
         ((("user", 'go [mock-tool Bash {"command":"ls"}]'),), None, ("Bash", {"command": "ls"})),
+        ((("user", 'go [mock-tool Bash {"a": {"b": [1]}}] now'),), None, ("Bash", {"a": {"b": [1]}})),
         ((("user", "go [mock-tool Read]"), ("system", "be brief")), "auto", ("Read", {})),
         ((("user", "go [mock-tool Bash {not json}]"),), None, ("Bash", {})),
         ((("user", "go [mock-tool Nope]"),), None, None),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -172,6 +173,20 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
     )
 
 
+def anthropic_reasoning(reasoning: Mapping[str, JSON]) -> dict[str, JSON]:
+    """A chat request's reasoning fields, an Anthropic client's ``thinking`` and ``effort`` put as
+    vLLM's own /v1/messages puts them on its chat request (entrypoints/anthropic/serving.py, 0.32):
+    ``enabled`` its budget as ``thinking_token_budget``, ``adaptive`` nothing (the model chooses),
+    the effort as ``reasoning_effort``. Only wires with those features are given them."""
+    out = {k: v for k, v in reasoning.items() if k not in ("thinking", "effort")}
+    thinking = reasoning.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        out["thinking_token_budget"] = thinking.get("budget_tokens")
+    if "effort" in reasoning:
+        out["reasoning_effort"] = reasoning["effort"]
+    return out
+
+
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
     body: dict[str, JSON] = {"model": model}
     if req.operation is Operation.CHAT:
@@ -185,7 +200,7 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
             if chat.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = chat.parallel_tool_calls
             if chat.reasoning:
-                body.update(chat.reasoning)
+                body.update(anthropic_reasoning(chat.reasoning))
     else:
         body["prompt"] = _prompt(req)
     _sampling(req, body)

@@ -23,6 +23,9 @@ VLLM_FEATURES = frozenset(
     | {F.TOP_K, F.MIN_P, F.REPETITION_PENALTY, F.MIN_TOKENS, F.STOP_TOKEN_IDS, F.INCLUDE_STOP_STR, F.IGNORE_EOS}
     | {F.BAD_WORDS, F.JSON_OBJECT, F.JSON_SCHEMA, F.REGEX, F.CHOICE, F.GRAMMAR, F.TOKEN_IDS}
     | {F.PROMPT_LOGPROBS, F.BEAM_SEARCH, F.PREFILL, F.THOUGHTS, F.CHILD_SEEDS}
+    # Anthropic's thinking and effort, as vLLM's own /v1/messages puts them on its chat request
+    # (``anthropic_reasoning``)
+    | {F.THINKING, F.EFFORT}
 )
 # Served by this project's logits processors (backends/vllm_plugins) when the replica loads them;
 # a target opts in with ``extra_features``, and may name nothing else there.

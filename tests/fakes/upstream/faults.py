@@ -9,6 +9,9 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``error_after=2`` streams two token chunks, then vLLM's in-stream error event (after the 200).
 * ``stall_after=2`` streams two token chunks, then sends nothing more until the client hangs up (a
   stalled or SIGSTOPped server: the connection stays open).
+* ``ping_after=2`` streams two token chunks, then only keep-alives (an SSE comment; Anthropic's
+  ``ping`` event on its wire) every ``PING_SECONDS`` until the client hangs up: an engine stuck
+  mid-answer behind something that keeps its connection alive, so no read waits long.
 * ``first_token=S`` sends the response head at once, then waits S seconds before the first event
   (a server that is up but slow to its first token).
 * ``truncate`` answers a whole body cut in the middle: its ``Content-Length`` promised the whole,
@@ -50,7 +53,7 @@ FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
     | {"burst", "id", "cached", "cache_write", "tool", "tool_arg", "stall_after", "first_token", "truncate"}
-    | {"probes_hang", "end_after", "dense", "dense_answer"}
+    | {"probes_hang", "end_after", "dense", "dense_answer", "ping_after"}
 )
 
 
@@ -69,6 +72,7 @@ class Faults:
     tool: str | None = None
     tool_arg: str | None = None
     stall_after: int | None = None
+    ping_after: int | None = None
     first_token: float = 0.0
     truncate: str | None = None  # "length" (a Content-Length the body falls short of) or "chunked"
     probes_hang: bool = False
@@ -109,6 +113,7 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             tool=fields.get("tool"),
             tool_arg=fields.get("tool_arg"),
             stall_after=int(fields["stall_after"]) if "stall_after" in fields else None,
+            ping_after=int(fields["ping_after"]) if "ping_after" in fields else None,
             first_token=float(fields.get("first_token") or 0),
             truncate=(fields["truncate"] or "length") if "truncate" in fields else None,
             probes_hang="probes_hang" in fields,

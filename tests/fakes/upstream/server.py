@@ -26,6 +26,7 @@ POLL_SECONDS: Final = 0.02
 GENERATION_PATHS: Final = ("/completions", "/messages", "/responses")
 RECORDED_PATHS: Final = (*GENERATION_PATHS, "/count_tokens")
 STALL_SECONDS: Final = 3600.0  # ``stall_after``: longer than any test waits
+PING_SECONDS: Final = 0.05  # ``ping_after``: a keep-alive this often, well within any idle bound
 JSON = dict[str, Any]
 
 
@@ -181,6 +182,8 @@ async def stream(
                 break
             if faults.stall_after is not None and tokens_sent >= faults.stall_after:
                 await pause(request, STALL_SECONDS)  # until the client hangs up
+            if faults.ping_after is not None and tokens_sent >= faults.ping_after:
+                await keep_alive(request, response, wire.error_event)
         if faults.reset_after is not None:
             return abort(request, response)
         await pause(request, faults.gap)
@@ -197,6 +200,16 @@ async def stream(
     except (ConnectionError, ClientGone):
         state.cancelled += 1
     return response
+
+
+async def keep_alive(request: web.Request, response: web.StreamResponse, named: bool) -> None:
+    """Keep-alives and nothing else until the client hangs up (``ping_after``): Anthropic's ``ping``
+    event where the wire names its events, else an SSE comment, as proxies send."""
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n' if named else b": ping\n\n"
+    while not gone(request):
+        await response.write(ping)
+        await asyncio.sleep(PING_SECONDS)  # deliberate: the pace of the keep-alives the fault asked for
+    raise ClientGone
 
 
 async def truncated(request: web.Request, body: bytes, how: str) -> web.StreamResponse:
