@@ -2,8 +2,9 @@
 to real vLLM (CPU, the tiny model) under a model name of the team's: what it sends by default (its
 betas, experimental ones included, adaptive thinking, ``output_config.effort``, thinking clearing that
 keeps all, a system turn after the first message, its tools) and with
-``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`` goes to vLLM's own /v1/messages and is answered. The
-tiny model's words are noise; what is checked is that every request was served."""
+``CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1`` goes to vLLM's own /v1/messages, or to its chat path
+where the replica lacks that path, and is answered. The tiny model's words are noise; what is
+checked is that every request was served."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
+from tests.fakes.front import front
 from tests.integration.test_claude_code import BINARY, RUN_TIMEOUT
 from tests.vllm import server
 from tests.vllm.conftest import VLLM, running_vllm
@@ -35,19 +37,24 @@ def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
         yield running
 
 
-@pytest.fixture
-async def gateway_url(vllm_tools: VLLM) -> AsyncIterator[str]:
-    target = {"provider": "vllm", "base_url": vllm_tools.url, "model": "tiny"}
-    cfg = parse_config(
-        {
-            "models": [{"name": "team-coder", "targets": [target]}],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-        }
-    )
-    server = TestServer(create_app(cfg), host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/")
-    await server.close()
+@pytest.fixture(params=["messages", "chat"])
+async def gateway_url(vllm_tools: VLLM, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The gateway in front of vLLM: straight (its own /v1/messages) or through a front that has only
+    its chat route (a replica without /v1/messages: the gateway translates after one 404)."""
+    origin = vllm_tools.url.removesuffix("/v1")
+    routes = {"/v1": origin} if request.param == "messages" else {"/v1/chat": origin, "/v1/models": origin}
+    async with front(routes) as fr:
+        target = {"provider": "vllm", "base_url": fr.url + "/v1", "model": "tiny"}
+        cfg = parse_config(
+            {
+                "models": [{"name": "team-coder", "targets": [target]}],
+                "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
+            }
+        )
+        server = TestServer(create_app(cfg), host="127.0.0.1")
+        await server.start_server()
+        yield str(server.make_url("")).rstrip("/")
+        await server.close()
 
 
 @pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
