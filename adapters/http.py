@@ -63,6 +63,8 @@ CHAT_PATHS = frozenset({"anthropic"})
 # after a prefill; its chat path continues it): such a request takes the target's own wire
 CHAT_ONLY = frozenset({Feature.PREFILL})
 DEFAULT_BUDGET = Server().max_buffered_bytes
+# A read that is only a keep-alive (an SSE comment, Anthropic's ping) is no progress (``StreamWatch``)
+KEEP_ALIVES = (b":", b"event: ping")
 
 
 async def _body(resp: aiohttp.ClientResponse, name: str, budget: MemoryBudget) -> bytearray:
@@ -365,16 +367,19 @@ class HTTPUpstream(Identity[Target]):
             while True:
                 chunk = await self._next_read(watch, read, call)
                 if fast and same_shape(chunk):  # a model server writes one event per read
+                    watch.moved = True
                     yield Batch([Token(chunk)])
                     continue
                 if relaying and chunk[-2:] == b"\n\n" and parser.idle:
                     run = decoder.relay_run(chunk)  # whole events: no splitting or batching
                     if run is not None and run[1] == len(chunk):
+                        watch.moved = watch.moved or not chunk.startswith(KEEP_ALIVES)
                         yield Batch([run[0]])
                         continue
                 for batch in self._batches(chunk, parser, decoder, resp, wire.done_sentinel):
                     ended = batch.then is Then.END
                     if batch.events:
+                        watch.moved = watch.moved or not chunk.startswith(KEEP_ALIVES)
                         yield batch
                 if ended:
                     return

@@ -20,13 +20,15 @@ class StreamWatch:
     it comes due (a stream is hundreds of reads; a timer per read, or a bound per hop, costs more than
     a short stream's relay). Until the response head is in (``with watch:``), the first-byte bound: the
     task is cancelled and the block raises ``TimeoutError``, as ``Bound`` does. Then, from
-    ``reading``, the body's: a read waiting longer than ``idle``, or any moment past the request's
-    deadline or the body's own bound (the target's ``total``: reads that keep coming, a keep-alive
-    comment or a ping at a time, do not keep a stream that never ends open for ever), fails the reader
-    with ``StreamIdle``. Time the consumer spends between reads (a slow client) does not count as
-    idle."""
+    ``reading``, the body's: a read waiting longer than ``idle``, any moment past the request's
+    deadline, or a whole ``total`` (the target's) in which the stream made no progress (reads that
+    keep coming, a keep-alive comment or a ping at a time, do not keep a stuck stream open for ever;
+    a long answer that goes on is not cut), fails the reader with ``StreamIdle``. Progress is
+    ``moved``, set by the reader for a read that carried events and checked only when the bound
+    comes due. Time the consumer spends between reads (a slow client) does not count as idle."""
 
     __slots__ = (
+        "_body",
         "_cancelling",
         "_due",
         "_expired",
@@ -34,9 +36,11 @@ class StreamWatch:
         "_head_due",
         "_idle",
         "_reader",
+        "_span",
         "_task",
         "_wheel",
         "loop",
+        "moved",
         "since",
     )
 
@@ -49,6 +53,9 @@ class StreamWatch:
         self._head_due = now + first_byte
         self._hard = None if remaining is None else now + max(remaining, 0.0)
         self._reader: aiohttp.StreamReader | None = None
+        self._body: float | None = None  # when the stream must have made progress by
+        self._span = 0.0
+        self.moved = False  # a read since the body's bound was set carried events
         self._expired = False
         self.since: float | None = None  # when the pending read began; None between reads
         # No later than the first idle bound or the deadline can fall: moving sooner means re-filing
@@ -68,20 +75,23 @@ class StreamWatch:
             raise TimeoutError from exc
 
     def reading(self, reader: aiohttp.StreamReader, body: float | None = None) -> None:
-        """The head is in: from now on, the body's bounds; ``body``: the most the body may take."""
+        """The head is in: from now on, the body's bounds; ``body``: the longest the stream may go
+        without progress (``moved``)."""
         self._reader = reader
         if body is None:
             return
-        due = self.loop.time() + body
-        if self._hard is None or due < self._hard:
-            self._hard = due
-            if due < self._due:  # filed for later than the body may last: sooner now
-                self._wheel.discard(self, self._due)
-                self._due = self._wheel.add(self, due, self._idle)
+        self._span = body
+        self._body = due = self.loop.time() + body
+        if due < self._due:  # filed for later than the body's bound: sooner now
+            self._wheel.discard(self, self._due)
+            self._due = self._wheel.add(self, due, self._idle)
 
     def _file(self, start: float) -> None:
         due = start + self._idle
-        self._due = self._wheel.add(self, due if self._hard is None else min(due, self._hard), self._idle)
+        for bound in (self._hard, self._body):
+            if bound is not None and bound < due:
+                due = bound
+        self._due = self._wheel.add(self, due, self._idle)
 
     def expire(self) -> None:
         now = self.loop.time()
@@ -96,6 +106,11 @@ class StreamWatch:
         if self._hard is not None and now >= self._hard:
             self._reader.set_exception(StreamIdle("answer not complete in time"))
             return
+        if self._body is not None and now >= self._body:
+            if not self.moved:
+                self._reader.set_exception(StreamIdle("answer not complete in time: no progress, keep-alives only"))
+                return
+            self.moved, self._body = False, now + self._span
         if since is not None and now >= since + self._idle:
             self._reader.set_exception(StreamIdle("stream idle for too long"))
             return

@@ -82,6 +82,21 @@ async def test_a_whole_answer_cut_mid_body_is_an_error(
 
 
 @pytest.mark.parametrize("kind", ["vllm", "anthropic"])
+async def test_a_stream_that_goes_on_outlasts_its_total_bound(
+    gateway: GatewayFactory, upstream: Any, kind: str
+) -> None:
+    """``total`` bounds a stream's time without progress, not a long answer: tokens 0.1 s apart for
+    longer than a 0.3 s total arrive whole."""
+    server = await upstream(kind, faults="[[fault:slow=0.1]]")
+    timeouts = {**FAST, "total": 0.3}
+    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=timeouts)]}]))
+    ingress = STREAMING[0]
+    status, raw = await send_raw(gw, ingress, "hello there", True)
+    reading = read_stream(ingress, raw)
+    assert status == 200 and reading.complete and not reading.error, raw
+
+
+@pytest.mark.parametrize("kind", ["vllm", "anthropic"])
 async def test_a_stream_kept_alive_without_progress_ends_at_its_total_bound(
     gateway: GatewayFactory, upstream: Any, kind: str
 ) -> None:

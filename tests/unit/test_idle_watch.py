@@ -94,6 +94,17 @@ async def test_an_error_before_the_head_ends_the_watch(w: Wheel) -> None:
     assert not w._slots
 
 
+async def read_one(watch: StreamWatch, r: aiohttp.StreamReader, data: bytes, clock: VirtualClock) -> None:
+    """One read of ``data`` as the stream's reader makes it (``moved`` when it is not a keep-alive),
+    then 20 ms of the consumer's."""
+    watch.since = watch.loop.time()
+    asyncio.get_running_loop().call_soon(r.feed_data, data)
+    await asyncio.wait_for(r.readany(), 1)
+    watch.since = None
+    watch.moved = watch.moved or not data.startswith(b":")
+    await clock.advance(0.02)
+
+
 async def test_reads_within_idle_do_not_keep_a_stream_past_its_body_bound(w: Wheel, clock: VirtualClock) -> None:
     """Keep-alives (a comment, a ping) within ``idle`` for ever: the body's own bound still ends it."""
     r = reader()
@@ -101,9 +112,19 @@ async def test_reads_within_idle_do_not_keep_a_stream_past_its_body_bound(w: Whe
     watch.reading(r, body=0.05)
     with pytest.raises(StreamIdle, match="not complete in time"):
         while True:
-            watch.since = watch.loop.time()
-            asyncio.get_running_loop().call_soon(r.feed_data, b": ping\n\n")
-            await asyncio.wait_for(r.readany(), 1)
-            watch.since = None
-            await clock.advance(0.02)
+            await read_one(watch, r, b": ping\n\n", clock)
+    watch.cancel()
+
+
+async def test_a_stream_that_goes_on_is_not_cut_at_its_body_bound(w: Wheel, clock: VirtualClock) -> None:
+    """Reads that carry events (``moved``) past the body's bound: a long answer goes on; once only
+    keep-alives come for a whole bound, it ends."""
+    r = reader()
+    watch = StreamWatch(first_byte=5, idle=10, remaining=None, wheel=w)
+    watch.reading(r, body=0.05)
+    for _ in range(10):  # 0.2 s of progress: four bounds' worth
+        await read_one(watch, r, b"data: {}\n\n", clock)
+    with pytest.raises(StreamIdle, match="no progress"):
+        while True:
+            await read_one(watch, r, b": ping\n\n", clock)
     watch.cancel()
