@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.core.request import (
@@ -252,25 +252,21 @@ def relayed_tokens(data: bytes, events: int) -> int:
 def delta_tokens(delta: Delta) -> int:
     """The most tokens a decoded delta can carry: its ids where it has them, else its texts' bytes
     (and one each), a tool call's JSON as the prompt's JSON counts."""
-    if delta.token_ids:
-        return len(delta.token_ids)
-    total = text_tokens(delta.text)
-    if delta.reasoning:
-        total += text_tokens(delta.reasoning)
-    if delta.tool_calls:
-        total += json_tokens(delta.tool_calls)
+    return _generated(delta.token_ids, delta.text, delta.reasoning, delta.tool_calls)
+
+
+def _generated(ids: Sequence[int] | None, text: str, reasoning: str | None, calls: Sequence[Any] | None) -> int:
+    if ids:
+        return len(ids)
+    total = text_tokens(text)
+    if reasoning:
+        total += text_tokens(reasoning)
+    if calls:
+        total += json_tokens(calls)
     return total
 
 
 def answer_tokens(completion: Completion) -> int:
     """The most tokens a whole answer's choices can hold, as ``delta_tokens`` bounds a delta's: for
     an answer its target reported no usage for."""
-    total = 0
-    for c in completion.choices:
-        if c.token_ids:
-            total += len(c.token_ids)
-            continue
-        total += text_tokens(c.text) + (text_tokens(c.reasoning) if c.reasoning else 0)
-        if c.tool_calls:
-            total += json_tokens(c.tool_calls)
-    return total
+    return sum(_generated(c.token_ids, c.text, c.reasoning, c.tool_calls) for c in completion.choices)

@@ -20,7 +20,7 @@ from pydantic_core import to_json
 from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
-from gateway.dialects.anthropic.native import checked_copy
+from gateway.dialects.anthropic.native import THOUGHT_BLOCKS, checked_copy
 from gateway.dialects.anthropic.schema import (
     PLATFORM_FIELDS,
     Block,
@@ -64,8 +64,7 @@ BETA_FEATURES: dict[str, Feature] = {
     "interleaved-thinking-2025-05-14": Feature.THINKING,
     "effort-2025-11-24": Feature.EFFORT,
 }
-EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})
-THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})  # output_config.effort's levels
+EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # output_config.effort's levels
 ERROR_PREFIX = "Error: "  # an ``is_error`` tool result's text, as the model sees it on other targets
 
 
@@ -129,7 +128,7 @@ def _clears_nothing(edit: JSON, turns: list[JSON]) -> bool:
 
 
 def _thinks(content: JSON) -> bool:
-    return type(content) is list and any(type(b) is dict and b.get("type") in THINKING_BLOCKS for b in content)
+    return type(content) is list and any(type(b) is dict and b.get("type") in THOUGHT_BLOCKS for b in content)
 
 
 def effort_of(config: JSON) -> str | None:
