@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,6 +35,7 @@ from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
     VLLM_FEATURES,
     VLLM_PLUGIN_FEATURES,
+    anthropic_reasoning,
     forced_end,
     long_stops,
     prompt_logprobs_from,
@@ -171,20 +171,6 @@ def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
         or bool(long_stops(req.sampling))
         or (not req.sampling.echo and req.relay != STREAM_FORMAT)
     )
-
-
-def anthropic_reasoning(reasoning: Mapping[str, JSON]) -> dict[str, JSON]:
-    """A chat request's reasoning fields, an Anthropic client's ``thinking`` and ``effort`` put as
-    vLLM's own /v1/messages puts them on its chat request (entrypoints/anthropic/serving.py, 0.32):
-    ``enabled`` its budget as ``thinking_token_budget``, ``adaptive`` nothing (the model chooses),
-    the effort as ``reasoning_effort``. Only wires with those features are given them."""
-    out = {k: v for k, v in reasoning.items() if k not in ("thinking", "effort")}
-    thinking = reasoning.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
-        out["thinking_token_budget"] = thinking.get("budget_tokens")
-    if "effort" in reasoning:
-        out["reasoning_effort"] = reasoning["effort"]
-    return out
 
 
 def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:

@@ -1,13 +1,14 @@
 """vLLM's extensions of OpenAI's body, as the ``vllm`` wire (``egress``) and the in-process engine use
 them: the features vLLM serves and those this project's plugins add (``extra_features``), the plugins'
 ``vllm_xargs``, vLLM's own checks made before sending (so a client gets its dialect's 400 naming its
-field), vLLM's prompt logprobs read back, and the end token the ``stop_token_sequences`` plugin forces
-taken back out of answers. Sans-IO; no wire format beyond these fields.
+field), an Anthropic client's thinking and effort as vLLM's chat takes them, vLLM's prompt logprobs
+read back, and the end token the ``stop_token_sequences`` plugin forces taken back out of answers.
+Sans-IO; no wire format beyond these fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -170,4 +171,18 @@ def prompt_logprobs_from(data: JSON, prompt_ids: JSON) -> list[TokenLogprob]:
         if entry is None:  # no ids to look up: with prompt_logprobs 0 the token's own is the only entry
             entry = next(iter(step.values()))
         out.append(TokenLogprob(str(entry.get("decoded_token") or ""), float(entry["logprob"])))
+    return out
+
+
+def anthropic_reasoning(reasoning: Mapping[str, JSON]) -> dict[str, JSON]:
+    """A chat request's reasoning fields, an Anthropic client's ``thinking`` and ``effort`` put as
+    vLLM's own /v1/messages puts them on its chat request (entrypoints/anthropic/serving.py, 0.32):
+    ``enabled`` its budget as ``thinking_token_budget``, ``adaptive`` nothing (the model chooses),
+    the effort as ``reasoning_effort``. Only wires with those features are given them."""
+    out = {k: v for k, v in reasoning.items() if k not in ("thinking", "effort")}
+    thinking = reasoning.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        out["thinking_token_budget"] = thinking.get("budget_tokens")
+    if "effort" in reasoning:
+        out["reasoning_effort"] = reasoning["effort"]
     return out
