@@ -78,7 +78,9 @@ RESUME_LOST = Histogram(
     ["target"],
     buckets=LATENCY,
 )
-DROPPED = Counter("gateway_dropped_features_total", "Features dropped by target config", ["target", "feature"])
+DROPPED = Counter(
+    "gateway_dropped_features_total", "Features dropped by target config, or advisory ones", ["target", "feature"]
+)
 IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["dialect"], multiprocess_mode="livesum")
 TARGET_UP = Gauge(
     "gateway_target_up", "1 when the target answered its last probe", ["target", "provider"], multiprocess_mode="max"
