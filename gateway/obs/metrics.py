@@ -328,7 +328,8 @@ REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the g
 
 # Settlements Redis did not take, held until it answers (``gateway.limits.backlog``), and what of them
 # had to be given up: a request's usage ("usage"), a lease left to expire by its TTL ("lease"), or
-# usage sent once already whose fate Redis did not tell (a round trip timed out: "usage_unknown").
+# usage whose fate cannot be known any more ("usage_unknown"): its call went out unanswered and was
+# not answered when sent again within ``scripts.ONCE_HOLD_SECONDS`` (or the gateway shut down first).
 SETTLEMENTS_HELD_GAUGE = Gauge(
     "gateway_limits_settlements_held", "Settlements held while Redis is unavailable", [], multiprocess_mode="livesum"
 )
