@@ -40,15 +40,12 @@ class Attempt:
     target: str | None = None
     provider: str | None = None
     tries: int = 0
-    dropped: list[Feature] = field(default_factory=list)
+    dropped: list[Feature] = field(default_factory=list)  # by the target that answered; none if none did
     upstream_seconds: float = 0.0  # waiting on upstreams: whole answers, or up to a stream's first event
     cooled: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (target, error code) of each failed try
     trace: RequestTrace | None = None  # the request's spans, when tracing is on: a span per try
     resumed: list[resume.Resumed] = field(default_factory=list)  # continuations after a mid-stream break
-
-
-DropHook = Callable[[str, list[Feature]], None]
 
 
 def loggable(err: GatewayError) -> str:
@@ -65,13 +62,17 @@ def _for(request: InternalRequest, upstream: Upstream) -> InternalRequest:
     return replace(request, sampling=replace(request.sampling, seeds=None), seed_drawn=False)
 
 
-def _candidates(
-    table: ModelTable, route: Route, request: InternalRequest, attempt: Attempt
-) -> list[tuple[Upstream, InternalRequest]]:
+Candidates = list[tuple[Upstream, InternalRequest]]
+
+
+def _candidates(table: ModelTable, route: Route, request: InternalRequest) -> tuple[Candidates, list[list[Feature]]]:
+    """The targets to try in order, each with the request as it gets it, and beside them the features
+    each drops: only the one that answers has its drops counted (``Attempt.dropped``)."""
     order = table.order(route)
     if len(order) == 1 and request.features <= order[0].features:
-        return [(order[0], _for(request, order[0]))]  # one target that serves it all: nothing to fit
-    fitted: list[tuple[Upstream, InternalRequest]] = []
+        return [(order[0], _for(request, order[0]))], [[]]  # one target that serves it all: nothing to fit
+    fitted: Candidates = []
+    drops: list[list[Feature]] = []
     refusal: UnsupportedFeature | None = None
     for upstream in order:
         droppable = getattr(getattr(upstream, "target", None), "drop_unsupported", ())
@@ -83,13 +84,12 @@ def _candidates(
         except UnsupportedFeature as exc:
             refusal = refusal or exc
             continue
-        if dropped:
-            attempt.dropped = dropped
         fitted.append((upstream, _for(req, upstream)))
+        drops.append(dropped)
     if not fitted:
         assert refusal is not None
         raise refusal
-    return fitted
+    return fitted, drops
 
 
 def _give_up(err: GatewayError, remaining: int, call: Call) -> bool:
@@ -99,7 +99,6 @@ def _give_up(err: GatewayError, remaining: int, call: Call) -> bool:
     return remaining == 0 or (left is not None and left <= BACKOFF_SECONDS)
 
 
-Candidates = list[tuple[Upstream, InternalRequest]]
 T = TypeVar("T")
 Try = Callable[[int, Upstream, InternalRequest], Awaitable[T]]  # (try number, target, its request) → result
 
@@ -157,7 +156,9 @@ async def complete(
             trace.ended()
         return _with_seeds(completion, req, upstream)
 
-    _, completion = await _first_to_answer(table, _candidates(table, route, request, attempt), call, attempt, whole)
+    candidates, drops = _candidates(table, route, request)
+    i, completion = await _first_to_answer(table, candidates, call, attempt, whole)
+    attempt.dropped = drops[i]
     return completion
 
 
@@ -252,7 +253,7 @@ async def open_stream(
     table: ModelTable, route: Route, request: InternalRequest, call: Call, attempt: Attempt
 ) -> tuple[Batch, Batches]:
     """The first batch of events and the rest of the stream, from the first target that produces one."""
-    candidates = _candidates(table, route, request, attempt)
+    candidates, drops = _candidates(table, route, request)
     may = _may_resume(route, request, call, candidates)
     if may:  # the targets that can continue are asked for what makes a continuation exact
         candidates = [(u, replaced(r, resumable=True) if resume.can_continue(u) else r) for u, r in candidates]
@@ -269,4 +270,5 @@ async def open_stream(
             raise UpstreamFailed("upstream closed the stream at once") from None
 
     i, stream = await _first_to_answer(table, candidates, call, attempt, opened, " before the first byte")
+    attempt.dropped = drops[i]  # a continuation elsewhere goes on with this target's request, drops and all
     return _resumable(table, route, candidates, i, call, attempt, stream) if may else stream

@@ -110,3 +110,37 @@ async def test_a_level_the_reasoning_model_lacks_is_its_own_refusal(gateway: Gat
     error = json.loads(raw)["error"]
     assert status == 400 and error["type"] == "invalid_request_error", raw
     assert "'xhigh'" in error["message"] and server.requests[-1].body["reasoning_effort"] == "xhigh"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("first_reasons", [False, True], ids=["plain-fails", "reasoner-fails"])
+async def test_the_drops_counted_are_the_answering_targets(
+    gateway: GatewayFactory, upstream: Any, caplog: pytest.LogCaptureFixture, first_reasons: bool, stream: bool
+) -> None:
+    """Two targets of different reasoning control, the first failing (500) and the second answering:
+    the features counted and logged as dropped are the second's, never the failed try's: the plain
+    target drops thinking and effort, the reasoner nothing (no earlier turns' thinking to send back)."""
+    tag = f"{'r' if first_reasons else 'p'}-{'stream' if stream else 'whole'}"
+    dead = await upstream("openai", faults="[[fault:status=500]]")
+    live = await upstream("openai")
+    reasoner = {"model": "o3", "extra_features": ["thinking", "effort"]}
+    plain = {"model": "gpt-4o"}
+    kinds = [reasoner, plain] if first_reasons else [plain, reasoner]
+    first = target(dead, "openai", name=f"fall-first-{tag}", weight=1e6, **kinds[0])
+    second = target(live, "openai", name=f"fall-second-{tag}", weight=1e-6, **kinds[1])
+    gw = await gateway(config([{"name": "m", "targets": [first, second]}]))
+    caplog.set_level("INFO", "gateway.access")
+    body = BODY | {"messages": TURNS[:1], "output_config": {"effort": "medium"}, "stream": stream}
+    status, raw = await messages(gw, body)
+    assert status == 200 and len(dead.requests) == 1, raw
+    await eventually(lambda: bool(access(caplog)), "the request's line and metrics")  # metrics go first
+    line = access(caplog)[0]
+    assert line["target"] == second["name"] and line["failures"] == [f"{first['name']}: upstream_failed"]
+    want = {"thinking", "effort"} if first_reasons else set()
+    assert set(line.get("dropped", ())) == want
+    assert await dropped(gw, second["name"]) == want and await dropped(gw, first["name"]) == set()
+
+
+def access(caplog: pytest.LogCaptureFixture) -> list[JSON]:
+    """The access lines logged so far, as their fields."""
+    return [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]

@@ -133,3 +133,46 @@ async def test_a_stream_that_ends_at_once_fails_over_like_a_failure(streamed: bo
         answer = await dispatch.complete(ModelTable({"m": route}), route, request, Call("r"), attempt)
         assert answer.choices[0].text == "t1"
     assert attempt.failed == [("t0", "upstream_failed")] and attempt.tries == 2
+
+
+ADVISORY = (Feature.EFFORT, Feature.THINKING, Feature.THOUGHTS)  # dropped by a target without them
+
+
+async def dropped_by(targets: list[Scripted], streamed: bool) -> tuple[str | None, list[Feature]]:
+    """Which target answered a request asking for every advisory feature, and the drops counted."""
+    route = Route("m", list(targets), [1e9 ** (len(targets) - i) for i in range(len(targets))], resume=False)
+    request = InternalRequest(Operation.CHAT, "m", features=frozenset(ADVISORY), sampling=Sampling(max_tokens=4))
+    attempt = dispatch.Attempt()
+    table = ModelTable({"m": route})
+    try:
+        if streamed:
+            _, rest = await dispatch.open_stream(table, route, request, Call("r"), attempt)
+            await rest.aclose()  # type: ignore[attr-defined]
+        else:
+            await dispatch.complete(table, route, request, Call("r"), attempt)
+    except GatewayError:
+        return None, attempt.dropped
+    return attempt.target, attempt.dropped
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(OUTCOMES), st.frozensets(st.sampled_from(ADVISORY))), min_size=1, max_size=4),
+    st.booleans(),
+)
+def test_the_drops_counted_are_those_of_the_target_that_answered(
+    scripts: list[tuple[str, frozenset[Feature]]], streamed: bool
+) -> None:
+    """Targets of different capabilities tried in turn: the features counted as dropped are what the
+    one that answered went without, whichever were tried before or come after it; none when none
+    answered (no answer was shaped by a drop; each failed try is in ``failed``)."""
+    targets = [Scripted(f"t{i}", outcome, features=features) for i, (outcome, features) in enumerate(scripts)]
+    dispatch.BACKOFF_SECONDS, saved = 0.0, dispatch.BACKOFF_SECONDS
+    try:
+        answered, dropped = asyncio.run(dropped_by(targets, streamed))
+    finally:
+        dispatch.BACKOFF_SECONDS = saved
+    target, _ = expected([outcome for outcome, _ in scripts])
+    assert answered == target
+    want = [] if target is None else sorted(frozenset(ADVISORY) - targets[int(target[1:])].features)
+    assert dropped == want
