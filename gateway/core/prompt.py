@@ -73,6 +73,7 @@ NOT_PROMPT: dict[type, frozenset[str]] = {
             "timeout",
             "user",
             "extra_headers",
+            "anthropic_beta",
             "native_dialect",
             "want_token_ids",
             "want_seed",

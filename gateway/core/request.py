@@ -207,7 +207,12 @@ class InternalRequest:
     timeout: float | None = None  # seconds, from the client's own timeout field
     user: str | None = None
     extra_body: Mapping[str, JSON] | None = None
+    # Headers the client asked to pass on (SGP's ``inference_extra_headers``, feature ``EXTRA_HEADERS``):
+    # sent only by a wire that declares the feature, never a name ``dialects.common`` reserves.
     extra_headers: Mapping[str, str] | None = None
+    # An Anthropic client's ``anthropic-beta`` values, comma-separated: its own vendor's protocol
+    # header, sent by Anthropic's wire alone (the other wires never read it).
+    anthropic_beta: str | None = None
     want_token_ids: bool = False  # the client's dialect returns output token ids
     want_seed: bool = False  # the client's dialect returns the seed used per choice
     # ``sampling.seeds`` was drawn by the gateway (the client gave none; its dialect reports the seed

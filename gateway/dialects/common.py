@@ -22,6 +22,7 @@ from gateway.core import caps
 from gateway.core.errors import InvalidRequest, PayloadTooLarge, UpstreamMalformed
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import TokenLogprob, Usage
+from gateway.dialects.headers import passed_headers
 
 JSON = Any
 M = TypeVar("M", bound=BaseModel)
@@ -349,8 +350,8 @@ class FeatureSet:
 
 def openai_headers(key: str | None, team: str | None, request: InternalRequest) -> dict[str, str]:
     """OpenAI's request headers, for its chat/completions and its Responses wire alike: the key as a
-    bearer token, the team as ``OpenAI-Organization``, and what the client asked to pass on."""
-    headers = dict(request.extra_headers or {})
+    bearer token, the team as ``OpenAI-Organization``, and what the client may pass on (``headers``)."""
+    headers = passed_headers(request)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     if team:

@@ -162,12 +162,12 @@ def test_thinking_and_platform_features_are_named_features() -> None:
     honoured = betas_of({"anthropic-beta": "prompt-caching-2024-07-31, fine-grained-tool-streaming-2025-05-14"})
     assert honoured == "prompt-caching-2024-07-31,fine-grained-tool-streaming-2025-05-14"
     req = parse(body(), honoured)  # sent on to an Anthropic target, refused by no other
-    assert Feature.ANTHROPIC_NATIVE not in req.features and req.extra_headers == {"anthropic-beta": honoured}
+    assert Feature.ANTHROPIC_NATIVE not in req.features and req.anthropic_beta == honoured
     betas = betas_of({"anthropic-beta": " prompt-caching-2024-07-31,,context-1m-2025-08-07"})
     assert betas == "prompt-caching-2024-07-31,context-1m-2025-08-07"
     req = parse(body(), betas)
     assert req.field_name(Feature.ANTHROPIC_NATIVE) == "anthropic-beta context-1m-2025-08-07"
-    assert req.extra_headers == {"anthropic-beta": betas}
+    assert req.anthropic_beta == betas
     # a beta that turns on a feature is that feature (served where it is), not Anthropic's alone
     req = parse(body(), "claude-code-20250219,interleaved-thinking-2025-05-14,effort-2025-11-24")
     assert Feature.ANTHROPIC_NATIVE not in req.features
@@ -222,7 +222,7 @@ def test_claude_codes_default_request_is_no_platform_feature() -> None:
     req = parse(data, CLAUDE_CODE_BETAS)
     assert Feature.ANTHROPIC_NATIVE not in req.features
     assert req.features >= {Feature.THINKING, Feature.EFFORT}
-    assert req.native == data and req.extra_headers == {"anthropic-beta": CLAUDE_CODE_BETAS}
+    assert req.native == data and req.anthropic_beta == CLAUDE_CODE_BETAS
 
 
 @pytest.mark.parametrize(

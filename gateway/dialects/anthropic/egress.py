@@ -378,8 +378,8 @@ class AnthropicWire:
         headers = {"anthropic-version": VERSION}
         if key:
             headers["Authorization" if self.bearer else "x-api-key"] = f"Bearer {key}" if self.bearer else key
-        if request.extra_headers and "anthropic-beta" in request.extra_headers:
-            headers["anthropic-beta"] = request.extra_headers["anthropic-beta"]
+        if request.anthropic_beta:
+            headers["anthropic-beta"] = request.anthropic_beta
         return headers
 
     def encode(self, request: InternalRequest, model: str) -> dict[str, JSON]:

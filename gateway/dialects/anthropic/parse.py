@@ -419,7 +419,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         # an OpenAI-wire target's text chunks are relayed and written as Messages events in bytes
         relay=STREAM_FORMAT if stream else None,
         user=b.metadata.user_id if b.metadata is not None else None,
-        extra_headers={"anthropic-beta": betas} if betas else None,
+        anthropic_beta=betas or None,
         native=data,
         native_dialect="anthropic",
     )
@@ -439,7 +439,7 @@ def parse_count(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         messages=messages(b.system, b.messages),
         sampling=Sampling(max_tokens=1),
         chat=chat_options(b, fs),
-        extra_headers={"anthropic-beta": betas} if betas else None,
+        anthropic_beta=betas or None,
         native=data,  # what an Anthropic target is asked to count, as it came
         native_dialect="anthropic",
     )

@@ -16,6 +16,7 @@ from typing import Any
 from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion
+from gateway.dialects.headers import passed_headers
 from gateway.dialects.openai import egress as oai
 
 JSON = Any
@@ -70,8 +71,8 @@ def encode(req: InternalRequest, model: str, *, v4: bool, target: str) -> dict[s
         body[key] = extra.pop(key)
     if extra:
         body["inference_extra_params"] = extra
-    if req.extra_headers:
-        body["inference_extra_headers"] = dict(req.extra_headers)
+    if headers := passed_headers(req):
+        body["inference_extra_headers"] = headers
     if req.timeout is not None:
         body["inference_timeout"] = req.timeout
     return body

@@ -1,7 +1,7 @@
 """Scale SGP bodies → the internal request: the max-token synonyms collapsed with a documented
 precedence, ``logprobs`` as bool (a58) or int (a62), one output constraint among ``guided_*`` and
 ``response_format``, ``inference_timeout`` in seconds, pass-through parameters and headers (never
-credentials).
+one the gateway sets or a vendor's protocol header: ``dialects/headers.py``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.dialects.common import FeatureSet, choice_cap, request_of, stop_list, validate, without
+from gateway.dialects.headers import refused_header
 from gateway.dialects.openai import parse as oai
 from gateway.dialects.openai.schema import STREAM_FORMAT, ResponseFormat
 from gateway.dialects.sgp.schema import Guided, SGPChatBody, SGPCompletionBody
 
 JSON = Any
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "host", "content-length"})
 
 
 def max_new_tokens(b: SGPCompletionBody) -> int | None:
@@ -71,11 +71,12 @@ def passthrough(b: Guided, fs: FeatureSet) -> tuple[dict[str, JSON], dict[str, s
     extra = dict(b.inference_extra_params or {})
     fs.use(Feature.EXTRA_BODY, "inference_extra_params", extra)
     headers = b.inference_extra_headers
-    if headers:
-        bad = [h for h in headers if h.lower() in CREDENTIAL_HEADERS]
-        if bad:
-            raise InvalidRequest(f"'inference_extra_headers' may not set {bad[0]!r}", param="inference_extra_headers")
-        fs.use(Feature.EXTRA_HEADERS, "inference_extra_headers")
+    for name, value in (headers or {}).items():
+        if why := refused_header(name, value):
+            raise InvalidRequest(
+                f"'inference_extra_headers' may not set {name[:64]!r} ({why})", param="inference_extra_headers"
+            )
+    fs.use(Feature.EXTRA_HEADERS, "inference_extra_headers", headers)
     return extra, headers or None
 
 
