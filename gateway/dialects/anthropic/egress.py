@@ -42,6 +42,7 @@ from gateway.core.response import (
     UsageReport,
 )
 from gateway.dialects.common import token_count
+from gateway.dialects.end_user import anthropic_user
 
 JSON = Any
 F = Feature
@@ -182,7 +183,7 @@ def encode(req: InternalRequest, model: str, passthrough: bool = True) -> dict[s
         if chat.reasoning and "effort" in chat.reasoning:
             body["output_config"] = {"effort": chat.reasoning["effort"]}
     if req.user is not None:
-        body["metadata"] = {"user_id": req.user}
+        body["metadata"] = {"user_id": anthropic_user(req.user)}
     if req.stream:
         body["stream"] = True
     return body

@@ -31,6 +31,7 @@ from gateway.core.response import (
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, openai_headers, usage_from
+from gateway.dialects.end_user import openai_user
 from gateway.dialects.openai import embeddings
 from gateway.dialects.openai.openai_fields import CHAT_LENGTH, OPENAI_EXTRAS, openai_reasoning
 from gateway.dialects.openai.schema import STREAM_FORMAT
@@ -183,7 +184,7 @@ def encode(
         body["prompt"] = _prompt(req)
     _sampling(req, body)
     if req.user is not None:
-        body["user"] = req.user
+        body["user"] = openai_user(req.user)
     if asks_token_ids(req, token_ids):
         body["return_token_ids"] = True
     if req.stream:

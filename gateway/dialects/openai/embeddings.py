@@ -29,6 +29,7 @@ from gateway.dialects.common import (
     usage_from,
     validate,
 )
+from gateway.dialects.end_user import openai_user
 from gateway.dialects.openai.single import SinglePathDialect
 
 JSON = Any
@@ -112,7 +113,7 @@ def encode(request: InternalRequest, model: str) -> dict[str, JSON]:
     if request.embedding is not None and request.embedding.dimensions is not None:
         body["dimensions"] = request.embedding.dimensions
     if request.user is not None:
-        body["user"] = request.user
+        body["user"] = openai_user(request.user)
     return body
 
 

@@ -78,6 +78,7 @@ def turns(messages: Any) -> list[JSON]:
 def read(body: JSON) -> JSON:
     if "max_tokens" not in body:
         raise bad("max_tokens: Field required")
+    user_id(body.get("metadata") or {})
     system = body.get("system")
     messages = ([{"role": "system", "content": text_of(system)}] if system else []) + turns(body.get("messages"))
     out: JSON = {"model": body.get("model"), "messages": messages, "max_tokens": body["max_tokens"]}
@@ -105,6 +106,18 @@ def read(body: JSON) -> JSON:
         named = {"type": "function", "function": {"name": choice.get("name")}}
         out["tool_choice"] = TOOL_CHOICES.get(choice.get("type"), named)
     return out
+
+
+def user_id(metadata: JSON) -> None:
+    """``metadata.user_id`` as Anthropic judges it: at most 256 characters (its documented bound), and
+    opaque: one that looks like an email address is refused (its 400's own words)."""
+    user = metadata.get("user_id")
+    if not isinstance(user, str):
+        return
+    if len(user) > 256:
+        raise bad("metadata.user_id: String should have at most 256 characters")
+    if "@" in user:
+        raise bad("metadata.user_id: user_id appears to contain an email address. Please send a uuid or hash value")
 
 
 # What only a generation takes: Anthropic's count_tokens refuses each as an extra input (anthropic SDK

@@ -104,8 +104,20 @@ EFFORTS: Final = ("low", "medium", "high")
 UNSUPPORTED: Final = "Unsupported parameter: '{}' is not supported with this model."
 
 
+# ``user``'s bound: OpenAI documents 64 characters for ``safety_identifier``, its successor, and
+# refuses a longer ``user`` as well (code ``string_above_max_length``).
+USER_MAX: Final = 64
+
+
 def read(body: JSON) -> JSON:
-    """A chat body as OpenAI's API judges it by its model: the reasoning models' rules."""
+    """A body as OpenAI's API judges it: ``user``'s bound, and a chat's by its model (the reasoning
+    models' rules)."""
+    user = body.get("user")
+    if isinstance(user, str) and len(user) > USER_MAX:
+        too_long = (
+            f"Expected a string with maximum length {USER_MAX}, but got a string with length {len(user)} instead."
+        )
+        raise ApiError(400, f"Invalid 'user': string too long. {too_long}", "user")
     if "messages" not in body:
         return body
     reasoning = str(body.get("model", "")).startswith(REASONING_MODELS)
