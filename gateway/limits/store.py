@@ -28,7 +28,13 @@ from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel, Unanswered, Unsent
 from gateway.limits.limiter import Refusal, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan, tag
-from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
+from gateway.obs.metrics import (
+    ADMITTED_AHEAD,
+    GIVEN_BACK,
+    REDIS_ROUND_TRIPS,
+    SETTLES_RESENT_APPLIED,
+    SETTLES_RESENT_DUPLICATE,
+)
 from gateway.runtime.internals import evalsha_head as pack_head
 
 log = logging.getLogger("gateway.limits")
@@ -137,6 +143,16 @@ class Call:
 
 
 Failed = tuple[Call, Exception]  # a script call that failed, and its error
+
+
+def _settled(answer: Any, resent: bool) -> None:
+    """Counts what a SETTLE call sent again found: 1, its id's record (the first call had run; this one
+    changed nothing), also when Redis Cluster's client sent it again by itself; 0 on a call sent
+    again, that it charged now (the first never ran)."""
+    if answer == 1:
+        SETTLES_RESENT_DUPLICATE.n += 1
+    elif resent:
+        SETTLES_RESENT_APPLIED.n += 1
 
 
 def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]]:
@@ -434,31 +450,32 @@ class RedisLimiter:
         may be sent again."""
         now = time.monotonic()
         calls = [_call(s, summed, now) for s, summed in _merged(items)]
+        resent = len(again or ())  # the first ``resent`` calls are sent again
         if again:
             calls = again + calls
         if self.cluster:
-            return await self._settle_apart(calls)
+            return await self._settle_apart(calls, resent)
         failed: list[Failed] = []
         # one round trip for all, shared with admissions under load (the channel holds them briefly)
         sent = [self._send(self._settle, c.keys, c.args, defer=not urgent) for c in calls]
-        for call, future in zip(calls, sent, strict=True):
+        for i, (call, future) in enumerate(zip(calls, sent, strict=True)):
             try:  # every reply is awaited, so none is left unretrieved
-                await self._reply(self._settle, call.keys, call.args, future)
+                _settled(await self._reply(self._settle, call.keys, call.args, future), i < resent)
             except Exception as exc:
                 failed.append((call, exc))
         return failed
 
-    async def _settle_apart(self, calls: list[Call]) -> list[Failed]:
+    async def _settle_apart(self, calls: list[Call], resent: int) -> list[Failed]:
         """Redis Cluster: keys of different teams live on different nodes, one call each; once Redis
         failed, the rest are kept for later (``Unsent``) rather than each waiting out the timeout now."""
         failed: list[Failed] = []
         outage: Exception | None = None
-        for call in calls:
+        for i, call in enumerate(calls):
             if outage is not None:
                 failed.append((call, Unsent(f"not sent after {type(outage).__name__}: {outage}")))
                 continue
             try:
-                await self._run(self._settle, call.keys, call.args)
+                _settled(await self._run(self._settle, call.keys, call.args), i < resent)
             except Exception as exc:
                 failed.append((call, exc))
                 outage = None if call_error(exc) else exc

@@ -340,6 +340,14 @@ SETTLEMENTS_HELD = LevelTally(SETTLEMENTS_HELD_GAUGE)
 USAGE_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage"))
 LEASES_DROPPED = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("lease"))
 USAGE_UNKNOWN = CountTally(SETTLEMENTS_DROPPED_TOTAL.labels("usage_unknown"))
+# Settlement calls whose answer was lost, sent again (``scripts.SETTLE`` applies an id once), by what
+# the call sent again found: "applied" (the first had not run: this one charged it) or "duplicate"
+# (its id's record: the first had run, nothing changed; Redis Cluster's client's own resends too).
+SETTLEMENTS_RESENT_TOTAL = Counter(
+    "gateway_limits_settlements_resent_total", "Settlement calls sent again after a lost answer, by result", ["result"]
+)
+SETTLES_RESENT_APPLIED = CountTally(SETTLEMENTS_RESENT_TOTAL.labels("applied"))
+SETTLES_RESENT_DUPLICATE = CountTally(SETTLEMENTS_RESENT_TOTAL.labels("duplicate"))
 
 
 # Config reloads (gateway.web.reload): the config in force, 1 on its version and hash (earlier ones

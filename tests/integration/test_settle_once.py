@@ -3,7 +3,8 @@ went out and was not answered (Redis stalled past the client's timeout) is sent 
 under its id, and SETTLE applies an id once (``scripts.SETTLE``). Each case against a real Redis of
 its own, stalled with SIGSTOP (the call runs once it resumes), paused (the call is dropped unrun),
 killed and restarted (with and without what it had run), or on Redis Cluster; the team's usage,
-spend and budget in Redis then equal one charge, and ``usage_unknown`` counts nothing."""
+spend and budget in Redis then equal one charge, ``usage_unknown`` counts nothing, and
+``gateway_limits_settlements_resent_total`` says what each call sent again found."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.limits import scripts
@@ -111,6 +113,22 @@ async def unanswered(limiter: FailoverLimiter, plan: Plan) -> None:
     assert len(limiter.backlog.calls) == 1 and metrics.USAGE_UNKNOWN.n == unknown
 
 
+def resent() -> dict[str, float]:
+    """``gateway_limits_settlements_resent_total`` by result, as a scrape reads it."""
+    metrics.flush()
+    name = "gateway_limits_settlements_resent_total"
+    return {r: REGISTRY.get_sample_value(name, {"result": r}) or 0.0 for r in ("applied", "duplicate")}
+
+
+def since(before: dict[str, float]) -> dict[str, float]:
+    return {r: n - before[r] for r, n in resent().items()}
+
+
+APPLIED = {"applied": 1, "duplicate": 0}  # sent again, the call charged the settlement: the first never ran
+DUPLICATE = {"applied": 0, "duplicate": 1}  # sent again, the call found its record: the first had run
+NONE = {"applied": 0, "duplicate": 0}
+
+
 async def ran(client: Any, plan: Plan) -> bool:
     return (await charged(client, plan))["requests"] > 0
 
@@ -158,7 +176,7 @@ def stalled(server: RedisServer) -> int:
 async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(server: RedisServer, peek: Any) -> None:
     async with limiter_on(server.url) as limiter:
         plan = await admitted(limiter, peek)
-        unknown = metrics.USAGE_UNKNOWN.n
+        unknown, before = metrics.USAGE_UNKNOWN.n, resent()
         pid = stalled(server)
         try:
             await unanswered(limiter, plan)
@@ -169,16 +187,17 @@ async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(s
         await sent_again(limiter)
         assert await charged(peek, plan) == ONE
         assert len(await peek.keys(f"{tag(plan.team)}:settled:*")) == 1  # the same id, sent twice
-        assert metrics.USAGE_UNKNOWN.n == unknown
+        assert metrics.USAGE_UNKNOWN.n == unknown and since(before) == DUPLICATE
 
 
 async def test_a_settlement_that_never_ran_is_charged_once_when_sent_again(server: RedisServer, peek: Any) -> None:
     async with limiter_on(server.url) as limiter:
         plan = await admitted(limiter, peek)
+        before = resent()
         await paused(peek, limiter, plan)
         assert await charged(peek, plan) == ONE | {"requests": 0, "completion_tokens": 0, "spend": 0} | HELD
         await sent_again(limiter)
-        assert await charged(peek, plan) == ONE
+        assert await charged(peek, plan) == ONE and since(before) == APPLIED
 
 
 async def test_a_settlement_lost_with_a_restart_is_charged_once_when_sent_again(server: RedisServer, peek: Any) -> None:
@@ -186,11 +205,12 @@ async def test_a_settlement_lost_with_a_restart_is_charged_once_when_sent_again(
     charges once what Redis now holds, the worst case gone with the rest."""
     async with limiter_on(server.url) as limiter:
         plan = await admitted(limiter, peek)
+        before = resent()
         stalled(server)
         await unanswered(limiter, plan)
         await restarted(server, peek)  # SIGKILL ends a stopped process too
         await sent_again(limiter)
-        assert await charged(peek, plan) == ONE
+        assert await charged(peek, plan) == ONE and since(before) == APPLIED
 
 
 async def test_a_settlement_kept_through_a_restart_is_not_charged_again(server: RedisServer, peek: Any) -> None:
@@ -207,8 +227,9 @@ async def test_a_settlement_kept_through_a_restart_is_not_charged_again(server: 
         await peek.save()
         await restarted(server, peek)  # loading the snapshot from its directory
         assert await charged(peek, plan) == ONE
+        before = resent()
         await sent_again(limiter)
-        assert await charged(peek, plan) == ONE
+        assert await charged(peek, plan) == ONE and since(before) == DUPLICATE
 
 
 async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(server: RedisServer, peek: Any) -> None:
@@ -217,11 +238,11 @@ async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(server: Re
     async with limiter_on(server.url) as limiter:
         plan = await admitted(limiter, peek)
         await paused(peek, limiter, plan)
-        unknown = metrics.USAGE_UNKNOWN.n
+        unknown, before = metrics.USAGE_UNKNOWN.n, resent()
         for call in limiter.backlog.calls:  # as if held that long
             call.sent -= scripts.ONCE_HOLD_SECONDS
         await sent_again(limiter)
-        assert metrics.USAGE_UNKNOWN.n == unknown + 1
+        assert metrics.USAGE_UNKNOWN.n == unknown + 1 and since(before) == NONE  # only its lease went
         assert await charged(peek, plan) == ONE | {"requests": 0, "completion_tokens": 0, "spend": 0} | HELD | {
             "leases": 0
         }
@@ -238,9 +259,10 @@ async def test_a_settlement_that_could_not_go_out_is_summed_again_not_kept_whole
         server.stop()
         await limiter.settle([finished(plan)])
         assert limiter.outage.since is not None and limiter.backlog.calls == [] and len(limiter.backlog.items) == 1
+        before = resent()
         server.start()
         await sent_again(limiter)
-        assert await charged(peek, plan) == ONE
+        assert await charged(peek, plan) == ONE and since(before) == NONE  # summed anew, not sent again
 
 
 @pytest.fixture
@@ -257,6 +279,7 @@ async def test_on_redis_cluster_a_settlement_that_ran_unanswered_is_charged_once
     try:
         async with limiter_on(cluster.url, cluster=True) as limiter:
             plan = await admitted(limiter, peek)
+            before = resent()
             port = peek.get_node_from_key(plan.usage_key).port
             pid = stalled(next(n for n in cluster.nodes if n.port == port))
             try:
@@ -266,5 +289,7 @@ async def test_on_redis_cluster_a_settlement_that_ran_unanswered_is_charged_once
             await eventually(lambda: ran(peek, plan), "the stalled call run")
             await sent_again(limiter)
             assert await charged(peek, plan) == ONE
+            found = since(before)  # the client's own resends may have found the record too
+            assert found["applied"] == 0 and found["duplicate"] >= 1, found
     finally:
         await peek.aclose()
