@@ -32,7 +32,7 @@ from benchmarks.run import gateway_config
 from gateway.dialects.openai.parse import parse_chat
 from gateway.limits import build_admission
 from gateway.limits.admission import Admission, Ask, running
-from gateway.runtime.config import load_config
+from gateway.runtime.config_file import load_config
 from gateway.store.redis_client import close_redis, redis_client
 
 CONCURRENCY = 16
