@@ -19,7 +19,7 @@ from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, body_of, read
 from tests.support.gateways import Gateways, Served
-from tests.support.redis_servers import RedisServer
+from tests.support.redis_servers import RedisCluster, RedisServer
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
 os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
@@ -132,6 +132,20 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A Redis of the test module's own, shared by its tests (whose counts are that module's alone)."""
+    with contextlib.closing(RedisServer().start()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A 3-node Redis Cluster of the test module's own."""
+    with contextlib.closing(RedisCluster().start()) as cluster:
+        yield cluster
 
 
 @contextlib.asynccontextmanager

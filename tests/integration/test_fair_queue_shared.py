@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +43,6 @@ from tests.support.redis_servers import RedisServer
 
 OPENAI = BY_NAME["openai"]
 HOLD = "[[fault:hang_before=60]]"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 def queued(server: Any, redis_url: str, capacity: int, **extra: Any) -> Any:

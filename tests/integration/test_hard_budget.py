@@ -12,21 +12,19 @@ import json
 import random
 import signal
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import redis.asyncio as aioredis
 import yaml
 
 from gateway.limits.plan import tag
 from tests.integration.conftest import UPSTREAM_KEY_ENV
 from tests.integration.dialect_clients import KEY
-from tests.integration.test_spend import LOCAL_JSON, cost, spend_config
+from tests.integration.spend_rig import LOCAL_JSON, cost, spend_config
 from tests.support import eventually
 from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisServer
@@ -39,13 +37,6 @@ KINDS = ("plain", "parts", "dense", "stream", "cut")
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
 CHAT = "/v1/chat/completions"
 HEADERS = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 def body_of(kind: str, rng: random.Random) -> dict[str, Any]:
