@@ -58,6 +58,20 @@ class Gateway:
 
 GatewayFactory = Callable[[GatewayConfig], Awaitable[Gateway]]
 
+# Per-hop timeouts for a target whose answer breaks: a stall past ``idle`` trips within the test, the
+# rest leave a healthy answer room on a busy machine.
+BREAK_TIMEOUTS = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
+
+
+async def faulty_gateway(
+    gateway: GatewayFactory, upstream: Callable[..., Awaitable[fake.Upstream]], kind: str, fault: str, **timeouts: float
+) -> tuple[fake.Upstream, Gateway]:
+    """Model ``m`` on one target of ``kind`` whose upstream has ``fault`` (a fault marker's body:
+    ``reset_after=2``), with ``BREAK_TIMEOUTS`` (``timeouts`` overriding some): the upstream and the gateway."""
+    server = await upstream(kind, faults=f"[[fault:{fault}]]")
+    bounds = {**BREAK_TIMEOUTS, **timeouts}
+    return server, await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=bounds)]}]))
+
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[GatewayFactory]:
