@@ -78,9 +78,8 @@ async def settled(url: str, team: str, requests: int) -> dict[str, int]:
 
 
 async def budget_spent(url: str, team: str, unit: str = "m") -> int:
-    client = aioredis.Redis.from_url(url)
-    fields = {k.decode(): int(v) for k, v in (await client.hgetall(f"{tag(team)}:budget")).items()}
-    await client.aclose()
+    async with contextlib.aclosing(aioredis.Redis.from_url(url)) as client:
+        fields = {k.decode(): int(v) for k, v in (await client.hgetall(f"{tag(team)}:budget")).items()}
     return sum(v for k, v in fields.items() if k.endswith(f":{unit}"))
 
 
