@@ -103,7 +103,7 @@ class Wire(Protocol):
     @property
     def extras(self) -> frozenset[Feature]:
         """What a target of this vendor may add with ``extra_features`` (served by a plugin the
-        upstream loads); any other name is a config error."""
+        upstream loads, or by its model: a reasoning model's effort); any other name is a config error."""
         ...
 
     @property

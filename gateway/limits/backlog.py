@@ -5,7 +5,12 @@ Bounded: past ``CAPACITY`` settlements, all but the newest half of that are summ
 usage hour into one settlement each, so usage and token corrections stay whole while the leases but one of each sum are
 given up (they expire by their TTL, the oldest first). Only when the sums alone would not fit are the
 oldest of them dropped, usage and all. What is given up is counted in
-``gateway_limits_settlements_dropped_total``; nothing here talks to Redis."""
+``gateway_limits_settlements_dropped_total``; nothing here talks to Redis.
+
+Beside them, ``calls``: settlements' script calls that went out and whose answer never came (they
+may have run), kept whole to be sent again as they were, under their ids (``scripts.SETTLE``):
+never summed. ``failover`` sends them alone and holds new settlements here until Redis has answered
+them, so they are at most one round trip's calls, each given up once ``ONCE_HOLD_SECONDS`` old."""
 
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from gateway.limits.limiter import Group, Settlement
-from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED
+from gateway.limits.store import Call
+from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED, USAGE_UNKNOWN
 
 CAPACITY = 20_000  # settlements held; a long outage costs this much memory and no more
 
@@ -28,25 +34,41 @@ class Backlog:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
         self.items: deque[Settlement] = deque()
+        self.calls: list[Call] = []
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.items) + len(self.calls)
 
     def add(self, items: Iterable[Settlement]) -> None:
         self.items.extend(items)
         if len(self.items) > self.capacity:
             self._fold()
-        SETTLEMENTS_HELD.n = len(self.items)
+        SETTLEMENTS_HELD.n = len(self)
+
+    def keep(self, call: Call) -> None:
+        """A call that may have run, to be sent again as it went out."""
+        self.calls.append(call)
+        SETTLEMENTS_HELD.n = len(self)
 
     def take(self) -> list[Settlement]:
-        """Everything held, oldest first; the caller adds back what fails again."""
+        """The settlements held, oldest first; the caller adds back what fails again."""
         items = list(self.items)
         self.items.clear()
-        SETTLEMENTS_HELD.n = 0
+        SETTLEMENTS_HELD.n = len(self.calls)
         return items
 
+    def take_calls(self) -> list[Call]:
+        """The calls kept whole, oldest first; the caller keeps again what fails again."""
+        calls, self.calls = self.calls, []
+        SETTLEMENTS_HELD.n = len(self.items)
+        return calls
+
     def drop(self) -> None:
-        """Give up everything held (shutting down with Redis unavailable)."""
+        """Give up everything held (shutting down with Redis unavailable); a call that may have run,
+        as usage whose fate is unknown."""
+        for call in self.take_calls():
+            USAGE_UNKNOWN.n += call.requests
+            LEASES_DROPPED.n += sum(1 for s in call.settled if s.plan.concurrency_keys)
         for s in self.take():
             USAGE_DROPPED.n += s.requests
             LEASES_DROPPED.n += 1 if s.plan.concurrency_keys else 0

@@ -12,7 +12,9 @@ command of a read before it writes any reply, so a settlement's script would add
 that admission's answer; at low load the held settlements go on their own, a round trip per
 ``DEFER_SECONDS`` for all the requests finished meanwhile. redis-py still connects, authenticates,
 selects the database and parses (hiredis); the configured Redis timeout bounds each round trip as a
-whole (``gateway.runtime.timers``), not each reply read."""
+whole (``gateway.runtime.timers``), not each reply read. A failed round trip tells its calls
+whether they may have run: ``Unsent`` (no connection: none did), else a timeout or ``Unanswered``
+(those not answered may have: a settlement is then sent again under its id, ``scripts.SETTLE``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import contextlib
 import time
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.obs.metrics import REDIS_ROUND_TRIPS
@@ -31,6 +34,15 @@ from gateway.runtime.timers import Bound, Wheel, on_loop
 # concurrency lease in Redis: other replicas poll for freed slots less often than this.
 DEFER_SECONDS = 0.01
 _Call = tuple[bytes, "asyncio.Future[Any]", bool]  # a packed command, its reply's future, whether it may wait
+
+
+class Unsent(RedisConnectionError):
+    """The round trip failed before its calls were written (no connection): none of them ran."""
+
+
+class Unanswered(RedisConnectionError):
+    """The connection failed with the calls written and their replies not all read: those not
+    answered may have run (as after a timeout, ``RedisTimeoutError``)."""
 
 
 class ScriptChannel:
@@ -101,18 +113,21 @@ class ScriptChannel:
 
     async def _round_trip(self, batch: list[_Call]) -> None:
         began = time.perf_counter()
+        conn, written = self._conn, False
         try:
             self._wheel = wheel = on_loop(self._wheel)
             with Bound(self._timeout, wheel) if self._timeout else contextlib.nullcontext():
-                await self._conn.send(b"".join([call[0] for call in batch]))
+                if not conn.connected:
+                    await conn.connect()
+                written = True  # from here on, a failure may leave calls run and unanswered
+                await conn.send(b"".join([call[0] for call in batch]))
                 for _, future, _ in batch:
-                    reply = await self._conn.read()
+                    reply = await conn.read()
                     if not future.done():  # a caller cancelled meanwhile (a lease then expires with its TTL)
                         future.set_result(reply)
         except Exception as exc:  # redis-py has disconnected (a bound cut the read short, too); the
             # next round trip connects again
-            if isinstance(exc, TimeoutError):  # the bound's: told as redis-py tells its own
-                exc = RedisTimeoutError(f"Redis round trip over {self._timeout} s")
+            exc = _told(exc, written, self._timeout)
             for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
@@ -122,3 +137,13 @@ class ScriptChannel:
             raise
         self.round_trips += 1
         REDIS_ROUND_TRIPS.observe(time.perf_counter() - began)
+
+
+def _told(exc: Exception, written: bool, timeout: float | None) -> Exception:
+    """A round trip's failure as its calls' callers are told it: whether the calls may have run
+    (``Unsent``, ``Unanswered``, a timeout), the bound's timeout as redis-py tells its own."""
+    if not written:
+        return exc if isinstance(exc, Unsent) else Unsent(f"not sent: {type(exc).__name__}: {exc}")
+    if isinstance(exc, TimeoutError):  # the bound's
+        return RedisTimeoutError(f"Redis round trip over {timeout} s")
+    return exc if isinstance(exc, RedisTimeoutError | Unanswered) else Unanswered(f"{type(exc).__name__}: {exc}")

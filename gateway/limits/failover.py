@@ -8,8 +8,10 @@ with 503). ``gateway_redis_up`` and ``/ready`` say which is in force.
 Only an outage opens the breaker: an error reply to one call's own arguments (``store.call_error``)
 fails that call alone. Settlements Redis did not take are held (``backlog``) and sent with the next
 batch once it answers, so finished requests' slots and usage come back with it (the usage of requests
-admitted here meanwhile too); a settlement whose round trip timed out may have run, so only its
-lease release (idempotent) is sent again. Requests admitted here meanwhile and still running when
+admitted here meanwhile too). A settlement's call that went out and was not answered (a timeout, a
+connection lost) may have run: it is kept whole and sent again as it was, alone, under its id, which
+SETTLE applies once (``scripts.SETTLE``), for up to ``ONCE_HOLD_SECONDS``; only past that, or at
+shutdown, is its usage given up as unknown. Requests admitted here meanwhile and still running when
 Redis answers are added to it (``adopt``, before the next admission or renewal goes there), so its
 limits and budgets count them until they end. An outage
 is logged when it begins and ends, with a summary every ``SUMMARY_SECONDS`` while it lasts, never
@@ -24,13 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.limits.backlog import Backlog, lease_only
 from gateway.limits.limiter import LimitsUnavailable, Refusal, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
-from gateway.limits.store import RedisLimiter, call_error
+from gateway.limits.scripts import ONCE_HOLD_SECONDS
+from gateway.limits.store import Call, Failed, RedisLimiter, call_error, unanswered
 from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
@@ -191,7 +193,7 @@ class FailoverLimiter:
                 if call_error(exc):
                     self.outage.call_error("adoption", exc)
                     continue
-                if not isinstance(exc, RedisTimeoutError | TimeoutError):
+                if not unanswered(exc):
                     self.to_adopt |= {p.lease: p for p in plans[plans.index(plan) :] if p.lease in self.via_local}
                 self._failed(exc)
                 return
@@ -202,6 +204,27 @@ class FailoverLimiter:
                 self.backlog.add(lease_only([Settlement(plan, 0, 0, 0, 1)]))
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
+        remote = await self._remote(items)
+        if not self.up:  # no round trip to a Redis known to be down: held until it answers
+            self.backlog.add(remote)
+            self.outage.tick(len(self.backlog))
+            return
+        held = len(self.backlog)
+        # the calls that may have run first, alone: only they are ever held whole (``backlog``)
+        outage = await self._send_again() if self.backlog.calls else None
+        if outage is not None:
+            self.backlog.add(remote)
+        else:
+            batch = self.backlog.take() + remote if self.backlog else remote
+            outage = await self._send(batch, urgent or bool(held)) if batch else None
+        if outage is not None:
+            self._failed(outage)
+        elif held or remote:
+            self._answered(held)
+
+    async def _remote(self, items: list[Settlement]) -> list[Settlement]:
+        """Settles here those of ``items`` admitted here; answers what Redis is to settle: the rest,
+        and the usage of those (their spend whole: Redis's budgets never held a reservation for them)."""
         via_local = self.via_local  # empty but after an outage: then no request is looked up in it
         local = [s for s in items if s.plan.lease in via_local] if via_local else []
         remote = [s for s in items if s.plan.lease not in via_local] if via_local else list(items)
@@ -212,53 +235,80 @@ class FailoverLimiter:
         if self.policy_open:
             for s in remote:
                 self.local.released(s.plan)
-        if local:  # the team's usage is counted in Redis all the same, once it answers
-            # (and their spend, whole: Redis's budgets never held a reservation for them)
-            remote += [
-                Settlement(
-                    s.plan,
-                    0,
-                    s.prompt,
-                    s.completion,
-                    s.requests,
-                    s.cost,
-                    s.prompt + s.completion,
-                    s.cost,
-                    s.model,
-                    s.target,
-                )
-                for s in local
-            ]
-        if not self.up:  # no round trip to a Redis known to be down: held until it answers
-            self.backlog.add(remote)
-            self.outage.tick(len(self.backlog))
-            return
-        held = self.backlog.take() if self.backlog else []
-        batch = held + remote if held else remote
-        if not batch:
-            return
+        if not local:
+            return remote
+        # the team's usage is counted in Redis all the same, and their spend whole
+        return remote + [
+            Settlement(
+                s.plan,
+                0,
+                s.prompt,
+                s.completion,
+                s.requests,
+                s.cost,
+                s.prompt + s.completion,
+                s.cost,
+                s.model,
+                s.target,
+            )
+            for s in local
+        ]
+
+    async def _send(self, batch: list[Settlement], urgent: bool) -> BaseException | None:
+        """Sends ``batch``, keeps what failed; answers the outage, if Redis failed."""
         try:
-            failed = await self.redis.settle_each(batch, urgent or bool(held))
-        except REDIS_FAILURES as exc:  # not a call's reply: nothing is known to be settled
-            failed = [(batch, exc)]
+            failed = await self.redis.settle_each(batch, urgent)
+        except REDIS_FAILURES as exc:  # not a call's reply: none went out
+            self.backlog.add(batch)
+            return exc
+        return self._keep(failed)
+
+    async def _send_again(self) -> BaseException | None:
+        """Sends the calls kept whole as they first went out, but those past ``ONCE_HOLD_SECONDS``:
+        whether those ran can no longer be known (their ids' records may be gone), so their usage is
+        given up as unknown and only their lease releases (idempotent) go. Answers the outage, if any."""
+        calls, now = self.backlog.take_calls(), time.monotonic()
+        stale = [c for c in calls if now - c.sent >= ONCE_HOLD_SECONDS]
+        if stale:
+            calls = [c for c in calls if now - c.sent < ONCE_HOLD_SECONDS]
+            requests = sum(c.requests for c in stale)
+            USAGE_UNKNOWN.n += requests
+            log.warning(
+                "%d requests' settlements unanswered for %d s given up: Redis may not count them",
+                requests,
+                ONCE_HOLD_SECONDS,
+            )
+            self.backlog.add(lease_only(s for c in stale for s in c.settled))
+        if not calls:
+            return None
+        try:
+            failed = await self.redis.settle_each([], True, calls)
+        except REDIS_FAILURES as exc:
+            failed = [(c, exc) for c in calls]
+        return self._keep(failed, whole=True)
+
+    def _keep(self, failed: list[Failed], whole: bool = False) -> BaseException | None:
+        """Holds the calls that failed for the next try: one that may have run (``whole``: it went
+        out before) as it went out, the others' settlements to be summed again; answers the outage
+        among the errors, if any."""
         outage: BaseException | None = None
-        for group, error in failed:
+        for call, error in failed:
             if call_error(error):
-                self.outage.call_error("settlement", error)
-                if any(s.requests or s.correction or s.prompt or s.completion for s in group):
-                    USAGE_DROPPED.n += sum(s.requests for s in group)
-                    self.backlog.add(lease_only(group))  # the slots still come back
-                continue
-            outage = outage or error
-            if isinstance(error, RedisTimeoutError | TimeoutError):  # sent, and may have run
-                USAGE_UNKNOWN.n += sum(s.requests for s in group)
-                self.backlog.add(lease_only(group))
+                self._refused(call, error)
             else:
-                self.backlog.add(group)
-        if outage is not None:
-            self._failed(outage)
-        else:
-            self._answered(len(held))
+                outage = outage or error
+                if whole or unanswered(error):
+                    self.backlog.keep(call)
+                else:
+                    self.backlog.add(call.settled)
+        return outage
+
+    def _refused(self, call: Call, error: BaseException) -> None:
+        """Redis refused ``call`` for its arguments: its usage is dropped, its slots still come back."""
+        self.outage.call_error("settlement", error)
+        if any(s.requests or s.correction or s.prompt or s.completion for s in call.settled):
+            USAGE_DROPPED.n += call.requests
+            self.backlog.add(lease_only(call.settled))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         if self.up and self.to_adopt:

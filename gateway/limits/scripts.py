@@ -42,6 +42,16 @@ from __future__ import annotations
 
 from gateway.limits.budget_rules import PRUNE_AFTER
 
+# How long a settlement's script call whose answer was lost (it may have run) is sent again as it
+# was: past it, whether it ran cannot be known (``gateway.limits.failover``). Four lease TTLs (30 s)
+# cover a Redis that stalls (a fork, a slow command) or fails over to a replica.
+ONCE_HOLD_SECONDS = 120
+# How long SETTLE remembers a call's id: five times the hold, so a call sent again at the end of it
+# that Redis runs late (a stall again) still finds the record. Each settlement call leaves one
+# (about 134 bytes in Redis 7.0): 80 MB per 1,000 calls a second across the replicas, fewer with
+# settlements summed per team key (``store._merged``).
+ONCE_TTL_SECONDS = 5 * ONCE_HOLD_SECONDS
+
 # Every script reads Redis's clock (ms), and all but RENEW their one JSON argument as ``a``.
 CLOCK = """
 local t = redis.call('TIME')
@@ -246,17 +256,28 @@ return 0
 """
 )
 
-# KEYS: the same keys as the admission, then the usage hash. ARGV[1]: JSON of the triples as
-# admitted (a concurrency triple's param: one lease, or a list of the leases of every request
-# settled together), then the correction (actual - estimate) tokens, requests, prompt and completion
-# counts for usage, the key id, and the usage bucket's TTL (s); then, with budgets or prices, what the
-# requests really spent (money, tokens; a budget triple's last element: the reservations to take back),
-# the cost, and the model and target it is counted under (none: unpriced).
+# KEYS: the same keys as the admission, then the usage hash, then the call's id record
+# (``llmgw:{team}:settled:<id>``). ARGV[1]: JSON of the triples as admitted (a concurrency triple's
+# param: one lease, or a list of the leases of every request settled together), then the correction
+# (actual - estimate) tokens, requests, prompt and completion counts for usage, the key id, and the
+# usage bucket's TTL (s); then, with budgets or prices, what the requests really spent (money,
+# tokens; a budget triple's last element: the reservations to take back), the cost, and the model
+# and target it is counted under (none: unpriced). Answers 0.
+#
+# Applied once per id: a call sent again because its answer was lost (``gateway.limits.failover``)
+# finds its record and answers 1, changing nothing. The record is set first, in the same atomic call
+# as the charges, so whatever state Redis keeps or loses (a snapshot, an AOF, a replica's copy) has
+# both or neither: after a restart that lost the call, a call sent again charges once. It lives
+# ``ONCE_TTL_SECONDS``, well past the longest a call is sent again (``ONCE_HOLD_SECONDS``).
 SETTLE = (
     PRELUDE
+    + """if not redis.call('SET', KEYS[#KEYS], 1, 'NX', 'EX', """
+    + str(ONCE_TTL_SECONDS)
+    + """) then return 1 end
+"""
     + BUCKET
     + BUDGET
-    + """local n = #KEYS - 1
+    + """local n = #KEYS - 2
 local correction = tonumber(a[n + 1])
 local money, spent_tokens = tonumber(a[n + 7] or 0), tonumber(a[n + 8] or 0)
 for i = 1, n do

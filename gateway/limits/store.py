@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
+from random import getrandbits
 from typing import Any
 
 import pydantic_core
@@ -18,13 +20,14 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.argv import Templates
-from gateway.limits.channel import ScriptChannel
+from gateway.limits.channel import ScriptChannel, Unanswered, Unsent
 from gateway.limits.limiter import Refusal, Settlement
-from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan
+from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan, tag
 from gateway.obs.metrics import ADMITTED_AHEAD, GIVEN_BACK, REDIS_ROUND_TRIPS
 from gateway.runtime.internals import evalsha_head as pack_head
 
@@ -43,6 +46,13 @@ def call_error(exc: BaseException) -> bool:
     if not isinstance(exc, ResponseError) or isinstance(exc, _UNAVAILABLE):
         return False
     return str(exc).split(" ", 1)[0] not in _UNAVAILABLE_CODES
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether a failed script call may have run: it went out and its answer did not come back (a
+    timeout; a connection lost with it out, ``channel``). Redis Cluster's client does not tell a
+    connection lost with a call out from one refused: that counts as not sent."""
+    return isinstance(exc, RedisTimeoutError | TimeoutError | Unanswered)
 
 
 def _args(plan: Plan, *extra: str | int, settled: list[Settlement] | None = None) -> bytes:
@@ -110,7 +120,23 @@ def _units_held(plan: Plan, i: int, check: Check, leases: list[str]) -> list[str
     return [lease + rest for lease in leases] if mine else []
 
 
-Failed = tuple[list[Settlement], Exception]  # the settlements of a script call that failed, and its error
+@dataclass(slots=True)
+class Call:
+    """One SETTLE call as it first went out (``scripts.SETTLE``): its keys, the last its id's record,
+    its argument, the settlements it sums (whose leases it releases) and when it went out
+    (``time.monotonic()``). One that may have run is sent again as it was: the script applies it once."""
+
+    keys: tuple[str, ...]
+    args: bytes
+    settled: list[Settlement]
+    sent: float
+
+    @property
+    def requests(self) -> int:
+        return sum(s.requests for s in self.settled)
+
+
+Failed = tuple[Call, Exception]  # a script call that failed, and its error
 
 
 def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]]:
@@ -142,6 +168,13 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]
         (Settlement(first.plan, t[0], t[2], t[3], t[1], t[4], t[5], t[6], first.model, first.target), summed)
         for first, t, summed in groups.values()
     ]
+
+
+def _call(s: Settlement, settled: list[Settlement], now: float) -> Call:
+    """SETTLE's call for the settlements ``settled``, summed in ``s``, under an id of its own."""
+    plan = s.plan
+    once = f"{tag(plan.team)}:settled:{getrandbits(64):016x}"
+    return Call((*plan.layout.keys, plan.usage_key, once), _settle_args(s, settled), settled, now)
 
 
 def _settle_args(s: Settlement, settled: list[Settlement]) -> bytes:
@@ -393,33 +426,42 @@ class RedisLimiter:
     def held(self) -> int:
         return 0  # a failed settlement is raised; ``failover`` keeps it
 
-    async def settle_each(self, items: list[Settlement], urgent: bool = False) -> list[Failed]:
-        """Settle ``items``; answers the ones whose script call failed (the settlements it summed)
-        with its error: the others are settled, so only those may be sent again."""
-        merged = _merged(items)
-        calls = [((*s.plan.layout.keys, s.plan.usage_key), _settle_args(s, summed)) for s, summed in merged]
-        failed: list[Failed] = []
+    async def settle_each(
+        self, items: list[Settlement], urgent: bool = False, again: list[Call] | None = None
+    ) -> list[Failed]:
+        """Settle ``items``, and send the calls ``again`` as they first went out; answers the calls
+        that failed, with their error: the others ran (or had: ``scripts.SETTLE``), so only those
+        may be sent again."""
+        now = time.monotonic()
+        calls = [_call(s, summed, now) for s, summed in _merged(items)]
+        if again:
+            calls = again + calls
         if self.cluster:
-            # keys of different teams live on different nodes: one call each, and once Redis failed
-            # the rest are kept for later rather than each waiting out the timeout now
-            outage: Exception | None = None
-            for (keys, args), group in zip(calls, merged, strict=True):
-                if outage is not None:
-                    failed.append((group[1], outage))
-                    continue
-                try:
-                    await self._run(self._settle, keys, args)
-                except Exception as exc:
-                    failed.append((group[1], exc))
-                    outage = None if call_error(exc) else exc
-            return failed
+            return await self._settle_apart(calls)
+        failed: list[Failed] = []
         # one round trip for all, shared with admissions under load (the channel holds them briefly)
-        sent = [self._send(self._settle, keys, args, defer=not urgent) for keys, args in calls]
-        for (keys, args), future, group in zip(calls, sent, merged, strict=True):
+        sent = [self._send(self._settle, c.keys, c.args, defer=not urgent) for c in calls]
+        for call, future in zip(calls, sent, strict=True):
             try:  # every reply is awaited, so none is left unretrieved
-                await self._reply(self._settle, keys, args, future)
+                await self._reply(self._settle, call.keys, call.args, future)
             except Exception as exc:
-                failed.append((group[1], exc))
+                failed.append((call, exc))
+        return failed
+
+    async def _settle_apart(self, calls: list[Call]) -> list[Failed]:
+        """Redis Cluster: keys of different teams live on different nodes, one call each; once Redis
+        failed, the rest are kept for later (``Unsent``) rather than each waiting out the timeout now."""
+        failed: list[Failed] = []
+        outage: Exception | None = None
+        for call in calls:
+            if outage is not None:
+                failed.append((call, Unsent(f"not sent after {type(outage).__name__}: {outage}")))
+                continue
+            try:
+                await self._run(self._settle, call.keys, call.args)
+            except Exception as exc:
+                failed.append((call, exc))
+                outage = None if call_error(exc) else exc
         return failed
 
     async def adopt(self, plan: Plan, lease_ttl_ms: int) -> None:

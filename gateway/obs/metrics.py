@@ -78,7 +78,9 @@ RESUME_LOST = Histogram(
     ["target"],
     buckets=LATENCY,
 )
-DROPPED = Counter("gateway_dropped_features_total", "Features dropped by target config", ["target", "feature"])
+DROPPED = Counter(
+    "gateway_dropped_features_total", "Features dropped by target config, or advisory ones", ["target", "feature"]
+)
 IN_FLIGHT = Gauge("gateway_in_flight_requests", "Requests being served", ["dialect"], multiprocess_mode="livesum")
 TARGET_UP = Gauge(
     "gateway_target_up", "1 when the target answered its last probe", ["target", "provider"], multiprocess_mode="max"
@@ -326,7 +328,8 @@ REDIS_STATE = LevelTally(REDIS_UP)  # set on each Redis answer or failure: the g
 
 # Settlements Redis did not take, held until it answers (``gateway.limits.backlog``), and what of them
 # had to be given up: a request's usage ("usage"), a lease left to expire by its TTL ("lease"), or
-# usage sent once already whose fate Redis did not tell (a round trip timed out: "usage_unknown").
+# usage whose fate cannot be known any more ("usage_unknown"): its call went out unanswered and was
+# not answered when sent again within ``scripts.ONCE_HOLD_SECONDS`` (or the gateway shut down first).
 SETTLEMENTS_HELD_GAUGE = Gauge(
     "gateway_limits_settlements_held", "Settlements held while Redis is unavailable", [], multiprocess_mode="livesum"
 )

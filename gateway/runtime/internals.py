@@ -242,13 +242,24 @@ class RawConnection:
         self.timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
         self._conn: Any = None
 
-    async def send(self, packed: bytes) -> None:
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.is_connected
+
+    async def connect(self) -> None:
+        """Connects (again): a failure here has written nothing, so no command sent next has run."""
         if self._conn is None:
             conn = await self._pool.get_connection()
             # The caller bounds a round trip as a whole: redis-py would arm a loop timer for each
             # reply read and make a task for each send (wait_for).
             conn.socket_timeout = None
             self._conn = conn
+        else:
+            await self._conn.connect()
+
+    async def send(self, packed: bytes) -> None:
+        if not self.connected:
+            await self.connect()
         await self._conn.send_packed_command(packed, check_health=False)
 
     async def read(self) -> Any:

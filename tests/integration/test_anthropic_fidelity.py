@@ -2,7 +2,8 @@
 target as it came (but the model), and whatever the target answers comes back as it wrote it, whole
 and streamed: thinking with its ``signature``, ``redacted_thinking``, server-tool blocks, citations,
 block types and keys the gateway does not model. The same content to a target of another wire is
-refused naming it, never dropped.
+refused naming it, never dropped; but earlier turns' thinking, which only says how the model reasoned
+(Anthropic itself strips it from most models' context), is left out there.
 
 The upstream here is a mirror: it answers what the test told it to, in Anthropic's wire, and keeps
 each body it got. Hypothesis draws the extra keys and blocks (no floats: their text is not one-to-one).
@@ -197,14 +198,6 @@ async def test_anthropic_round_trip_is_faithful(
 
 REFUSED = [
     (
-        {"role": "assistant", "content": [KNOWN_BLOCKS[0]]},
-        "'messages[1].content[0]' is not supported by target 'openai:up-model': a 'thinking' block",
-    ),
-    (
-        {"role": "assistant", "content": [KNOWN_BLOCKS[1]]},
-        "'messages[1].content[0]' is not supported by target 'openai:up-model': a 'redacted_thinking'",
-    ),
-    (
         {"role": "assistant", "content": [KNOWN_BLOCKS[3]]},
         "'messages[1].content[0].type' is not supported by target 'openai:up-model': 'web_search_tool_result'",
     ),
@@ -224,6 +217,22 @@ async def test_other_targets_refuse_it_by_name(gateway: GatewayFactory, upstream
     assert status == 400 and reply["type"] == "error", raw
     assert reply["error"]["type"] == "invalid_request_error" and named in reply["error"]["message"], raw
     assert not server.requests  # refused before any upstream saw it
+
+
+@pytest.mark.parametrize("block", KNOWN_BLOCKS[:2], ids=["thinking", "redacted_thinking"])
+async def test_other_targets_leave_earlier_thinking_out(gateway: GatewayFactory, upstream: Any, block: JSON) -> None:
+    """Signed or redacted, an earlier turn's thinking only Anthropic reads back: another target gets the
+    turn without it, never an error (tests/integration/test_reasoning_targets.py)."""
+    server = await upstream("openai")
+    gw = await gateway(config([{"name": "m", "targets": [target(server, "openai")]}]))
+    turn = {"role": "assistant", "content": [block, {"type": "text", "text": "a"}]}
+    turns = [{"role": "user", "content": "q"}, turn, {"role": "user", "content": "and?"}]
+    body = {"model": "m", "max_tokens": 4, "messages": turns}
+    status, raw = await asyncio.to_thread(exchange, gw.url, body)
+    assert status == 200, raw
+    sent = server.requests[-1].body
+    assert sent["messages"][1] == {"role": "assistant", "content": "a"}, sent["messages"]
+    assert str(block.get("thinking") or block["data"]) not in json.dumps(sent)
 
 
 SDK_STREAM = """

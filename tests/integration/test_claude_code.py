@@ -6,7 +6,8 @@ completes in two turns, and the second request carries the command's output as t
 The binary is looked for at ``$CLAUDE_CODE_BIN``, then ``.claude-code/`` (``scripts/claude-code``, which
 ``scripts/test`` runs, installs the pinned release there; it needs the npm registry once and runs offline
 after); without it the test is skipped, saying so. The same task on the built-in ``mock`` (the quick
-start's ``demo``), whose ``[mock-tool NAME ARGS]`` marker makes it call the tool; vLLM's own
+start's ``demo``), whose ``[mock-tool NAME ARGS]`` marker makes it call the tool, and on every
+OpenAI-shaped target kind, where Claude Code's thinking and effort are advisory; vLLM's own
 /v1/messages is tests/vllm/test_vllm_claude_code.py's (docs/dialects.md#claude-code).
 """
 
@@ -66,6 +67,44 @@ async def test_claude_code_completes_a_one_tool_task_on_the_mock(gateway: Gatewa
     result, err = await run_claude_code(gw.url, "demo", prompt, tmp_path)
     assert result["is_error"] is False and result["num_turns"] == 2, (result, err.decode()[-3000:])
     assert result["usage"]["output_tokens"] > 0
+
+
+# OpenAI-shaped targets: (provider, upstream model, extra target keys). The fake's OpenAI wire judges a
+# chat by its model as OpenAI's API does: o3 refuses ``max_tokens``, gpt-4o ``reasoning_effort``.
+REASONER = {"extra_features": ["thinking", "effort"]}
+OPENAI_SHAPED = [
+    ("openai", "gpt-4o", {}),
+    ("openai", "o3", REASONER),
+    ("friendli", "up-model", {}),
+    ("sgp", "up-model", {}),
+    ("sgp-v4", "up-model", {}),
+    ("octoai", "up-model", {}),
+]
+ADVICE = ("thinking", "output_config", "reasoning_effort", "thinking_token_budget")
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")
+@pytest.mark.parametrize("name", ["claude-sonnet-4-5", "team-coder"])
+@pytest.mark.parametrize(("kind", "model", "extra"), OPENAI_SHAPED, ids=[f"{k}-{m}" for k, m, _ in OPENAI_SHAPED])
+async def test_claude_code_completes_a_one_tool_task_on_openai_shaped_targets(
+    gateway: GatewayFactory, upstream: Any, tmp_path: Path, kind: str, model: str, extra: dict[str, Any], name: str
+) -> None:
+    """Claude Code as it comes (enabled thinking with a budget under a Claude model's name; adaptive
+    thinking and an effort under any other) on a target with no reasoning control: served without
+    them; on an ``openai`` reasoning model: as ``reasoning_effort`` (both ask for ``high``)."""
+    server = await upstream(kind)
+    gw = await gateway(config([{"name": name, "targets": [target(server, kind, model=model, **extra)]}]))
+    prompt = "List the files here [[fault:tool=Bash,tool_arg=ls]]"
+    result, err = await run_claude_code(gw.url, name, prompt, tmp_path)
+    assert result["is_error"] is False and result["num_turns"] == 2, (result, err.decode()[-3000:])
+    first, second = (r.body for r in server.requests)
+    assert first["tools"] and first["stream"] is True
+    if extra:
+        assert first["reasoning_effort"] == "high" and "max_tokens" not in first, first.keys()
+    else:
+        assert not set(ADVICE) & first.keys(), first.keys()
+    results = [m for m in second["messages"] if m["role"] == "tool"]
+    assert results and "hello.txt" in json.dumps(results[-1]["content"]), second["messages"][-2:]
 
 
 async def run_claude_code(url: str, name: str, prompt: str, tmp_path: Path) -> tuple[dict[str, Any], bytes]:

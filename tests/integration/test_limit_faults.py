@@ -20,7 +20,7 @@ from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import MAX_TOKENS, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues, build, new_lease
-from gateway.limits.store import RedisLimiter
+from gateway.limits.store import Call, RedisLimiter
 from gateway.obs import metrics
 from gateway.runtime.config import RedisConfig
 from gateway.store.redis_client import redis_client
@@ -101,13 +101,15 @@ async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisSe
 
 async def test_slots_released_during_a_stall_come_back_when_redis_answers(server: RedisServer, peek: Any) -> None:
     """Item 11: two requests end while Redis stalls for 0.5 s (their settlement times out, Redis never
-    runs it); their slots come back soon after, not at the lease TTL (30 s)."""
+    runs it); their slots come back soon after, not at the lease TTL (30 s), and their usage with
+    them, counted once (``tests/integration/test_settle_once.py`` has the other cases)."""
     admission, limiter, client = admission_on(server.url, {"conc": "closed"}, timeout_ms=100)
     try:
         async with running(admission):
             plans = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]
             assert await peek.zcard("llmgw:{a}:conc") == 2
             # paused clients' commands wait, and are dropped with their connection when it closes
+            unknown = metrics.USAGE_UNKNOWN.n
             await peek.execute_command("CLIENT", "PAUSE", "500", "ALL")
             for plan in plans:
                 admission.release(plan, 3, 4)
@@ -123,7 +125,9 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
 
             # The bound is what this test checks: soon after the pause, not at the lease TTL (30 s).
             await eventually(freed, "the slots back soon, not at the lease TTL", within=2)
-            assert limiter.held() == 0
+            assert limiter.held() == 0 and metrics.USAGE_UNKNOWN.n == unknown
+            usage = await usage_of(peek, "a")
+            assert usage["requests"] == 2 and usage["completion_tokens"] == 8
             await admission.admit(Ask("a", "k1", REQUEST))
     finally:
         await client.aclose()
@@ -186,6 +190,21 @@ async def test_held_settlements_keep_usage_whole_within_their_bound() -> None:
     assert sum(s.requests for s in held) == 25 and sum(s.completion for s in held) == 75
     assert sum(s.correction for s in held) == -25
     assert metrics.LEASES_DROPPED.n - leases == 25 - len(held)
+
+
+async def test_calls_kept_whole_are_never_summed_and_count_as_unknown_when_given_up() -> None:
+    """A settlement's call that may have run (``failover``) is held as it went out, whatever the
+    summing of the others past capacity; given up at shutdown, its usage is unknown, not dropped."""
+    backlog = Backlog(capacity=10)
+    plans = [build("a", "k1", LimitValues(concurrency=5), LimitValues(), REQUEST, new_lease()) for _ in range(25)]
+    call = Call(("k",), b"[]", [Settlement(p, 0, 1, 1) for p in plans[:5]], 0.0)
+    backlog.keep(call)
+    backlog.add([Settlement(p, -1, 2, 3) for p in plans[5:]])
+    assert backlog.calls == [call] and len(backlog.items) <= 10
+    unknown, dropped = metrics.USAGE_UNKNOWN.n, metrics.USAGE_DROPPED.n
+    backlog.drop()
+    assert metrics.USAGE_UNKNOWN.n - unknown == 5 and metrics.USAGE_DROPPED.n - dropped == 20
+    assert len(backlog) == 0
 
 
 async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(server: RedisServer) -> None:

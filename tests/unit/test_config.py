@@ -77,18 +77,19 @@ def test_good_config(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeyp
         ("models: [{name: m, targets: [{provider: vllm, replicas: [ftp://y]}]}]", "replicas: must start with http"),
         ("models: [{name: m, targets: [{provider: vllm, engine: {model: x}}]}]", "is for in-process providers"),
         ("models: [{name: m, targets: [{provider: vllm-engine, base_url: http://x}]}]", "runs in this process"),
-        # extra_features name only what a shipped plugin (or the engine) serves for that provider
+        # extra_features name only what a provider's upstream may add: a shipped plugin, a model's reasoning
         (
             "models: [{name: m, targets: [{provider: vllm, base_url: http://x, extra_features: [xtc, nope]}]}]",
-            "models['m'].targets[0].extra_features[1]: 'nope' is not a plugin feature of provider 'vllm'",
+            "models['m'].targets[0].extra_features[1]: 'nope' is not an extra feature of provider 'vllm'",
         ),
         (
             "models: [{name: m, targets: [{provider: openai, base_url: http://x, extra_features: [top_k]}]}]",
-            "targets[0].extra_features[0]: 'top_k' is not a plugin feature of provider 'openai' (it takes: nothing)",
+            "targets[0].extra_features[0]: 'top_k' is not an extra feature of provider 'openai' "
+            "(it takes: effort, thinking)",
         ),
         (
             "models: [{name: m, targets: [{provider: vllm-engine, engine: {model: x}, extra_features: [echo]}]}]",
-            "'echo' is not a plugin feature of provider 'vllm-engine' (it takes: bad_word_tokens,",
+            "'echo' is not an extra feature of provider 'vllm-engine' (it takes: bad_word_tokens,",
         ),
         # a team's allow-list names a model the gateway serves (aliases and configured vendors count)
         (f"{MOCK}teams: [{{id: t, models: [m, nope], keys: [{KEY}]}}]", "teams['t'].models: unknown model 'nope'"),

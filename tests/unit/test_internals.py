@@ -265,6 +265,7 @@ def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> 
     command_name = inspect.signature(ConnectionPool.get_connection).parameters["command_name"]
     assert command_name.default is None
     assert "check_health" in inspect.signature(AbstractConnection.send_packed_command).parameters
+    assert isinstance(AbstractConnection.is_connected, property) and callable(AbstractConnection.connect)
     assert "self.socket_timeout" in inspect.getsource(AbstractConnection.read_response)
 
 

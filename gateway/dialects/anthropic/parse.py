@@ -276,6 +276,11 @@ def tool_choice(choice: ToolChoice | None) -> JSON:
 
 def chat_options(b: CountTokensBody, fs: FeatureSet) -> ChatOptions | None:
     thinking = b.thinking if b.thinking is not None and b.thinking.type != "disabled" else None
+    if thinking is not None and thinking.type == "enabled" and thinking.budget_tokens is None:
+        # Anthropic's own 400: an enabled thinking is its budget (every wire's mapping reads it)
+        raise InvalidRequest(
+            "'thinking.budget_tokens' is required when its type is 'enabled'", param="thinking.budget_tokens"
+        )
     fs.use(Feature.THINKING, "thinking", thinking)
     if not b.tools and thinking is None:
         if b.tool_choice is not None and b.tool_choice.type in ("any", "tool"):

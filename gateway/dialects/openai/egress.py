@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,11 +32,13 @@ from gateway.core.response import (
 )
 from gateway.dialects.common import logprobs_from, openai_headers, usage_from
 from gateway.dialects.openai import embeddings
+from gateway.dialects.openai.openai_fields import CHAT_LENGTH, OPENAI_EXTRAS, openai_reasoning
 from gateway.dialects.openai.schema import STREAM_FORMAT
 from gateway.dialects.openai.vllm_fields import (
     VLLM_FEATURES,
     VLLM_PLUGIN_FEATURES,
     anthropic_reasoning,
+    asks_token_ids,
     forced_end,
     long_stops,
     prompt_logprobs_from,
@@ -155,25 +158,14 @@ def _sampling(req: InternalRequest, body: dict[str, JSON]) -> None:
         body["vllm_xargs"] = xargs
 
 
-def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
-    """Whether the upstream's body asks for output token ids (``token_ids``: it can return them). A
-    client's own ``return_token_ids`` (in its extra body, merged last) has the last word."""
-    if req.extra_body and "return_token_ids" in req.extra_body:
-        return bool(req.extra_body["return_token_ids"])
-    # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
-    # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
-    # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
-    # none, whose chunks the client gets as they are.
-    # A multi-token stop needs them: the end token its plugin forces is found by them (``forced_end``).
-    return token_ids and (
-        req.want_token_ids
-        or req.resumable
-        or bool(long_stops(req.sampling))
-        or (not req.sampling.echo and req.relay != STREAM_FORMAT)
-    )
+Reasoning = Callable[[Mapping[str, JSON]], dict[str, JSON]]  # a wire's reasoning fields (``chat.reasoning``)
 
 
-def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict[str, JSON]:
+def encode(
+    req: InternalRequest, model: str, *, token_ids: bool = False, reasoning: Reasoning = dict
+) -> dict[str, JSON]:
+    """``reasoning``: how the wire writes the request's reasoning fields; as they came by default (no
+    Anthropic thinking or effort reaches a wire without them: ``fit`` drops them)."""
     body: dict[str, JSON] = {"model": model}
     if req.operation is Operation.CHAT:
         body["messages"] = _messages(req)
@@ -186,7 +178,7 @@ def encode(req: InternalRequest, model: str, *, token_ids: bool = False) -> dict
             if chat.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = chat.parallel_tool_calls
             if chat.reasoning:
-                body.update(anthropic_reasoning(chat.reasoning))
+                body.update(reasoning(chat.reasoning))
     else:
         body["prompt"] = _prompt(req)
     _sampling(req, body)
@@ -535,12 +527,15 @@ class ChunkDecoder:
 @dataclass(frozen=True, slots=True)
 class OpenAIWire:
     """OpenAI's API (``openai``) or a ``vllm serve`` replica (``vllm``, which also returns output token
-    ids, needed by Friendli clients)."""
+    ids, needed by Friendli clients). ``reasoning`` writes the request's reasoning fields, ``length``
+    names a chat answer's length bound: each vendor's own (``openai_fields``, ``vllm_fields``)."""
 
     features: frozenset[Feature]
     token_ids: bool = False
     done_sentinel: bool = True
     extras: frozenset[Feature] = frozenset()
+    reasoning: Reasoning = dict
+    length: str = "max_tokens"
 
     def path(self, operation: Operation) -> str:
         return PATHS[operation]
@@ -553,7 +548,9 @@ class OpenAIWire:
             return embeddings.encode(request, model)
         if self.token_ids:
             vllm_ranges(request)
-        body = encode(request, model, token_ids=self.token_ids)
+        body = encode(request, model, token_ids=self.token_ids, reasoning=self.reasoning)
+        if self.length != "max_tokens" and request.operation is Operation.CHAT and "max_tokens" in body:
+            body[self.length] = body.pop("max_tokens")
         if self.token_ids and request.stream and not self.relayed(request):
             # vLLM's usage on every chunk: a stream the client cuts is settled by vLLM's own count
             # (``StreamProgress``). Asked only where every chunk is decoded anyway: a relayed chunk
@@ -592,5 +589,9 @@ class OpenAIWire:
 
 PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}
 EMBEDDING_FEATURES = frozenset({F.EMBEDDING, F.DIMENSIONS})
-OPENAI_WIRE = OpenAIWire(OPENAI_FEATURES | EMBEDDING_FEATURES)
-VLLM_WIRE = OpenAIWire(VLLM_FEATURES | EMBEDDING_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES)
+OPENAI_WIRE = OpenAIWire(
+    OPENAI_FEATURES | EMBEDDING_FEATURES, extras=OPENAI_EXTRAS, reasoning=openai_reasoning, length=CHAT_LENGTH
+)
+VLLM_WIRE = OpenAIWire(
+    VLLM_FEATURES | EMBEDDING_FEATURES, token_ids=True, extras=VLLM_PLUGIN_FEATURES, reasoning=anthropic_reasoning
+)

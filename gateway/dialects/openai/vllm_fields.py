@@ -1,9 +1,9 @@
 """vLLM's extensions of OpenAI's body, as the ``vllm`` wire (``egress``) and the in-process engine use
 them: the features vLLM serves and those this project's plugins add (``extra_features``), the plugins'
-``vllm_xargs``, vLLM's own checks made before sending (so a client gets its dialect's 400 naming its
-field), an Anthropic client's thinking and effort as vLLM's chat takes them, vLLM's prompt logprobs
-read back, and the end token the ``stop_token_sequences`` plugin forces taken back out of answers.
-Sans-IO; no wire format beyond these fields.
+``vllm_xargs``, when to ask for output token ids, vLLM's own checks made before sending (so a client
+gets its dialect's 400 naming its field), an Anthropic client's thinking and effort as vLLM's chat
+takes them, vLLM's prompt logprobs read back, and the end token the ``stop_token_sequences`` plugin
+forces taken back out of answers. Sans-IO; no wire format beyond these fields.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.core.response import Completion, TokenLogprob
+from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
 F = Feature
@@ -98,6 +99,24 @@ def trim_forced_ends(completion: Completion, stops: tuple[tuple[int, ...], ...])
             completion.usage, completion_tokens=max(0, completion.usage.completion_tokens - trimmed)
         )
     return completion
+
+
+def asks_token_ids(req: InternalRequest, token_ids: bool) -> bool:
+    """Whether the upstream's body asks for output token ids (``token_ids``: it can return them). A
+    client's own ``return_token_ids`` (in its extra body, merged last) has the last word."""
+    if req.extra_body and "return_token_ids" in req.extra_body:
+        return bool(req.extra_body["return_token_ids"])
+    # Only vLLM returns token ids (OpenAI refuses the field). vLLM answers an echo with an empty prompt
+    # text when they are asked for (it returns the prompt's ids instead), so they are asked for with
+    # echo only when the client's dialect needs them; nor for a relayed stream of a dialect that shows
+    # none, whose chunks the client gets as they are.
+    # A multi-token stop needs them: the end token its plugin forces is found by them (``forced_end``).
+    return token_ids and (
+        req.want_token_ids
+        or req.resumable
+        or bool(long_stops(req.sampling))
+        or (not req.sampling.echo and req.relay != STREAM_FORMAT)
+    )
 
 
 def vllm_ranges(request: InternalRequest) -> None:

@@ -301,7 +301,7 @@
 {{- $takes := get (merge (dict) $reg.http $reg.inProcess) $t.provider -}}
 {{- range $j, $name := default list $t.extra_features -}}
 {{- if not (has $name $takes) -}}
-{{- $why := printf "%s is not a plugin feature of provider %s (it takes: %s)" (include "gw.repr" $name) $p (default "nothing" (join ", " $takes)) -}}
+{{- $why := printf "%s is not an extra feature of provider %s (it takes: %s)" (include "gw.repr" $name) $p (default "nothing" (join ", " $takes)) -}}
 {{- include "gw.refuse" (list (printf "%s.extra_features[%d]" $at $j) $why) -}}
 {{- end -}}
 {{- end -}}

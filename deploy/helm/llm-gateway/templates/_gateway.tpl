@@ -5,7 +5,10 @@
     "anthropic": [],
     "friendli": [],
     "octoai": [],
-    "openai": [],
+    "openai": [
+      "effort",
+      "thinking"
+    ],
     "sgp": [],
     "sgp-v4": [],
     "vllm": [

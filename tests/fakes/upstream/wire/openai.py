@@ -1,6 +1,7 @@
 """OpenAI's own API (``shared/dialects.md`` §1): one content chunk per token with the role on a chat
 choice's first, a separate finish chunk per choice, ``"usage": null`` on every chunk and a usage chunk
-when ``stream_options.include_usage``, ``[DONE]``; Cloudflare's cookies on every answer. The helpers
+when ``stream_options.include_usage``, ``[DONE]``; a tool call's arguments in ``tool_calls`` pieces;
+Cloudflare's cookies on every answer; its reasoning models' rules for a chat (``read``). The helpers
 here draw the OpenAI-like shape the other vendors vary (``friendli``, ``sgp``, ``octoai``)."""
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ def body(job: Job, chat: bool, extra: ChoiceExtra = no_extra, created: bool = Tr
     """The whole answer: choices (text or message, finish_reason, logprobs), usage, identity."""
     choices = []
     for i, c in enumerate(job.choices):
-        content: JSON = {"message": {"role": "assistant", "content": c.text}} if chat else {"text": c.text}
+        content: JSON = {"message": message(job, c.text)} if chat else {"text": c.text}
         choices.append({"index": i, **content, "finish_reason": c.steps[-1].finish_reason, "logprobs": None})
         choices[-1] |= extra(job, i)
     out: JSON = {"id": job.id, "object": "chat.completion" if chat else "text_completion", "model": job.model}
     out |= {"created": job.created} if created else {}
     return out | {"choices": choices, "usage": job.usage()}
+
+
+def message(job: Job, text: str) -> JSON:
+    """A whole chat answer's message: its text, or the tool call whose arguments the text is."""
+    if job.tool_call is None:
+        return {"role": "assistant", "content": text}
+    call = {"id": job.tool_call.id, "type": "function", "function": {"name": job.tool_call.name, "arguments": text}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def head(job: Job, chat: bool) -> JSON:
@@ -42,6 +51,16 @@ def content(chat: bool, text: str, role: bool = False) -> JSON:
     return {"delta": {"role": "assistant", "content": text} if role else {"content": text}}
 
 
+def call_delta(job: Job, text: str, first: bool) -> JSON:
+    """A piece of a streamed tool call's arguments: OpenAI's first delta carries the call's id, type and
+    name (and the role, with no content), the later ones their arguments alone."""
+    assert job.tool_call is not None
+    ident = {"id": job.tool_call.id, "type": "function"} if first else {}
+    fn = {"name": job.tool_call.name, "arguments": text} if first else {"arguments": text}
+    delta: JSON = {"role": "assistant", "content": None} if first else {}
+    return {"delta": delta | {"tool_calls": [{"index": 0, **ident, "function": fn}]}}
+
+
 def choice_chunks(job: Job, chat: bool, token_key: str | None = None, finish_apart: bool = True) -> list[JSON]:
     """Each choice in turn: one chunk per token that adds text (``token_key``: the token id under that
     key), the finish on a chunk of its own (``finish_apart``) or on the last content chunk."""
@@ -50,7 +69,8 @@ def choice_chunks(job: Job, chat: bool, token_key: str | None = None, finish_apa
         steps = [s for s in c.steps if s.text]
         for j, step in enumerate(steps):
             last = j == len(steps) - 1 and not finish_apart
-            choice: JSON = {"index": i, **content(chat, step.text, role=j == 0)}
+            piece = call_delta(job, step.text, j == 0) if chat and job.tool_call else content(chat, step.text, j == 0)
+            choice: JSON = {"index": i, **piece}
             choice |= {"finish_reason": c.steps[-1].finish_reason if last else None, "logprobs": None}
             choice |= {token_key: step.token_id} if token_key else {}
             out.append(top | {"choices": [choice]})
@@ -76,8 +96,32 @@ def error(exc: ApiError) -> JSON:
     return openai_error(exc)
 
 
+# OpenAI's reasoning models, by their names' families (o1, o3, o4-mini, gpt-5...), and the efforts
+# every one of them takes: they refuse a chat's ``max_tokens`` ("Use 'max_completion_tokens'
+# instead"), and every other model refuses ``reasoning_effort`` (400, param named).
+REASONING_MODELS: Final = ("o1", "o3", "o4", "gpt-5")
+EFFORTS: Final = ("low", "medium", "high")
+UNSUPPORTED: Final = "Unsupported parameter: '{}' is not supported with this model."
+
+
+def read(body: JSON) -> JSON:
+    """A chat body as OpenAI's API judges it by its model: the reasoning models' rules."""
+    if "messages" not in body:
+        return body
+    reasoning = str(body.get("model", "")).startswith(REASONING_MODELS)
+    if reasoning and "max_tokens" in body:
+        message = UNSUPPORTED.format("max_tokens") + " Use 'max_completion_tokens' instead."
+        raise ApiError(400, message, "max_tokens")
+    effort = body.get("reasoning_effort")
+    if effort is not None and not reasoning:
+        raise ApiError(400, UNSUPPORTED.format("reasoning_effort"), "reasoning_effort")
+    if effort is not None and effort not in EFFORTS:
+        raise ApiError(400, f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model.")
+    return body
+
+
 # OpenAI's API sits behind Cloudflare, which sets these on every answer (per-client state: a gateway
 # must not hand one team's cookies to the next team's requests).
 COOKIES: Final = (("Set-Cookie", "__cf_bm=bm; Path=/; HttpOnly"), ("Set-Cookie", "_cfuvid=uvid; Path=/; HttpOnly"))
 
-WIRE: Final = Wire("openai", "/v1", body, chunks, error, base_suffix="/v1", headers=COOKIES)
+WIRE: Final = Wire("openai", "/v1", body, chunks, error, read, base_suffix="/v1", headers=COOKIES)
