@@ -3,7 +3,7 @@
 apart from the rest of a request, whose count in ``benchmarks.instructions --redis`` moves by ~0.5%
 run to run.
 
-The subject runs the bench's limits (``benchmarks.run.gateway_config``: team rpm, tpm, concurrency,
+The subject runs the bench's limits (``benchmarks.subjects.gateway_config``: team rpm, tpm, concurrency,
 a money and a token budget, a price) against a private ``redis-server``: ``--requests`` admissions,
 each released at once with usage, at concurrency 16, after a warm-up. Two runs under callgrind, with
 no requests and with them; the difference, per request, is the count. The loop's own work (an
@@ -28,11 +28,11 @@ from pathlib import Path
 
 from benchmarks.instructions import wait_port
 from benchmarks.procs import free_port
-from benchmarks.run import gateway_config
+from benchmarks.subjects import gateway_config
 from gateway.dialects.openai.parse import parse_chat
 from gateway.limits import build_admission
 from gateway.limits.admission import Admission, Ask, running
-from gateway.runtime.config import load_config
+from gateway.runtime.config_file import load_config
 from gateway.store.redis_client import close_redis, redis_client
 
 CONCURRENCY = 16

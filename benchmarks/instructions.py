@@ -32,7 +32,7 @@ import aiohttp
 
 from benchmarks.clients import CHUNKS, DIALECTS, OPENAI, Dialect, run_async
 from benchmarks.procs import BenchError, Processes, free_port, log
-from benchmarks.run import gateway_config
+from benchmarks.subjects import gateway_config
 
 PY = sys.executable
 CONCURRENCY = 16

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv" / "bin"
+PY = str(VENV / "python") if (VENV / "python").exists() else sys.executable  # the project's own, where it has one
 TICK = os.sysconf("SC_CLK_TCK")
 
 

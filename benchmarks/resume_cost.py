@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.clients import CHUNKS, OPENAI, pacing, preflight, run_async
+from benchmarks.load import Load, Probe
 from benchmarks.machine import basic_meta, measured, write_report
-from benchmarks.procs import BenchError, Cores, Processes, choose_cores, free_port, log
+from benchmarks.procs import PY, BenchError, Cores, Processes, choose_cores, free_port, log
+from benchmarks.subjects import gateway_command, gateway_config
 
 SUBJECTS = ("on", "off")  # the model's resume switch
 STREAMS, PACED_STREAMS, PACED_GAP_MS = 64, 16, 1.0
@@ -38,8 +40,6 @@ FIGURES = ("stream_rps", "cpu_us_per_stream", "paced_cpu_us_per_stream", "paced_
 
 def start(procs: Processes, cores: Cores, tmp: Path, redis_url: str | None = None) -> tuple[str, dict[str, Any]]:
     """The vLLM-shaped fake upstream and one gateway per switch: (upstream URL, switch → (URL, probe))."""
-    from benchmarks.run import PY, Probe, gateway_command, gateway_config
-
     port = free_port()
     args = [PY, "-m", "tests.fakes.upstream", "--fast", "--vllm-chunks", "--port", str(port), "--chunks", str(CHUNKS)]
     upstream = procs.start("resume-upstream", cores.pin(cores.load, args))
@@ -59,7 +59,7 @@ def start(procs: Processes, cores: Cores, tmp: Path, redis_url: str | None = Non
     return up_url, subjects
 
 
-def rounds(load: Any, upstream: str, subjects: dict[str, Any], n: int, seconds: int) -> dict[str, Any]:
+def rounds(load: Load, upstream: str, subjects: dict[str, Any], n: int, seconds: int) -> dict[str, Any]:
     """``n`` rounds, each subject in turn (the order alternating): the figures of each round."""
     out: dict[str, dict[str, list[float]]] = {s: {k: [] for k in FIGURES} for s in subjects}
     for i in range(n):
@@ -129,8 +129,6 @@ INSTRUCTION_STREAMS, INSTRUCTION_WARMUP = 300, 100  # per switch, under callgrin
 def instructions() -> dict[str, float]:
     """Instructions per 64-chunk stream of the gateway with resume on and off
     (``benchmarks.instructions``): the figure that repeats to within ~0.5%, where CPU time wanders."""
-    from benchmarks.run import PY
-
     counts = {}
     for switch in SUBJECTS:
         args = [PY, "-m", "benchmarks.instructions", "--stream", "--provider", "vllm", "--resume", switch]
@@ -155,8 +153,6 @@ def instruction_lines(counts: dict[str, float]) -> list[str]:
 
 def run_alone(args: argparse.Namespace) -> int:
     """``scripts/bench --resume-only``: the two gateways alone; writes ``resume.{json,md}``."""
-    from benchmarks.run import Load
-
     cores = choose_cores(args.nice)
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-resume-"))
     procs = Processes(tmp)

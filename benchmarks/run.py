@@ -10,6 +10,8 @@ Subjects, each measured the same way against one fake upstream (``tests/fakes/up
 * ``yardstick``: a bare aiohttp pass-through proxy (``yardstick_proxy.py``);
 * ``gateway``: ``llm-gateway serve --workers 1`` with ``gateway.yaml``, once per client dialect.
 
+They are started by ``subjects.py``; ``load.py`` runs the load and reads what each run cost.
+
 The subject runs on core 0; the fake upstream, wrk and this runner on core 1 (``taskset``). Per subject:
 requests/s and latency percentiles at 1, 8 and 64 connections (wrk, closed loop), CPU µs per request of
 the subject's process tree (utime+stime from /proc, children included), 64-chunk streams/s, time to
@@ -20,49 +22,28 @@ soak. Writes ``benchmarks/results/latest.json`` and ``latest.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
 from benchmarks import resume_cost
-from benchmarks.clients import CHUNKS, DIALECTS, KEY, OPENAI, TEAM, Dialect, pacing, preflight, run_async, ttft
+from benchmarks.clients import CHUNKS, DIALECTS, OPENAI, Dialect, pacing, preflight, run_async, ttft
+from benchmarks.load import Load, Probe
 from benchmarks.machine import ensure_wrk, machine_meta
-from benchmarks.procs import (
-    BenchError,
-    Cores,
-    Processes,
-    background_load,
-    children_cpu_s,
-    choose_cores,
-    core_ticks,
-    free_port,
-    log,
-    self_cpu_s,
-    tree_cpu_s,
-    worker_memory,
-)
+from benchmarks.procs import ROOT, BenchError, Cores, Processes, background_load, choose_cores, log, worker_memory
 from benchmarks.report import evaluate, notes, render
+from benchmarks.subjects import Gateway, start_gateways, start_upstream, start_yardstick
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
-RESULTS = BENCH / "results"
-VENV = ROOT / ".venv" / "bin"
-PY = str(VENV / "python") if (VENV / "python").exists() else sys.executable
+RESULTS = ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 64)
 STREAM_CONNECTIONS = 64
 ROUND_CONNECTIONS = 64  # the interleaved rounds, plain and streamed: the targets' concurrency
@@ -71,10 +52,8 @@ LATENCY_KEYS = ("c1_p50_ms", "ttft_p50_ms")  # the interleaved rounds' latency f
 # chunk, so the per-chunk relay cost shows. 16 streams at once stay within one core's capacity.
 PACED_GAP_MS = 1.0
 PACED_CONNECTIONS = 16
-OPEN_LOOP_CONNECTIONS = 64  # at most; an open-loop run opens what its rate needs
 SOAK_CONNECTIONS = 64
-WRK_TIMEOUT_S = 5
-REDIS_TIMEOUT_MS = 2000  # the --redis subject's redis.timeout_ms (``gateway_config``)
+BY_NAME = {d.name: d for d in DIALECTS}
 
 
 @dataclass(frozen=True)
@@ -104,114 +83,6 @@ FULL = Profile(
     rounds=5,
     round_s=3,
 )
-
-
-# --- load: wrk -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Probe:
-    """What the processes of interest and the cores did during one load run."""
-
-    server_pid: int | None
-    upstream_pid: int | None
-    extra_pids: tuple[int, ...] = ()  # ours, on the load core (redis)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "t": time.monotonic(),
-            "server": tree_cpu_s(self.server_pid),
-            "upstream": tree_cpu_s(self.upstream_pid),
-            "extra": sum(tree_cpu_s(p) for p in self.extra_pids),
-            "children": children_cpu_s(),
-            "self": self_cpu_s(),
-            "cores": core_ticks(),
-        }
-
-
-def usage_between(a: dict[str, Any], b: dict[str, Any], cores: Cores) -> dict[str, Any]:
-    wall = b["t"] - a["t"]
-    server = b["server"] - a["server"]
-    upstream = b["upstream"] - a["upstream"]
-    load_side = upstream + (b["children"] - a["children"]) + (b["self"] - a["self"]) + (b["extra"] - a["extra"])
-    out: dict[str, Any] = {"wall_s": wall, "server_cpu_s": server, "upstream_cpu_s": upstream}
-    out["wrk_cpu_s"] = b["children"] - a["children"]
-    out["extra_cpu_s"] = b["extra"] - a["extra"]
-    busy = {}
-    for core, (busy_b, total_b) in b["cores"].items():
-        busy_a, total_a = a["cores"].get(core, (busy_b, total_b))
-        ticks = total_b - total_a
-        busy[core] = (busy_b - busy_a) / ticks if ticks else 0.0
-    out["core_busy_pct"] = {str(c): round(100 * v, 1) for c, v in busy.items()}
-    if cores.subject is not None and cores.load is not None and wall > 0:
-        # what others (not this benchmark) ran on our cores: the machine is shared
-        out["foreign_pct_subject_core"] = round(max(0.0, 100 * (busy[cores.subject] - server / wall)), 1)
-        out["foreign_pct_load_core"] = round(max(0.0, 100 * (busy[cores.load] - load_side / wall)), 1)
-    return out
-
-
-class Load:
-    def __init__(self, cores: Cores) -> None:
-        self.cores = cores
-
-    def wrk(
-        self,
-        url: str,
-        dialect: Dialect,
-        connections: int,
-        seconds: int,
-        probe: Probe,
-        stream: bool = False,
-    ) -> dict[str, Any]:
-        """Closed loop: wrk keeps ``connections`` requests out."""
-        env = {**os.environ, "BENCH_KEY": KEY, "BENCH_TEAM": TEAM, "BENCH_STREAM": "1" if stream else "0"}
-        args = ["-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", f"{WRK_TIMEOUT_S}s"]
-        cmd = self.cores.pin(self.cores.load, ["wrk", *args, "-s", str(dialect.script), url])
-        run = self._run(cmd, env, seconds, probe)
-        return {"connections": connections, "seconds": seconds, "stream": stream, **run}
-
-    def open_loop(self, url: str, dialect: Dialect, rate: int, seconds: int, probe: Probe) -> dict[str, Any]:
-        """Open loop: ``rate`` requests/s arrive whatever the answers do (``benchmarks/openloop.py``)."""
-        args = [PY, "-m", "benchmarks.openloop", "--url", url + dialect.path, "--rate", str(rate)]
-        args += ["--seconds", str(seconds), "--connections", str(OPEN_LOOP_CONNECTIONS)]
-        args += ["--body", json.dumps(dialect.body(False))]
-        for name, value in dialect.headers.items():
-            args += ["--header", f"{name}: {value}"]
-        run = self._run(self.cores.pin(self.cores.load, args), dict(os.environ), seconds, probe)
-        return {"connections": OPEN_LOOP_CONNECTIONS, "seconds": seconds, "stream": False, "fixed_rate": rate, **run}
-
-    def _run(self, cmd: list[str], env: dict[str, str], seconds: int, probe: Probe) -> dict[str, Any]:
-        before = probe.snapshot()
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise BenchError(f"the load generator did not finish: {' '.join(cmd)}") from exc
-        after = probe.snapshot()
-        line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
-        if line is None:
-            raise BenchError(f"no result ({done.returncode}): {done.stdout[-800:]} {done.stderr[-800:]}")
-        raw = json.loads(line.split(" ", 1)[1])
-        usage = usage_between(before, after, self.cores)
-        requests = int(raw["requests"])
-        lat = raw["latency_us"]
-        errors = raw["errors"]
-        run: dict[str, Any] = {
-            "requests": requests,
-            "rps": requests / (raw["duration_us"] / 1e6) if raw["duration_us"] else 0.0,
-            "latency_ms": {k: round(float(lat[k]) / 1000, 3) for k in ("p50", "p90", "p99", "p999", "max", "mean")},
-            "errors": sum(int(v) for v in errors.values()),
-            "error_detail": errors,
-            "bytes_per_response": round(raw["bytes"] / requests) if requests else 0,
-            **usage,
-        }
-        if requests:
-            run["server_cpu_us_per_req"] = (
-                round(usage["server_cpu_s"] / requests * 1e6, 1) if probe.server_pid else None
-            )
-            run["upstream_cpu_us_per_req"] = round(usage["upstream_cpu_s"] / requests * 1e6, 1)
-            if probe.extra_pids:  # redis-server: the gateway's work done in another process
-                run["extra_cpu_us_per_req"] = round(usage["extra_cpu_s"] / requests * 1e6, 1)
-        return run
 
 
 # --- one subject ------------------------------------------------------------------------------------
@@ -383,54 +254,6 @@ def soak(load: Load, profile: Profile, url: str, probe: Probe, requests: int, rp
     }
 
 
-# --- the gateway's config ----------------------------------------------------------------------------
-
-
-def gateway_config(
-    upstream_port: int,
-    redis_url: str | None,
-    provider: str = "openai",
-    resume: str | None = None,
-    queue: bool = False,
-) -> str:
-    """The config under test; ``provider`` and ``resume`` (on, off) set its one target's provider and
-    its model's mid-stream resume switch (``benchmarks.instructions``); ``queue``: its model has a
-    fair queue whose capacity the load never reaches (the cost of a free slot, docs/fair-queuing.md)."""
-    text = (BENCH / "gateway.yaml").read_text()
-    text = text.replace("UPSTREAM_PORT", str(upstream_port)).replace(
-        "KEY_SHA256", hashlib.sha256(KEY.encode()).hexdigest()
-    )
-    data = yaml.safe_load(text)
-    target = data["models"][0]["targets"][0]
-    target["provider"] = provider
-    if provider == "anthropic":  # Anthropic's base URL has no /v1: its wire's path holds it
-        target["base_url"] = target["base_url"].removesuffix("/v1")
-    if resume is not None:
-        data["models"][0]["resume"] = resume == "on"
-    if queue:
-        data["models"][0]["queue"] = {"capacity": 1_000_000}
-    if redis_url:
-        # Not the default 50 ms per call: on this shared 2-core machine, under 64 streams, a call runs
-        # past it now and then, the breaker opens for a second and the budgets (closed on failure)
-        # refuse with 503, the TTFT step's among them. This measures Redis's cost, not its failure.
-        data["redis"] = {"url": redis_url, "timeout_ms": REDIS_TIMEOUT_MS}
-        # every limit kind, a money budget among them, far above the load: each admission runs the
-        # whole script (one Redis call) and none is refused
-        data["spend"] = {"currency": "USD", "prices": [{"model": "tiny", "input": 1, "output": 2}]}
-        for team in data["teams"]:
-            team["limits"] = {"rpm": 1_000_000_000, "tpm": 1_000_000_000_000, "concurrency": 1_000_000}
-            team["budget"] = {"amount": 1_000_000_000, "tokens": 1_000_000_000_000, "period": "month"}
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-def gateway_command(config: Path, port: int) -> list[str]:
-    serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    entry = VENV / "llm-gateway"
-    if entry.exists():
-        return [str(entry), *serve]
-    return [PY, "-m", "gateway", *serve]
-
-
 # --- main -------------------------------------------------------------------------------------------
 
 
@@ -483,6 +306,20 @@ def _terminate(signum: int, frame: Any) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
+@dataclass
+class Run:
+    """What every measurement of one run shares, and what the run has measured so far."""
+
+    load: Load
+    profile: Profile
+    rate: int
+    procs: Processes
+    results: list[dict[str, Any]] = field(default_factory=list)
+    soak: dict[str, Any] = field(default_factory=dict)
+    resumed: dict[str, Any] = field(default_factory=dict)
+    server_logs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     ensure_wrk()
@@ -501,123 +338,100 @@ def main(argv: list[str] | None = None) -> int:
     if cores.load is not None:
         os.sched_setaffinity(0, {cores.load})  # the runner (TTFT client) stays off the subject's core
     meta = machine_meta(args, cores, background)
-    load = Load(cores)
-    rate = args.rate
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-"))
-    procs = Processes(tmp)
-    results: list[dict[str, Any]] = []
-    soak_result: dict[str, Any] = {}
-    resumed: dict[str, Any] = {}
-    server_logs: dict[str, dict[str, Any]] = {}
+    run = Run(Load(cores), profile, args.rate, Processes(tmp))
     started = time.monotonic()
     try:
-        up_port = free_port()
-        upstream_args = [PY, "-m", "tests.fakes.upstream", "--fast", "--port", str(up_port), "--chunks", str(CHUNKS)]
-        upstream_args += ["--ttft-ms", str(args.upstream_ttft_ms), "--gap-ms", str(args.upstream_gap_ms)]
-        upstream = procs.start("upstream", cores.pin(cores.load, upstream_args))
-        up_url = f"http://127.0.0.1:{up_port}"
-        procs.wait_http("upstream", up_url + "/health", 30)
-
-        results.append(measure(load, profile, "direct", up_url, OPENAI, Probe(None, upstream.pid), rate, up_url))
-
-        yard_port = free_port()
-        yard_args = [PY, "-m", "benchmarks.yardstick_proxy", "--port", str(yard_port), "--upstream", up_url]
-        yard = procs.start("yardstick", cores.pin(cores.subject, yard_args))
-        yard_url = f"http://127.0.0.1:{yard_port}"
-        procs.wait_http("yardstick", yard_url + "/health", 30)
-        yard_probe = Probe(yard.pid, upstream.pid)
-
-        # Every subject starts now and stays up (idle but in its turn) until it has been measured in
-        # full: the interleaved rounds need them all at once.
-        gateways: list[tuple[str, str, Probe, list[str], bool]] = []  # subject, url, probe, dialects, redis
-        if not args.no_gateway:
-            gw_runs: list[tuple[str, str | None, list[str]]] = [("gateway", None, args.dialect_list)]
-            if args.redis:
-                gw_runs.append(("gateway+redis", "redis", args.dialect_list[:1]))
-            for subject, redis, dialects in gw_runs:
-                extra: tuple[int, ...] = ()
-                redis_url = None
-                if redis:
-                    if shutil.which("redis-server") is None:
-                        log("--redis: redis-server is not installed (apt-get install -y redis-server); skipped")
-                        continue
-                    r_port = free_port()
-                    r_args = ["redis-server", "--port", str(r_port), "--bind", "127.0.0.1", "--save", ""]
-                    r_args += ["--appendonly", "no", "--protected-mode", "yes"]
-                    r_proc = procs.start("redis", cores.pin(cores.load, r_args))
-                    extra = (r_proc.pid,)
-                    redis_url = f"redis://127.0.0.1:{r_port}/0"
-                    deadline = time.monotonic() + 20
-                    while True:
-                        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", r_port), 1):
-                            break
-                        if time.monotonic() > deadline or r_proc.poll() is not None:
-                            raise BenchError(f"redis-server did not start:\n{procs.tail('redis')}")
-                        time.sleep(0.1)
-                config = tmp / f"{subject}.yaml"
-                config.write_text(gateway_config(up_port, redis_url, queue=args.queue))
-                gw_port = free_port()
-                gw = procs.start(subject, cores.pin(cores.subject, gateway_command(config, gw_port)))
-                gw_url = f"http://127.0.0.1:{gw_port}"
-                procs.wait_http(subject, gw_url + "/health", 60)
-                gateways.append((subject, gw_url, Probe(gw.pid, upstream.pid, extra), dialects, redis is not None))
-
-        by_name = {d.name: d for d in DIALECTS}
-        columns: list[Column] = [("yardstick", yard_url, OPENAI, yard_probe)]
-        for subject, gw_url, probe, dialects, _ in gateways:
-            columns += [(subject, gw_url, by_name[n], probe) for n in dialects]
-        direct = ("direct", up_url, OPENAI, Probe(None, upstream.pid))
-        rounds = interleaved(load, profile, columns, direct) if profile.rounds else {}
-        results[0]["rounds"] = rounds.get("direct/openai")
-
-        r = measure(load, profile, "yardstick", yard_url, OPENAI, yard_probe, rate, up_url)
-        results.append({**r, "rounds": rounds.get("yardstick/openai")})
-        procs.stop("yardstick")
-
-        for subject, gw_url, probe, dialects, with_redis in gateways:
-            requests_before = sum(v["requests"] for k, v in rounds.items() if k.startswith(subject + "/"))
-            for name in dialects:
-                r = measure(load, profile, subject, gw_url, by_name[name], probe, rate, up_url)
-                results.append({**r, "rounds": rounds.get(f"{subject}/{name}")})
-                requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
-            if subject == "gateway" and soak_requests > 0:
-                log(f"soak: {soak_requests} requests at {SOAK_CONNECTIONS} connections")
-                guess = next((r["runs"]["c64"]["rps"] for r in results if r["subject"] == subject and "runs" in r), 0)
-                soak_result = soak(load, profile, gw_url, probe, soak_requests, guess or 1000.0)
-                soak_result["requests_before_soak"] = requests_before
-                requests_before += soak_result["requests"]
-            procs.stop(subject)
-            server_logs[subject] = {
-                "bytes": procs.log_bytes(subject),
-                "bytes_per_request": round(procs.log_bytes(subject) / max(1, requests_before), 1),
-                "error_lines": procs.count_lines(subject, '"level":"error"'),
-            }
-            if with_redis:
-                procs.stop("redis")
-        if not args.no_gateway:  # resume on and off, in the same run (benchmarks/resume_cost.py)
-            resume_upstream, resume_subjects = resume_cost.start(procs, cores, tmp)
-            resumed = resume_cost.rounds(load, resume_upstream, resume_subjects, profile.rounds, profile.round_s)
+        measure_subjects(run, cores, tmp, args, soak_requests)
     finally:
-        procs.stop_all()
+        run.procs.stop_all()
         if args.keep_logs:
             log(f"logs and configs kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    meta.update(foreign_load(run.results))
+    meta["duration_s"] = round(time.monotonic() - started, 1)
+    meta["server_logs"] = run.server_logs
+    report_run(args, run, meta, soak_requests)
+    return 0
 
+
+def measure_subjects(run: Run, cores: Cores, tmp: Path, args: argparse.Namespace, soak_requests: int) -> None:
+    """direct; every subject started, then measured in the interleaved rounds; then each in full (the
+    yardstick, each gateway and its soak), stopped once measured; then resume on and off."""
+    upstream = start_upstream(run.procs, cores, args)
+    direct_probe = Probe(None, upstream.pid)
+    run.results.append(
+        measure(run.load, run.profile, "direct", upstream.url, OPENAI, direct_probe, run.rate, upstream.url)
+    )
+    yard_url, yard_probe = start_yardstick(run.procs, cores, upstream)
+    gateways = start_gateways(run.procs, cores, tmp, upstream, args)
+    columns: list[Column] = [("yardstick", yard_url, OPENAI, yard_probe)]
+    for gw in gateways:
+        columns += [(gw.subject, gw.url, BY_NAME[n], gw.probe) for n in gw.dialects]
+    direct = ("direct", upstream.url, OPENAI, Probe(None, upstream.pid))
+    rounds = interleaved(run.load, run.profile, columns, direct) if run.profile.rounds else {}
+    run.results[0]["rounds"] = rounds.get("direct/openai")
+
+    r = measure(run.load, run.profile, "yardstick", yard_url, OPENAI, yard_probe, run.rate, upstream.url)
+    run.results.append({**r, "rounds": rounds.get("yardstick/openai")})
+    run.procs.stop("yardstick")
+    for gw in gateways:
+        measure_gateway(run, gw, rounds, upstream.url, soak_requests)
+    if not args.no_gateway:  # resume on and off, in the same run (benchmarks/resume_cost.py)
+        resume_upstream, resume_subjects = resume_cost.start(run.procs, cores, tmp)
+        run.resumed = resume_cost.rounds(
+            run.load, resume_upstream, resume_subjects, run.profile.rounds, run.profile.round_s
+        )
+
+
+def measure_gateway(
+    run: Run, gw: Gateway, rounds: dict[str, dict[str, Any]], upstream: str, soak_requests: int
+) -> None:
+    """One gateway subject in full: each of its dialects, then (the plain gateway's) the soak; then it
+    stops, and its log's size per request and its error lines are counted."""
+    requests_before = sum(v["requests"] for k, v in rounds.items() if k.startswith(gw.subject + "/"))
+    for name in gw.dialects:
+        r = measure(run.load, run.profile, gw.subject, gw.url, BY_NAME[name], gw.probe, run.rate, upstream)
+        run.results.append({**r, "rounds": rounds.get(f"{gw.subject}/{name}")})
+        requests_before += sum(x["requests"] for x in r.get("runs", {}).values())
+    if gw.subject == "gateway" and soak_requests > 0:
+        log(f"soak: {soak_requests} requests at {SOAK_CONNECTIONS} connections")
+        guess = next((r["runs"]["c64"]["rps"] for r in run.results if r["subject"] == gw.subject and "runs" in r), 0)
+        run.soak = soak(run.load, run.profile, gw.url, gw.probe, soak_requests, guess or 1000.0)
+        run.soak["requests_before_soak"] = requests_before
+        requests_before += run.soak["requests"]
+    run.procs.stop(gw.subject)
+    run.server_logs[gw.subject] = {
+        "bytes": run.procs.log_bytes(gw.subject),
+        "bytes_per_request": round(run.procs.log_bytes(gw.subject) / max(1, requests_before), 1),
+        "error_lines": run.procs.count_lines(gw.subject, '"level":"error"'),
+    }
+    if gw.redis:
+        run.procs.stop("redis")
+
+
+def foreign_load(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The most of the subject's and the load's cores that other work took, over every run."""
     runs = [x for r in results for x in r.get("runs", {}).values()]
     # direct leaves the subject's core idle, and other work moves onto it: not interference, not counted
     subject_runs = [x for r in results if r["subject"] != "direct" for x in r.get("runs", {}).values()]
     # the interleaved rounds' runs count too: the targets are read from them
     round_subject = [v for r in results for v in (r.get("rounds") or {}).get("foreign_pct_subject_core", ())]
     round_load = [v for r in results for v in (r.get("rounds") or {}).get("foreign_pct_load_core", ())]
-    meta["max_foreign_subject_core_pct"] = max(
-        [*(x.get("foreign_pct_subject_core", 0.0) for x in subject_runs), *round_subject], default=0.0
-    )
-    meta["max_foreign_load_core_pct"] = max(
-        [*(x.get("foreign_pct_load_core", 0.0) for x in runs), *round_load], default=0.0
-    )
-    meta["duration_s"] = round(time.monotonic() - started, 1)
-    meta["server_logs"] = server_logs
+    return {
+        "max_foreign_subject_core_pct": max(
+            [*(x.get("foreign_pct_subject_core", 0.0) for x in subject_runs), *round_subject], default=0.0
+        ),
+        "max_foreign_load_core_pct": max(
+            [*(x.get("foreign_pct_load_core", 0.0) for x in runs), *round_load], default=0.0
+        ),
+    }
+
+
+def report_run(args: argparse.Namespace, run: Run, meta: dict[str, Any], soak_requests: int) -> None:
+    """``latest.json`` and ``latest.md`` (with resume's section when it ran), the markdown on stdout."""
+    profile = run.profile
     settings = {
         "profile": profile.__dict__,
         "round_ttft_samples": round_ttft_samples(profile),
@@ -632,17 +446,16 @@ def main(argv: list[str] | None = None) -> int:
         "upstream_gap_ms": args.upstream_gap_ms,
         "nice": args.nice,
     }
-    report: dict[str, Any] = {"meta": meta, "settings": settings, "results": results, "soak": soak_result}
-    report["targets"] = evaluate(results, soak_result)
-    report["notes"] = notes(meta, results, soak_result, settings)
-    report["resume"] = resumed
+    report: dict[str, Any] = {"meta": meta, "settings": settings, "results": run.results, "soak": run.soak}
+    report["targets"] = evaluate(run.results, run.soak)
+    report["notes"] = notes(meta, run.results, run.soak, settings)
+    report["resume"] = run.resumed
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    text = render(report) + ("\n" + "\n".join(resume_cost.markdown(resumed)) + "\n" if resumed else "")
+    text = render(report) + ("\n" + "\n".join(resume_cost.markdown(run.resumed)) + "\n" if run.resumed else "")
     (args.out / "latest.md").write_text(text)
     sys.stdout.write(text)
     log(f"done in {meta['duration_s']} s: {args.out / 'latest.md'}")
-    return 0
 
 
 if __name__ == "__main__":

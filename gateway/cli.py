@@ -32,7 +32,9 @@ from typing import Any, NamedTuple, TextIO
 
 from gateway.cli_admin import keys_cmd, spend_cmd, teams_cmd
 from gateway.obs.logs import FORMATS, LEVELS
-from gateway.runtime.config import ConfigError, GatewayConfig, Target, check_environment, hash_key, load_config
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, hash_key
+from gateway.runtime.config_environment import check_environment
+from gateway.runtime.config_file import load_config
 from gateway.runtime.resolved import report
 
 log = logging.getLogger("gateway")

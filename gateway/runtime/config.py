@@ -1,51 +1,53 @@
-"""The gateway's one config file format (YAML), validated with pydantic.
+"""The gateway's one config file format (YAML), validated with pydantic: its sections, their rules,
+and ``parse_config``, which turns a file's values into a ``GatewayConfig``.
 
-    server:   {host, port, workers}
-    models:   public model name → targets (provider, base_url, upstream model, credential by
-              environment variable, weight, timeouts, features to add, fields that may be dropped)
-    teams:    team id → API keys, stored as SHA-256 hashes; a key may instead be read from an
-              environment variable at start-up and hashed at once (never kept in plain text)
-    vendors:  for ``vendor/model`` names with no table entry: provider, base URL and key variable of
-              each upstream vendor (the embedded default fills these from the environment)
+    server:     {host, port, workers}; bounds on bodies, connections and answers held whole; the drain
+                on SIGTERM; the variable holding the metrics token
+    models:     public model name → targets (provider, base_url or replicas, upstream model, credential
+                by environment variable or file, weight, timeouts, features to add, fields that may be
+                dropped, a replica pool's balance); aliases, mid-stream resume, kind, its fair queue
+    teams:      team id → API keys, stored as SHA-256 hashes; a key may instead be read from an
+                environment variable at start-up and hashed at once (never kept in plain text); the
+                models it may use; limits and budgets for the team and for each key; deadlines; its
+                weight and class in a model's queue
+    vendors:    for ``vendor/model`` names with no table entry: provider, base URL and key variable of
+                each upstream vendor (the embedded default fills these from the environment)
+    auth:       ``keys`` (the default) or ``none`` (open access)
+    redis:      where limits, keys and shared state live across replicas; absent: in this process
+    limits:     how limits are kept: the gateway replicas sharing them, the admission wait, leases,
+                admitting a key's next request ahead
+    spend:      prices and the budgets' currency, time zone and failure policy (``spend_config``)
+    admin:      the admin key, by hash or by environment variable
+    tracing:    OpenTelemetry over OTLP/HTTP; absent: no tracing
+    reload:     reloading the config when its file changes, and how often files are checked
+    responses:  how long stored Responses are kept, and how much of them per team
+    priorities: the classes of a model's queue, highest first
 
 ``ConfigError`` names the file, the key path and the reason, in one line. Secrets are referenced
 (``api_key_env``), never required inline. ``parse_config`` checks what the file alone shows (shapes,
-values, names that must refer to a model); ``check_environment`` checks, at start-up, what the file
-needs from the environment (credential variables, someone able to present a key). Whether a provider
-exists is checked where the providers are known (``gateway.web.app.check_target``).
+values, names that must refer to a model); its refusals are worded by ``config_messages``. Reading
+the file (size, encoding, YAML) is ``config_file``'s; what the file needs from the environment
+(credential variables, someone able to present a key) is checked at start-up by
+``config_environment``. Whether a provider exists is checked where the providers are known
+(``gateway.web.app.check_target``).
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import os
 import re
-import types
-import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gateway.runtime.keyfile import KeyProblem, read_key_file, usable_key
+from gateway.runtime.config_messages import Placed, refusal
 from gateway.runtime.spend_config import Budget, SpendSettings, price_problem
 
 
 class ConfigError(Exception):
     pass
-
-
-class _Placed(ValueError):
-    """A cross-field check's failure at a path of its own (``teams[2].id``), where pydantic would
-    place it at the validator's model."""
-
-    def __init__(self, loc: tuple[int | str, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
 
 
 def _http_url(value: str) -> str:
@@ -396,200 +398,36 @@ class GatewayConfig(_Model):
             for name in (m.name, *m.aliases):
                 if name in first:
                     where = "" if first[name] == i else f"; first at models[{first[name]}]"
-                    raise _Placed(("models", i), f"model name {name!r} is declared twice{where}")
+                    raise Placed(("models", i), f"model name {name!r} is declared twice{where}")
                 first[name] = i
         teams: dict[str, int] = {}
         for i, team in enumerate(self.teams):
             if team.id in teams:
                 message = f"team id {team.id!r} is declared twice; first at teams[{teams[team.id]}]"
-                raise _Placed(("teams", i, "id"), message)
+                raise Placed(("teams", i, "id"), message)
             teams[team.id] = i
         self._classes_known()
         return self
 
     def _classes_known(self) -> None:
         if len(set(self.priorities)) != len(self.priorities):
-            raise _Placed(("priorities",), "a class is listed twice")
+            raise Placed(("priorities",), "a class is listed twice")
         for i, name in enumerate(self.priorities):
             if not PRIORITY_CLASS.fullmatch(name):
                 why = "letters, digits, '_', '.', '-' (up to 64), as the X-Gateway-Priority header names it"
-                raise _Placed(("priorities", i), f"a class is one token of {why}, not {name[:64]!r}")
+                raise Placed(("priorities", i), f"a class is one token of {why}, not {name[:64]!r}")
         known = ", ".join(self.priorities)
         for i, team in enumerate(self.teams):
             if team.priority is not None and team.priority not in self.priorities:
-                raise _Placed(("teams", i, "priority"), f"unknown class {team.priority!r} (known: {known})")
+                raise Placed(("teams", i, "priority"), f"unknown class {team.priority!r} (known: {known})")
             for j, key in enumerate(team.keys):
                 if key.priority is not None and key.priority not in self.priorities:
                     where = ("teams", i, "keys", j, "priority")
-                    raise _Placed(where, f"unknown class {key.priority!r} (known: {known})")
+                    raise Placed(where, f"unknown class {key.priority!r} (known: {known})")
 
 
 def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def key_hashes(team: Team, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """(key id, sha256) for each key of a team; ``env`` keys are read and hashed here, once."""
-    environ = os.environ if env is None else env
-    out = []
-    for key in team.keys:
-        if key.sha256 is not None:
-            out.append((key.id, key.sha256))
-            continue
-        assert key.env is not None
-        secret = environ.get(key.env)
-        if not secret:
-            raise ConfigError(f"teams[{team.id!r}].keys[{key.id!r}].env: {_unset(key.env, environ)}")
-        out.append((key.id, hash_key(secret)))
-    return out
-
-
-def _unset(var: str, environ: Mapping[str, str]) -> str:
-    return f"environment variable {var} is {'empty' if var in environ else 'not set'}"
-
-
-def check_environment(config: GatewayConfig, source: str = "<config>", env: Mapping[str, str] | None = None) -> None:
-    """At start-up (and in ``check-config``): every credential variable the config names is set, and
-    someone can present a key. Unchecked, an unset ``api_key_env`` would surface as a 502 on the first
-    request, and a keyless config as a 401 to everyone."""
-    environ = os.environ if env is None else env
-    named = [
-        (f"models[{m.name!r}].targets[{i}].api_key_env", t.api_key_env)
-        for m in config.models
-        for i, t in enumerate(m.targets)
-    ]
-    named += [(f"vendors.{prefix}.api_key_env", v.api_key_env) for prefix, v in config.vendors.items()]
-    for where, var in named:
-        if var is not None and not environ.get(var):
-            raise ConfigError(f"{source}: {where}: {_unset(var, environ)}")
-        try:
-            usable_key(environ.get(var or "", "").encode("utf-8", "surrogateescape"))
-        except KeyProblem as exc:
-            raise ConfigError(f"{source}: {where}: ${var} is not a usable key: {exc}") from None
-    for m in config.models:
-        for i, t in enumerate(m.targets):
-            if t.api_key_file is not None:
-                where = f"{source}: models[{m.name!r}].targets[{i}].api_key_file"
-                try:
-                    empty = read_key_file(t.api_key_file) is None
-                except OSError as exc:
-                    raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
-                except KeyProblem as exc:
-                    raise ConfigError(f"{where}: not a usable key: {exc}") from None
-                if empty:
-                    raise ConfigError(f"{where}: the file is empty")
-    try:
-        keyed = [team.id for team in config.teams if key_hashes(team, environ)]
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    if config.auth == "none" or keyed:
-        return
-    _someone_can_hold_a_key(config, source, environ)
-
-
-def _someone_can_hold_a_key(config: GatewayConfig, source: str, environ: Mapping[str, str]) -> None:
-    """With keys required and none in the config: an admin key to issue them (the chart checks the
-    same at render time, knowing which Secret gives the admin key)."""
-    fix = "add keys to a team ({id, sha256} or {id, env}), or set auth: none for open access"
-    if not config.teams:
-        raise ConfigError(f"{source}: teams: none given, and auth: keys (the default) needs one with a key: {fix}")
-    admin_var = config.admin.key_env or "LLM_GATEWAY_ADMIN_KEY"
-    if not (config.admin.key_sha256 or environ.get(admin_var)):
-        # With an admin key, keys can be issued at run time (``llm-gateway keys create``).
-        raise ConfigError(
-            f"{source}: teams: no team has a key and no admin key ({admin_var}) is set to issue one: {fix}"
-        )
-
-
-def _path(loc: tuple[int | str, ...], data: Any) -> str:
-    parts: list[str] = []
-    node = data
-    for p in loc:
-        if isinstance(p, int) and isinstance(node, list) and p < len(node):
-            node = node[p]
-            label = node.get("name") or node.get("id") if isinstance(node, dict) else None
-            parts.append(f"[{label!r}]" if label else f"[{p}]")
-        elif parts and not isinstance(node, dict) and isinstance(p, str):
-            continue  # past a value: pydantic's tag of a union's member (``constrained-int``), not a key
-        else:
-            node = node.get(p) if isinstance(node, dict) else None
-            parts.append(f".{p}" if parts else str(p))
-    return "".join(parts)
-
-
-def _untagged(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """``loc`` without pydantic's tags of a union's members (``capacity.constrained-int``), which name
-    no key of the file: the field types are walked from the top, and the part after a union dropped."""
-    out: list[int | str] = []
-    node: Any = GatewayConfig
-    for part in loc:
-        if _is_union(node):
-            node = None
-            continue
-        out.append(part)
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(str(part))
-            node = None if field is None else _bare(field.annotation)
-        else:
-            args = [a for a in typing.get_args(node) if a is not Ellipsis]
-            node = _bare(args[-1]) if args else None
-    return tuple(out)
-
-
-def _bare(node: Any) -> Any:
-    """``X`` of ``Annotated[X, ...]`` and of ``X | None``; a union of several stays one."""
-    while typing.get_origin(node) is Annotated:
-        node = typing.get_args(node)[0]
-    if _is_union(node):
-        real = [a for a in typing.get_args(node) if a is not type(None)]
-        return _bare(real[0]) if len(real) == 1 else node
-    return node
-
-
-def _is_union(node: Any) -> bool:
-    return typing.get_origin(node) in (typing.Union, types.UnionType)
-
-
-def _section(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The config section (a pydantic model) that holds the key at ``loc``, found by walking the
-    field types from the top: a list item's type under an index, a mapping's value type under a key."""
-    node: Any = GatewayConfig
-    for part in loc[:-1]:
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(str(part))
-            node = None if field is None else field.annotation
-        else:
-            args = [a for a in typing.get_args(node) if a is not Ellipsis]
-            node = args[-1] if args else None  # tuple[X, ...] → X; dict[K, V] → V
-        node = _bare(node)
-    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
-
-
-def _unknown(loc: tuple[int | str, ...]) -> str:
-    section = _section(loc)
-    keys = list(section.model_fields) if section is not None else []
-    near = difflib.get_close_matches(str(loc[-1]), keys, n=3, cutoff=0.6)
-    if near:
-        return f"unknown key; did you mean {' or '.join(repr(k) for k in near)}?"
-    return f"unknown key (known here: {', '.join(keys)})" if keys else "unknown key"
-
-
-def _plain(err: Any) -> str:
-    """pydantic's message in the config's words: no type names (``Tuple``, ``dictionary``)."""
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind == "extra_forbidden":
-        return _unknown(tuple(err["loc"]))
-    if kind == "missing":
-        return "required"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "must be a mapping (key: value)"
-    if kind in ("tuple_type", "list_type"):
-        return "must be a list"
-    if kind == "too_short":
-        n = ctx.get("min_length", 1)
-        return f"must list at least {n} item{'s' if n != 1 else ''}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return msg.replace("Input should be", "must be", 1)
 
 
 def _resolvable(name: str, models: set[str], vendors: Mapping[str, Vendor]) -> bool:
@@ -623,16 +461,7 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
     try:
         config = GatewayConfig.model_validate(data)
     except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        # a misspelt key also makes its right spelling "required": the misspelling is the news
-        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        placed = (err.get("ctx") or {}).get("error")
-        if isinstance(placed, _Placed):  # by position: a label (an id) given twice would not say which
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (*err["loc"], *placed.loc))
-            where = where.lstrip(".")
-        else:
-            where = _path(_untagged(tuple(err["loc"])), data) or "(top level)"
-        raise ConfigError(f"{source}: {where}: {_plain(err)}") from None
+        raise ConfigError(f"{source}: {refusal(exc, data, GatewayConfig)}") from None
     _check_names(config, source)
     if problem := price_problem(config.spend.prices, *_price_names(config)):
         raise ConfigError(f"{source}: {problem}")
@@ -644,62 +473,3 @@ def _price_names(config: GatewayConfig) -> tuple[dict[str, set[str]], dict[str, 
     targets = {m.name: {t.name or f"{t.provider}:{t.model or m.name}" for t in m.targets} for m in config.models}
     aliases = {a: m.name for m in config.models for a in m.aliases}
     return targets, aliases, {f"{v}/*" for v in config.vendors} | {"local"}
-
-
-MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file is kilobytes; more is a mistake or an attack
-MAX_CONFIG_VALUES = 100_000  # values in the file once YAML's aliases are expanded
-
-
-def _values(node: yaml.Node, seen: dict[int, int]) -> int:
-    """How many values ``node`` stands for with every alias expanded, counted on the node graph (an
-    alias is the same node again), so a billion-laughs file is measured without being built."""
-    if id(node) in seen:
-        return seen[id(node)]
-    seen[id(node)] = MAX_CONFIG_VALUES + 1  # an alias of an enclosing node: a cycle is too many values
-    children: list[yaml.Node] = []
-    if isinstance(node, yaml.SequenceNode):
-        children = node.value
-    elif isinstance(node, yaml.MappingNode):
-        children = [n for pair in node.value for n in pair]
-    total = 1
-    for child in children:
-        total += _values(child, seen)
-        if total > MAX_CONFIG_VALUES:
-            break
-    seen[id(node)] = total
-    return total
-
-
-def read_yaml(p: Path) -> Any:
-    """The file's YAML: UTF-8, at most ``MAX_CONFIG_BYTES``, at most ``MAX_CONFIG_VALUES`` values with
-    aliases expanded; each refusal is one ``ConfigError`` line saying why."""
-    try:
-        with p.open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{p}: the file is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: byte {exc.start}: the file is not UTF-8 text") from None
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is not None and _values(node, {}) > MAX_CONFIG_VALUES:
-            raise ConfigError(f"{p}: more than {MAX_CONFIG_VALUES} values once aliases are expanded")
-        return loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise ConfigError(f"{p}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    except RecursionError:
-        raise ConfigError(f"{p}: nested too deeply") from None
-    finally:
-        loader.dispose()
-
-
-def load_config(path: str | Path) -> GatewayConfig:
-    p = Path(path)
-    return parse_config(read_yaml(p), str(p))

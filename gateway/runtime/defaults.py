@@ -10,7 +10,7 @@ In-process state (no Redis), open access on loopback unless ``LLM_GATEWAY_API_KE
   exactly one vendor key is set, a name the local vLLM has not listed goes to that vendor instead
   (``gpt-4o-mini`` → OpenAI), by the model table's fallback rule (``gateway/routing/table.py``).
 
-What does not belong here: how a config file is read (``config.py``), how targets are built.
+What does not belong here: how a config file is read (``config_file.py``), how targets are built.
 """
 
 from __future__ import annotations

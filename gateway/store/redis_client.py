@@ -4,6 +4,7 @@ this client from the composition root (``gateway.web.app``); none builds its own
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -33,3 +34,9 @@ async def close_redis(client: Any) -> None:
         # aclose() then closes nothing (redis-py 7.4): its nodes' connections are closed here either way.
         await nodes.aclose()
         await nodes.aclose("startup_nodes")
+        # After a topology refresh (a timed-out node, MOVED) redis-py 7.4 routes keys through the new
+        # node objects of its slot table while its node cache keeps the old ones of the same addresses,
+        # and aclose() disconnects only the cache's (fixed upstream by redis/redis-py#4057): the slot
+        # table's own are disconnected here, or their sockets stay open until the collector warns.
+        routed = {id(node): node for owners in nodes.slots_cache.values() for node in owners}
+        await asyncio.gather(*(node.disconnect() for node in routed.values()))

@@ -31,7 +31,8 @@ from gateway.policy.auth import KeyRing
 from gateway.policy.keystore import Authenticator, LocalStore, RedisStore, Store
 from gateway.routing.capabilities import check_extra_features
 from gateway.routing.table import ModelTable, Route
-from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor, check_environment, key_hashes
+from gateway.runtime.config import ConfigError, GatewayConfig, Target, Vendor
+from gateway.runtime.config_environment import check_environment, key_hashes
 from gateway.runtime.memory_budget import MemoryBudget
 from gateway.runtime.secrets import Secrets
 from gateway.store.redis_client import close_redis, redis_client

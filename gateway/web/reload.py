@@ -42,7 +42,8 @@ from aiohttp import web
 from gateway.core.upstream import Upstream
 from gateway.limits.fairq_policy import fair_policy
 from gateway.obs.metrics import CONFIG_RELOADS, set_config_info
-from gateway.runtime.config import ConfigError, GatewayConfig, load_config
+from gateway.runtime.config import ConfigError, GatewayConfig
+from gateway.runtime.config_file import load_config
 from gateway.runtime.secrets import Stamp, file_stamp
 from gateway.web import ops
 from gateway.web.state import Gateway, Generation

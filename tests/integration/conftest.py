@@ -19,7 +19,7 @@ from gateway.web.app import create_app
 from tests.fakes import upstream as fake
 from tests.integration.dialect_clients import KEY, Answer, Ingress, body_of, read
 from tests.support.gateways import Gateways, Served
-from tests.support.redis_servers import RedisServer
+from tests.support.redis_servers import RedisCluster, RedisServer
 
 UPSTREAM_KEY_ENV = "TEST_UPSTREAM_KEY"
 os.environ[UPSTREAM_KEY_ENV] = "upstream-key"
@@ -57,6 +57,20 @@ class Gateway:
 
 
 GatewayFactory = Callable[[GatewayConfig], Awaitable[Gateway]]
+
+# Per-hop timeouts for a target whose answer breaks: a stall past ``idle`` trips within the test, the
+# rest leave a healthy answer room on a busy machine.
+BREAK_TIMEOUTS = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
+
+
+async def faulty_gateway(
+    gateway: GatewayFactory, upstream: Callable[..., Awaitable[fake.Upstream]], kind: str, fault: str, **timeouts: float
+) -> tuple[fake.Upstream, Gateway]:
+    """Model ``m`` on one target of ``kind`` whose upstream has ``fault`` (a fault marker's body:
+    ``reset_after=2``), with ``BREAK_TIMEOUTS`` (``timeouts`` overriding some): the upstream and the gateway."""
+    server = await upstream(kind, faults=f"[[fault:{fault}]]")
+    bounds = {**BREAK_TIMEOUTS, **timeouts}
+    return server, await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=bounds)]}]))
 
 
 @pytest.fixture
@@ -132,6 +146,20 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A Redis of the test module's own, shared by its tests (whose counts are that module's alone)."""
+    with contextlib.closing(RedisServer().start()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A 3-node Redis Cluster of the test module's own."""
+    with contextlib.closing(RedisCluster().start()) as cluster:
+        yield cluster
 
 
 @contextlib.asynccontextmanager

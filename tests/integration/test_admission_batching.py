@@ -5,6 +5,7 @@ waiter told when Redis is gone or too slow, and the connection in step afterward
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -62,25 +63,25 @@ async def test_settlements_go_in_one_pipeline_and_survive_a_script_flush(client:
 
 async def test_every_waiter_learns_that_redis_is_gone() -> None:
     dead = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
-    limiter = RedisLimiter(dead)
-    results = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(5, rpm=4)), return_exceptions=True)
-    assert all(isinstance(r, RedisConnectionError) for r in results), results
-    await dead.aclose()
+    async with contextlib.aclosing(dead):
+        limiter = RedisLimiter(dead)
+        results = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(5, rpm=4)), return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
 
 
 async def test_a_timed_out_round_trip_fails_its_calls_and_the_next_one_stays_in_step(client: aioredis.Redis) -> None:
     slow = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=0.2)
-    limiter = RedisLimiter(slow)
-    assert await limiter.admit(plans(1, rpm=100)[0], 30_000) is None  # connected, scripts loaded
-    await client.execute_command("CLIENT", "PAUSE", "500", "ALL")  # every other client waits 0.5 s
-    late = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=100)), return_exceptions=True)
-    assert all(isinstance(r, RedisTimeoutError) for r in late), late
-    await client.ping()  # answered once the pause is over: the late replies have been sent
-    # The late replies (three admissions) went with the old connection: these three get their own
-    # answers (one admitted, two refused by rpm=1), not the stale ones
-    fresh = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=1)))
-    assert [r is None for r in fresh] == [True, False, False]
-    await slow.aclose()
+    async with contextlib.aclosing(slow):
+        limiter = RedisLimiter(slow)
+        assert await limiter.admit(plans(1, rpm=100)[0], 30_000) is None  # connected, scripts loaded
+        await client.execute_command("CLIENT", "PAUSE", "500", "ALL")  # every other client waits 0.5 s
+        late = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=100)), return_exceptions=True)
+        assert all(isinstance(r, RedisTimeoutError) for r in late), late
+        await client.ping()  # answered once the pause is over: the late replies have been sent
+        # The late replies (three admissions) went with the old connection: these three get their own
+        # answers (one admitted, two refused by rpm=1), not the stale ones
+        fresh = await asyncio.gather(*(limiter.admit(p, 30_000) for p in plans(3, rpm=1)))
+        assert [r is None for r in fresh] == [True, False, False]
 
 
 async def test_settlements_ride_with_admissions_that_arrive_with_them(client: aioredis.Redis) -> None:

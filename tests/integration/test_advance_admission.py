@@ -6,6 +6,7 @@ time, and at shutdown)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 
@@ -99,20 +100,20 @@ async def test_the_request_that_takes_a_reserves_last_unit_asks_for_the_next(
 
 async def test_two_replicas_never_admit_more_than_the_limit(client: aioredis.Redis) -> None:
     other = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
-    replicas = [RedisLimiter(client, advance=True), RedisLimiter(other, advance=True)]
-    team = f"t-{uuid.uuid4().hex[:8]}"
-    admitted = 0
-    for i, p in enumerate(plans(40, team=team, rpm=20)):  # one arrival every 3 s: none comes back in the test
-        if await replicas[i % 2].admit(p, TTL) is None:
-            admitted += 1
-        await answered(replicas[i % 2])
-    assert 16 <= admitted <= 20  # never more; fewer only by what replicas hold ahead
-    for limiter in replicas:
-        await limiter.close()
-    plain = RedisLimiter(client)
-    after = [await plain.admit(p, TTL) for p in plans(25, team=team, rpm=20)]
-    assert admitted + after.count(None) == 20  # what was held ahead was given back, exactly
-    await other.aclose()
+    async with contextlib.aclosing(other):
+        replicas = [RedisLimiter(client, advance=True), RedisLimiter(other, advance=True)]
+        team = f"t-{uuid.uuid4().hex[:8]}"
+        admitted = 0
+        for i, p in enumerate(plans(40, team=team, rpm=20)):  # one arrival every 3 s: none comes back in the test
+            if await replicas[i % 2].admit(p, TTL) is None:
+                admitted += 1
+            await answered(replicas[i % 2])
+        assert 16 <= admitted <= 20  # never more; fewer only by what replicas hold ahead
+        for limiter in replicas:
+            await limiter.close()
+        plain = RedisLimiter(client)
+        after = [await plain.admit(p, TTL) for p in plans(25, team=team, rpm=20)]
+        assert admitted + after.count(None) == 20  # what was held ahead was given back, exactly
 
 
 async def test_near_a_limit_each_request_is_admitted_on_its_path(client: aioredis.Redis) -> None:

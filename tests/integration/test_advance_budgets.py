@@ -7,6 +7,7 @@ with their lease TTL, each reservation leaving once (by settlement, giving back 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from zoneinfo import ZoneInfo
@@ -72,21 +73,21 @@ async def test_back_to_back_budgeted_requests_take_reservations_made_ahead(
 
 async def test_two_replicas_never_walk_past_a_hard_budget(client: aioredis.Redis) -> None:
     other = aioredis.Redis.from_url("redis://127.0.0.1:6379/13", socket_timeout=2)
-    replicas = [RedisLimiter(client, advance=True), RedisLimiter(other, advance=True)]
-    team = new_team()
-    admitted = 0
-    for i, p in enumerate(budget_plans(70, team)):  # 1000 tokens: room for 50 worst cases
-        if await replicas[i % 2].admit(p, TTL) is None:
-            admitted += 1
-        await answered(replicas[i % 2])
-        assert await used(client, p) <= 1000
-    assert admitted <= 50
-    for limiter in replicas:
-        await limiter.close()
-    plain = RedisLimiter(client)
-    after = [await plain.admit(p, TTL) for p in budget_plans(60, team)]
-    assert admitted + after.count(None) == 50  # what was held ahead came back, exactly
-    await other.aclose()
+    async with contextlib.aclosing(other):
+        replicas = [RedisLimiter(client, advance=True), RedisLimiter(other, advance=True)]
+        team = new_team()
+        admitted = 0
+        for i, p in enumerate(budget_plans(70, team)):  # 1000 tokens: room for 50 worst cases
+            if await replicas[i % 2].admit(p, TTL) is None:
+                admitted += 1
+            await answered(replicas[i % 2])
+            assert await used(client, p) <= 1000
+        assert admitted <= 50
+        for limiter in replicas:
+            await limiter.close()
+        plain = RedisLimiter(client)
+        after = [await plain.admit(p, TTL) for p in budget_plans(60, team)]
+        assert admitted + after.count(None) == 50  # what was held ahead came back, exactly
 
 
 async def test_a_soft_budget_is_not_gone_past_ahead(client: aioredis.Redis) -> None:

@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from decimal import Decimal
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation, Sampling
-from gateway.core.upstream import Upstream
-from gateway.limits.admission import Ask, running
+from gateway.limits.admission import running
 from gateway.runtime.config import parse_config
 from tests.integration.conftest import GatewayFactory, completions_server, target
 from tests.integration.dialect_clients import BEARER
-from tests.integration.test_spend import Target, budget_spent, outage_admission, settled, spend_config
+from tests.integration.spend_rig import budget_spent, outage_admission, settled, spend_config, team_ask
 from tests.support.redis_servers import RedisServer
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 async def usage_of(gw: Any, path: str, body: dict[str, Any]) -> tuple[int, dict[str, int] | None]:
@@ -119,36 +110,30 @@ async def test_every_target_is_sent_the_bound_a_hard_budget_reserved(
         assert server.requests[-1].body.get(field) == (sent or default), (mode, server.requests[-1].body)
 
 
-async def test_failing_open_a_budget_starts_from_what_redis_last_said_was_spent() -> None:
+async def test_failing_open_a_budget_starts_from_what_redis_last_said_was_spent(own_redis: RedisServer) -> None:
     """``spend.on_failure: open`` admits against this process's share of what is left of a budget, as
     Redis last answered it: not of the whole amount from zero, which let an outage near the end of a
     month admit another whole budget (per replica) past a hard one."""
-    server = RedisServer().start()
+    server = own_redis
     request = InternalRequest(Operation.COMPLETION, model="m", prompts=("alpha",), sampling=Sampling(max_tokens=20))
-    ask = Ask("a", "k1", request, model="m", targets=cast("list[Upstream]", [Target()]))
+    ask = team_ask(request)
     amount = Decimal("0.003")  # 3000 millionths; a worst case is 670, an answer of 3 + 20 tokens 630
-    admission, limiter, client = outage_admission(server.url, "open", amount)
-    try:
-        async with running(admission):
-            for n in range(1, 5):  # 2520 spent: Redis refuses the next worst case
-                admission.release(await admission.admit(ask), 3, 20, 0, "m", "up")
-                await settled(server.url, "a", n)
-            server.stop()
-            admitted = 0
-            for _ in range(5):
-                try:
-                    plan = await admission.admit(ask)
-                except GatewayError as refused:
-                    assert refused.status == 429, refused
-                    break
-                admitted += 1
-                admission.release(plan, 3, 20, 0, "m", "up")
-            assert not limiter.up
-            assert 2520 + admitted * 630 <= 3000, f"{admitted} admitted past what Redis said was left"
-    finally:
-        await limiter.close()
-        await client.aclose()
-        server.close()
+    async with outage_admission(server.url, "open", amount) as (admission, limiter), running(admission):
+        for n in range(1, 5):  # 2520 spent: Redis refuses the next worst case
+            admission.release(await admission.admit(ask), 3, 20, 0, "m", "up")
+            await settled(server.url, "a", n)
+        server.stop()
+        admitted = 0
+        for _ in range(5):
+            try:
+                plan = await admission.admit(ask)
+            except GatewayError as refused:
+                assert refused.status == 429, refused
+                break
+            admitted += 1
+            admission.release(plan, 3, 20, 0, "m", "up")
+        assert not limiter.up
+        assert 2520 + admitted * 630 <= 3000, f"{admitted} admitted past what Redis said was left"
 
 
 async def answer_without_usage(request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ import yaml
 
 from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import GatewayFactory
-from tests.integration.test_spend import budget_spent
+from tests.integration.spend_rig import budget_spent
 from tests.redis_servers import REDIS_SERVER, free_port, wait_port
 from tests.support.waiting import eventually
 

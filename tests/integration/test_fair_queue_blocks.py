@@ -6,10 +6,9 @@ gateway killed with ``SIGKILL`` while it holds block slots strands none of them 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ from tests.support.gateways import Gateways
 from tests.support.redis_servers import RedisServer
 
 OPENAI = BY_NAME["openai"]
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    """A Redis of this module's own (the slot counts it checks are this module's alone)."""
-    with contextlib.closing(RedisServer().start()) as server:
-        yield server
 
 
 class Pair:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,13 +52,6 @@ def model_of(p: Path) -> str:
 def body(p: Path, stream: bool = False) -> bytes:
     data = base(p) | {"model": model_of(p)}
     return encode(data | {"stream": True} if stream else data)
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 async def gateway_with_queues(gateway: GatewayFactory, upstream: Any, **extra: Any) -> AsyncIterator[Any]:

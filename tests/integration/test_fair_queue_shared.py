@@ -6,9 +6,9 @@ gateway's slots come back within the lease, and with Redis out each gateway serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,6 @@ from tests.support.redis_servers import RedisServer
 
 OPENAI = BY_NAME["openai"]
 HOLD = "[[fault:hang_before=60]]"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 def queued(server: Any, redis_url: str, capacity: int, **extra: Any) -> Any:
@@ -250,9 +243,8 @@ async def test_two_gateways_share_one_capacity_and_one_queue(
 ) -> None:
     server = await upstream("openai")
     cfg = queued(server, redis_server.url, capacity=2, limits={"replicas": 2})
-    admin = aioredis.Redis.from_url(redis_server.url)
-    await admin.flushdb()  # this module's own Redis: a queue left by an earlier test goes
-    await admin.aclose()
+    async with contextlib.aclosing(aioredis.Redis.from_url(redis_server.url)) as admin:
+        await admin.flushdb()  # this module's own Redis: a queue left by an earlier test goes
     one, two = await gateway(cfg), await gateway(cfg)
     holders = [asyncio.create_task(gw.send(OPENAI, "m", HOLD, False)) for gw in (one, two)]
     await eventually(lambda: server.active == 2, "both slots held at the upstream")

@@ -8,25 +8,24 @@ reservations expired (nothing stranded), and every answer a client was given in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import signal
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import redis.asyncio as aioredis
 import yaml
 
 from gateway.limits.plan import tag
 from tests.integration.conftest import UPSTREAM_KEY_ENV
 from tests.integration.dialect_clients import KEY
-from tests.integration.test_spend import LOCAL_JSON, cost, spend_config
+from tests.integration.spend_rig import LOCAL_JSON, cost, spend_config
 from tests.support import eventually
 from tests.support.gateways import Gateways, Served
 from tests.support.redis_servers import RedisServer
@@ -39,13 +38,6 @@ KINDS = ("plain", "parts", "dense", "stream", "cut")
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
 CHAT = "/v1/chat/completions"
 HEADERS = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 def body_of(kind: str, rng: random.Random) -> dict[str, Any]:
@@ -152,27 +144,27 @@ async def test_a_hard_budget_holds_across_three_gateways_one_killed(
     ]
     urls, dead, t = [s.url for s in started], set[int](), Tally()
     redis = aioredis.Redis.from_url(redis_server.url)
-    connector = aiohttp.TCPConnector(limit=CLIENTS + 10)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        run = asyncio.gather(*(client(session, urls, dead, c, t) for c in range(CLIENTS)))
-        await eventually(lambda: (t.finished >= KILL_AFTER and t.inflight[2] >= 3) or run.done(), "the mid-run")
-        assert not run.done(), "the run ended before the kill"
-        dead.add(2)
-        started[2].proc.send_signal(signal.SIGKILL)  # nothing it holds is settled or given back
-        await asyncio.to_thread(started[2].proc.wait)
-        await run
-        settled_early, _, held_at_end, _ = await settled_and_held(redis, team)
+    async with contextlib.aclosing(redis):
+        connector = aiohttp.TCPConnector(limit=CLIENTS + 10)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            run = asyncio.gather(*(client(session, urls, dead, c, t) for c in range(CLIENTS)))
+            await eventually(lambda: (t.finished >= KILL_AFTER and t.inflight[2] >= 3) or run.done(), "the mid-run")
+            assert not run.done(), "the run ended before the kill"
+            dead.add(2)
+            started[2].proc.send_signal(signal.SIGKILL)  # nothing it holds is settled or given back
+            await asyncio.to_thread(started[2].proc.wait)
+            await run
+            settled_early, _, held_at_end, _ = await settled_and_held(redis, team)
 
-        async def nothing_stranded() -> bool:
-            # an admission (refused or not) takes back every reservation past its lease
-            async with session.post(urls[0] + CHAT, json=body_of("plain", random.Random(0)), headers=HEADERS) as r:
-                await r.read()
-            usage, budget, held, conc = await settled_and_held(redis, team)
-            return held == 0 and conc == 0 and budget == usage
+            async def nothing_stranded() -> bool:
+                # an admission (refused or not) takes back every reservation past its lease
+                async with session.post(urls[0] + CHAT, json=body_of("plain", random.Random(0)), headers=HEADERS) as r:
+                    await r.read()
+                usage, budget, held, conc = await settled_and_held(redis, team)
+                return held == 0 and conc == 0 and budget == usage
 
-        await eventually(nothing_stranded, "the dead gateway's reservations back, nothing else held")
-    settled, spent, _, _ = await settled_and_held(redis, team)
-    await redis.aclose()
+            await eventually(nothing_stranded, "the dead gateway's reservations back, nothing else held")
+        settled, spent, _, _ = await settled_and_held(redis, team)
     lines = {x["request_id"]: x for gw in started[:2] for x in gw.log_lines() if x.get("event") == "request"}
     survivors = [c for i, c in t.delivered if i != 2]
     killed = [c for i, c in t.delivered if i == 2]

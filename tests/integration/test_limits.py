@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,23 +16,9 @@ from gateway.web.state import GATEWAY
 from tests.integration.conftest import GatewayFactory, target
 from tests.integration.dialect_clients import BY_NAME, KEY, without_team
 from tests.support import eventually
-from tests.support.redis_servers import RedisCluster, RedisServer
+from tests.support.redis_servers import RedisServer
 
 OPENAI = BY_NAME["openai"]
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster().start()
-    yield cluster
-    cluster.close()
 
 
 def limited(server: Any, redis_url: str | None, team: str, cluster: bool = False, **team_cfg: Any) -> Any:

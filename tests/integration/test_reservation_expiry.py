@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -26,26 +26,13 @@ from gateway.limits.plan import LimitValues, Plan, new_lease, planned, tag
 from gateway.limits.plan import layout as plan_layout
 from gateway.limits.store import RedisLimiter
 from gateway.runtime.spend_config import Budget
-from tests.integration import test_spend
-from tests.integration.test_spend import (
-    OPENAI,
-    ZONE,
-    budget_spent,
-    settled,
-    spend_config,
-)
+from tests.integration.conftest import UPSTREAM_KEY_ENV
+from tests.integration.spend_rig import LOCAL_JSON, OPENAI, ZONE, budget_spent, settled, spend_config
 from tests.redis_servers import RedisServer
+from tests.support.gateways import Gateways
 from tests.support.waiting import eventually
 
-spend_processes = test_spend.processes  # gateway processes (a fixture)
 TTL = 2.0  # limits.lease_ttl here: the bound the docs state, in seconds
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 @pytest.fixture
@@ -139,7 +126,7 @@ async def post(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens
 
 
 async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
-    spend_processes: Any, upstream: Any, redis_server: RedisServer, redis: aioredis.Redis, tmp_path: Path
+    gateways: Gateways, upstream: Any, redis_server: RedisServer, redis: aioredis.Redis, tmp_path: Path
 ) -> None:
     """20 requests in flight on gateway A, which is killed (SIGKILL: nothing settles, nothing is given
     back): every reservation they hold expires within ``lease_ttl`` of the kill on Redis's clock, and
@@ -160,8 +147,9 @@ async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
     data["limits"] = {"lease_ttl": TTL, "advance": False}
     cfg = tmp_path / "gw.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    url_a, url_b = await spend_processes(cfg), await spend_processes(cfg)
-    proc_a = spend_processes.procs[0][0]
+    env = {UPSTREAM_KEY_ENV: "upstream-key"}
+    gw_a, gw_b = [await gateways.start("--config", str(cfg), *LOCAL_JSON, env=env) for _ in range(2)]
+    url_a, url_b, proc_a = gw_a.url, gw_b.url, gw_a.proc
     base = f"{tag(team)}"
     async with aiohttp.ClientSession() as session:
         hung = [asyncio.create_task(post(session, url_a, "hold on [[fault:hang_before=60]]", 500)) for _ in range(20)]

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.conftest import GatewayFactory, config, faulty_gateway, target
 from tests.integration.test_responses import CHAT_KINDS, call, post, scripted_target, scripted_upstream
 
 JSON = Any
-FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
 BREAKS = ["error_after=2", "reset_after=2"]
 FINISHED = {"response.completed", "response.incomplete"}
 
@@ -23,8 +22,7 @@ FINISHED = {"response.completed", "response.incomplete"}
 async def test_a_broken_stream_never_ends_as_completed(
     gateway: GatewayFactory, upstream: Any, kind: str, fault: str
 ) -> None:
-    server = await upstream(kind, faults=f"[[fault:{fault}]]")
-    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=FAST)]}]))
+    _, gw = await faulty_gateway(gateway, upstream, kind, fault)
     status, streamed = await post(gw, {"model": "m", "input": "hello there", "stream": True})
     assert status == 200, streamed
     types = [e["type"] for e in streamed]

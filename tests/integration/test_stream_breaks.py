@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import GatewayFactory, config, target
+from tests.integration.conftest import BREAK_TIMEOUTS, GatewayFactory, config, faulty_gateway, target
 from tests.integration.dialect_clients import INGRESSES, STREAMING, Ingress, body_of, frames, read_stream
 from tests.support import HANG_GUARD, eventually
 
-FAST = {"connect": 1, "first_byte": 2, "idle": 0.5, "total": 10}
 STREAM_FAULTS = ["reset_after=2", "stall_after=2", "error_after=2"]
 BODY_FAULTS = ["truncate", "truncate=chunked", "reset_after=1"]
 CUT_AFTER_ERROR = ("octoai", "sgp5", "friendli2024")  # SDKs that raise only on an unfinished body
@@ -58,8 +57,7 @@ async def send_cut(gw: Any, ingress: Ingress, prompt: str, stream: bool) -> tupl
 async def test_a_broken_stream_never_ends_as_if_complete(
     gateway: GatewayFactory, upstream: Any, kind: str, fault: str
 ) -> None:
-    server = await upstream(kind, faults=f"[[fault:{fault}]]")
-    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=FAST)]}]))
+    _, gw = await faulty_gateway(gateway, upstream, kind, fault)
     for ingress in INGRESSES:
         status, raw, cut = await send_cut(gw, ingress, "hello there", True)
         error, finish, done = ending(raw)
@@ -73,8 +71,7 @@ async def test_a_broken_stream_never_ends_as_if_complete(
 async def test_a_whole_answer_cut_mid_body_is_an_error(
     gateway: GatewayFactory, upstream: Any, kind: str, fault: str
 ) -> None:
-    server = await upstream(kind, faults=f"[[fault:{fault}]]")
-    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=FAST)]}]))
+    _, gw = await faulty_gateway(gateway, upstream, kind, fault)
     for ingress in INGRESSES:
         status, raw = await send_raw(gw, ingress, "hello there", False)
         assert status in (502, 503, 504), (ingress.name, fault, status, raw)  # 503: cooling down
@@ -87,9 +84,7 @@ async def test_a_stream_that_goes_on_outlasts_its_total_bound(
 ) -> None:
     """``total`` bounds a stream's time without progress, not a long answer: tokens 0.1 s apart for
     longer than a 0.3 s total arrive whole."""
-    server = await upstream(kind, faults="[[fault:slow=0.1]]")
-    timeouts = {**FAST, "total": 0.3}
-    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=timeouts)]}]))
+    _, gw = await faulty_gateway(gateway, upstream, kind, "slow=0.1", total=0.3)
     ingress = STREAMING[0]
     status, raw = await send_raw(gw, ingress, "hello there", True)
     reading = read_stream(ingress, raw)
@@ -103,9 +98,7 @@ async def test_a_stream_kept_alive_without_progress_ends_at_its_total_bound(
     """An engine stuck mid-answer behind keep-alives (SSE comments; Anthropic's pings) has a read come
     well within ``idle`` for ever: the target's ``total`` still ends the stream, with the dialect's
     in-band error, and the upstream request is cancelled."""
-    server = await upstream(kind, faults="[[fault:ping_after=2]]")
-    timeouts = {**FAST, "total": 0.5}
-    gw = await gateway(config([{"name": "m", "targets": [target(server, kind, timeouts=timeouts)]}]))
+    server, gw = await faulty_gateway(gateway, upstream, kind, "ping_after=2", total=0.5)
     async with asyncio.timeout(HANG_GUARD):  # without the bound, the first stream never ends
         for ingress in STREAMING:
             status, raw = await send_raw(gw, ingress, "hello there", True)
@@ -125,7 +118,7 @@ async def test_a_stream_broken_before_its_first_token_goes_to_the_next_target(
     healthy = await upstream(kind)
     for ingress in ingresses:
         broken = await upstream(kind, faults="[[fault:reset_after=0]]")
-        targets = [target(broken, kind, weight=1e6, timeouts=FAST), target(healthy, kind, weight=1e-6)]
+        targets = [target(broken, kind, weight=1e6, timeouts=BREAK_TIMEOUTS), target(healthy, kind, weight=1e-6)]
         gw = await gateway(config([{"name": "m", "targets": targets, "resume": False}]))
         status, raw = await send_raw(gw, ingress, "hello there", True)
         reading = read_stream(ingress, raw)

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.runtime.config import ConfigError, check_environment, hash_key, key_hashes, load_config, parse_config
+from gateway.runtime.config import ConfigError, hash_key, parse_config
+from gateway.runtime.config_environment import check_environment, key_hashes
+from gateway.runtime.config_file import load_config
 from gateway.runtime.defaults import embedded
 
 GOOD = """

@@ -36,3 +36,11 @@ def test_every_config_field_is_documented(model: str, field: str) -> None:
 
 def test_the_check_sees_the_models() -> None:
     assert {"GatewayConfig", "Server", "Target", "Team", "Limits"} <= {m.__name__ for m in MODELS}
+
+
+def test_the_config_modules_docstring_lists_every_section() -> None:
+    """``gateway/runtime/config.py`` opens with the file's sections, one ``name:`` line each: a new
+    section is listed there too."""
+    doc = config.__doc__ or ""
+    listed = set(re.findall(r"^    (\w+):", doc, flags=re.M))
+    assert listed == set(config.GatewayConfig.model_fields), "sections missing from, or stale in, the docstring"

@@ -10,7 +10,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from gateway.runtime.config import ConfigError, GatewayConfig, _bare, parse_config
+from gateway.runtime.config import ConfigError, GatewayConfig, parse_config
+from gateway.runtime.config_messages import bare
 
 Path = tuple[int | str, ...]
 
@@ -20,12 +21,12 @@ def sections(model: type[pydantic.BaseModel], at: Path = ()) -> list[tuple[Path,
     list's first item, a mapping's key ``k``. Found from the field types, so a new section is in."""
     found = [(at, model)]
     for name, field in model.model_fields.items():
-        node, path = _bare(field.annotation), (*at, name)
+        node, path = bare(field.annotation), (*at, name)
         origin = typing.get_origin(node)
         if origin is tuple:
-            node, path = _bare(typing.get_args(node)[0]), (*path, 0)
+            node, path = bare(typing.get_args(node)[0]), (*path, 0)
         elif origin is dict:
-            node, path = _bare(typing.get_args(node)[1]), (*path, "k")
+            node, path = bare(typing.get_args(node)[1]), (*path, "k")
         if isinstance(node, type) and issubclass(node, pydantic.BaseModel) and node is not model:
             found += sections(node, path)
     return found

@@ -65,7 +65,7 @@ def test_redis_alerts_are_loaded_only_where_redis_is_configured() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    from gateway.runtime.config import load_config
+    from gateway.runtime.config_file import load_config
     from gateway.web.app import check_target
 
     config = load_config(DEPLOY / "gateway.example.yaml")

@@ -1,40 +1,32 @@
 """The in-process fair queue (``gateway.limits.fairq``): WFQ order against SCFQ's fairness bound and
 strict priority (Hypothesis), shedding (bound, eviction order, deadline, Retry-After), a client gone
-while queued, the pool down, and the class a request may ask for."""
+while queued, the pool down, and no slot leaked whatever clients do. Its reserve is
+``test_fairq_reserve``'s; classes and learned capacity (``fairq_policy``) are ``test_fairq_policy``'s."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited
+from gateway.core.errors import NoHealthyTarget, RateLimited
 from gateway.limits.fairq import (
     GRANTED,
     WAITING,
     LocalQueue,
     ModelQueue,
     QueueSettings,
-    Reserve,
     Slot,
     Ticket,
     Waiter,
     credit,
 )
-from gateway.limits.fairq_policy import UNLEARNED, FairPolicy, FairQueues, Learner, fair_policy
-from gateway.runtime.config import ConfigError, parse_config
 from tests.support.clock import VirtualClock
 from tests.support.waiting import eventually, turn
-
-TEAMS = ("a", "b", "c")
-
-
-def ticket(team: str, rank: int = 0, weight: float = 1.0, deadline: float | None = None, rid: str = "") -> Ticket:
-    return Ticket(rid or team, team, team, ("interactive", "batch", "bulk")[rank], rank, weight, deadline)
+from tests.unit.fair_tickets import ARRIVE, SERVE, TEAMS, Op, ticket
 
 
 def up() -> None:
@@ -43,14 +35,7 @@ def up() -> None:
 
 # --- the order --------------------------------------------------------------------------------------
 
-Op = tuple[str, str, int]  # ("arrive", team, class) or ("serve", "", 0)
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("arrive"), st.sampled_from(TEAMS), st.integers(0, 1)),
-        st.tuples(st.just("serve"), st.just(""), st.just(0)),
-    ),
-    max_size=120,
-)
+ops = st.lists(st.one_of(ARRIVE, SERVE), max_size=120)
 
 
 # a credit banked before a stretch and spent inside it: gap 2.0, over the credit-less bound of 1.5
@@ -350,108 +335,6 @@ async def test_the_pool_down_is_its_503_at_arrival_and_at_the_end_of_a_wait(cloc
     assert q.gauges.shed == {("interactive", "b", "down"): 2}
 
 
-# --- classes ------------------------------------------------------------------------------------------
-
-
-def policy() -> FairPolicy:
-    return fair_policy(
-        parse_config(
-            {
-                "teams": [
-                    {
-                        "id": "t",
-                        "priority": "batch",
-                        "keys": [{"id": "vip", "sha256": "0" * 64, "priority": "interactive"}],
-                    },
-                    {"id": "u", "weight": 3},
-                ],
-                "models": [{"name": "m", "targets": [{"provider": "mock"}], "queue": {"capacity": 4}}],
-            }
-        )
-    )
-
-
-def test_a_header_lowers_the_class_and_never_raises_it() -> None:
-    p = policy()
-    assert p.rank("t", "other-key", None) == 1  # the team's default
-    assert p.rank("t", "vip", None) == 0  # the key's own
-    assert p.rank("t", "vip", "batch") == 1  # lowered
-    assert p.rank("t", "other-key", "interactive") == 1  # not raised past the key's own
-    assert p.rank("u", "k", None) == 0  # the first class by default
-    assert p.ticket("r", "u", "k", None, None).weight == 3.0
-    assert p.ticket("r", "issued-at-run-time", "k", None, None).label == "other"
-
-
-def test_an_unknown_class_is_a_400_naming_the_header() -> None:
-    with pytest.raises(InvalidRequest) as err:
-        policy().rank("t", "k", "urgent")
-    assert err.value.param == "X-Gateway-Priority"
-    assert "urgent" in err.value.message and "interactive, batch" in err.value.message
-
-
-def test_the_config_refuses_a_class_it_does_not_list() -> None:
-    with pytest.raises(ConfigError, match=r"teams\[0\].priority: unknown class 'urgent'"):
-        parse_config({"teams": [{"id": "t", "priority": "urgent"}]})
-    with pytest.raises(ConfigError, match="capacity"):
-        parse_config({"models": [{"name": "m", "targets": [{"provider": "mock"}], "queue": {"capacity": 0}}]})
-
-
-# --- capacity: auto ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Replica:
-    running: float = 0.0
-    waiting: float = 0.0
-    scraped_at: float = 10.0
-
-
-def test_auto_capacity_is_what_the_replicas_ran_when_they_began_to_queue() -> None:
-    learner = Learner()
-    a, b = Replica(running=3), Replica(running=5)
-    assert learner.learn("m", [a, b], fresh_since=0.0) is None  # nobody has queued: no limit yet
-    a.running, a.waiting = 4, 2  # a's batch is full at 4
-    assert learner.learn("m", [a, b], 0.0) == 9  # 4 + the most b ran (5)
-    b.running, b.waiting = 6, 1
-    assert learner.learn("m", [a, b], 0.0) == 10
-    a.running, a.waiting = 2, 3  # KV cache pressure: a now queues at 2
-    assert learner.learn("m", [a, b], 0.0) == 8
-    a.scraped_at, a.running, a.waiting = -1.0, 50, 0  # stale gauges teach nothing
-    assert learner.learn("m", [a, b], 0.0) == 8
-
-
-def test_a_learned_capacity_applies_to_an_auto_queue_only() -> None:
-    config = parse_config(
-        {
-            "models": [
-                {"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}},
-                {"name": "fixed", "targets": [{"provider": "mock"}], "queue": {"capacity": 3}},
-            ],
-            "limits": {"replicas": 2},
-        }
-    )
-    fair = FairQueues(fair_policy(config))
-    assert fair.queues["auto"].settings.capacity == UNLEARNED
-    fair.learned("auto", 7, 2)
-    fair.learned("fixed", 7, 2)
-    assert (fair.queues["auto"].settings.capacity, fair.queues["auto"].settings.share) == (7, 4)
-    assert fair.queues["auto"].local.capacity == 7
-    assert fair.queues["fixed"].settings.capacity == 3
-
-
-def test_a_reload_keeps_what_an_auto_queue_learned() -> None:
-    data = {
-        "models": [{"name": "auto", "targets": [{"provider": "mock"}], "queue": {"capacity": "auto"}}],
-        "limits": {"replicas": 2},
-    }
-    fair = FairQueues(fair_policy(parse_config(data)))
-    fair.learned("auto", 7, 2)
-    data["models"][0]["queue"]["timeout"] = 5  # type: ignore[index]
-    fair.configure(fair_policy(parse_config(data)))
-    settings = fair.queues["auto"].settings
-    assert (settings.capacity, settings.share, settings.timeout) == (7, 4, 5)
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     ops=st.lists(st.tuples(st.sampled_from(["enter", "cancel", "release"]), st.integers(0, 9)), max_size=60),
@@ -489,140 +372,3 @@ async def test_no_slot_is_leaked_or_doubled_whatever_clients_do(ops: list[tuple[
     for slot in held:
         slot.release()
     await eventually(lambda: q.local.running == 0 and q.local.waiting == 0, "every slot back, nobody waiting")
-
-
-# --- the reserve (queue.reserve) ----------------------------------------------------------------------
-
-
-class Tick:
-    """A clock the test moves by hand (the reserve's window)."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def reserved(capacity: int, slots: int, window: float = 2.0, classes: int = 2) -> tuple[LocalQueue, Tick]:
-    tick = Tick()
-    return LocalQueue(capacity, 10_000, classes, Reserve(classes, slots, window, tick)), tick
-
-
-async def test_the_reserve_keeps_the_last_free_slot_for_a_quiet_teams_next_arrival() -> None:
-    """Four slots, reserve 1: a noisy backlog gets three while the quiet team sent a request within
-    the window; the quiet team's next request takes the fourth at once, not at the next release."""
-    queue, tick = reserved(capacity=4, slots=1)
-    assert queue.take(ticket("quiet"))
-    queue.release()  # the quiet team was here, and left
-    noisy = [queue.join(ticket("noisy", rid=f"n{i}")) for i in range(6)]
-    assert [n.state for n in noisy[:4]] == [GRANTED] * 3 + [WAITING]
-    assert queue.running == 3
-    tick.now += 1.0
-    quiet = queue.join(ticket("quiet", rid="q"))  # behind nobody: the slot kept free is its own at once
-    assert quiet.state == GRANTED and queue.running == 4
-    queue.release()
-    tick.now += 2.5  # the quiet team quiet for longer than the window: the next release gives it away
-    queue.release()
-    assert [n.state for n in noisy[:5]] == [GRANTED] * 5 and queue.running == 4
-
-
-async def test_a_newcomer_alone_is_kept_from_the_reserve_too() -> None:
-    queue, _ = reserved(capacity=2, slots=1)
-    assert queue.take(ticket("quiet"))
-    assert queue.take(ticket("noisy")) is False  # the last free slot, while the quiet team is active
-    queue.release()
-    assert queue.take(ticket("noisy"))  # two free: one goes
-
-
-async def test_the_reserve_keeps_slots_from_a_lower_class_while_a_higher_one_is_active() -> None:
-    queue, tick = reserved(capacity=3, slots=1)
-    assert queue.take(ticket("chat", 0))
-    queue.release()
-    batch = [queue.join(ticket("etl", 1, rid=f"b{i}")) for i in range(4)]
-    assert [b.state for b in batch] == [GRANTED, GRANTED, WAITING, WAITING]
-    assert queue.join(ticket("chat", 0, rid="c")).state == GRANTED
-    tick.now += 3.0
-    queue.release()  # the interactive class quiet past the window: batch takes the last slot again
-    assert [b.state for b in batch] == [GRANTED, GRANTED, GRANTED, WAITING] and queue.running == 3
-
-
-async def test_no_reserve_over_a_team_alone_and_no_higher_class_idle() -> None:
-    """A team alone (nobody else active in its class or above) takes every slot: the reserve keeps
-    slots only for someone who came lately."""
-    queue, _ = reserved(capacity=3, slots=2)
-    assert queue.take(ticket("etl", 1))  # a lower class active does not count
-    waiters = [queue.join(ticket("noisy", 0, rid=f"n{i}")) for i in range(3)]
-    assert [w.state for w in waiters] == [GRANTED, GRANTED, WAITING]
-    assert queue.running == 3
-
-
-reserve_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("arrive"), st.sampled_from(TEAMS), st.integers(0, 1)),
-        st.tuples(st.just("serve"), st.just(""), st.just(0)),
-        st.tuples(st.just("wait"), st.just(""), st.just(0)),
-    ),
-    max_size=120,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(ops=reserve_ops, capacity=st.integers(1, 4), slots=st.integers(1, 3))
-async def test_the_reserve_never_idles_a_slot_while_another_team_or_class_waits(
-    ops: list[Op], capacity: int, slots: int
-) -> None:
-    """Whatever the arrivals, services and pauses: a free slot with someone waiting means every waiter
-    is of one team and class, the free slots are among the last ``reserve`` (at most all but one), and
-    someone else was active within the window; nobody is served twice or lost. (Once the window
-    passes, a slot held back goes at the next arrival or release: a release is always to come.)"""
-    queue, tick = reserved(capacity, slots, window=1.0)
-    waiters: list[Waiter] = []
-    running: list[Waiter | None] = []
-    for kind, team, rank in ops:
-        if kind == "arrive":
-            t = ticket(team, rank, rid=f"{team}{len(waiters)}")
-            if queue.take(t):
-                running.append(None)
-            else:
-                waiters.append(queue.join(t))
-        elif kind == "serve" and running:
-            running.pop(0)
-            queue.release()
-        elif kind == "wait":
-            tick.now += 0.6
-        running += [w for w in waiters if w.state == GRANTED]
-        waiters = [w for w in waiters if w.state == WAITING]
-        assert len(running) == queue.running and len(waiters) == queue.waiting
-        if waiters and queue.running < capacity and kind != "wait":  # a held slot is given at the next event
-            assert len({(w.ticket.team, w.ticket.rank) for w in waiters}) == 1
-            assert capacity - queue.running <= min(slots, capacity - 1)
-            head = waiters[0].ticket
-            assert queue.reserve.holds(head.rank, head.team, capacity - queue.running, queue.waiting, capacity)
-
-
-async def test_backlogged_teams_share_by_weight_with_a_reserve() -> None:
-    """Both teams always waiting: the reserve holds nothing back, and the split is the weights'."""
-    queue, _ = reserved(capacity=4, slots=2, classes=1)
-    for _ in range(4):
-        assert queue.take()
-    waiters = [queue.join(ticket(t, 0, w, rid=f"{t}{i}")) for i in range(300) for t, w in (("a", 3.0), ("b", 1.0))]
-    order: list[Waiter] = []
-    for _ in range(200):
-        queue.release()
-        order += [w for w in waiters if w.state == GRANTED and w not in order]
-        assert queue.running == 4
-    share = Counter(w.ticket.team for w in order)
-    assert share["a"] == 150 and share["b"] == 50
-
-
-def test_the_reserve_is_read_from_the_config_and_kept_below_the_capacity() -> None:
-    model = {"name": "m", "targets": [{"provider": "mock"}]}
-    cfg = parse_config({"models": [{**model, "queue": {"capacity": 4, "reserve": 1, "reserve_window": 0.5}}]})
-    settings = fair_policy(cfg).queues["m"]
-    assert (settings.reserve, settings.reserve_window) == (1, 0.5)
-    assert fair_policy(parse_config({"models": [{**model, "queue": {"capacity": 4}}]})).queues["m"].reserve == 0
-    with pytest.raises(ConfigError, match=r"queue: reserve: must be below capacity"):
-        parse_config({"models": [{**model, "queue": {"capacity": 2, "reserve": 2}}]})
-    with pytest.raises(ConfigError, match=r"queue.reserve_window"):
-        parse_config({"models": [{**model, "queue": {"capacity": 2, "reserve_window": 0}}]})

@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from gateway.cli import main
 from gateway.routing import capabilities
-from gateway.runtime import config, spend_config
+from gateway.runtime import config, config_environment, spend_config
 from gateway.runtime.config import GatewayConfig
 from gateway.runtime.shapes import config_shapes
 from gateway.web import app
@@ -125,6 +125,7 @@ NOT_AT_RENDER = {
 SCOPES: dict[ModuleType, set[str] | None] = {
     config: None,
     spend_config: None,
+    config_environment: {"_someone_can_hold_a_key"},  # the key holder; the rest reads the pod's world
     app: {"check_target"},
     capabilities: {"check_extra_features"},
 }

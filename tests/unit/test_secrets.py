@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runtime.config import ConfigError, Target, check_environment, hash_key, parse_config
+from gateway.runtime.config import ConfigError, Target, hash_key, parse_config
+from gateway.runtime.config_environment import check_environment
 from gateway.runtime.secrets import Secret, Secrets
 
 

@@ -67,6 +67,18 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
+    """A vLLM server that takes tools, started as its docs say to for tool calling
+    (``--enable-auto-tool-choice`` and the model's parser, ``hermes``): Claude Code sends them with
+    ``tool_choice: auto``, and vLLM 0.32 refuses ``required`` (what Anthropic's ``any`` becomes) without
+    a parser (400, relayed as ``invalid_request_error``); for ``required`` it decodes under the tools'
+    JSON schema and needs no parser's format, so ``hermes`` serves as any. One per test module."""
+    args = (*server.DEFAULT_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    with running_vllm(tmp_path_factory.mktemp("vllm-tools") / "vllm.log", extra=args) as running:
+        yield running
+
+
 @pytest.fixture(scope="session")
 def vllm_second(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -> Iterator[VLLM]:
     """A second replica of the same model, for the replica-pool tests (started after the first, so the

@@ -10,21 +10,15 @@ from typing import Any
 from aiohttp.test_utils import TestServer
 
 from backends.pool.replicas import ReplicaPool
-from gateway.runtime.config import hash_key, parse_config
 from gateway.web.app import create_app
 from gateway.web.state import GATEWAY
+from tests.vllm.served import tier_config
 
 
 @contextlib.asynccontextmanager
 async def pool_gateway(target: dict[str, Any], key: str) -> AsyncIterator[tuple[str, ReplicaPool]]:
     """The gateway's URL and its pool, with ``key`` its one API key."""
-    cfg = parse_config(
-        {
-            "models": [{"name": "tiny", "targets": [target]}],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(key)}]}],
-        }
-    )
-    app = create_app(cfg)
+    app = create_app(tier_config([{"name": "tiny", "targets": [target]}], key))
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:

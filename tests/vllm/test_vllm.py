@@ -10,12 +10,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.vllm.conftest import VLLM
 from tests.vllm.engine_stats import HANG_UP_TOKENS, assert_hang_ups_abort
+from tests.vllm.served import served, tier_config
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-key"
@@ -40,23 +38,10 @@ class GW:
 @pytest.fixture
 async def gw(vllm_server: VLLM) -> AsyncIterator[GW]:
     extra = ["no_repeat_ngram", "xtc", "forced_output_tokens", "max_total_tokens", "min_total_tokens"]
-    cfg = parse_config(
-        {
-            "models": [
-                {
-                    "name": "tiny",
-                    "aliases": ["meta/tiny"],
-                    "targets": [{"provider": "vllm", "base_url": vllm_server.url, "extra_features": extra}],
-                }
-            ],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-        }
-    )
-    server = TestServer(create_app(cfg), host="127.0.0.1")
-    await server.start_server()
-    async with aiohttp.ClientSession() as session:
-        yield GW(str(server.make_url("")), session)
-    await server.close()
+    target = {"provider": "vllm", "base_url": vllm_server.url, "extra_features": extra}
+    config = tier_config([{"name": "tiny", "aliases": ["meta/tiny"], "targets": [target]}], KEY)
+    async with served(config) as url, aiohttp.ClientSession() as session:
+        yield GW(url, session)
 
 
 async def direct(vllm: VLLM, body: dict[str, Any]) -> Any:

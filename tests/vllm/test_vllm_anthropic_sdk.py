@@ -13,20 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.fakes.front import front
-from tests.vllm import server as vllm
-from tests.vllm.conftest import VLLM, running_vllm
+from tests.vllm.conftest import VLLM
+from tests.vllm.served import served, tier_config
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,16 +34,6 @@ DRIVER_TIMEOUT = 600.0  # four greedy requests on a busy 2-core CPU; a bound, no
 FIRST = {"messages": [{"role": "user", "content": "the quick brown fox"}], "max_tokens": 16, "temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
-    """vLLM as a deployment that serves tools runs it: 0.32 refuses ``tool_choice: required`` (what
-    ``any`` becomes) without a tool-call parser (400, relayed as ``invalid_request_error``). For
-    ``required`` it decodes under the tools' JSON schema and needs no parser's format; ``hermes`` is any."""
-    args = (*vllm.DEFAULT_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    with running_vllm(tmp_path_factory.mktemp("vllm-tools") / "vllm.log", extra=args) as running:
-        yield running
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["native", "translated"])
 async def runs(vllm_tools: VLLM, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The driver's results against a gateway whose one model is the real vLLM, on one path (one run
@@ -56,18 +42,8 @@ async def runs(vllm_tools: VLLM, request: pytest.FixtureRequest) -> dict[str, An
     async with front({"/v1/chat": origin, "/v1/models": origin, "/tokenize": origin}) as fr:
         url = vllm_tools.url if request.param == "native" else fr.url + "/v1"
         target = {"provider": "vllm", "base_url": url, "model": vllm_tools.model}
-        cfg = parse_config(
-            {
-                "models": [{"name": "tiny", "targets": [target]}],
-                "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-            }
-        )
-        server = TestServer(create_app(cfg), host="127.0.0.1")
-        await server.start_server()
-        try:
-            out = await drive(str(server.make_url("")).rstrip("/"))
-        finally:
-            await server.close()
+        async with served(tier_config([{"name": "tiny", "targets": [target]}], KEY)) as gateway_url:
+            out = await drive(gateway_url)
         out["_missing"] = fr.missing
     return out
 

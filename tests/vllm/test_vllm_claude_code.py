@@ -11,30 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.fakes.front import front
 from tests.integration.test_claude_code import BINARY, RUN_TIMEOUT
-from tests.vllm import server
-from tests.vllm.conftest import VLLM, running_vllm
+from tests.vllm.conftest import VLLM
+from tests.vllm.served import served, tier_config
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-claude-code-key"
-
-
-@pytest.fixture(scope="module")
-def vllm_tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLM]:
-    """A vLLM server that takes tools with ``tool_choice: auto``, as Claude Code sends them: started as
-    its docs say to for tool calling (``--enable-auto-tool-choice`` and the model's parser)."""
-    args = (*server.DEFAULT_ARGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    with running_vllm(tmp_path_factory.mktemp("vllm-tools") / "vllm.log", extra=args) as running:
-        yield running
 
 
 @pytest.fixture(params=["messages", "chat"])
@@ -45,16 +33,8 @@ async def gateway_url(vllm_tools: VLLM, request: pytest.FixtureRequest) -> Async
     routes = {"/v1": origin} if request.param == "messages" else {"/v1/chat": origin, "/v1/models": origin}
     async with front(routes) as fr:
         target = {"provider": "vllm", "base_url": fr.url + "/v1", "model": "tiny"}
-        cfg = parse_config(
-            {
-                "models": [{"name": "team-coder", "targets": [target]}],
-                "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-            }
-        )
-        server = TestServer(create_app(cfg), host="127.0.0.1")
-        await server.start_server()
-        yield str(server.make_url("")).rstrip("/")
-        await server.close()
+        async with served(tier_config([{"name": "team-coder", "targets": [target]}], KEY)) as url:
+            yield url
 
 
 @pytest.mark.skipif(not BINARY.exists(), reason=f"Claude Code is not installed at {BINARY}")

@@ -22,11 +22,11 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.runtime.config import hash_key
 from tests.redis_servers import free_port
 from tests.support import eventually_blocking
 from tests.vllm.conftest import HERE
 from tests.vllm.engine_stats import HANG_UP_TOKENS, assert_hang_ups_abort, idle, metric, ran_to_end
+from tests.vllm.served import teams
 from tests.vllm.server import ENV, MAX_MODEL_LEN, MODEL, READY_TIMEOUT, ROOT, VENV, VLLM, stop, tail
 from tests.vllm.test_vllm import BEARER, GW, KEY, PROMPT, direct, repeated_ngrams
 
@@ -49,7 +49,7 @@ def gateway_config(port: int) -> dict[str, Any]:
     return {
         "server": {"host": "127.0.0.1", "port": port},
         "models": [{"name": "tiny", "targets": [target]}],
-        "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
+        "teams": teams(KEY),
     }
 
 

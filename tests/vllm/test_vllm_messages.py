@@ -10,12 +10,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.fakes.front import front
 from tests.vllm.conftest import VLLM
+from tests.vllm.served import served, tier_config
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-key"
@@ -28,23 +26,12 @@ async def gw(vllm_server: VLLM) -> AsyncIterator[tuple[str, aiohttp.ClientSessio
     """Model ``native`` straight at vLLM; ``translated`` through a front with only the chat route."""
     origin = vllm_server.url.removesuffix("/v1")
     async with front({"/v1/chat": origin, "/v1/models": origin}) as fr:
-        cfg = parse_config(
-            {
-                "models": [
-                    {"name": "native", "targets": [{"provider": "vllm", "base_url": vllm_server.url, "model": "tiny"}]},
-                    {
-                        "name": "translated",
-                        "targets": [{"provider": "vllm", "base_url": fr.url + "/v1", "model": "tiny"}],
-                    },
-                ],
-                "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-            }
-        )
-        server = TestServer(create_app(cfg), host="127.0.0.1")
-        await server.start_server()
-        async with aiohttp.ClientSession() as session:
-            yield str(server.make_url("")), session, fr.missing
-        await server.close()
+        models = [
+            {"name": "native", "targets": [{"provider": "vllm", "base_url": vllm_server.url, "model": "tiny"}]},
+            {"name": "translated", "targets": [{"provider": "vllm", "base_url": fr.url + "/v1", "model": "tiny"}]},
+        ]
+        async with served(tier_config(models, KEY)) as url, aiohttp.ClientSession() as session:
+            yield url, session, fr.missing
 
 
 async def post(url: str, session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[int, bytes, str]:

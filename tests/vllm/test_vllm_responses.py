@@ -12,11 +12,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.vllm.conftest import VLLM, running_vllm
+from tests.vllm.served import served, tier_config
 from tests.vllm.server import DEFAULT_ARGS
 
 pytestmark = pytest.mark.vllm
@@ -30,13 +28,6 @@ def vllm_embedder(tmp_path_factory: pytest.TempPathFactory, vllm_server: VLLM) -
     log = tmp_path_factory.mktemp("vllm-embed") / "vllm.log"
     with running_vllm(log, extra=(*DEFAULT_ARGS, "--runner", "pooling", "--convert", "embed")) as server:
         yield server
-
-
-async def gateway(models: list[dict[str, Any]]) -> tuple[TestServer, str]:
-    cfg = parse_config({"models": models, "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}]})
-    server = TestServer(create_app(cfg), host="127.0.0.1")
-    await server.start_server()
-    return server, str(server.make_url(""))
 
 
 @pytest.fixture
@@ -54,8 +45,9 @@ async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -
 
 
 async def test_responses_on_real_vllm(vllm_server: VLLM, session: aiohttp.ClientSession) -> None:
-    server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
-    try:
+    async with served(
+        tier_config([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}], KEY)
+    ) as url:
         body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
         # vLLM's own /v1/responses (its answer differs from its chat's for the same words: its Responses
         # path renders and samples on its own), which the gateway's answer must equal
@@ -73,14 +65,11 @@ async def test_responses_on_real_vllm(vllm_server: VLLM, session: aiohttp.Client
         assert "".join(deltas) == text and len(deltas) > 1  # the engine's tokens as they came
         assert events[-1]["type"] in ("response.completed", "response.incomplete")
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    finally:
-        await server.close()
 
 
 async def test_embeddings_on_real_vllm(vllm_embedder: VLLM, session: aiohttp.ClientSession) -> None:
     target = {"provider": "vllm", "base_url": vllm_embedder.url, "model": vllm_embedder.model}
-    server, url = await gateway([{"name": "embed", "kind": "embedding", "targets": [target]}])
-    try:
+    async with served(tier_config([{"name": "embed", "kind": "embedding", "targets": [target]}], KEY)) as url:
         texts = ["the quick brown fox", "jumps over"]
         status, answer = await post(session, url + "/v1/embeddings", {"model": "embed", "input": texts})
         assert status == 200, answer
@@ -94,15 +83,14 @@ async def test_embeddings_on_real_vllm(vllm_embedder: VLLM, session: aiohttp.Cli
         assert answer["usage"]["prompt_tokens"] == own["usage"]["prompt_tokens"] > 0
         status, ids = await post(session, url + "/v1/embeddings", {"model": "embed", "input": [[1, 2, 3]]})
         assert status == 200 and len(ids["data"][0]["embedding"]) == len(answer["data"][0]["embedding"]), ids
-    finally:
-        await server.close()
 
 
 async def test_responses_go_to_vllms_own_route_and_chain_through_the_gateway(
     vllm_server: VLLM, session: aiohttp.ClientSession
 ) -> None:
-    server, url = await gateway([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}])
-    try:
+    async with served(
+        tier_config([{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm_server.url}]}], KEY)
+    ) as url:
         body = {"model": "tiny", "temperature": 0, "input": "the quick brown fox", "max_output_tokens": 8}
         status, whole = await post(session, url + "/v1/responses", body)
         assert status == 200, whole
@@ -122,5 +110,3 @@ async def test_responses_go_to_vllms_own_route_and_chain_through_the_gateway(
             assert resp.status == 200 and (await resp.json())["id"] == second["id"]
         status, err = await post(session, url + "/v1/responses", {**body, "tools": [{"type": "web_search"}]})
         assert status == 400 and err["error"]["param"].startswith("tools[0].type"), err
-    finally:
-        await server.close()

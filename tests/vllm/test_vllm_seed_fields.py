@@ -16,12 +16,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
+from gateway.runtime.config import parse_config
 from tests.sdk.conftest import clean_env, sdk_envs  # noqa: F401  (the SDK venvs fixture)
 from tests.vllm.conftest import VLLM
+from tests.vllm.served import served, tier_config
 from tests.vllm.test_vllm import KEY, PROMPT, direct
 
 pytestmark = pytest.mark.vllm
@@ -66,16 +65,8 @@ print(json.dumps({"text": r.choices[0].text, "logprobs": whole, "streamed_text":
 @pytest.fixture
 async def gw(vllm_server: VLLM) -> AsyncIterator[str]:
     target = {"provider": "vllm", "base_url": vllm_server.url, "extra_features": EXTRA}
-    cfg = parse_config(
-        {
-            "models": [{"name": "tiny", "targets": [target]}],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-        }
-    )
-    server = TestServer(create_app(cfg), host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/")
-    await server.close()
+    async with served(tier_config([{"name": "tiny", "targets": [target]}], KEY)) as url:
+        yield url
 
 
 async def sdk(envs: Path, name: str, script: str, args: dict[str, Any], home: Path) -> Any:
@@ -225,14 +216,9 @@ async def test_octoai_loglikelihood_is_the_sum_of_vllm_prompt_logprobs_whole_and
 async def test_features_a_target_does_not_list_are_refused_by_name(vllm_server: VLLM) -> None:
     target = {"provider": "vllm", "base_url": vllm_server.url}  # no extra_features
     cfg = parse_config({"auth": "none", "models": [{"name": "tiny", "targets": [target]}]})
-    server = TestServer(create_app(cfg), host="127.0.0.1")
-    await server.start_server()
-    try:
-        async with aiohttp.ClientSession() as s:
-            for field, value in (("bad_word_tokens", [{"tokens": [5]}]), ("stop_tokens", [{"tokens": [5, 6]}])):
-                body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, field: value}
-                async with s.post(server.make_url("/serverless/v1/completions"), json=body) as resp:
-                    text = await resp.text()
-                    assert resp.status == 400 and f"'{field}'" in text, text
-    finally:
-        await server.close()
+    async with served(cfg) as url, aiohttp.ClientSession() as s:
+        for field, value in (("bad_word_tokens", [{"tokens": [5]}]), ("stop_tokens", [{"tokens": [5, 6]}])):
+            body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, field: value}
+            async with s.post(url + "/serverless/v1/completions", json=body) as resp:
+                text = await resp.text()
+                assert resp.status == 400 and f"'{field}'" in text, text

@@ -13,17 +13,15 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from gateway.runtime.config import hash_key, parse_config
-from gateway.web.app import create_app
 from tests.vllm import server
 from tests.vllm.conftest import VLLM, running_vllm
+from tests.vllm.served import served, tier_config
 
 pytestmark = pytest.mark.vllm
 KEY = "gw-vllm-trace-key"
@@ -91,24 +89,17 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLM, Rec
 
 async def test_vllm_puts_its_request_span_under_the_gateways_try(traced: tuple[VLLM, Received, str]) -> None:
     vllm, got, endpoint = traced
-    cfg = parse_config(
-        {
-            "models": [{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm.url, "model": vllm.model}]}],
-            "teams": [{"id": "t", "keys": [{"id": "k", "sha256": hash_key(KEY)}]}],
-            "tracing": {"endpoint": endpoint},
-        }
-    )
-    gateway = TestServer(create_app(cfg), host="127.0.0.1")
-    await gateway.start_server()
-    try:
+    models = [{"name": "tiny", "targets": [{"provider": "vllm", "base_url": vllm.url, "model": vllm.model}]}]
+    async with served(tier_config(models, KEY, tracing={"endpoint": endpoint})) as url:
         headers = {"Authorization": f"Bearer {KEY}", "traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
         body = {"model": "tiny", "prompt": "one two three", "max_tokens": 4, "stream": True}
-        url = str(gateway.make_url("/v1/completions"))
-        async with aiohttp.ClientSession() as session, session.post(url, json=body, headers=headers) as resp:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url + "/v1/completions", json=body, headers=headers) as resp,
+        ):
             raw = await resp.text()
         assert resp.status == 200 and raw.rstrip().endswith("data: [DONE]"), raw
-    finally:
-        await gateway.close()  # the gateway's spans are exported
+    # closed: the gateway's spans are exported
     assert await asyncio.to_thread(got.from_vllm.wait, 60), "vLLM exported no llm_request span within 60 s"
     with got.lock:
         spans = list(got.spans)

@@ -309,8 +309,8 @@
 {{- end -}}
 {{- end -}}
 
-{{/* config._someone_can_hold_a_key: with keys required and none in the config, an admin key to issue
-     them: a hash in the config, or a Secret that gives it (yours may: the pod then decides). */}}
+{{/* config_environment._someone_can_hold_a_key: with keys required and none in the config, an admin
+     key to issue them: a hash in the config, or a Secret that gives it (yours may: the pod then decides). */}}
 {{- define "gw.checkKeyHolder" -}}
 {{- $c := .Values.config -}}
 {{- $keyed := false -}}

@@ -1,0 +1,44 @@
+"""The one Redis client (``gateway.store.redis_client``) closes every connection it opened: a cluster
+client's too after a topology refresh, when redis-py routes keys through node objects its node cache
+does not hold. Counted by the Redis nodes themselves."""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis.asyncio as aioredis
+
+from gateway.runtime.config import RedisConfig
+from gateway.store.redis_client import close_redis, redis_client
+from tests.support import eventually
+from tests.support.redis_servers import RedisCluster
+
+KEYS = [f"key-{i}" for i in range(12)]  # spread over the three nodes' slots
+
+
+async def connections(cluster: RedisCluster) -> int:
+    """Clients connected to the cluster's nodes, as the nodes list them (each count's own left out)."""
+    total = 0
+    for node in cluster.nodes:
+        async with contextlib.aclosing(aioredis.Redis.from_url(node.url)) as peek:
+            total += len(await peek.client_list()) - 1
+    return total
+
+
+async def test_a_cluster_client_closes_what_a_topology_refresh_opened(redis_cluster: RedisCluster) -> None:
+    before = await connections(redis_cluster)
+    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=1000))
+    try:
+        for key in KEYS:
+            await client.set(key, 1)
+        await client.nodes_manager.initialize()  # the refresh a timed-out node or a MOVED answer makes
+        for key in KEYS:
+            assert await client.get(key) == b"1"  # through the slot table's new node objects
+        assert await connections(redis_cluster) > before
+    finally:
+        await close_redis(client)
+
+    async def all_closed() -> bool:
+        return await connections(redis_cluster) == before
+
+    await eventually(all_closed, "every connection the client opened closed")
