@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gateway.limits.limiter import Group, Settlement
-from gateway.limits.store import Call
+from gateway.limits.limiter import Group, SettleCall, Settlement
 from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED, USAGE_UNKNOWN
 
 CAPACITY = 20_000  # settlements held; a long outage costs this much memory and no more
@@ -34,7 +33,7 @@ class Backlog:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
         self.items: deque[Settlement] = deque()
-        self.calls: list[Call] = []
+        self.calls: list[SettleCall] = []
 
     def __len__(self) -> int:
         return len(self.items) + len(self.calls)
@@ -45,7 +44,7 @@ class Backlog:
             self._fold()
         SETTLEMENTS_HELD.n = len(self)
 
-    def keep(self, call: Call) -> None:
+    def keep(self, call: SettleCall) -> None:
         """A call that may have run, to be sent again as it went out."""
         self.calls.append(call)
         SETTLEMENTS_HELD.n = len(self)
@@ -57,7 +56,7 @@ class Backlog:
         SETTLEMENTS_HELD.n = len(self.calls)
         return items
 
-    def take_calls(self) -> list[Call]:
+    def take_calls(self) -> list[SettleCall]:
         """The calls kept whole, oldest first; the caller keeps again what fails again."""
         calls, self.calls = self.calls, []
         SETTLEMENTS_HELD.n = len(self.items)

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from gateway.limits.backlog import Backlog, lease_only
-from gateway.limits.limiter import LimitsUnavailable, Refusal, Settlement
+from gateway.limits.limiter import LimitsUnavailable, Refusal, SettleCall, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
 from gateway.limits.scripts import ONCE_HOLD_SECONDS
-from gateway.limits.store import Call, Failed, RedisLimiter, call_error, unanswered
+from gateway.limits.store import Failed, RedisLimiter, call_error, unanswered
 from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
@@ -303,7 +303,7 @@ class FailoverLimiter:
                     self.backlog.add(call.settled)
         return outage
 
-    def _refused(self, call: Call, error: BaseException) -> None:
+    def _refused(self, call: SettleCall, error: BaseException) -> None:
         """Redis refused ``call`` for its arguments: its usage is dropped, its slots still come back."""
         self.outage.call_error("settlement", error)
         if any(s.requests or s.correction or s.prompt or s.completion for s in call.settled):

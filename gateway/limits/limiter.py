@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.core.errors import GatewayError
@@ -80,6 +81,23 @@ class Settlement:
         to the period each was admitted in)."""
         plan = self.plan
         return (plan.layout.keys, plan.usage_key, plan.key_id, self.model, self.target, plan.windows)
+
+
+@dataclass(slots=True)
+class SettleCall:
+    """One SETTLE call as it first went out (``gateway.limits.scripts.SETTLE``): its keys, the last its
+    id's record, its argument, the settlements it sums (whose leases it releases) and when it went out
+    (``time.monotonic()``). One that may have run is sent again as it was: the script applies it once.
+    Beside ``Settlement``, not in ``store``: the backlog holds it and talks to no Redis."""
+
+    keys: tuple[str, ...]
+    args: bytes
+    settled: list[Settlement]
+    sent: float
+
+    @property
+    def requests(self) -> int:
+        return sum(s.requests for s in self.settled)
 
 
 @record

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from random import getrandbits
 from typing import Any
 
@@ -26,7 +25,7 @@ from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.argv import Templates
 from gateway.limits.channel import ScriptChannel, Unanswered, Unsent
-from gateway.limits.limiter import Refusal, Settlement
+from gateway.limits.limiter import Refusal, SettleCall, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan, tag
 from gateway.obs.metrics import (
     ADMITTED_AHEAD,
@@ -126,23 +125,7 @@ def _units_held(plan: Plan, i: int, check: Check, leases: list[str]) -> list[str
     return [lease + rest for lease in leases] if mine else []
 
 
-@dataclass(slots=True)
-class Call:
-    """One SETTLE call as it first went out (``scripts.SETTLE``): its keys, the last its id's record,
-    its argument, the settlements it sums (whose leases it releases) and when it went out
-    (``time.monotonic()``). One that may have run is sent again as it was: the script applies it once."""
-
-    keys: tuple[str, ...]
-    args: bytes
-    settled: list[Settlement]
-    sent: float
-
-    @property
-    def requests(self) -> int:
-        return sum(s.requests for s in self.settled)
-
-
-Failed = tuple[Call, Exception]  # a script call that failed, and its error
+Failed = tuple[SettleCall, Exception]  # a script call that failed, and its error
 
 
 def _settled(answer: Any, resent: bool) -> None:
@@ -186,11 +169,11 @@ def _merged(items: list[Settlement]) -> list[tuple[Settlement, list[Settlement]]
     ]
 
 
-def _call(s: Settlement, settled: list[Settlement], now: float) -> Call:
+def _call(s: Settlement, settled: list[Settlement], now: float) -> SettleCall:
     """SETTLE's call for the settlements ``settled``, summed in ``s``, under an id of its own."""
     plan = s.plan
     once = f"{tag(plan.team)}:settled:{getrandbits(64):016x}"
-    return Call((*plan.layout.keys, plan.usage_key, once), _settle_args(s, settled), settled, now)
+    return SettleCall((*plan.layout.keys, plan.usage_key, once), _settle_args(s, settled), settled, now)
 
 
 def _settle_args(s: Settlement, settled: list[Settlement]) -> bytes:
@@ -443,7 +426,7 @@ class RedisLimiter:
         return 0  # a failed settlement is raised; ``failover`` keeps it
 
     async def settle_each(
-        self, items: list[Settlement], urgent: bool = False, again: list[Call] | None = None
+        self, items: list[Settlement], urgent: bool = False, again: list[SettleCall] | None = None
     ) -> list[Failed]:
         """Settle ``items``, and send the calls ``again`` as they first went out; answers the calls
         that failed, with their error: the others ran (or had: ``scripts.SETTLE``), so only those
@@ -465,7 +448,7 @@ class RedisLimiter:
                 failed.append((call, exc))
         return failed
 
-    async def _settle_apart(self, calls: list[Call], resent: int) -> list[Failed]:
+    async def _settle_apart(self, calls: list[SettleCall], resent: int) -> list[Failed]:
         """Redis Cluster: keys of different teams live on different nodes, one call each; once Redis
         failed, the rest are kept for later (``Unsent``) rather than each waiting out the timeout now."""
         failed: list[Failed] = []

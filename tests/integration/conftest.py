@@ -148,6 +148,14 @@ def own_redis() -> Iterator[RedisServer]:
     server.close()
 
 
+@pytest.fixture
+async def peek(own_redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    """A client of the test's own Redis beside the gateway's, to look at (and pause) it."""
+    client = aioredis.Redis.from_url(own_redis.url, socket_timeout=5)
+    yield client
+    await client.aclose()
+
+
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
     """A Redis of the test module's own, shared by its tests (whose counts are that module's alone)."""

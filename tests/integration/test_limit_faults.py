@@ -6,21 +6,19 @@ are held and sent when it answers (items 11, 12); an outage is logged by its cha
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.backlog import Backlog
 from gateway.limits.failover import FailoverLimiter
-from gateway.limits.limiter import MAX_TOKENS, Settlement
+from gateway.limits.limiter import MAX_TOKENS, SettleCall, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import LimitValues, build, new_lease
-from gateway.limits.store import Call, RedisLimiter
+from gateway.limits.store import RedisLimiter
 from gateway.obs import metrics
 from gateway.runtime.config import RedisConfig
 from gateway.store.redis_client import redis_client
@@ -35,21 +33,6 @@ TEAMS = {
 }
 
 
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    redis = RedisServer().start()
-    yield redis
-    redis.close()
-
-
-@pytest.fixture
-async def peek(server: RedisServer) -> AsyncIterator[Any]:
-    """A client of the test's Redis beside the gateway's, to look at its keys."""
-    client = aioredis.Redis.from_url(server.url, socket_timeout=5)
-    yield client
-    await client.aclose()
-
-
 def admission_on(url: str, policy: dict[str, str], timeout_ms: int = 1000) -> tuple[Admission, FailoverLimiter, Any]:
     client = redis_client(RedisConfig(url=url, timeout_ms=timeout_ms))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), policy, retry_seconds=0.5)
@@ -61,10 +44,12 @@ async def usage_of(client: Any, team: str) -> dict[str, int]:
     return {k.decode(): int(v) for key in keys for k, v in (await client.hgetall(key)).items()}
 
 
-async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(server: RedisServer, peek: Any) -> None:
+async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(
+    own_redis: RedisServer, peek: Any
+) -> None:
     """Item 10: 1e20 and 1e400 (inf) completion tokens settle as ``MAX_TOKENS``; another team under
     ``on_failure: closed`` is still admitted."""
-    admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
+    admission, limiter, client = admission_on(own_redis.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
         for reported in (1e20, float("inf"), -5.0, float("nan")):
             plan = await admission.admit(Ask("a", "k1", REQUEST))
@@ -80,10 +65,10 @@ async def test_absurd_usage_is_clamped_and_never_closes_limits_for_another_team(
         await client.aclose()
 
 
-async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisServer, peek: Any) -> None:
+async def test_an_error_reply_to_one_settlement_is_not_an_outage(own_redis: RedisServer, peek: Any) -> None:
     """Item 10: a script error caused by one call's arguments fails that call alone: the breaker stays
     shut, other teams are admitted, and the call's slot is still released (its usage counted as dropped)."""
-    admission, limiter, client = admission_on(server.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
+    admission, limiter, client = admission_on(own_redis.url, {"rpm": "closed", "tpm": "closed", "conc": "closed"})
     try:
         plan = await admission.admit(Ask("a", "k1", REQUEST))
         assert await peek.zcard("llmgw:{a}:conc") == 1
@@ -99,11 +84,11 @@ async def test_an_error_reply_to_one_settlement_is_not_an_outage(server: RedisSe
         await client.aclose()
 
 
-async def test_slots_released_during_a_stall_come_back_when_redis_answers(server: RedisServer, peek: Any) -> None:
+async def test_slots_released_during_a_stall_come_back_when_redis_answers(own_redis: RedisServer, peek: Any) -> None:
     """Item 11: two requests end while Redis stalls for 0.5 s (their settlement times out, Redis never
     runs it); their slots come back soon after, not at the lease TTL (30 s), and their usage with
     them, counted once (``tests/integration/test_settle_once.py`` has the other cases)."""
-    admission, limiter, client = admission_on(server.url, {"conc": "closed"}, timeout_ms=100)
+    admission, limiter, client = admission_on(own_redis.url, {"conc": "closed"}, timeout_ms=100)
     try:
         async with running(admission):
             plans = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]
@@ -134,15 +119,15 @@ async def test_slots_released_during_a_stall_come_back_when_redis_answers(server
 
 
 async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_log_lines(
-    server: RedisServer, peek: Any, caplog: pytest.LogCaptureFixture
+    own_redis: RedisServer, peek: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Item 12: 120 requests of two teams during an outage (admitted by this process, fail-open) log its
     start and end, not a line each; their usage reaches Redis once it answers again."""
-    admission, limiter, client = admission_on(server.url, {})
+    admission, limiter, client = admission_on(own_redis.url, {})
     try:
         async with running(admission):
             await admission.admit(Ask("a", "k1", REQUEST))  # connected before the outage
-            server.stop()
+            own_redis.stop()
             with caplog.at_level(logging.INFO, logger="gateway.limits"):
                 for _ in range(60):
                     for team in ("a", "b"):
@@ -156,7 +141,7 @@ async def test_usage_during_an_outage_is_written_when_redis_is_back_with_a_few_l
                     return limiter.held() == 120 and not admission.pending
 
                 await eventually(all_held, "all 120 held, none pending")
-                server.start()
+                own_redis.start()
 
                 async def written() -> bool:
                     usage = [await usage_of(peek, team) for team in ("a", "b")]
@@ -197,7 +182,7 @@ async def test_calls_kept_whole_are_never_summed_and_count_as_unknown_when_given
     summing of the others past capacity; given up at shutdown, its usage is unknown, not dropped."""
     backlog = Backlog(capacity=10)
     plans = [build("a", "k1", LimitValues(concurrency=5), LimitValues(), REQUEST, new_lease()) for _ in range(25)]
-    call = Call(("k",), b"[]", [Settlement(p, 0, 1, 1) for p in plans[:5]], 0.0)
+    call = SettleCall(("k",), b"[]", [Settlement(p, 0, 1, 1) for p in plans[:5]], 0.0)
     backlog.keep(call)
     backlog.add([Settlement(p, -1, 2, 3) for p in plans[5:]])
     assert backlog.calls == [call] and len(backlog.items) <= 10
@@ -207,18 +192,18 @@ async def test_calls_kept_whole_are_never_summed_and_count_as_unknown_when_given
     assert len(backlog) == 0
 
 
-async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(server: RedisServer) -> None:
+async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(own_redis: RedisServer) -> None:
     """``on_failure: open`` while Redis flaps: the slots this process holds in Redis and the rate it
     used through Redis count against its in-process share, so the limits do not double (8 of 4
     concurrent, 15 req/s of 10, before)."""
-    admission, limiter, client = admission_on(server.url, {})
+    admission, limiter, client = admission_on(own_redis.url, {})
     try:
         async with running(admission):
             held = [await admission.admit(Ask("a", "k1", REQUEST)) for _ in range(2)]  # both slots, in Redis
             used = [await admission.admit(Ask("c", "k1", REQUEST)) for _ in range(4)]  # the rate's burst
             for plan in used:
                 admission.release(plan, 1, 1)
-            server.stop()
+            own_redis.stop()
             for team in ("a", "c"):  # each would have a fresh share without what Redis admitted here
                 with pytest.raises(GatewayError) as refused:
                     await admission.admit(Ask(team, "k1", REQUEST))

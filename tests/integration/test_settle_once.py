@@ -43,21 +43,6 @@ ONE = {"requests": 1, "completion_tokens": 7, "spend": 25, "budget": 10, "leases
 HELD = {"budget": 93, "leases": 1, "reserved": 1}  # what its admission holds, before its settlement
 
 
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    redis = RedisServer().start()
-    yield redis
-    redis.close()
-
-
-@pytest.fixture
-async def peek(server: RedisServer) -> AsyncIterator[Any]:
-    """A client of the test's Redis beside the gateway's, to look at (and pause) it."""
-    client = aioredis.Redis.from_url(server.url, socket_timeout=5)
-    yield client
-    await client.aclose()
-
-
 def plan_of(team: str) -> Plan:
     """A request of ``team`` under a concurrency limit and a daily token budget (worst case 93)."""
     budget = tuple(rules(Budget(tokens=1000, period="day"), ZoneInfo("Europe/Paris"), "EUR"))
@@ -173,11 +158,13 @@ def stalled(server: RedisServer) -> int:
     return server.proc.pid
 
 
-async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(server: RedisServer, peek: Any) -> None:
-    async with limiter_on(server.url) as limiter:
+async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(
+    own_redis: RedisServer, peek: Any
+) -> None:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         unknown, before = metrics.USAGE_UNKNOWN.n, resent()
-        pid = stalled(server)
+        pid = stalled(own_redis)
         try:
             await unanswered(limiter, plan)
         finally:
@@ -190,8 +177,8 @@ async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(s
         assert metrics.USAGE_UNKNOWN.n == unknown and since(before) == DUPLICATE
 
 
-async def test_a_settlement_that_never_ran_is_charged_once_when_sent_again(server: RedisServer, peek: Any) -> None:
-    async with limiter_on(server.url) as limiter:
+async def test_a_settlement_that_never_ran_is_charged_once_when_sent_again(own_redis: RedisServer, peek: Any) -> None:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         before = resent()
         await paused(peek, limiter, plan)
@@ -200,42 +187,44 @@ async def test_a_settlement_that_never_ran_is_charged_once_when_sent_again(serve
         assert await charged(peek, plan) == ONE and since(before) == APPLIED
 
 
-async def test_a_settlement_lost_with_a_restart_is_charged_once_when_sent_again(server: RedisServer, peek: Any) -> None:
+async def test_a_settlement_lost_with_a_restart_is_charged_once_when_sent_again(
+    own_redis: RedisServer, peek: Any
+) -> None:
     """Redis killed with the call unread and started again empty: the call (its script loaded again)
     charges once what Redis now holds, the worst case gone with the rest."""
-    async with limiter_on(server.url) as limiter:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         before = resent()
-        stalled(server)
+        stalled(own_redis)
         await unanswered(limiter, plan)
-        await restarted(server, peek)  # SIGKILL ends a stopped process too
+        await restarted(own_redis, peek)  # SIGKILL ends a stopped process too
         await sent_again(limiter)
         assert await charged(peek, plan) == ONE and since(before) == APPLIED
 
 
-async def test_a_settlement_kept_through_a_restart_is_not_charged_again(server: RedisServer, peek: Any) -> None:
+async def test_a_settlement_kept_through_a_restart_is_not_charged_again(own_redis: RedisServer, peek: Any) -> None:
     """The call ran, Redis saved and was restarted from its snapshot: the id's record came back with
     the charge, so the call sent again changes nothing."""
-    async with limiter_on(server.url) as limiter:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
-        pid = stalled(server)
+        pid = stalled(own_redis)
         try:
             await unanswered(limiter, plan)
         finally:
             os.kill(pid, signal.SIGCONT)
         await eventually(lambda: ran(peek, plan), "the stalled call run")
         await peek.save()
-        await restarted(server, peek)  # loading the snapshot from its directory
+        await restarted(own_redis, peek)  # loading the snapshot from its directory
         assert await charged(peek, plan) == ONE
         before = resent()
         await sent_again(limiter)
         assert await charged(peek, plan) == ONE and since(before) == DUPLICATE
 
 
-async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(server: RedisServer, peek: Any) -> None:
+async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(own_redis: RedisServer, peek: Any) -> None:
     """Past ``ONCE_HOLD_SECONDS`` whether a call ran cannot be known (its id's record may be gone):
     its usage is counted as unknown and only its lease release goes (the reservation expires)."""
-    async with limiter_on(server.url) as limiter:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         await paused(peek, limiter, plan)
         unknown, before = metrics.USAGE_UNKNOWN.n, resent()
@@ -249,18 +238,18 @@ async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(server: Re
 
 
 async def test_a_settlement_that_could_not_go_out_is_summed_again_not_kept_whole(
-    server: RedisServer, peek: Any
+    own_redis: RedisServer, peek: Any
 ) -> None:
     """No connection (Redis down): nothing ran, so the settlement waits to be summed with the next."""
-    async with limiter_on(server.url) as limiter:
+    async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         # the channel's connection too: a call written to a dead one may have run (as far as it knows)
         await limiter.redis.client.connection_pool.disconnect()
-        server.stop()
+        own_redis.stop()
         await limiter.settle([finished(plan)])
         assert limiter.outage.since is not None and limiter.backlog.calls == [] and len(limiter.backlog.items) == 1
         before = resent()
-        server.start()
+        own_redis.start()
         await sent_again(limiter)
         assert await charged(peek, plan) == ONE and since(before) == NONE  # summed anew, not sent again
 

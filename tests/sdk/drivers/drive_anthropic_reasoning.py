@@ -8,8 +8,8 @@ the SDK read, or ``{"ok": false, "error": <exception class>, "status": ..., "mes
 import argparse
 import json
 import sys
-import traceback
 
+import _common as c
 import anthropic
 
 PROMPT = "Hello gateway"
@@ -65,13 +65,12 @@ CASES = {
 
 
 def run(fn):
-    try:
-        return {"ok": True, **fn()}
-    except Exception as exc:
-        traceback.print_exc()
-        body = getattr(exc, "body", None)
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-        return {"ok": False, "error": type(exc).__name__, "status": getattr(exc, "status_code", None), "message": message}
+    """``_common.attempt``, with the error body's message beside its type (the refusal's wording)."""
+    got = c.attempt(fn)
+    if not got["ok"]:
+        body = got["body"]
+        got["message"] = body.get("error", {}).get("message") if isinstance(body, dict) else None
+    return got
 
 
 out = sys.stdout
