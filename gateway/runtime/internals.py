@@ -43,6 +43,18 @@ large as the kernel's; packed once, the channel's group commit costs a fraction 
 selects the database and parses the replies (hiredis). Retired by: a redis-py pipeline whose
 per-command cost is within noise of this path, or a public way to send pre-packed commands.
 
+``share_cluster_nodes`` and ``close_cluster_nodes`` keep a Redis Cluster client of redis-py 7.4 from
+leaving sockets open (not speed: sockets nothing closes until the collector finds them, with a
+warning). A topology refresh (a timed-out node, MOVED, a failover) builds a new ``ClusterNode`` per
+address for the ``nodes_manager``'s ``slots_cache`` while its ``nodes_cache`` keeps the old ones of
+the same addresses: keys are routed through the new objects, and the next refresh drops them with
+their connections open, a generation of sockets per refresh. ``share_cluster_nodes`` wraps the
+manager's ``initialize`` so that the slot table's lists hold the node cache's objects, one pool per
+address, as upstream does since. ``close_cluster_nodes`` closes what ``aclose()`` skips: a client
+whose start-up failed counts as never initialized and closes nothing, so the node cache and start-up
+nodes are closed here, and the slot table's nodes (one a MOVED answer added). Retired by:
+redis/redis-py#4057 (in 8.0; ``CHECKED`` allows 7.4 only).
+
 **prometheus-client.** ``BucketTally`` counts a histogram child's observations on the event loop and
 puts them on the child's values (``_upper_bounds``, ``_buckets``, ``_sum``: their ``get``, ``set`` and
 ``inc``) when the tallies are flushed, before each scrape: the counts and the sum ``observe`` would
@@ -59,6 +71,7 @@ against ``hashlib.sha256`` it saved 1.6k of 900k instructions per request (docs/
 
 from __future__ import annotations
 
+import asyncio
 import re
 from bisect import bisect_left
 from collections.abc import Callable
@@ -69,6 +82,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from aiohttp.web_request import BaseRequest
+from redis.asyncio.cluster import NodesManager
 from redis.exceptions import ResponseError
 
 # The library ranges each use here was checked against: pyproject.toml pins the same ranges
@@ -228,6 +242,33 @@ def evalsha_head(sha: bytes, keys: list[bytes], args: int) -> bytes:
 def bulk(arg: bytes) -> bytes:
     """One argument of a packed command, in RESP."""
     return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+class _SharedNodes(NodesManager):
+    """A cluster client's nodes manager whose topology refresh leaves one node object per address."""
+
+    __slots__ = ()
+
+    async def initialize(self) -> None:
+        await super().initialize()
+        cached = self.nodes_cache
+        for owners in {id(owners): owners for owners in self.slots_cache.values()}.values():
+            owners[:] = [cached.get(node.name, node) for node in owners]
+
+
+def share_cluster_nodes(client: Any) -> None:
+    """Has each topology refresh of a Redis Cluster client route through its node cache's objects
+    (the manager is a slotted class: its class is swapped, its state kept)."""
+    client.nodes_manager.__class__ = _SharedNodes
+
+
+async def close_cluster_nodes(client: Any) -> None:
+    """The nodes of a Redis Cluster client that its ``aclose()`` (already awaited) left connected."""
+    nodes = client.nodes_manager
+    await nodes.aclose()
+    await nodes.aclose("startup_nodes")
+    routed = {id(node): node for owners in nodes.slots_cache.values() for node in owners}
+    await asyncio.gather(*(node.disconnect() for node in routed.values()))
 
 
 class RawConnection:

@@ -4,13 +4,13 @@ this client from the composition root (``gateway.web.app``); none builds its own
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.runtime.config import RedisConfig
+from gateway.runtime.internals import close_cluster_nodes, share_cluster_nodes
 
 
 def redis_client(cfg: RedisConfig) -> Any:
@@ -21,22 +21,14 @@ def redis_client(cfg: RedisConfig) -> Any:
         "health_check_interval": 0,
     }
     if cfg.cluster:
-        return RedisCluster.from_url(cfg.url, **options)
+        client = RedisCluster.from_url(cfg.url, **options)
+        share_cluster_nodes(client)  # one pool per node across topology refreshes (redis-py 7.4)
+        return client
     return aioredis.Redis.from_url(cfg.url, retry_on_timeout=False, **options)
 
 
 async def close_redis(client: Any) -> None:
     """Close what ``redis_client`` made."""
     await client.aclose()
-    nodes = getattr(client, "nodes_manager", None)
-    if nodes is not None:
-        # A cluster client whose start-up failed (Redis down) counts as never initialized, and its
-        # aclose() then closes nothing (redis-py 7.4): its nodes' connections are closed here either way.
-        await nodes.aclose()
-        await nodes.aclose("startup_nodes")
-        # After a topology refresh (a timed-out node, MOVED) redis-py 7.4 routes keys through the new
-        # node objects of its slot table while its node cache keeps the old ones of the same addresses,
-        # and aclose() disconnects only the cache's (fixed upstream by redis/redis-py#4057): the slot
-        # table's own are disconnected here, or their sockets stay open until the collector warns.
-        routed = {id(node): node for owners in nodes.slots_cache.values() for node in owners}
-        await asyncio.gather(*(node.disconnect() for node in routed.values()))
+    if isinstance(client, RedisCluster):  # what its aclose() leaves open (redis-py 7.4)
+        await close_cluster_nodes(client)

@@ -42,3 +42,23 @@ async def test_a_cluster_client_closes_what_a_topology_refresh_opened(redis_clus
         return await connections(redis_cluster) == before
 
     await eventually(all_closed, "every connection the client opened closed")
+
+
+async def test_topology_refreshes_route_through_one_node_object_per_address(redis_cluster: RedisCluster) -> None:
+    """redis-py 7.4 builds new node objects per refresh and drops the last ones with their sockets
+    open (a generation per refresh); the gateway's client keeps routing through its node cache's."""
+    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=1000))
+    try:
+        for key in KEYS:
+            await client.set(key, 1)
+        opened = await connections(redis_cluster)
+        for _ in range(3):
+            await client.nodes_manager.initialize()
+            for key in KEYS:
+                assert await client.get(key) == b"1"
+        nodes = client.nodes_manager
+        routed = {id(node) for owners in nodes.slots_cache.values() for node in owners}
+        assert routed <= {id(node) for node in nodes.nodes_cache.values()}
+        assert await connections(redis_cluster) == opened
+    finally:
+        await close_redis(client)

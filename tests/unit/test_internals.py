@@ -269,6 +269,29 @@ def test_redis_py_still_has_what_the_raw_connection_calls(redis_client: Any) -> 
     assert "self.socket_timeout" in inspect.getsource(AbstractConnection.read_response)
 
 
+def test_redis_py_cluster_still_has_what_closing_its_nodes_reads() -> None:
+    """``close_cluster_nodes``: the client's nodes manager, which closes its node cache or start-up
+    nodes by name, and its slot table of node lists."""
+    from redis.asyncio.cluster import ClusterNode, NodesManager, RedisCluster
+
+    assert "nodes_manager" in inspect.getsource(RedisCluster.__init__)
+    assert "attr" in inspect.signature(NodesManager.aclose).parameters
+    assert "self.slots_cache" in inspect.getsource(NodesManager.initialize)
+    assert callable(ClusterNode.disconnect)
+
+
+def test_redis_py_cluster_still_has_what_sharing_its_nodes_relies_on() -> None:
+    """``share_cluster_nodes``: a slotted nodes manager (its class swapped, its state kept) whose
+    refresh publishes a slot table of node lists and keeps a node cache by name."""
+    from redis.asyncio.cluster import NodesManager
+
+    from gateway.runtime.internals import _SharedNodes
+
+    assert "__dict__" not in NodesManager.__slots__ and _SharedNodes.__slots__ == ()
+    source = inspect.getsource(NodesManager.initialize)
+    assert "self.slots_cache = tmp_slots" in source and "self.nodes_cache" in source
+
+
 def test_the_request_handler_has_every_private_name_parse_errors_relies_on() -> None:
     from aiohttp import web_protocol, web_server
 
