@@ -12,6 +12,7 @@ from typing import Any
 import pydantic_core
 from redis.exceptions import (
     ClusterDownError,
+    MaxConnectionsError,
     NoPermissionError,
     NoScriptError,
     OutOfMemoryError,
@@ -19,12 +20,13 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.limits import scripts
 from gateway.limits.advance import RESERVE_SECONDS, Reserve, Reserves
 from gateway.limits.argv import Templates
-from gateway.limits.channel import ScriptChannel, Unanswered, Unsent
+from gateway.limits.channel import ScriptChannel, Unsent
 from gateway.limits.limiter import Refusal, SettleCall, Settlement
 from gateway.limits.plan import USAGE_TTL_SECONDS, Check, Plan, tag
 from gateway.obs.metrics import (
@@ -55,9 +57,13 @@ def call_error(exc: BaseException) -> bool:
 
 def unanswered(exc: BaseException) -> bool:
     """Whether a failed script call may have run: it went out and its answer did not come back (a
-    timeout; a connection lost with it out, ``channel``). Redis Cluster's client does not tell a
-    connection lost with a call out from one refused: that counts as not sent."""
-    return isinstance(exc, RedisTimeoutError | TimeoutError | Unanswered)
+    timeout; a connection lost with it out). Only the channel tells a call that never went out
+    (``Unsent``): redis-py's own client (Redis Cluster's, a script loaded again) sends a call again by
+    itself after a connection error, and its last error does not say what the earlier tries did, so
+    any connection error of its but a full pool's may have come after a call that ran."""
+    if isinstance(exc, Unsent | MaxConnectionsError):
+        return False
+    return isinstance(exc, RedisTimeoutError | TimeoutError | RedisConnectionError)
 
 
 def _args(plan: Plan, *extra: str | int, settled: list[Settlement] | None = None) -> bytes:

@@ -282,3 +282,40 @@ async def test_on_redis_cluster_a_settlement_that_ran_unanswered_is_charged_once
             assert found["applied"] == 0 and found["duplicate"] >= 1, found
     finally:
         await peek.aclose()
+
+
+async def test_on_redis_cluster_a_settlement_whose_answer_was_lost_is_charged_once(
+    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The team's node runs the call and its connection is lost before the answer is read, on every
+    try the cluster client makes by itself: its last error (a connection error) does not say the call
+    ran, so it is kept whole, and sent again it changes nothing."""
+    from redis.asyncio.cluster import ClusterNode
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    peek: Any = aioredis.RedisCluster.from_url(cluster.url)
+    answer = ClusterNode.execute_command
+    lose: set[int] = set()  # the ports whose script answers are lost
+
+    async def lost(node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        result = await answer(node, *args, **kwargs)
+        if node.port in lose and args[0] == "EVALSHA":
+            await node.disconnect()
+            raise RedisConnectionError("Connection closed by server.")
+        return result
+
+    monkeypatch.setattr(ClusterNode, "execute_command", lost)
+    try:
+        async with limiter_on(cluster.url, cluster=True) as limiter:
+            plan = await admitted(limiter, peek)
+            before = resent()
+            lose.add(peek.get_node_from_key(plan.usage_key).port)
+            await unanswered(limiter, plan)
+            assert await charged(peek, plan) == ONE  # it ran (each try after the first found its record)
+            lose.clear()
+            await sent_again(limiter)
+            assert await charged(peek, plan) == ONE
+            found = since(before)
+            assert found["applied"] == 0 and found["duplicate"] >= 1, found
+    finally:
+        await peek.aclose()
