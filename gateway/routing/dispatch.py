@@ -227,14 +227,16 @@ def _resumable(
     table: ModelTable,
     route: Route,
     candidates: list[tuple[Upstream, InternalRequest]],
+    drops: list[list[Feature]],
     i: int,
     call: Call,
     attempt: Attempt,
     opened: tuple[Batch, Batches],
 ) -> tuple[Batch, Batches]:
-    """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``)."""
-    upstream, req = candidates[i]
-    targets = [u for u, _ in candidates[i:] + candidates[:i]]
+    """The stream of candidate ``i``, able to continue elsewhere after a break (``may_resume``), each
+    target with its own request and drops."""
+    fitted = [(u, r, d) for (u, r), d in zip(candidates, drops, strict=True)]
+    targets = fitted[i:] + fitted[:i]
 
     def failed(target: Upstream, err: GatewayError) -> None:
         attempt.failed.append((target.name, err.code))
@@ -243,10 +245,11 @@ def _resumable(
         if not getattr(target, "members", None) and err.retryable and table.failed(target, err):
             attempt.cooled.append(target.name)
 
-    resumer = resume.Resumer(req, targets, _opener(attempt, call), call, route.max_resumes, attempt.resumed, failed)
+    opener = _opener(attempt, call)
+    resumer = resume.Resumer(targets, opener, call, route.max_resumes, attempt.resumed, failed)
     resumer.tries = i + 1
     first, events = opened
-    return first, resume.resumable(upstream, first, events, resumer)
+    return first, resume.resumable(targets[0][0], first, events, resumer)
 
 
 async def open_stream(
@@ -270,5 +273,5 @@ async def open_stream(
             raise UpstreamFailed("upstream closed the stream at once") from None
 
     i, stream = await _first_to_answer(table, candidates, call, attempt, opened, " before the first byte")
-    attempt.dropped = drops[i]  # a continuation elsewhere goes on with this target's request, drops and all
-    return _resumable(table, route, candidates, i, call, attempt, stream) if may else stream
+    attempt.dropped = drops[i]  # a continuation's target's own: ``Resumed.dropped``
+    return _resumable(table, route, candidates, drops, i, call, attempt, stream) if may else stream

@@ -375,18 +375,21 @@ class Resumed:
     cause: str  # the break's error code
     lost: float  # seconds from the break to the continuation's first event
     tokens: int  # completion tokens the client had at the break
+    dropped: tuple[Feature, ...] = ()  # the features the continuing target went without
 
 
 Opener = Callable[[Upstream, InternalRequest, int], Batches]  # (target, request, try number) → its stream
+# A target to continue on, with the request as fitted to it (``dispatch``) and the features it drops
+Fitted = tuple[Upstream, InternalRequest, list[Feature]]
 
 
 @dataclass(slots=True)
 class Resumer:
-    """What ``resumable`` needs of dispatch: the targets in the order to try, the request as first
-    sent, how to open a stream on a target, and where to record each continuation."""
+    """What ``resumable`` needs of dispatch: the targets in the order to try, each with the request as
+    fitted to it (a continuation starts from that one, never from another target's) and its drops, how
+    to open a stream on a target, and where to record each continuation."""
 
-    request: InternalRequest
-    targets: list[Upstream]  # in the order to try; a broken pool is tried again first (another replica)
+    targets: list[Fitted]  # in the order to try, the first's the one that answered first
     open: Opener
     call: Call
     max_resumes: int
@@ -394,22 +397,28 @@ class Resumer:
     failed: Callable[[Upstream, GatewayError], None]  # the break counted against the target's health
     tries: int = 1
 
+    @property
+    def request(self) -> InternalRequest:
+        """The request as the first target to answer got it (what the client's stream follows)."""
+        return self.targets[0][1]
+
     async def resume(
         self, broken: Upstream, err: GatewayError, progress: Progress
     ) -> tuple[Upstream, Batches, Batch, Junction]:
         """A continuation's stream and its first events, from the first target that opens one; the
         break's error when none can."""
         began = time.perf_counter()
-        again = [broken] if len(getattr(broken, "members", ())) > 1 else []
-        for upstream in again + [t for t in self.targets if t is not broken]:
+        # a broken pool is tried again first (another replica)
+        again = [t for t in self.targets if t[0] is broken and len(getattr(broken, "members", ())) > 1]
+        for upstream, fitted, drops in again + [t for t in self.targets if t[0] is not broken]:
             if len(self.record) >= self.max_resumes or not self._time_left():
                 break
-            if not can_continue(upstream, self.request):
+            if not can_continue(upstream, fitted):
                 continue
             try:
-                ids = await self._prompt_ids(upstream, progress)
-                req = continuation(self.request, progress, ids, CONTINUERS[upstream.provider])
-                junction = Junction.after(self.request, progress, ids)
+                ids = await self._prompt_ids(upstream, fitted, progress)
+                req = continuation(fitted, progress, ids, CONTINUERS[upstream.provider])
+                junction = Junction.after(fitted, progress, ids)
             except GatewayError:
                 continue
             self.tries += 1
@@ -429,7 +438,7 @@ class Resumer:
                     break  # the continuation itself was refused: another target would refuse it too
                 continue
             lost = time.perf_counter() - began
-            self.record.append(Resumed(broken.name, upstream.name, err.code, lost, progress.sent))
+            self.record.append(Resumed(broken.name, upstream.name, err.code, lost, progress.sent, tuple(drops)))
             log.info(
                 "stream resumed on %s after %d tokens (%s at %s)", upstream.name, progress.sent, err.code, broken.name
             )
@@ -441,8 +450,7 @@ class Resumer:
         left = self.call.remaining()
         return left is None or left > 0
 
-    async def _prompt_ids(self, upstream: Upstream, progress: Progress) -> tuple[int, ...] | None:
-        req = self.request
+    async def _prompt_ids(self, upstream: Upstream, req: InternalRequest, progress: Progress) -> tuple[int, ...] | None:
         if CONTINUERS[upstream.provider] != "vllm" or not (progress.ids_complete and progress.token_ids):
             return None
         prompt = req.prompts[0] if req.operation is Operation.COMPLETION else None

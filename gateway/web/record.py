@@ -314,8 +314,10 @@ class RequestLog:
         if self.cost is not None:  # exact: the same millionths the spend counters add up
             fields["cost"] = money(self.cost)
             fields["currency"] = self.backlog.currency
-        if attempt.dropped:
-            fields["dropped"] = [f.value for f in attempt.dropped]
+        if attempt.dropped or attempt.resumed:  # a continuation's target's drops too, each named once
+            dropped = [*attempt.dropped, *(f for r in attempt.resumed for f in r.dropped)]
+            if dropped:
+                fields["dropped"] = list(dict.fromkeys(f.value for f in dropped))
         if attempt.failed:  # every failed try, fallbacks included: which target, and how
             fields["failures"] = [f"{target}: {code}" for target, code in attempt.failed]
         if attempt.resumed:  # each continuation: where it broke, why, and where it went on
@@ -360,8 +362,12 @@ def _tried(attempt: Attempt, model: str) -> None:
     for r in attempt.resumed:
         m.RESUMES.labels(r.broken, r.cause).inc()
         m.RESUME_LOST.labels(r.broken).observe(r.lost)
+    first = attempt.resumed[0].broken if attempt.resumed else attempt.target  # the one that answered first
     for feature in attempt.dropped:
-        m.DROPPED.labels(attempt.target or "-", feature.value).inc()
+        m.DROPPED.labels(first or "-", feature.value).inc()
+    for r in attempt.resumed:  # each continuation's target, for what it went without
+        for feature in r.dropped:
+            m.DROPPED.labels(r.target, feature.value).inc()
 
 
 class Backlog:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -176,3 +177,53 @@ def test_the_drops_counted_are_those_of_the_target_that_answered(
     assert answered == target
     want = [] if target is None else sorted(frozenset(ADVISORY) - targets[int(target[1:])].features)
     assert dropped == want
+
+
+DROPPABLE = (Feature.MIN_P, Feature.TOP_K, Feature.REPETITION_PENALTY)  # each target's config drops these
+
+
+@dataclass
+class Breaking(Scripted):
+    """A vLLM target that sends its name as one token, then breaks or finishes; keeps the requests it got."""
+
+    provider: str = "vllm"
+    breaks: bool = True
+    got: list[InternalRequest] = field(default_factory=list)
+    target: object = field(default_factory=lambda: SimpleNamespace(drop_unsupported=[f.value for f in DROPPABLE]))
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
+        self.got.append(request)
+        yield Batch([Delta(0, text=self.name)])
+        if self.breaks:
+            raise UpstreamFailed("reset")
+        yield Batch([Finish(0, "stop")])
+
+
+async def resumed_through(targets: list[Breaking]) -> tuple[str, dispatch.Attempt]:
+    route = Route("m", list(targets), [1e9 ** (len(targets) - i) for i in range(len(targets))], resume=True)
+    sampling = Sampling(max_tokens=8, min_p=0.1, top_k=5, repetition_penalty=1.1)
+    request = InternalRequest(
+        Operation.COMPLETION, "m", prompts=("hi",), sampling=sampling, features=frozenset(DROPPABLE)
+    )
+    attempt = dispatch.Attempt()
+    first, rest = await dispatch.open_stream(ModelTable({"m": route}), route, request, Call("r"), attempt)
+    text = "".join(
+        ev.text for batch in [first, *[b async for b in rest]] for ev in batch.events if isinstance(ev, Delta)
+    )
+    return text, attempt
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.frozensets(st.sampled_from(DROPPABLE)), min_size=2, max_size=2))
+def test_a_continuation_goes_with_the_request_fitted_to_its_own_target(kinds: list[frozenset[Feature]]) -> None:
+    """The first target breaks after one token and the second continues: each got the request as it
+    takes it (what it drops, dropped), and the drops are counted for each part's own target."""
+    targets = [Breaking(f"t{i}", "ok", features=f, breaks=i < len(kinds) - 1) for i, f in enumerate(kinds)]
+    text, attempt = asyncio.run(resumed_through(targets))
+    assert text == "".join(t.name for t in targets) and len(attempt.resumed) == len(targets) - 1
+    for t in targets:
+        (got,) = t.got
+        assert got.features & frozenset(DROPPABLE) <= t.features
+        assert (got.sampling.min_p is None) is (Feature.MIN_P not in t.features)
+    first, second = (sorted(frozenset(DROPPABLE) - t.features) for t in targets)
+    assert attempt.dropped == first and [sorted(r.dropped) for r in attempt.resumed] == [second]

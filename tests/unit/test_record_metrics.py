@@ -50,3 +50,18 @@ def test_a_request_that_went_at_once_counts_no_try_event() -> None:
     log.model_label, log.attempt.tries = "rec-m", 1
     log.emit()
     assert [_count(n, lb) for n, lb in names] == before
+
+
+def test_a_resumed_streams_drops_are_counted_for_the_target_that_dropped_each() -> None:
+    """The first target's drops under its name, a continuation's under its own, though the attempt's
+    target is the last one by then."""
+    first = {"target": "rec-a", "feature": "min_p"}
+    then = {"target": "rec-b", "feature": "top_k"}
+    before = [_count("gateway_dropped_features_total", lb) for lb in (first, then)]
+    log = RequestLog(Backlog(), logging.getLogger("test"), "rid", "openai")
+    log.model_label, log.attempt.target, log.attempt.tries = "rec-m", "rec-b", 2
+    log.attempt.dropped.append(Feature.MIN_P)
+    log.attempt.resumed.append(Resumed("rec-a", "rec-b", "upstream_failed", 0.1, 5, (Feature.TOP_K,)))
+    log.emit()
+    after = [_count("gateway_dropped_features_total", lb) for lb in (first, then)]
+    assert after == [n + 1 for n in before]
