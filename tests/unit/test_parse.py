@@ -228,6 +228,9 @@ def test_sgp_synonyms_guided_and_timeout() -> None:
     assert refused(SGP_V4, two).param == "guided_regex"
     bad_header = {"model": "m", "prompt": "x", "inference_extra_headers": {"Authorization": "x"}}
     assert refused(SGP_V4, bad_header).param == "inference_extra_headers"
+    twice = {"model": "m", "prompt": "x", "inference_extra_headers": {"X-Route-Hint": "a", "x-route-hint": "b"}}
+    err = refused(SGP_V4, twice)  # one header name, whatever its case: two values would both go upstream
+    assert err.param == "inference_extra_headers" and "'x-route-hint' (named twice" in err.message
     assert parse(SGP_V5, {"model": "m", "prompt": ["a", "b"], "logprobs": 2}).sampling.logprobs == 2
 
 

@@ -71,11 +71,14 @@ def passthrough(b: Guided, fs: FeatureSet) -> tuple[dict[str, JSON], dict[str, s
     extra = dict(b.inference_extra_params or {})
     fs.use(Feature.EXTRA_BODY, "inference_extra_params", extra)
     headers = b.inference_extra_headers
+    seen: set[str] = set()
     for name, value in (headers or {}).items():
-        if why := refused_header(name, value):
+        why = refused_header(name, value) or ("named twice: header names ignore case" if name.lower() in seen else None)
+        if why:
             raise InvalidRequest(
                 f"'inference_extra_headers' may not set {name[:64]!r} ({why})", param="inference_extra_headers"
             )
+        seen.add(name.lower())
     fs.use(Feature.EXTRA_HEADERS, "inference_extra_headers", headers)
     return extra, headers or None
 
