@@ -14,6 +14,7 @@ from tests.support import eventually
 from tests.support.redis_servers import RedisCluster
 
 KEYS = [f"key-{i}" for i in range(12)]  # spread over the three nodes' slots
+TIMEOUT_MS = 10_000  # none fires on a loaded machine: each refresh here is made on purpose
 
 
 async def connections(cluster: RedisCluster) -> int:
@@ -27,7 +28,7 @@ async def connections(cluster: RedisCluster) -> int:
 
 async def test_a_cluster_client_closes_what_a_topology_refresh_opened(redis_cluster: RedisCluster) -> None:
     before = await connections(redis_cluster)
-    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=1000))
+    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=TIMEOUT_MS))
     try:
         for key in KEYS:
             await client.set(key, 1)
@@ -47,7 +48,7 @@ async def test_a_cluster_client_closes_what_a_topology_refresh_opened(redis_clus
 async def test_topology_refreshes_route_through_one_node_object_per_address(redis_cluster: RedisCluster) -> None:
     """redis-py 7.4 builds new node objects per refresh and drops the last ones with their sockets
     open (a generation per refresh); the gateway's client keeps routing through its node cache's."""
-    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=1000))
+    client = redis_client(RedisConfig(url=redis_cluster.url, cluster=True, timeout_ms=TIMEOUT_MS))
     try:
         for key in KEYS:
             await client.set(key, 1)

@@ -56,8 +56,8 @@ def finished(plan: Plan) -> Settlement:
 
 
 @contextlib.asynccontextmanager
-async def limiter_on(url: str, cluster: bool = False) -> AsyncIterator[FailoverLimiter]:
-    client = redis_client(RedisConfig(url=url, cluster=cluster, timeout_ms=100))
+async def limiter_on(url: str, cluster: bool = False, timeout_ms: int = 100) -> AsyncIterator[FailoverLimiter]:
+    client = redis_client(RedisConfig(url=url, cluster=cluster, timeout_ms=timeout_ms))
     limiter = FailoverLimiter(RedisLimiter(client), LocalLimiter(), {}, retry_seconds=0.05)
     try:
         yield limiter
@@ -306,7 +306,8 @@ async def test_on_redis_cluster_a_settlement_whose_answer_was_lost_is_charged_on
 
     monkeypatch.setattr(ClusterNode, "execute_command", lost)
     try:
-        async with limiter_on(cluster.url, cluster=True) as limiter:
+        # no timeout cuts a call short: what is lost is the answer the fault drops
+        async with limiter_on(cluster.url, cluster=True, timeout_ms=10_000) as limiter:
             plan = await admitted(limiter, peek)
             before = resent()
             lose.add(peek.get_node_from_key(plan.usage_key).port)
