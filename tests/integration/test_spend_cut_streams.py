@@ -13,7 +13,7 @@ import pytest
 
 from gateway.runtime.config import parse_config
 from tests.integration.conftest import GatewayFactory, target
-from tests.integration.dialect_clients import STREAMING
+from tests.integration.dialect_clients import BEARER, STREAMING
 from tests.integration.spend_rig import (
     OPENAI,
     budget_spent,
@@ -163,5 +163,33 @@ async def test_a_resumed_stream_cut_by_its_client_charges_the_tokens_sent_once(
     assert asked["stream_options"].get("continuous_usage_stats") and len(asked["prompt"]) > real, asked
     usage = await settled(redis_server.url, team, 2)
     assert usage["prompt_tokens"] - real == real  # its prompt once, not with the 3 tokens sent
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
+    assert await budget_spent(redis_server.url, team) == usage["spend"]
+
+
+async def test_a_fanned_out_stream_cut_by_its_client_is_charged_every_call_s_prompt(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Friendli's per-choice seeds fanned out to a vLLM target: 4 calls, each billing the prompt. Cut by
+    its client, the stream is settled by vLLM's own counts (decoded chunks: usage on each), all 4 of
+    them; it was settled by the last call closed alone, a quarter of the prompt billed."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"] = [target(server, "vllm", name="up")]
+    gw = await gateway(parse_config(data))
+    body = {"model": "m", "prompt": "alpha beta gamma [[fault:slow=0.3]]", "max_tokens": 20, "n": 4}
+    body |= {"seed": [1, 2, 3, 4], "stream": True}
+    async with gw.session.post(gw.url + "/serverless/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status == 200
+        await resp.read()
+    whole = await settled(redis_server.url, team, 1)
+    request = ("/serverless/v1/completions", BEARER, body)
+    await hang_up_after(gw.url, request, 8, server)
+    await eventually(lambda: server.cancelled >= 4, "every call closed behind the client")
+    asked = server.requests[-1].body["stream_options"]
+    assert asked.get("continuous_usage_stats"), asked
+    usage = await settled(redis_server.url, team, 2)
+    assert usage["prompt_tokens"] == 2 * whole["prompt_tokens"]  # 4 calls' prompts, as the whole one's
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
     assert await budget_spent(redis_server.url, team) == usage["spend"]
