@@ -221,7 +221,14 @@ class Admission:
         began = time.monotonic()
         wait_until: float | None = deadline  # the default's bound is set at the first refusal
         while True:
-            refusal = await self.limiter.admit(plan, self.ttl_ms)
+            try:
+                refusal = await self.limiter.admit(plan, self.ttl_ms)
+            except asyncio.CancelledError:
+                # The client went away with its admission out: Redis may have run it, or will (the call
+                # stays queued). Settled as a request that failed unserved, after the admission on the
+                # same connection: else its slot and worst case stay held until the lease TTL.
+                self.release(plan, None, None)
+                raise
             if refusal is None:
                 ADMITTED.n += 1
                 if (now := time.monotonic()) != began:

@@ -14,7 +14,7 @@ from random import getrandbits
 
 from gateway.core.prompt import bound as prompt_bound
 from gateway.core.records import record
-from gateway.core.request import InternalRequest, Operation, Sampling
+from gateway.core.request import Feature, InternalRequest, Operation, Sampling
 from gateway.limits.budget_rules import Rule, Window
 from gateway.limits.prices import Rate
 
@@ -141,6 +141,14 @@ def estimate_prompt(request: InternalRequest) -> int:
     return prompt_bound(request)
 
 
+def prompt_calls(request: InternalRequest) -> int:
+    """How many times the prompt may be billed: once per seed of a per-choice seed list, which a
+    target taking one seed is sent as that many calls (``gateway.routing.fanout``), each reporting
+    the whole prompt; once otherwise."""
+    seeds = request.sampling.seeds
+    return len(seeds) if seeds and Feature.SEED_PER_CHOICE in request.features else 1
+
+
 def estimate_tokens(request: InternalRequest, prompt: int) -> int:
     """The prompt's estimate plus the most the answer may use, for every choice generated (``best_of``
     generates that many, and each is billed); an embedding's answer is vectors: no tokens."""
@@ -226,7 +234,7 @@ def unlimited(team: str, key_id: str, request: InternalRequest) -> Plan:
     estimate is the worst case where the client bounded the answer (0 where it did not: no default's
     bound, which its target was not sent): a stream cut short is settled by upper bounds within it,
     as a limited team's is (``RequestLog.usage``), its usage and cost summed all the same."""
-    prompt = estimate_prompt(request)
+    prompt = estimate_prompt(request) * prompt_calls(request)
     s = request.sampling
     worst = estimate_tokens(request, prompt) if s.max_tokens or s.max_total_tokens else 0
     return Plan(team, key_id, NO_LIMITS, worst, prompt, "", current_usage_key(team))
@@ -253,7 +261,7 @@ def windows(layout: Layout, now: float) -> tuple[Window | None, ...]:
 def planned(
     team: str, key_id: str, limits: Layout, request: InternalRequest, lease: str, rate: Rate | None = None
 ) -> Plan:
-    prompt = estimate_prompt(request)
+    prompt = estimate_prompt(request) * prompt_calls(request)
     plan = Plan(team, key_id, limits, estimate_tokens(request, prompt), prompt, lease, current_usage_key(team))
     if limits.budgets:
         now = time.time()

@@ -30,7 +30,7 @@ from gateway.core.response import (
     Usage,
     UsageReport,
 )
-from gateway.core.upstream import Call, Upstream
+from gateway.core.upstream import Call, StreamProgress, Upstream
 
 
 def needs_fan_out(request: InternalRequest, upstream: Upstream) -> bool:
@@ -112,24 +112,28 @@ class FanOut:
         queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
 
-        async def pump(j: int, part: InternalRequest) -> None:
+        async def pump(j: int, part: InternalRequest, own: Call) -> None:
             try:
                 async with gate:  # a stream holds its place until it ends
-                    async for batch in self.inner.stream(part, call):
+                    async for batch in self.inner.stream(part, own):
                         await queue.put((j, batch))
                 await queue.put((j, None))
             except BaseException as exc:  # handed to the consumer, which raises it
                 await queue.put((j, exc))
                 raise
 
-        tasks = [asyncio.create_task(pump(j, part)) for j, part in parts]
+        # each part's own progress: a part cut short leaves its usage there (``StreamProgress``)
+        calls = [dataclasses.replace(call, progress=StreamProgress()) for _ in parts]
+        tasks = [asyncio.create_task(pump(j, part, calls[j])) for j, part in parts]
         started, open_parts = False, n
         prompt = completion = 0
+        ended: set[int] = set()
         try:
             while open_parts:
                 j, item = await queue.get()
                 if item is None:
                     open_parts -= 1
+                    ended.add(j)
                     continue
                 if isinstance(item, BaseException):
                     raise item
@@ -156,9 +160,25 @@ class FanOut:
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
+            call.progress.usage = _summed(
+                prompt, completion, [c.progress.usage for j, c in enumerate(calls) if j not in ended]
+            )
 
     async def list_models(self) -> list[str]:
         return await self.inner.list_models()
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _summed(prompt: int, completion: int, cut: list[Usage | None]) -> Usage | None:
+    """A fanned-out stream's usage as of its end: what its ended parts reported (``prompt``,
+    ``completion``) and what each part cut short left as it went, every call having billed the
+    prompt; None (the stream's bounds settle it) where a cut part left none, since a sum without it
+    would count its prompt as free."""
+    if any(u is None for u in cut):
+        return None
+    return Usage(
+        prompt + sum(u.prompt_tokens for u in cut if u is not None),
+        completion + sum(u.completion_tokens for u in cut if u is not None),
+    )

@@ -40,8 +40,8 @@ from itertools import groupby
 
 from gateway.core.errors import GatewayError, UpstreamFailed, UpstreamRejected
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling
-from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Token, UsageReport
-from gateway.core.upstream import Call, Upstream
+from gateway.core.response import Batch, Delta, Finish, Frame, StreamEvent, StreamStart, Token, Usage, UsageReport
+from gateway.core.upstream import Call, StreamProgress, Upstream
 from gateway.runtime.throttle import LogThrottle
 
 log = logging.getLogger("gateway.resume")
@@ -355,15 +355,17 @@ def stitched(events: list[StreamEvent], sent: int) -> list[StreamEvent]:
             if not (ev.text or ev.token_ids or ev.logprobs or ev.tool_calls or ev.reasoning):
                 continue  # nothing left once its role (or, at a junction, what the client has) is gone
         elif isinstance(ev, UsageReport):
-            u = ev.usage
-            moved = min(sent, u.prompt_tokens)
-            ev = UsageReport(
-                dataclasses.replace(
-                    u, prompt_tokens=u.prompt_tokens - moved, completion_tokens=u.completion_tokens + moved
-                )
-            )
+            ev = UsageReport(moved_back(ev.usage, sent))
         out.append(ev)
     return out
+
+
+def moved_back(usage: Usage, sent: int) -> Usage:
+    """A continuation's usage with the ``sent`` tokens it took as prompt counted as completion."""
+    moved = min(sent, usage.prompt_tokens)
+    return dataclasses.replace(
+        usage, prompt_tokens=usage.prompt_tokens - moved, completion_tokens=usage.completion_tokens + moved
+    )
 
 
 @dataclass(slots=True)
@@ -535,7 +537,7 @@ class Resumable:
         self.resumer.failed(self.source, err)
         self.source, events, head, junction = await self.resumer.resume(self.source, err, progress)
         self.before, self.folded, self.held = progress, [], 0
-        self.current = joined(events, junction)
+        self.current = joined(events, junction, self.resumer.call.progress)
         first = Batch(junction.join(head.events), head.then)
         self.kept = [first]
         return first
@@ -569,13 +571,19 @@ class Resumable:
         await self.current.aclose()  # type: ignore[attr-defined]
 
 
-async def joined(events: Batches, junction: Junction) -> Batches:
-    """A continuation's batches as the rest of the client's stream (``Junction``)."""
+async def joined(events: Batches, junction: Junction, progress: StreamProgress | None = None) -> Batches:
+    """A continuation's batches as the rest of the client's stream (``Junction``). ``progress``: where
+    its target leaves its usage when the stream ends short (the client gone), which a cut stream is
+    settled by: as its usage report, with the tokens sent moved back from prompt to completion (else
+    they were charged twice, the prompt past its bound by them)."""
+    before = progress.usage if progress is not None else None
     try:
         async for batch in events:
             yield Batch(junction.join(batch.events), batch.then)
     finally:
         await events.aclose()  # type: ignore[attr-defined]
+        if progress is not None and progress.usage is not None and progress.usage is not before:
+            progress.usage = moved_back(progress.usage, junction.moved)
 
 
 def resumable(upstream: Upstream, first: Batch, events: Batches, resumer: Resumer) -> Resumable:

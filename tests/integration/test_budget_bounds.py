@@ -166,3 +166,31 @@ async def test_an_answer_without_usage_is_charged_an_upper_bound_not_nothing(
         spent = await budget_spent(redis_server.url, team, "t")
         assert spent >= statuses.count(200) * 11, (statuses, spent)  # at least the text's tokens each
         assert spent <= 200 and 429 in statuses, (statuses, spent)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_seed_list_fanned_out_reserves_its_prompt_once_a_call(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer, stream: bool
+) -> None:
+    """Friendli's per-choice seeds go to a target taking one seed as a call per seed
+    (``gateway.routing.fanout``), and each call's usage counts the whole prompt: 4 seeds bill it 4
+    times. The worst case reserved counts it so; it counted it once, and two requests of a 418-byte
+    token-dense prompt settled 3,344 tokens of a 3,000-token hard budget."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    cfg = spend_config(server, redis_server.url, team, budget={"tokens": 3000, "period": "day"})
+    cfg["models"][0]["targets"] = [target(server, "vllm", name="up")]
+    gw = await gateway(parse_config(cfg))
+    body = {"model": "m", "prompt": "x" * 400 + " [[fault:dense]]", "max_tokens": 1, "n": 4, "seed": [1, 2, 3, 4]}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    answered = []
+    for _ in range(2):
+        status, usage = await usage_of(gw, "/serverless/v1/completions", body)
+        assert status in (200, 429), status
+        if status == 200:
+            assert usage is not None and usage["prompt_tokens"] > 4 * 400, usage  # billed once a call
+            answered.append(usage)
+    assert len(answered) == 1
+    await settled(redis_server.url, team, 1)
+    assert await budget_spent(redis_server.url, team, "t") == answered[0]["total_tokens"] <= 3000

@@ -5,15 +5,19 @@ are held and sent when it answers (items 11, 12); an outage is logged by its cha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from gateway.core.errors import GatewayError
 from gateway.core.request import InternalRequest, Operation
+from gateway.limits import scripts
 from gateway.limits.admission import Admission, Ask, Settings, TeamPolicy, running
 from gateway.limits.backlog import Backlog
+from gateway.limits.budget_rules import rules
 from gateway.limits.failover import FailoverLimiter
 from gateway.limits.limiter import MAX_TOKENS, SettleCall, Settlement
 from gateway.limits.local import LocalLimiter
@@ -21,6 +25,7 @@ from gateway.limits.plan import LimitValues, build, new_lease
 from gateway.limits.store import RedisLimiter
 from gateway.obs import metrics
 from gateway.runtime.config import RedisConfig
+from gateway.runtime.spend_config import Budget
 from gateway.store.redis_client import redis_client
 from tests.support import eventually
 from tests.support.redis_servers import RedisServer
@@ -30,6 +35,9 @@ TEAMS = {
     "a": TeamPolicy(LimitValues(concurrency=2)),
     "b": TeamPolicy(LimitValues(rpm=1000)),
     "c": TeamPolicy(LimitValues(rpm=4, rpm_burst=4)),
+    "d": TeamPolicy(
+        LimitValues(concurrency=1), budget=tuple(rules(Budget(tokens=10_000, period="day"), ZoneInfo("UTC"), "EUR"))
+    ),
 }
 
 
@@ -217,4 +225,38 @@ async def test_failing_open_counts_what_redis_admitted_here_not_a_fresh_share(ow
             await eventually(settled, "the release settled")
             await admission.admit(Ask("a", "k1", REQUEST))
     finally:
+        await client.aclose()
+
+
+async def test_a_client_gone_while_its_admission_is_out_leaves_no_slot_or_budget_held(
+    own_redis: RedisServer, peek: Any
+) -> None:
+    """The handler is cancelled (the client hung up) while its admission waits in Redis (a paused
+    Redis, as a slow one): Redis runs it all the same. Its slot and its budget's worst case come back
+    with the next settlement round, not at the lease TTL (30 s), which held the team's one slot."""
+    admission, limiter, client = admission_on(own_redis.url, {}, timeout_ms=2000)
+    try:
+        await peek.script_load(scripts.ADMIT)  # a call that waits in Redis runs once the pause is over
+        await peek.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+        asking = asyncio.ensure_future(admission.admit(Ask("d", "k1", REQUEST)))
+
+        async def waiting() -> bool:
+            return any(c.get("cmd") == "evalsha" for c in await peek.client_list())
+
+        await eventually(waiting, "the admission waits in Redis")
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+
+        async def admitted_by_redis() -> bool:
+            return int(await peek.zcard("llmgw:{d}:conc")) == 1
+
+        await eventually(admitted_by_redis, "Redis ran the admission once its pause was over")
+        await admission._settle_pending()  # the settler's next round
+        assert await peek.zcard("llmgw:{d}:conc") == 0
+        assert await peek.zcard("llmgw:{d}:budget:held") == 0
+        assert sum(map(int, (await peek.hgetall("llmgw:{d}:budget")).values())) == 0
+        await admission.admit(Ask("d", "k1", REQUEST))  # refused for 30 s before: the slot was held
+    finally:
+        await limiter.close()
         await client.aclose()

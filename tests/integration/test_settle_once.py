@@ -163,7 +163,8 @@ async def test_a_settlement_that_ran_unanswered_is_sent_again_and_charged_once(
 ) -> None:
     async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
-        unknown, before = metrics.USAGE_UNKNOWN.n, resent()
+        before = resent()  # flushes the tallies: read after it
+        unknown = metrics.USAGE_UNKNOWN.n
         pid = stalled(own_redis)
         try:
             await unanswered(limiter, plan)
@@ -227,7 +228,8 @@ async def test_a_call_unanswered_past_the_hold_is_given_up_as_unknown(own_redis:
     async with limiter_on(own_redis.url) as limiter:
         plan = await admitted(limiter, peek)
         await paused(peek, limiter, plan)
-        unknown, before = metrics.USAGE_UNKNOWN.n, resent()
+        before = resent()  # flushes the tallies: read after it
+        unknown = metrics.USAGE_UNKNOWN.n
         for call in limiter.backlog.calls:  # as if held that long
             call.sent -= scripts.ONCE_HOLD_SECONDS
         await sent_again(limiter)

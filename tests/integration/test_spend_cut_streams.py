@@ -13,6 +13,7 @@ import pytest
 
 from gateway.runtime.config import parse_config
 from tests.integration.conftest import GatewayFactory, target
+from tests.integration.dialect_clients import BEARER, STREAMING
 from tests.integration.spend_rig import (
     OPENAI,
     budget_spent,
@@ -124,3 +125,71 @@ async def test_a_cut_stream_is_settled_by_the_upstreams_own_count_where_it_repor
         == cost(usage["prompt_tokens"], usage["completion_tokens"])
         == await budget_spent(redis_server.url, team)
     )
+
+
+async def test_a_resumed_stream_cut_by_its_client_charges_the_tokens_sent_once(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """A stream breaks after 3 tokens and continues on another vLLM target, whose continuation takes
+    them as prompt; the client (Anthropic's Messages: decoded, so vLLM counts as it goes) hangs up
+    mid-continuation. The cut stream is settled by the continuation's count, with the tokens sent
+    moved back to the completion, as its usage report does: the prompt's real count, not it and the
+    3 tokens again (9 for 6 before). An answer broken after more tokens than the prompt's bound has
+    to spare was charged past the worst case a hard budget reserved for it."""
+    broken = await upstream("vllm", faults="[[fault:reset_after=3]]")
+    slow = await upstream("vllm", faults="[[fault:hang_between=0.2]]")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(broken, redis_server.url, team, budget={"amount": "1"})
+    timeouts = {"connect": 1, "first_byte": 5, "idle": 0.5, "total": 30}
+    data["models"][0]["targets"] = [
+        target(broken, "vllm", name="up", weight=1e6, timeouts=timeouts),
+        target(slow, "vllm", name="up2", weight=1e-6),
+    ]
+    gw = await gateway(parse_config(data))
+    messages = next(i for i in STREAMING if i.name == "anthropic")
+    whole = await gw.send(messages, "m", "tell me a story", True, max_tokens=16, temperature=0)
+    assert whole.status == 200 and whole.usage is not None, whole.raw
+    real = (await settled(redis_server.url, team, 1))["prompt_tokens"]  # resumed whole: its report's count
+    path, headers, body = messages.request("m", "tell me a story", True, max_tokens=16, temperature=0)
+    async with aiohttp.ClientSession() as session, session.post(gw.url + path, json=body, headers=headers) as resp:
+        assert resp.status == 200
+        deltas = 0
+        async for line in resp.content:
+            deltas += b'"text_delta"' in line
+            if deltas == 5:  # 3 from the broken target, 2 from the continuation
+                break
+    await eventually(lambda: slow.cancelled >= 1, "the gateway closed the continuation behind the client")
+    asked = slow.requests[-1].body
+    assert asked["stream_options"].get("continuous_usage_stats") and len(asked["prompt"]) > real, asked
+    usage = await settled(redis_server.url, team, 2)
+    assert usage["prompt_tokens"] - real == real  # its prompt once, not with the 3 tokens sent
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
+    assert await budget_spent(redis_server.url, team) == usage["spend"]
+
+
+async def test_a_fanned_out_stream_cut_by_its_client_is_charged_every_call_s_prompt(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Friendli's per-choice seeds fanned out to a vLLM target: 4 calls, each billing the prompt. Cut by
+    its client, the stream is settled by vLLM's own counts (decoded chunks: usage on each), all 4 of
+    them; it was settled by the last call closed alone, a quarter of the prompt billed."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"] = [target(server, "vllm", name="up")]
+    gw = await gateway(parse_config(data))
+    body = {"model": "m", "prompt": "alpha beta gamma [[fault:slow=0.3]]", "max_tokens": 20, "n": 4}
+    body |= {"seed": [1, 2, 3, 4], "stream": True}
+    async with gw.session.post(gw.url + "/serverless/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status == 200
+        await resp.read()
+    whole = await settled(redis_server.url, team, 1)
+    request = ("/serverless/v1/completions", BEARER, body)
+    await hang_up_after(gw.url, request, 8, server)
+    await eventually(lambda: server.cancelled >= 4, "every call closed behind the client")
+    asked = server.requests[-1].body["stream_options"]
+    assert asked.get("continuous_usage_stats"), asked
+    usage = await settled(redis_server.url, team, 2)
+    assert usage["prompt_tokens"] == 2 * whole["prompt_tokens"]  # 4 calls' prompts, as the whole one's
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
+    assert await budget_spent(redis_server.url, team) == usage["spend"]

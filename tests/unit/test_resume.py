@@ -11,6 +11,7 @@ import pytest
 from gateway.core.errors import UpstreamFailed
 from gateway.core.request import ChatMessage, Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.core.response import Batch, Delta, Finish, Frame, StreamStart, Then, Token, Usage, UsageReport
+from gateway.core.upstream import Call, StreamProgress
 from gateway.dialects.anthropic.egress import ANTHROPIC_WIRE
 from gateway.routing import resume
 
@@ -192,6 +193,7 @@ class Resumes:
     def __init__(self, request: InternalRequest, rest: list[Batch]) -> None:
         self.request, self.rest = request, rest
         self.after: list[resume.Progress] = []
+        self.call = Call("r")  # where a continuation cut short leaves its usage
 
     def failed(self, target: object, err: object) -> None:
         pass
@@ -302,3 +304,31 @@ async def test_the_relay_keeps_and_folds_a_resumable_stream_itself(monkeypatch: 
     assert io.out + writer.out == b"ab" * 10 + b"cd|" and len(stream.kept) < 4
     (progress,) = resumer.after
     assert (progress.text, list(progress.token_ids)) == ("ab" * 10, list(range(10)))
+
+
+@pytest.mark.parametrize("cut", [True, False])
+async def test_a_continuation_cut_short_leaves_its_usage_with_the_tokens_sent_moved_back(cut: bool) -> None:
+    """A cut stream is settled by the usage its target left (``StreamProgress``): a continuation's, with
+    the 3 tokens it took as prompt counted as completion, as its usage report is stitched. One that
+    ended leaves none of its own: the broken target's is not touched."""
+    progress = StreamProgress()
+    progress.usage = broken = Usage(6, 3)
+
+    async def continuation() -> resume.Batches:
+        ended = False
+        try:
+            yield Batch([Delta(0, text=" a")])
+            yield Batch([Delta(0, text=" b")])
+            ended = True
+        finally:
+            if not ended:  # as ``adapters.http`` leaves it
+                progress.usage = Usage(9, 1)
+
+    stream = resume.joined(continuation(), resume.Junction(3), progress)
+    if cut:
+        await anext(stream)
+        await stream.aclose()
+        assert progress.usage == Usage(6, 4)
+    else:
+        assert len([b async for b in stream]) == 2
+        assert progress.usage is broken
