@@ -114,7 +114,7 @@ async def test_fanned_out_streams_end_on_one_marked_batch() -> None:
     # a part's last batch is not the merged stream's: only the merged end is marked
     sampling = Sampling(n=2, seeds=(1, 2))
     request = InternalRequest(Operation.COMPLETION, "m", prompts=("p",), sampling=sampling, stream=True)
-    batches = [b async for b in FanOut(cast(Upstream, Parts())).stream(request, cast(Call, None))]
+    batches = [b async for b in FanOut(cast(Upstream, Parts())).stream(request, Call("r"))]
     assert [b.then for b in batches] == [Then.MORE] * (len(batches) - 1) + [Then.END]
     assert batches[-1].events == [UsageReport(Usage(2, 4))]  # summed over the two calls
 
