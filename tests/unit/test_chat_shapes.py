@@ -11,8 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest
+from gateway.dialects.friendli.parse import parse_chat as friendli_chat
 from gateway.dialects.octoai.parse import parse_chat as octoai_chat
 from gateway.dialects.openai.parse import parse_chat
+from gateway.dialects.sgp.parse import parse_chat as sgp_chat
 
 JSON = Any
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -101,3 +103,39 @@ def test_any_non_string_in_a_text_field_is_refused(kind: str, value: JSON, befor
     with pytest.raises(InvalidRequest) as err:
         parse_chat(chat(*parts))
     assert err.value.param == f"messages[0].content[{before}].{kind}"
+
+
+# A ``type`` is looked up (content parts, tools, calls): a list or an object there reached the token
+# estimate's set lookup and was answered 500 (found by a fuzzer mutating nested fields).
+NOT_NAMES = st.one_of(
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.lists(st.text(max_size=4), max_size=2),
+    st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
+)
+CHAT_PARSERS = {
+    "openai": parse_chat,
+    "octoai": octoai_chat,
+    "friendli": lambda body: friendli_chat(body, "serverless"),
+    "sgp": sgp_chat,
+}
+
+
+def typed_where(where: str, kind: JSON) -> tuple[JSON, str]:
+    """A chat body whose ``type`` at ``where`` is ``kind``, and that field's path."""
+    if where == "part":
+        return chat({"type": "text", "text": "a"}, {"type": kind, "text": "b"}), "messages[0].content[1].type"
+    if where == "tool":
+        return chat({"type": "text", "text": "a"}, tools=[TOOL, {**TOOL, "type": kind}]), "tools[1].type"
+    call = {"id": "c", "type": kind, "function": {"name": "f", "arguments": "{}"}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [call]}]}
+    return body, "messages[1].tool_calls[0].type"
+
+
+@given(st.sampled_from(sorted(CHAT_PARSERS)), st.sampled_from(["part", "tool", "call"]), NOT_NAMES)
+def test_a_type_that_is_not_a_string_is_refused_naming_it(dialect: str, where: str, kind: JSON) -> None:
+    body, named = typed_where(where, kind)
+    with pytest.raises(InvalidRequest) as err:
+        CHAT_PARSERS[dialect](body)
+    assert err.value.param == named and f"'{named}'" in err.value.message

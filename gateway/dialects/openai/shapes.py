@@ -1,8 +1,9 @@
 """The OpenAI chat structures the schema keeps as JSON (content parts, tools, tool calls, a named
 tool choice), checked where OpenAI defines their shape: a part of a known type holds its fields with
-their types, a function tool a name, a tool call a name and string arguments. What OpenAI does not
-define (a server's own part types, vLLM's ``video_url`` or ``image_embeds``, other tool types) is the
-target's to judge. Sans-IO: the errors name the field as the client wrote it.
+their types, a function tool a name, a tool call a name and string arguments; the ``type`` of a part,
+a tool or a call, where given, is a string on every server. What OpenAI does not define (a server's own
+part types, vLLM's ``video_url`` or ``image_embeds``, other tool types) is the target's to judge.
+Sans-IO: the errors name the field as the client wrote it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ PARTS: dict[str, tuple[str, tuple[str, ...] | None]] = {
 def check_content(parts: Sequence[JSON], where: str) -> None:
     """A message's content parts, at ``where`` (``messages[i].content``)."""
     for j, part in enumerate(parts):
-        shape = PARTS.get(part.get("type")) if type(part.get("type")) is str else None
+        kind = part.get("type")
+        _name(kind, f"{where}[{j}].type")
+        shape = PARTS.get(kind) if kind is not None else None
         if shape is None:
             continue
         name, members = shape
@@ -45,6 +48,7 @@ def check_content(parts: Sequence[JSON], where: str) -> None:
 def check_tool_calls(calls: Sequence[JSON], where: str) -> None:
     """An assistant message's ``tool_calls``: each function call named, its arguments a string."""
     for j, call in enumerate(calls):
+        _name(call.get("type"), f"{where}[{j}].type")
         if call.get("type", "function") != "function":
             continue
         fn = _object(call.get("function"), f"{where}[{j}].function")
@@ -55,6 +59,7 @@ def check_tool_calls(calls: Sequence[JSON], where: str) -> None:
 def check_tools(tools: Sequence[JSON] | None, choice: JSON) -> None:
     """``tools`` (each function tool named, its ``parameters`` an object) and a named ``tool_choice``."""
     for i, tool in enumerate(tools or ()):
+        _name(tool.get("type"), f"tools[{i}].type")
         if tool.get("type") != "function":
             continue
         fn = _object(tool.get("function"), f"tools[{i}].function")
@@ -63,6 +68,12 @@ def check_tools(tools: Sequence[JSON] | None, choice: JSON) -> None:
             _object(fn["parameters"], f"tools[{i}].function.parameters")
     if type(choice) is dict and choice.get("type") == "function":
         _string(_object(choice.get("function"), "tool_choice.function").get("name"), "tool_choice.function.name")
+
+
+def _name(kind: JSON, here: str) -> None:
+    """A part's, tool's or call's ``type``, where given: a string on every server (it is looked up)."""
+    if kind is not None:
+        _string(kind, here)
 
 
 def _string(value: JSON, here: str) -> None:
