@@ -7,12 +7,14 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.core.errors import InvalidRequest, NoHealthyTarget, RateLimited, UpstreamFailed
 from gateway.core.request import Feature
 from gateway.core.response import Choice, Completion, Delta, Finish, StreamStart, Usage, UsageReport
 from gateway.dialects import ANTHROPIC
-from gateway.dialects.anthropic.parse import betas_of, parse
+from gateway.dialects.anthropic.parse import betas_of, parse, parse_count
 from gateway.dialects.anthropic.render import MessagesEncoder, anthropic_error, render
 from gateway.limits.plan import estimate_prompt
 
@@ -325,6 +327,34 @@ def test_what_only_anthropic_takes_is_a_named_feature_and_the_body_kept(fields: 
     req = parse(data)
     assert req.field_name(Feature.ANTHROPIC_NATIVE) == named
     assert req.native == data
+
+
+NOT_BLOCKS = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4), st.lists(st.none(), max_size=2))
+
+
+def with_block(where: str, block: JSON, j: int) -> tuple[JSON, str]:
+    """A body with ``block`` at index ``j`` of the block list at ``where``, and that block's path."""
+    text = [{"type": "text", "text": "x"}] * j
+    blocks = [*text, block, {"type": "text", "text": "y"}]
+    if where == "system":
+        return body(system=blocks), f"system[{j}]"
+    if where == "tool_result":
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": blocks}
+        turns = [*TOOL_TURNS, {"role": "user", "content": [result]}]
+        return body(messages=turns), f"messages[2].content[0].content[{j}]"
+    return body(messages=[{"role": "user", "content": blocks}]), f"messages[0].content[{j}]"
+
+
+@given(st.sampled_from(["messages", "system", "tool_result"]), NOT_BLOCKS, st.integers(0, 2), st.booleans())
+def test_a_block_that_is_not_an_object_is_refused_naming_it(where: str, block: JSON, j: int, count: bool) -> None:
+    """A null block was taken for one only Anthropic takes and dropped: another target got "-" for a
+    turn of nulls, and an Anthropic target the null, which it refuses naming no gateway field."""
+    data, named = with_block(where, block, j)
+    if count:
+        data.pop("max_tokens")
+    with pytest.raises(InvalidRequest) as err:
+        (parse_count if count else parse)(data)
+    assert f"'{named}'" in err.value.message, err.value.message
 
 
 def decode(raw: bytes) -> list[tuple[str, JSON]]:

@@ -34,18 +34,21 @@ BLOCKS: dict[str, type[BaseModel]] = {
     "thinking": ThinkingBlock,
     "redacted_thinking": RedactedThinkingBlock,
 }
+# what ``_block`` answers for a block only Anthropic takes: not None, which a client may send as a block
+# (the schema refuses it by path)
+NATIVE_ONLY: JSON = object()
 RESULT_PARTS = ("text", "image")  # what a tool_result's content may hold for other targets
 THOUGHT_BLOCKS = ("thinking", "redacted_thinking")  # taken where the wire takes a turn's reasoning
 
 
 def _block(block: JSON, at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> JSON:
-    """The block as the schema checks it, or None where only Anthropic takes it."""
+    """The block as the schema checks it, or ``NATIVE_ONLY`` where only Anthropic takes it."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
         return block  # the schema names what is wrong with it
     kind = block["type"]
     if kind not in allowed or kind not in BLOCKS:
         fs.use(Feature.ANTHROPIC_NATIVE, f"{at}.type", why=f"'{kind}' block, not modelled by the gateway")
-        return None
+        return NATIVE_ONLY
     if kind in THOUGHT_BLOCKS:
         # thinking sent back: an Anthropic target takes it as it came, vLLM as the turn's reasoning
         fs.use(Feature.THOUGHTS, at, why=f"a '{kind}' block: earlier turns' thinking")
@@ -66,7 +69,7 @@ def _block(block: JSON, at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> JS
 
 def _blocks(blocks: list[JSON], at: str, fs: FeatureSet, allowed: tuple[str, ...]) -> list[JSON]:
     kept = (_block(b, f"{at}[{j}]", fs, allowed) for j, b in enumerate(blocks))
-    return [b for b in kept if b is not None]
+    return [b for b in kept if b is not NATIVE_ONLY]
 
 
 def checked_copy(data: dict[str, JSON], fields: dict[str, Any], fs: FeatureSet) -> dict[str, JSON]:
