@@ -157,6 +157,8 @@ def part_tokens(part: Any) -> int:
         return text_tokens(part)
     if isinstance(part, Mapping):
         kind = part.get("type")
+        if not isinstance(kind, str):  # a list or an object is unhashable: no set lookup for it
+            return json_tokens(part)
         if kind in IMAGE_PARTS:
             return IMAGE_TOKENS
         text = part.get("text")

@@ -128,12 +128,14 @@ def typed_where(where: str, kind: JSON) -> tuple[JSON, str]:
         return chat({"type": "text", "text": "a"}, {"type": kind, "text": "b"}), "messages[0].content[1].type"
     if where == "tool":
         return chat({"type": "text", "text": "a"}, tools=[TOOL, {**TOOL, "type": kind}]), "tools[1].type"
+    if where == "choice":
+        return chat({"type": "text", "text": "a"}, tools=[TOOL], tool_choice={"type": kind}), "tool_choice.type"
     call = {"id": "c", "type": kind, "function": {"name": "f", "arguments": "{}"}}
     body = {"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [call]}]}
     return body, "messages[1].tool_calls[0].type"
 
 
-@given(st.sampled_from(sorted(CHAT_PARSERS)), st.sampled_from(["part", "tool", "call"]), NOT_NAMES)
+@given(st.sampled_from(sorted(CHAT_PARSERS)), st.sampled_from(["part", "tool", "call", "choice"]), NOT_NAMES)
 def test_a_type_that_is_not_a_string_is_refused_naming_it(dialect: str, where: str, kind: JSON) -> None:
     body, named = typed_where(where, kind)
     with pytest.raises(InvalidRequest) as err:

@@ -135,6 +135,7 @@ def test_items_to_messages() -> None:
         ({"type": "function_call", "name": "f", "arguments": "{}"}, "input[0].call_id"),
         ({"type": 3}, "input[0].type"),
         ({"role": "user", "content": [{"text": "no type"}]}, "input[0].content[0].type"),
+        ({"role": "user", "content": [{"type": ["input_text"], "text": "x"}]}, "input[0].content[0].type"),
     ],
 )
 def test_wrong_items_are_refused_by_name(item: JSON, param: str) -> None:

@@ -134,7 +134,9 @@ def _thinks(content: JSON) -> bool:
 def effort_of(config: JSON) -> str | None:
     """An ``output_config`` of only a known ``effort``: its level (vLLM's /v1/messages takes it as its
     reasoning effort); None for any other (only Anthropic's platform takes that)."""
-    if type(config) is not dict or config.keys() != {"effort"} or config["effort"] not in EFFORTS:
+    if type(config) is not dict or config.keys() != {"effort"} or type(config["effort"]) is not str:
+        return None  # (a list or an object is unhashable: looked up in EFFORTS, it raised TypeError)
+    if config["effort"] not in EFFORTS:
         return None
     return str(config["effort"])
 

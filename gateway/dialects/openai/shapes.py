@@ -66,6 +66,8 @@ def check_tools(tools: Sequence[JSON] | None, choice: JSON) -> None:
         _string(fn.get("name"), f"tools[{i}].function.name")
         if fn.get("parameters") is not None:
             _object(fn["parameters"], f"tools[{i}].function.parameters")
+    if type(choice) is dict:
+        _name(choice.get("type"), "tool_choice.type")
     if type(choice) is dict and choice.get("type") == "function":
         _string(_object(choice.get("function"), "tool_choice.function").get("name"), "tool_choice.function.name")
 

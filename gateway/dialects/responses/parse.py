@@ -73,6 +73,13 @@ def _need(item: dict[str, JSON], key: str, kind: type | tuple[type, ...], at: st
     return value
 
 
+def _kind(part: JSON) -> str | None:
+    """A part's ``type`` where it is a string: a list or an object there is unhashable, and a set
+    lookup of it raised TypeError (a 500); the checks that follow name it."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
     """The text of a content string or list of text parts (``kinds``: the part types read as text)."""
     if isinstance(content, str):
@@ -95,7 +102,7 @@ def _call_output(output: JSON, at: str, native: Native) -> None:
         _text_of(output, at, TOOL_TEXT)
         return
     for j, part in enumerate(output):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = _kind(part)
         if kind in TOOL_NATIVE:
             native.append((f"{at}[{j}].type", f"{kind!r} in a function call's output {NATIVE}"))
         else:
@@ -226,7 +233,7 @@ def to_messages(items: list[JSON]) -> list[ChatMessage]:
 
 def _texts_only(output: JSON) -> JSON:
     """A checked output's text parts (a request with others goes to OpenAI as it came, not as chat)."""
-    return [p for p in output if p.get("type") not in TOOL_NATIVE] if isinstance(output, list) else output
+    return [p for p in output if _kind(p) not in TOOL_NATIVE] if isinstance(output, list) else output
 
 
 def _tools(tools: list[JSON] | None, native: Native) -> tuple[JSON, ...] | None:
@@ -424,7 +431,7 @@ def _openai_only(item: JSON) -> str | None:
         return kind
     parts = item.get("content") if kind == "message" else item.get("output")
     for part in parts if kind in ("message", "function_call_output") and isinstance(parts, list) else ():
-        part_kind = part.get("type") if isinstance(part, dict) else None
+        part_kind = _kind(part)
         if kind == "message" and (part_kind not in MESSAGE_PARTS or part.get("file_id") is not None):
             return str(part_kind)
         if kind == "function_call_output" and part_kind in TOOL_NATIVE:
