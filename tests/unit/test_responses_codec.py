@@ -136,6 +136,15 @@ def test_items_to_messages() -> None:
         ({"type": 3}, "input[0].type"),
         ({"role": "user", "content": [{"text": "no type"}]}, "input[0].content[0].type"),
         ({"role": "user", "content": [{"type": ["input_text"], "text": "x"}]}, "input[0].content[0].type"),
+        # a tool output's parts are checked one by one: the name is the part's own index, not 0
+        (
+            {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "a"}, {}]},
+            "input[0].output[1].type",
+        ),
+        (
+            {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image"}, {"type": []}]},
+            "input[0].output[1].type",
+        ),
     ],
 )
 def test_wrong_items_are_refused_by_name(item: JSON, param: str) -> None:

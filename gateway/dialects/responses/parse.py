@@ -80,14 +80,15 @@ def _kind(part: JSON) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _text_of(content: JSON, at: str, kinds: tuple[str, ...]) -> str:
-    """The text of a content string or list of text parts (``kinds``: the part types read as text)."""
+def _text_of(content: JSON, at: str, kinds: tuple[str, ...], first: int = 0) -> str:
+    """The text of a content string or list of text parts (``kinds``: the part types read as text;
+    ``first``: the index in the client's list of ``content``'s first part)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise InvalidRequest(f"'{at}' must be a string or a list of content parts", param=at)
     texts = []
-    for j, part in enumerate(content):
+    for j, part in enumerate(content, first):
         if not isinstance(part, dict) or part.get("type") not in kinds:
             kind = part.get("type") if isinstance(part, dict) else None
             raise InvalidRequest(f"'{at}[{j}].type' {kind!r} is not one of {list(kinds)}", param=f"{at}[{j}].type")
@@ -106,7 +107,7 @@ def _call_output(output: JSON, at: str, native: Native) -> None:
         if kind in TOOL_NATIVE:
             native.append((f"{at}[{j}].type", f"{kind!r} in a function call's output {NATIVE}"))
         else:
-            _text_of([part], at, TOOL_TEXT)
+            _text_of([part], at, TOOL_TEXT, j)
 
 
 def _user_content(content: JSON, at: str, native: Native | None = None) -> str | tuple[JSON, ...]:
