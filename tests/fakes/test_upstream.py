@@ -156,6 +156,24 @@ async def test_vllm_rejections(client: Client, path: str, fields: JSON, param: s
     assert error["type"] == "BadRequestError" and error["code"] == 400 and error["param"] == param
 
 
+@pytest.mark.parametrize(
+    ("parameters", "arguments"),  # the arguments' types
+    [
+        ({"type": "object", "properties": {"a": {"type": ["string", "null"]}}}, {"a": str}),  # JSON Schema's list
+        ({"type": "object", "properties": {"a": {"type": {"x": 1}}}}, {"a": type(None)}),
+        ({"type": "object", "properties": [{"a": 1}]}, {}),
+        ([], {}),
+    ],
+)
+async def test_any_tool_schema_gets_a_call(client: Client, parameters: Any, arguments: JSON) -> None:
+    """The gateway passes a tool's schema on as given (the target judges it): the fake answers any,
+    where it once crashed with a 500 the gateway reported as the target's failure."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    body = body_for(CHAT, "x", tools=[tool, {"type": "function", "function": []}], tool_choice="auto")
+    (call,) = (await post(client, CHAT, body))["choices"][0]["message"]["tool_calls"]
+    assert {k: type(v) for k, v in json.loads(call["function"]["arguments"]).items()} == arguments
+
+
 async def test_vllm_wording_unknown_models_and_ignored_fields(client: Client) -> None:
     error = (await post(client, COMPLETIONS, body_for(COMPLETIONS, "x", temperature=3), status=400))["error"]
     assert error["message"] == "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"

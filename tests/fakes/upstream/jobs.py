@@ -246,22 +246,27 @@ def chosen_tool(req: ChatRequest, name: str | None = None) -> dict[str, Any] | N
     ``tool`` marker's), else the first."""
     if not req.tools or req.tool_choice == "none":
         return None
-    functions = [t.get("function") or {} for t in req.tools]
+    functions = [f for t in req.tools if isinstance(f := t.get("function") or {}, dict)]
     if isinstance(req.tool_choice, dict):
         name = (req.tool_choice.get("function") or {}).get("name")
     if name is not None:
         return next((f for f in functions if f.get("name") == name), None)
-    return functions[0]
+    return functions[0] if functions else None
 
 
 def tool_arguments(fn: dict[str, Any], word: str) -> str:
     """Arguments that fit the tool's schema: its required properties (all, when it names none), each
     string the answer's first word, each number 1, each boolean true."""
-    params = fn.get("parameters") or {}
-    props = params.get("properties") or {}
-    required = params.get("required") or list(props)
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    props = props if isinstance(props, dict) else {}
+    required = params.get("required") if isinstance(params, dict) else None
+    required = required if isinstance(required, list) else list(props)
     values = {"string": word, "integer": 1, "number": 1, "boolean": True}
-    return json.dumps({n: values.get(p.get("type")) for n, p in props.items() if isinstance(p, dict) and n in required})
+    # JSON Schema allows a list of types (``["string", "null"]``): the first is used
+    kinds = {n: p.get("type") for n, p in props.items() if isinstance(p, dict) and n in required}
+    kinds = {n: k[0] if isinstance(k, list) and k else k for n, k in kinds.items()}
+    return json.dumps({n: values.get(k) if isinstance(k, str) else None for n, k in kinds.items()})
 
 
 def tool_job(job: Job, req: ChatRequest, last: ChatMessage | None, name: str | None = None, word: str = "") -> Job:
