@@ -1,7 +1,9 @@
 """Property-based fuzzing of every ingress path on a real socket, in front of a fake upstream.
 
 Bodies are either a valid request with one to three fields given hostile values (huge or non-finite
-numbers, wrong types, deep nesting, long strings and lists, capitalised unknown keys) or garbage.
+numbers, wrong types, deep nesting, long strings and lists, capitalised unknown keys) or garbage; or a
+rich valid request (content parts, tools, tool calls and results) with one or two nodes at any depth
+given hostile values.
 Whatever comes, the gateway answers in bounded time with no 5xx, and an error is in the answering
 dialect's envelope, naming a field it was given (a body that is not JSON has no field to name).
 
@@ -37,11 +39,12 @@ from gateway.dialects.sgp import SGPChatBody, SGPCompletionBody
 from tests.integration.conftest import GatewayFactory, config, target
 from tests.integration.dialect_clients import BEARER, KEY
 from tests.integration.test_responses import scripted_target, scripted_upstream
+from tests.support import rich_bodies
 
 JSON = Any
 ANSWER_TIMEOUT = 20.0  # seconds: a hang, not a slow answer, on a busy machine
-# Per path; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the 15,000-request
-# acceptance run over the fifteen paths (CONTRIBUTING.md).
+# Per path and test; the suite's default keeps the run to seconds. GATEWAY_FUZZ_EXAMPLES=1000 is the
+# 30,000-request acceptance run over the fifteen paths, two tests (CONTRIBUTING.md).
 EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "60"))
 OPENAI_H = {**BEARER, "Content-Type": "application/json"}
 FRIENDLI_H = {**OPENAI_H, "X-Friendli-Team": "team1"}
@@ -307,5 +310,40 @@ async def test_hostile_bodies_get_bounded_answers_in_the_dialects_envelope(gw: A
         given_fields = frozenset[str]() if isinstance(case, bytes) else frozenset(case)
         status, answer = exchange(gw.url, p, raw)
         check(p, raw, given_fields, status, answer)
+
+    await asyncio.to_thread(fuzz)
+
+
+def rich(p: Path) -> dict[str, JSON]:
+    """A valid body with every nested structure its dialect has (content parts, tools, tool calls and
+    results): the fields the top-level fuzzing above never reaches inside."""
+    if p.path.startswith("/v1/messages"):  # no thinking: the fake behind "m" is no reasoning model
+        drop = {"thinking", "output_config"} | ({"max_tokens", "metadata"} if "count_tokens" in p.path else set())
+        body = {k: v for k, v in rich_bodies.MESSAGES.items() if k not in drop}
+    elif p.path in ("/v1/responses", "/v1/embeddings"):
+        body = rich_bodies.RESPONSE if p.path == "/v1/responses" else rich_bodies.EMBEDDING
+    else:
+        body = rich_bodies.CHAT if p.chat else rich_bodies.COMPLETION
+    return body | ({"model": p.model} if p.model != "m" else {})
+
+
+@pytest.mark.parametrize("p", PATHS, ids=lambda p: p.path + ("" if p.model == "m" else f"@{p.model}"))
+async def test_hostile_values_at_any_depth_get_bounded_answers_in_the_dialects_envelope(gw: Any, p: Path) -> None:
+    """A list or an object as a content part's ``type`` was a 500 on every chat path, and as
+    ``output_config.effort`` or a tool output part's ``type`` on Anthropic's and Responses' (found by
+    nested mutation); an error names the top-level field the hostile value is under."""
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=timedelta(seconds=ANSWER_TIMEOUT),
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(case=rich_bodies.mutations(rich(p)))
+    def fuzz(case: tuple[tuple[tuple[str | int, ...], ...], dict[str, JSON]]) -> None:
+        at, body = case
+        raw = encode(body)
+        status, answer = exchange(gw.url, p, raw)
+        check(p, raw, frozenset(str(path[0]) for path in at), status, answer)
 
     await asyncio.to_thread(fuzz)
