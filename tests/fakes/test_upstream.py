@@ -174,6 +174,19 @@ async def test_any_tool_schema_gets_a_call(client: Client, parameters: Any, argu
     assert {k: type(v) for k, v in json.loads(call["function"]["arguments"]).items()} == arguments
 
 
+@pytest.mark.parametrize("choice", [{"type": "text"}, {"type": "function", "name": 5}, {}])
+async def test_openai_responses_refuses_a_tool_choice_without_a_name(
+    aiohttp_client: AiohttpClient, choice: JSON
+) -> None:
+    """The gateway sends a Responses body to an ``openai`` target as it came: the fake judges it as
+    OpenAI does (a 400 naming the field), where it once crashed with a 500."""
+    client = await aiohttp_client(create_app("openai", models=("tiny",)))
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    body = {"model": "tiny", "input": "x", "tools": [tool], "tool_choice": choice}
+    error = (await post(client, "/v1/responses", body, status=400))["error"]
+    assert error["param"] == "tool_choice.name"
+
+
 async def test_vllm_wording_unknown_models_and_ignored_fields(client: Client) -> None:
     error = (await post(client, COMPLETIONS, body_for(COMPLETIONS, "x", temperature=3), status=400))["error"]
     assert error["message"] == "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"

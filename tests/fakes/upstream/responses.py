@@ -92,6 +92,8 @@ def read(body: JSON, stored: dict[str, JSON]) -> tuple[JSON, list[JSON]]:
     if tools:
         chat["tools"] = tools
         choice = body.get("tool_choice")
+        if isinstance(choice, dict) and not isinstance(choice.get("name"), str):  # OpenAI's check, its words
+            raise ApiError(400, "Missing required parameter: 'tool_choice.name'.", "tool_choice.name")
         chat["tool_choice"] = (
             {"type": "function", "function": {"name": choice["name"]}} if isinstance(choice, dict) else choice
         )
