@@ -266,7 +266,8 @@ def check(p: Path, raw: bytes, given_fields: frozenset[str], status: int, answer
             root = (field or "").split(".")[0].split("[")[0]
             # A given key may itself hold a dot or a bracket (SGP's envelope splits the name on dots).
             said = " ".join(texts(reply))
-            quoted = any(f"'{k}" in said for k in given_fields)
+            # quoted, or Anthropic's way: its messages open with the field ("top_p: ...")
+            quoted = any(f"'{k}" in said or said.startswith(f"{k}:") for k in given_fields)
             assert field in given_fields or root in given_fields or quoted, (field, sorted(given_fields), reply)
         return
     raise AssertionError(f"not in the envelope of {shapes(p, raw)}: {reply}") from errors[0]

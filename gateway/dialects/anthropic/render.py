@@ -62,7 +62,11 @@ ERROR_TYPES: Mapping[int, str] = {
 
 def error_object(err: GatewayError) -> dict[str, JSON]:
     kind = ERROR_TYPES.get(err.status, "invalid_request_error" if err.status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
+    message, param = err.message, err.param
+    # no field of its own for the parameter at fault: the message names it, as Anthropic's own do
+    if param and not message.startswith(f"{param}:") and f"'{param}" not in message:
+        message = f"{param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 # Anthropic answers "overloaded" with its own 529, which its SDKs raise as ``OverloadedError`` and retry.
