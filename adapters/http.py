@@ -417,9 +417,11 @@ class HTTPUpstream(Identity[Target]):
                 if piece:
                     done = self._take(piece, parser, decoder, batch, sentinel)
                 elif not (done := self._read(parser.close(), decoder, batch, sentinel)):
-                    if not decoder.finished or resp.content.exception() is not None:
+                    # Where the wire ends its streams with [DONE], a body that ended without it was cut,
+                    # even after a finish (vLLM's and OpenAI's usage chunk comes after the finish); a
+                    # stream whose wire has no terminator (SGP) is complete once its choices finished.
+                    if sentinel or not decoder.finished or resp.content.exception() is not None:
                         raise UpstreamFailed(f"target '{self.name}' ended the stream early")
-                    # A stream that ends after its choices finished is complete (SGP sends no [DONE]).
                     batch += decoder.finish()
                     done = True
             except SHAPE_ERRORS as exc:

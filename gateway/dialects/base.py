@@ -64,7 +64,9 @@ class ChunkReader(Protocol):
 
     @property
     def finished(self) -> bool:
-        """At least one choice reported its end: a stream that stops after this is complete."""
+        """At least one choice reported its end (Anthropic's: and then ``message_stop`` came): a
+        stream whose wire ends without ``[DONE]`` (``Wire.done_sentinel``) is complete if it stops
+        after this."""
         ...
 
     @property

@@ -274,7 +274,8 @@ class EventReader:
         self.relay_all = relay  # each event also goes to the client as it came (a ``Frame``)
         self.relaying = relay  # runs of content events go as read (``relay_run``)
         self.started = False
-        self.finished = False
+        self.stopping = False  # its finish came (``message_delta``)
+        self.finished = False  # and then its end (``message_stop``)
         self.usage: Usage | None = None
         self.tools = -1  # the open tool block's call index
 
@@ -350,10 +351,14 @@ class EventReader:
             usage = data.get("usage")
             if isinstance(usage, dict):
                 self.usage = usage_from(usage, self.usage)
-            self.finished = True
+            self.stopping = True
             stop = delta.get("stop_sequence") if isinstance(delta.get("stop_sequence"), str) else None
             return [Finish(0, finish(delta.get("stop_reason")), None, stop)]
-        return []  # ping, content_block_stop, message_stop
+        if kind == "message_stop":
+            # The stream's end, after its finish: a body that ends before it was cut, even past the
+            # ``message_delta`` (Anthropic's streaming docs: every stream ends with ``message_stop``).
+            self.finished = self.stopping
+        return []  # ping, content_block_stop
 
     def finish(self) -> list[StreamEvent]:
         return [UsageReport(self.usage)] if self.usage is not None else []
