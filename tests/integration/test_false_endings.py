@@ -98,7 +98,6 @@ async def test_a_whole_answer_cut_anywhere_is_an_error(cut_gateway: Any, kind: s
     assert not bad, "\n".join(map(repr, bad))
 
 
-@pytest.mark.xfail(strict=True, reason="a reader's ``finished`` is any choice's: a cut past choice 0's finish ends")
 async def test_a_stream_of_two_choices_cut_before_the_second_finished_is_an_error(cut_gateway: Any) -> None:
     """SGP ends its streams with the connection's end, no ``[DONE]``: a body that ends cleanly after
     choice 0 finished, choice 1 still under way, was cut (the fake writes choice 0's chunks first)."""

@@ -140,7 +140,7 @@ class FriendliReader(oai.ChunkDecoder):
     __slots__ = ("max_tokens",)
 
     def __init__(self, request: InternalRequest) -> None:
-        super().__init__(request.operation)
+        super().__init__(request.operation, choices=request.choice_count)
         self.max_tokens = request.sampling.max_tokens
 
     def decode(self, data: JSON) -> list[StreamEvent]:

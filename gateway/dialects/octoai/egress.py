@@ -57,7 +57,7 @@ class OctoAIWire:
         return oai.decode(data, request.operation)
 
     def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(request.operation)
+        return oai.ChunkDecoder(request.operation, choices=request.choice_count)
 
 
 OCTOAI_WIRE = OctoAIWire()

@@ -333,6 +333,8 @@ class ChunkDecoder:
 
     __slots__ = (
         "chat",
+        "choices",
+        "ended",
         "finished",
         "ids_shape",
         "output_logprobs",
@@ -354,12 +356,16 @@ class ChunkDecoder:
         token_ids: bool = True,
         prompt_logprobs: bool | None = None,
         stops: tuple[tuple[int, ...], ...] = (),
+        choices: int = 1,
     ) -> None:
         """``prompt_logprobs``: the prompt's logprobs were asked for through an echo (``encode``), so
         each choice's first chunk opens with them; True if the client asked for output logprobs too.
         ``stops``: multi-token stop sequences, whose forced end token is taken out (``forced_end``):
-        every chunk is decoded then, to follow each choice's last ids."""
+        every chunk is decoded then, to follow each choice's last ids. ``choices``: how many the
+        stream carries (``InternalRequest.choice_count``): ``finished`` once each has finished."""
         self.chat = operation is Operation.CHAT
+        self.choices = choices
+        self.ended: set[int] = set()  # the choices finished, while some are still under way
         self.prompt_echoed = prompt_logprobs is not None
         self.output_logprobs = bool(prompt_logprobs)
         self.started = False
@@ -372,6 +378,15 @@ class ChunkDecoder:
         self.stops = stops
         self.tails: dict[int, list[int]] = {}  # per choice, its last ids (as long as the longest stop)
         self.trimmed = 0  # forced end tokens taken out
+
+    def end(self, index: int) -> None:
+        """Choice ``index`` finished: the stream is complete at its end once every choice has (one
+        finished of several, the stream cut before the next, is no complete answer)."""
+        if self.choices > 1:
+            self.ended.add(index)
+            self.finished = len(self.ended) >= self.choices
+        else:
+            self.finished = True
 
     def relay(self, data: bytes) -> Frame | None:
         """The SSE frame to write for this chunk unchanged, or None when it must be decoded."""
@@ -487,7 +502,7 @@ class ChunkDecoder:
             if text or ids or lps or tools or reasoning or role:
                 events.append(Delta(index, text, tuple(ids), tuple(lps or ()), role, tuple(tools), reasoning))
             if reason is not None:
-                self.finished = True
+                self.end(index)
                 events.append(Finish(index, reason, c.get("seed"), stop_string(c)))
         if data.get("usage") is not None:  # most chunks carry none, or null
             self.usage = usage_from(data["usage"]) or self.usage
@@ -585,7 +600,8 @@ class OpenAIWire:
         echoed = s.logprobs is not None if s.prompt_logprobs is not None and self.token_ids else None
         stops = long_stops(s) if self.token_ids else ()
         ids = asks_token_ids(request, self.token_ids)
-        return ChunkDecoder(request.operation, self.relayed(request), ids, echoed, stops if ids else ())
+        relayed = self.relayed(request)
+        return ChunkDecoder(request.operation, relayed, ids, echoed, stops if ids else (), request.choice_count)
 
 
 PATHS = {Operation.CHAT: "/chat/completions", Operation.COMPLETION: "/completions", Operation.EMBEDDING: "/embeddings"}

@@ -107,7 +107,7 @@ class SGPWire:
         return oai.decode(data, request.operation)
 
     def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(request.operation)
+        return oai.ChunkDecoder(request.operation, choices=request.choice_count)
 
 
 SGP5_WIRE = SGPWire(v4=False)
