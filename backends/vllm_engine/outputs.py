@@ -21,7 +21,7 @@ from typing import Any
 
 from backends.vllm_engine.inputs import Job
 from gateway.core.response import Delta, Finish, StreamEvent, TokenLogprob, Usage
-from gateway.dialects.openai.egress import finish_from
+from gateway.dialects.openai.chunks import finish_from
 from gateway.dialects.openai.vllm_fields import forced_end
 
 FLOOR = -9999.0  # vLLM's JSON-safe stand-in for -inf

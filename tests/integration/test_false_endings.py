@@ -8,7 +8,7 @@ cuts a recorded answer everywhere (``tests/support/cut_upstream.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -64,21 +64,35 @@ async def send(gw: Gateway, ingress: Ingress, stream: bool, kind: str) -> tuple[
         return resp.status, raw
 
 
+async def never_complete(
+    proxy: Any,
+    again: Callable[[], Awaitable[tuple[int, bytes]]],
+    hows: tuple[str, ...],
+    complete: Callable[[int, bytes], bool],
+) -> None:
+    """The answer ``again`` gets with its upstream body cut at every offset, each way of ``hows``: never
+    ``complete`` (the whole body was measured by the first, uncut answer)."""
+    whole, bad = proxy.body, []
+    for at in offsets(whole):
+        for how in hows:
+            proxy.cut = Cut(at, how)
+            status, raw = await again()
+            if complete(status, raw):
+                bad.append((how, at, whole[:at][-120:], raw[-200:]))
+    assert not bad, "\n".join(map(repr, bad))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("ingress", STREAMING, ids=lambda i: i.name)
 async def test_a_stream_cut_anywhere_never_ends_as_if_complete(cut_gateway: Any, kind: str, ingress: Ingress) -> None:
     proxy, gw = await cut_gateway(kind)
     status, raw = await send(gw, ingress, True, kind)
-    whole = proxy.body
     assert status == 200 and read_stream(ingress, raw).complete, raw
-    bad = []
-    for at in offsets(whole):
-        for how in ("reset", "fin", "clean"):
-            proxy.cut = Cut(at, how)
-            status, raw = await send(gw, ingress, True, kind)
-            if status == 200 and read_stream(ingress, raw).complete:
-                bad.append((how, at, whole[:at][-120:], raw[-200:]))
-    assert not bad, "\n".join(map(repr, bad))
+
+    def complete(status: int, raw: bytes) -> bool:
+        return status == 200 and read_stream(ingress, raw).complete
+
+    await never_complete(proxy, lambda: send(gw, ingress, True, kind), ("reset", "fin", "clean"), complete)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -86,16 +100,10 @@ async def test_a_stream_cut_anywhere_never_ends_as_if_complete(cut_gateway: Any,
 async def test_a_whole_answer_cut_anywhere_is_an_error(cut_gateway: Any, kind: str, ingress: Ingress) -> None:
     proxy, gw = await cut_gateway(kind)
     status, raw = await send(gw, ingress, False, kind)
-    whole = proxy.body
     assert status == 200 and read_whole(status, raw).complete, raw
-    bad = []
-    for at in offsets(whole):
-        for how in ("short", "clean", "eof"):
-            proxy.cut = Cut(at, how)
-            status, raw = await send(gw, ingress, False, kind)
-            if status == 200:
-                bad.append((how, at, whole[:at][-80:], raw[-200:]))
-    assert not bad, "\n".join(map(repr, bad))
+    await never_complete(
+        proxy, lambda: send(gw, ingress, False, kind), ("short", "clean", "eof"), lambda s, _: s == 200
+    )
 
 
 async def test_a_stream_of_two_choices_cut_before_the_second_finished_is_an_error(cut_gateway: Any) -> None:

@@ -15,7 +15,7 @@ from aiohttp import http_writer, web, web_protocol
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from gateway.dialects.openai.egress import ChunkDecoder
+from gateway.dialects.openai.chunks import ChunkDecoder
 from tests.fakes import upstream as fake
 from tests.integration.conftest import GatewayFactory, completions_server, config, target
 from tests.integration.dialect_clients import BEARER, BY_NAME, frames

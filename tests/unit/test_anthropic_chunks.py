@@ -16,7 +16,8 @@ from gateway.core.request import InternalRequest
 from gateway.core.response import Frame, StreamEvent, Token
 from gateway.dialects.anthropic.parse import parse
 from gateway.dialects.anthropic.render import MessagesEncoder
-from gateway.dialects.openai.egress import OPENAI_WIRE, ChunkDecoder
+from gateway.dialects.openai.chunks import ChunkDecoder
+from gateway.dialects.openai.egress import OPENAI_WIRE
 
 JSON = Any
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.core.request import InternalRequest, Operation, Sampling
 from gateway.core.response import Delta, Frame
-from gateway.dialects.openai.egress import ChunkDecoder
+from gateway.dialects.openai.chunks import ChunkDecoder
 from gateway.limits.plan import NO_LIMITS, planned, unlimited
 from gateway.web.record import Backlog, RequestLog
 

@@ -19,7 +19,8 @@ from gateway.core.upstream import Call, Upstream
 from gateway.dialects.friendli import FRIENDLI, FRIENDLI_2024
 from gateway.dialects.octoai import OCTOAI
 from gateway.dialects.octoai.egress import OctoAIWire
-from gateway.dialects.openai.egress import ACCOUNTED, OPENAI_WIRE, ChunkDecoder
+from gateway.dialects.openai.chunks import ACCOUNTED, ChunkDecoder
+from gateway.dialects.openai.egress import OPENAI_WIRE
 from gateway.dialects.openai.parse import parse
 from gateway.dialects.sgp import SGP_V5
 from gateway.dialects.sse import SSEParser

@@ -4,7 +4,7 @@
 A Messages stream over an OpenAI-compatible target is mostly one text delta per token. Decoding each
 chunk's JSON into a ``Delta`` and writing a new event for it cost the Messages row 60% more CPU per
 stream than the chat row, which relays chunks as bytes. Here a chunk whose keys and framing around its
-text are those of one already decoded into a text delta alone (its ``shape``, ``openai.egress.shape``:
+text are those of one already decoded into a text delta alone (its ``shape``, ``openai.chunks.shape``:
 the text holds no quote, backslash or newline) has its text bytes put into the event as they are: the
 same bytes ``pydantic_core.to_json`` writes for such a text. Any other chunk is decoded as before.
 
@@ -19,7 +19,7 @@ import pydantic_core
 
 from gateway.core.request import Operation
 from gateway.core.response import Delta, StreamEvent
-from gateway.dialects.openai.egress import NOT_PLAIN, ChunkDecoder, shape
+from gateway.dialects.openai.chunks import NOT_PLAIN, ChunkDecoder, shape
 
 Shape = tuple[bytes, bytes]
 

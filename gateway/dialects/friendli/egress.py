@@ -17,6 +17,7 @@ from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest, Operation, Sampling, StructuredOutput
 from gateway.core.response import Completion, Delta, Finish, FinishReason, StreamEvent, StreamStart, Usage, UsageReport
 from gateway.dialects.common import usage_from
+from gateway.dialects.openai import chunks
 from gateway.dialects.openai import egress as oai
 
 JSON = Any
@@ -124,7 +125,7 @@ def encode(req: InternalRequest, model: str, target: str) -> dict[str, JSON]:
 def finish_2024(choice: JSON, max_tokens: int | None) -> FinishReason:
     """The 2024 API reports no finish reason (dialects.md §6.12): a choice that used all of
     ``max_tokens`` stopped on length, any other stopped on its own."""
-    given = oai.finish_from(choice.get("finish_reason"))
+    given = chunks.finish_from(choice.get("finish_reason"))
     if given is not None:
         return given
     tokens = choice.get("tokens")
@@ -133,7 +134,7 @@ def finish_2024(choice: JSON, max_tokens: int | None) -> FinishReason:
     return "stop"
 
 
-class FriendliReader(oai.ChunkDecoder):
+class FriendliReader(chunks.ChunkDecoder):
     """Friendli's current stream is OpenAI's plus a per-chunk ``token``; the 2024 stream carries its
     event name inside the JSON and ends with one ``complete`` object holding usage."""
 

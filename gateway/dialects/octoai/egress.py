@@ -14,6 +14,7 @@ from typing import Any
 from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion
+from gateway.dialects.openai import chunks
 from gateway.dialects.openai import egress as oai
 
 JSON = Any
@@ -56,8 +57,8 @@ class OctoAIWire:
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
         return oai.decode(data, request.operation)
 
-    def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(request.operation, choices=request.choice_count)
+    def reader(self, request: InternalRequest) -> chunks.ChunkDecoder:
+        return chunks.ChunkDecoder(request.operation, choices=request.choice_count)
 
 
 OCTOAI_WIRE = OctoAIWire()

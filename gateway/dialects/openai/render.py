@@ -294,7 +294,7 @@ class ChunkEncoder:
     def _shaped(self, shape: Shape) -> None:
         """How the Tokens of ``shape`` (head, tail) are retouched: as the head and tail alone are. The
         retouch looks only for keys, quoted, and the shape's text is plain and closed as a JSON value:
-        no match can take in a byte of it (``egress.shape``), so the head and tail are retouched around
+        no match can take in a byte of it (``chunks.shape``), so the head and tail are retouched around
         a stand-in text (a NUL byte, which JSON escapes), and the text put back in its place. A shape
         (head, mid, tail) around a text and ids is retouched so only where the ids do not show."""
         retouch = self.retouch

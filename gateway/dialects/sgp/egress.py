@@ -17,6 +17,7 @@ from gateway.core.errors import UnsupportedFeature
 from gateway.core.request import Feature, InternalRequest, Operation
 from gateway.core.response import Completion
 from gateway.dialects.headers import passed_headers
+from gateway.dialects.openai import chunks
 from gateway.dialects.openai import egress as oai
 
 JSON = Any
@@ -106,8 +107,8 @@ class SGPWire:
     def decode(self, data: JSON, request: InternalRequest) -> Completion:
         return oai.decode(data, request.operation)
 
-    def reader(self, request: InternalRequest) -> oai.ChunkDecoder:
-        return oai.ChunkDecoder(request.operation, choices=request.choice_count)
+    def reader(self, request: InternalRequest) -> chunks.ChunkDecoder:
+        return chunks.ChunkDecoder(request.operation, choices=request.choice_count)
 
 
 SGP5_WIRE = SGPWire(v4=False)
