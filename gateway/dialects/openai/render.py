@@ -44,7 +44,7 @@ ERROR_TYPES: Mapping[int, str] = {
     429: "rate_limit_error",
 }
 # Where OpenAI's type is not its status's: an unknown model is ``invalid_request_error`` with code
-# ``model_not_found`` (its API's answer to a chat or ``GET /v1/models/{model}`` for one; openai 3.54.0
+# ``model_not_found`` (its API's answer to a chat or ``GET /v1/models/{model}`` for one; openai 3.57.0
 # raises it as NotFoundError, by status).
 CODE_TYPES: Mapping[str, str] = {"model_not_found": "invalid_request_error"}
 

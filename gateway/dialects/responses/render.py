@@ -1,6 +1,6 @@
 """Internal answers → OpenAI Responses: the ``response`` object, and its stream of typed events.
 
-The shapes are the openai SDK's (``types/responses``, openai 3.54.0). A stream is re-encoded event by
+The shapes are the openai SDK's (``types/responses``, openai 3.57.0). A stream is re-encoded event by
 event as the target's chunks arrive: ``response.created`` and ``response.in_progress`` when the
 target's stream starts, an output item opened at its first text (``output_item.added``,
 ``content_part.added``), each text delta as ``output_text.delta``, a tool call as a ``function_call``

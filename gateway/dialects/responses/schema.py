@@ -1,5 +1,5 @@
 """OpenAI Responses request bodies (``POST /v1/responses``) as the openai SDK sends them (its
-``types/responses/response_create_params.py``, openai 3.54.0).
+``types/responses/response_create_params.py``, openai 3.57.0).
 
 Unknown top-level fields are refused by name, as every body is. Input items and tools are kept as
 JSON here and read item by item in ``parse``: an item type the gateway does not model is refused

@@ -1,5 +1,5 @@
 """OpenAI's own ``POST /v1/responses`` on the fake (the ``openai`` and ``vllm`` kinds), on OpenAI's
-documented wire (API reference "Responses" and "Streaming events"; openai-python 3.54.0's
+documented wire (API reference "Responses" and "Streaming events"; openai-python 3.57.0's
 ``types/responses``): the ``response`` object with its ``output`` items, and a stream of named SSE
 events (``event: TYPE`` then ``data: {...}``) each with its ``sequence_number``, ending with
 ``response.completed`` (or ``.incomplete``) and the connection's end: no ``[DONE]``.
