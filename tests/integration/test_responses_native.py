@@ -35,6 +35,9 @@ OPENAI_ONLY: JSON = {
     "tools": [{"type": "web_search"}, {"type": "function", "name": "tides", "parameters": {"type": "object"}}],
     "include": ["web_search_call.action.sources", "reasoning.encrypted_content"],
     "max_tool_calls": 2,
+    "context_management": [{"type": "compaction"}],
+    "prompt_cache_retention": "24h",
+    "moderation": {"model": "omni-moderation-latest"},
     "text": {"verbosity": "low"},
     "metadata": {"trace": "t-1"},
     "max_output_tokens": 6,
@@ -89,6 +92,9 @@ async def test_a_stream_is_relayed_event_by_event_as_the_upstream_wrote_it(
         ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"tool_choice": {"type": "web_search"}}, "tool_choice.type"),
         ({"top_logprobs": 2}, "top_logprobs"),
+        ({"context_management": [{"type": "compaction"}]}, "context_management"),
+        ({"image": {"context_compression": "auto"}}, "image"),
+        ({"access_programs": {"cyber": "standard"}}, "access_programs"),
     ],
 )
 async def test_every_other_target_refuses_it_by_name(

@@ -54,11 +54,7 @@ CHAT = Api(
     "/v1/chat/completions",
     OpenAIChatBody,
     {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-    {
-        "moderation": ({"model": "omni-moderation-latest"}, "moderation run by OpenAI: " + NOT_MODELLED),
-        "prompt_cache_options": ({"mode": "explicit", "ttl": "30m"}, "OpenAI's prompt cache: " + NOT_MODELLED),
-        "prompt_cache_retention": ("24h", "OpenAI's prompt cache (deprecated there): " + NOT_MODELLED),
-    },
+    {},
 )
 COMPLETIONS = Api("completions", "/v1/completions", CompletionBody, {"model": "m", "prompt": "hi"}, {})
 EMBEDDINGS = Api("embeddings", "/v1/embeddings", EmbeddingsBody, {"model": "m", "input": "hi"}, {})
@@ -68,13 +64,7 @@ RESPONSES = Api(
     ResponsesBody,
     {"model": "m", "input": "hi"},
     {
-        "access_programs": ({"cyber": "standard"}, "OpenAI's access programs: " + NOT_MODELLED),
         "background_options": ({"completion_window": "2h"}, "background responses are not served"),
-        "context_management": ([{"type": "compaction"}], "server-side compaction: " + NOT_MODELLED),
-        "image": ({"context_compression": "auto"}, "OpenAI's image context options: " + NOT_MODELLED),
-        "moderation": ({"model": "omni-moderation-latest"}, "moderation run by OpenAI: " + NOT_MODELLED),
-        "prompt_cache_options": ({"mode": "explicit", "ttl": "30m"}, "OpenAI's prompt cache: " + NOT_MODELLED),
-        "prompt_cache_retention": ("24h", "OpenAI's prompt cache (deprecated there): " + NOT_MODELLED),
     },
 )
 APIS = (CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES)

@@ -455,3 +455,21 @@ def test_a_body_of_many_values_is_refused_before_parsing() -> None:
         loads(b'{"prompt":"a\\\\",' + b"[1]," * caps.MAX_JSON_VALUES + b'"n":1}')
     small = b'{"prompt":[' + b",".join([b"1"] * (caps.UNCOUNTED_BODY // 2 - 8)) + b"]}"
     assert len(small) <= caps.UNCOUNTED_BODY and loads(small)  # too small to hold too many: not counted
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("prompt_cache_retention", "24h"),
+        ("prompt_cache_options", {"mode": "explicit", "ttl": "30m"}),
+        ("moderation", {"model": "omni-moderation-latest"}),
+    ],
+)
+def test_openai_platform_fields_of_newer_sdks_go_by_name(field: str, value: Any) -> None:
+    """openai 3.57's chat fields for OpenAI's own prompt cache and moderation were refused on every
+    target; like ``prompt_cache_key`` they go as they came to targets that take platform fields (an
+    OpenAI target), and a target that does not is refused naming the field."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], field: value}
+    r = parse(OPENAI, body, CHAT)
+    assert dict(r.extra_body or {}) == {field: value}
+    assert r.features == {Feature.EXTRA_BODY} and r.field_name(Feature.EXTRA_BODY) == field

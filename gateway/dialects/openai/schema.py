@@ -180,6 +180,9 @@ class OpenAIChatBody(ChatBody, VLLMExtras):
     web_search_options: dict[str, JSON] | None = None
     verbosity: Name | None = None
     prompt_cache_key: Name | None = None
+    prompt_cache_retention: Name | None = None
+    prompt_cache_options: dict[str, JSON] | None = None
+    moderation: dict[str, JSON] | None = None
     safety_identifier: Name | None = None
     chat_template_kwargs: dict[str, JSON] | None = None
 
@@ -196,6 +199,9 @@ PLATFORM_FIELDS = (
     "web_search_options",
     "verbosity",
     "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "moderation",
     "safety_identifier",
 )
 

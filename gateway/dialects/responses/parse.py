@@ -40,10 +40,17 @@ REFUSED = {
     "prompt": "stored prompt templates are not served by this gateway: send 'input' and 'instructions'",
 }
 # OpenAI's own fields, to an OpenAI target's /v1/responses as they came; refused by name elsewhere.
-OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include")
+OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include", "context_management", "image", "access_programs")
 NATIVE = "served only by OpenAI's own /v1/responses"
 Native = list[tuple[str, str]]  # the fields only OpenAI serves, each with why
-PLATFORM = ("service_tier", "safety_identifier", "prompt_cache_key")
+PLATFORM = (
+    "service_tier",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "moderation",
+)
 
 
 @dataclass(slots=True, eq=False)

@@ -61,9 +61,15 @@ class ResponsesBody(Body):
     service_tier: Name | None = None
     safety_identifier: Name | None = None
     prompt_cache_key: Name | None = None
+    prompt_cache_retention: Name | None = None
+    prompt_cache_options: dict[str, JSON] | None = None
+    moderation: dict[str, JSON] | None = None
     # server-side features the gateway does not model: refused by name in ``parse``
     background: bool | None = None
     conversation: JSON = None
     prompt: JSON = None
     max_tool_calls: int | None = None
     top_logprobs: int | None = None
+    context_management: list[JSON] | None = None
+    image: dict[str, JSON] | None = None
+    access_programs: dict[str, JSON] | None = None
