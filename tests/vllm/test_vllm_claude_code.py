@@ -62,6 +62,7 @@ async def test_claude_code_answers_from_vllm(gateway_url: str, tmp_path: Path, e
     out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
     result = json.loads(out.decode().strip().splitlines()[-1])
     # The tiny random model never ends its answer: it runs to the token cap, which Claude Code reports
-    # as its own error after a served answer; any refusal or upstream error would be an API error.
-    assert result["api_error_status"] is None and result["num_turns"] == 1, (result, err.decode()[-3000:])
+    # as its own error after a served answer (newer versions first ask the model to go on, a few turns);
+    # any refusal or upstream error would be an API error with its status.
+    assert result["api_error_status"] is None and result["num_turns"] >= 1, (json.dumps(result), err.decode()[-3000:])
     assert "exceeded the 16 output token maximum" in result["result"], result
