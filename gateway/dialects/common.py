@@ -127,6 +127,27 @@ def _judged(errors: Sequence[ErrorDetails], data: JSON) -> ErrorDetails:
     return best
 
 
+# pydantic's sentences that would name our classes ("a valid dictionary or instance of TextBlock") or
+# speak Python ("dictionary"), in the client's words: JSON's types. Each dialect's envelope carries the
+# sentence as it is, so this table is the one place the wording is chosen.
+_WORDS = {
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "dataclass_type": "must be an object",
+    "dataclass_exact_type": "must be an object",
+    "dict_type": "must be an object",
+    "is_instance_of": "has the wrong type",
+    "is_subclass_of": "has the wrong type",
+}
+_TAGS = ("union_tag_invalid", "union_tag_not_found")  # a tagged union's tag (``type``), wrong or absent
+
+
+def _tag(err: ErrorDetails) -> str | None:
+    """The key a tagged union is told by (pydantic quotes it: ``'type'``); None for a callable's."""
+    name = str(err.get("ctx", {}).get("discriminator", ""))
+    return name[1:-1] if len(name) > 2 and name[0] == name[-1] == "'" else None
+
+
 def invalid_from(exc: pydantic.ValidationError, data: JSON = None) -> InvalidRequest:
     """The first validation error, as one sentence naming the field; without the ``data`` validated
     (another library's models), union tags are told by their look: brackets or a capital."""
@@ -137,11 +158,18 @@ def invalid_from(exc: pydantic.ValidationError, data: JSON = None) -> InvalidReq
         field = _loc(None, loc, kind)
     else:
         field = _loc(data, err["loc"], kind)
+    if kind in _TAGS and (tag := _tag(err)) is not None:
+        field = f"{field}.{tag}" if field else tag
+        if kind == "union_tag_not_found":
+            return InvalidRequest(f"'{field}' is required", param=field)
+        return InvalidRequest(f"'{field}' must be one of {err['ctx']['expected_tags']}", param=field)
     if kind == "extra_forbidden":
         return InvalidRequest(f"unknown field '{field}'", param=field)
     if kind == "missing":
         return InvalidRequest(f"'{field}' is required", param=field)
-    return InvalidRequest(f"'{field}': {err['msg']}", param=field or None)
+    if (words := _WORDS.get(kind)) is not None:
+        return InvalidRequest(f"'{field}' {words}", param=field or None)
+    return InvalidRequest(f"'{field}': {str(err['msg']).removeprefix('Value error, ')}", param=field or None)
 
 
 def without(body: M, name: str) -> M:
