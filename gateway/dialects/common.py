@@ -9,6 +9,7 @@ package, not here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from random import getrandbits
 from typing import Annotated, Any, TypeVar
@@ -96,6 +97,14 @@ def written(parts: Sequence[int | str]) -> str:
     for j, part in enumerate(parts):
         out += f"[{part}]" if isinstance(part, int) else f".{part}" if j else part
     return out
+
+
+_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def parts_of(path: str) -> list[int | str]:
+    """``written``'s inverse: ``messages[0].content`` → ``["messages", 0, "content"]``."""
+    return [int(index) if index else name for index, name in _STEP.findall(path)]
 
 
 def _loc(data: JSON, loc: Sequence[int | str], kind: str, origin: Origin | None = None) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.common import parts_of, written
 from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import Gateway, GatewayFactory
 from tests.integration.dialect_clients import KEY
@@ -60,7 +61,9 @@ def sgp(body: JSON) -> str:
     detail = body["detail"]
     if isinstance(detail, str):
         return detail
-    assert all(set(d) == {"loc", "msg", "type"} for d in detail), body
+    for d in detail:  # FastAPI's: the field's path from "body" on, a list's index as a number
+        assert set(d) == {"loc", "msg", "type"} and d["loc"][0] == "body", body
+        assert d["loc"] == ["body", *parts_of(written(d["loc"][1:]))] and f"'{written(d['loc'][1:])}" in d["msg"], body
     return " ".join(d["msg"] for d in detail)
 
 
@@ -123,6 +126,7 @@ MALFORMED = [
     ("friendli", "/serverless/v1/chat/completions", {"model": "demo", "messages": [3]}, 400, "'messages[0]'"),
     ("friendli", "/v1/completions", {"model": "demo", "prompt": "x", "num_beams": "x"}, 400, "'num_beams'"),
     ("sgp", "/v4/beta/chat/completions", {"model": "demo", "messages": [None]}, 422, "'messages[0]'"),
+    ("sgp", "/v5/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": 5}]}, 422, "[0]"),
     ("sgp", "/v5/completions", {"model": "demo", "prompt": "x", "max_tokens": "many"}, 422, "'max_tokens'"),
     ("octoai", "/v1/chat/completions", {"model": "demo", "messages": [None]}, 400, "'messages[0]' must be"),
     ("anthropic", "/v1/messages", MESSAGES | {"messages": [None]}, 400, "'messages[0]' must be an object"),
