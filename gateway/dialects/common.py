@@ -9,6 +9,7 @@ package, not here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from random import getrandbits
 from typing import Annotated, Any, TypeVar
@@ -84,12 +85,32 @@ ChoiceTexts = Annotated[list[str], Items, Field(min_length=1)]
 Objects = Annotated[list[dict[str, JSON]], Items]
 
 
-def _loc(data: JSON, loc: Sequence[int | str], kind: str) -> str:
-    """The client's path to the field (``_parts``), written as the client would."""
+Origin = Callable[[Sequence[int | str]], list[int | str]]
+"""Where a path in the body a schema validated stands in the client's body, when that body is a copy
+with parts taken out (Anthropic's blocks only Anthropic takes): the indices after a part taken out
+are not the client's."""
+
+
+def written(parts: Sequence[int | str]) -> str:
+    """A path as the client would write it: ``messages[0].content[1].text``."""
     out = ""
-    for j, part in enumerate(_parts(data, loc, kind)):
+    for j, part in enumerate(parts):
         out += f"[{part}]" if isinstance(part, int) else f".{part}" if j else part
     return out
+
+
+_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def parts_of(path: str) -> list[int | str]:
+    """``written``'s inverse: ``messages[0].content`` → ``["messages", 0, "content"]``."""
+    return [int(index) if index else name for index, name in _STEP.findall(path)]
+
+
+def _loc(data: JSON, loc: Sequence[int | str], kind: str, origin: Origin | None = None) -> str:
+    """The client's path to the field (``_parts``), written as the client would."""
+    parts = _parts(data, loc, kind)
+    return written(origin(parts) if origin is not None else parts)
 
 
 def _parts(data: JSON, loc: Sequence[int | str], kind: str) -> list[int | str]:
@@ -127,21 +148,50 @@ def _judged(errors: Sequence[ErrorDetails], data: JSON) -> ErrorDetails:
     return best
 
 
-def invalid_from(exc: pydantic.ValidationError, data: JSON = None) -> InvalidRequest:
-    """The first validation error, as one sentence naming the field; without the ``data`` validated
-    (another library's models), union tags are told by their look: brackets or a capital."""
+# pydantic's sentences that would name our classes ("a valid dictionary or instance of TextBlock") or
+# speak Python ("dictionary"), in the client's words: JSON's types. Each dialect's envelope carries the
+# sentence as it is, so this table is the one place the wording is chosen.
+_WORDS = {
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "dataclass_type": "must be an object",
+    "dataclass_exact_type": "must be an object",
+    "dict_type": "must be an object",
+    "is_instance_of": "has the wrong type",
+    "is_subclass_of": "has the wrong type",
+}
+_TAGS = ("union_tag_invalid", "union_tag_not_found")  # a tagged union's tag (``type``), wrong or absent
+
+
+def _tag(err: ErrorDetails) -> str | None:
+    """The key a tagged union is told by (pydantic quotes it: ``'type'``); None for a callable's."""
+    name = str(err.get("ctx", {}).get("discriminator", ""))
+    return name[1:-1] if len(name) > 2 and name[0] == name[-1] == "'" else None
+
+
+def invalid_from(exc: pydantic.ValidationError, data: JSON = None, origin: Origin | None = None) -> InvalidRequest:
+    """The first validation error, as one sentence naming the field (in the client's body: ``origin``);
+    without the ``data`` validated (another library's models), union tags are told by their look:
+    brackets or a capital."""
     err = _judged(exc.errors(include_url=False), data)
     kind = err["type"]
     if data is None:
         loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p[:1].isupper()))]
         field = _loc(None, loc, kind)
     else:
-        field = _loc(data, err["loc"], kind)
+        field = _loc(data, err["loc"], kind, origin)
+    if kind in _TAGS and (tag := _tag(err)) is not None:
+        field = f"{field}.{tag}" if field else tag
+        if kind == "union_tag_not_found":
+            return InvalidRequest(f"'{field}' is required", param=field)
+        return InvalidRequest(f"'{field}' must be one of {err['ctx']['expected_tags']}", param=field)
     if kind == "extra_forbidden":
         return InvalidRequest(f"unknown field '{field}'", param=field)
     if kind == "missing":
         return InvalidRequest(f"'{field}' is required", param=field)
-    return InvalidRequest(f"'{field}': {err['msg']}", param=field or None)
+    if (words := _WORDS.get(kind)) is not None:
+        return InvalidRequest(f"'{field}' {words}", param=field or None)
+    return InvalidRequest(f"'{field}': {str(err['msg']).removeprefix('Value error, ')}", param=field or None)
 
 
 def without(body: M, name: str) -> M:
@@ -149,18 +199,19 @@ def without(body: M, name: str) -> M:
     return body if getattr(body, name) is None else body.model_copy(update={name: None})
 
 
-def validate(model: type[M], data: dict[str, JSON]) -> M:
+def validate(model: type[M], data: dict[str, JSON], origin: Origin | None = None) -> M:
     """``data`` as ``model``, once it holds to the caps (``check``)."""
     check(data)
-    return validated(model, data)
+    return validated(model, data, origin)
 
 
-def validated(model: type[M], data: dict[str, JSON]) -> M:
-    """``data``, already ``check``-ed, as ``model``."""
+def validated(model: type[M], data: dict[str, JSON], origin: Origin | None = None) -> M:
+    """``data``, already ``check``-ed, as ``model``; an error names the field where ``origin`` says
+    the client has it (``data`` is a copy with parts taken out)."""
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise invalid_from(exc, data) from None
+        raise invalid_from(exc, data, origin) from None
 
 
 _MARKS = (b",", b"[", b"{")

@@ -39,7 +39,7 @@ from gateway.store.redis_client import close_redis, redis_client
 from gateway.web import admin, models, ops, reload, responses, spend_report, status, stored, unrouted
 from gateway.web.count_tokens import count_tokens
 from gateway.web.pipeline import RouteHandler
-from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, ROUTES
+from gateway.web.routes import COUNT_TOKENS_PATH, MODEL_LIST_PATHS, OWNERS, ROUTES
 from gateway.web.state import GATEWAY, Gateway, Generation
 
 log = logging.getLogger("gateway")
@@ -325,7 +325,7 @@ def create_app(
     admin.install(app)
     app.router.add_get("/status", status.status)
     app.router.add_get("/admin/spend", admin.guarded(spend_report.spend_report))
-    unrouted.install(app, ROUTES)  # last: it takes every request no route above takes
+    unrouted.install(app, OWNERS)  # last: it takes every request no route above takes
     gw.backlog.currency = config.spend.currency  # of the costs in the request log and metrics
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_lifecycle)

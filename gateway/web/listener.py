@@ -29,7 +29,7 @@ from typing import cast
 from aiohttp import web
 
 from gateway.runtime.internals import parse_errors
-from gateway.web.routes import ROUTES
+from gateway.web.routes import OWNERS
 from gateway.web.unrouted import parse_error
 
 log = logging.getLogger("gateway")
@@ -221,7 +221,7 @@ async def serve(
     listener: asyncio.Server | None = None
     try:
         assert runner.server is not None  # set by setup()
-        factory = guarded_factory(parse_errors(runner.server, parse_error(ROUTES)), clients)
+        factory = guarded_factory(parse_errors(runner.server, parse_error(OWNERS)), clients)
         listener = await loop.create_server(factory, host or None, port, reuse_port=True, backlog=BACKLOG)
         await stop.wait()
     finally:

@@ -1,7 +1,8 @@
 """The Anthropic Python SDK, unchanged but for its base URL and key, against the gateway in front of the
 fake OpenAI-compatible (vLLM) upstream: Messages whole and streamed (text and tool use, the tool
 arguments reassembled by the SDK from ``input_json_delta``), a tool round trip, stop sequences,
-count_tokens, the model list, and every error type raised as the SDK's own exception class.
+count_tokens, the model list, every error type raised as the SDK's own exception class, and refusals
+before any work (a path or method no route takes, a body the schema refuses) in Anthropic's envelope.
 
 ``tests/sdk/drivers/drive_anthropic.py`` runs every case in one process (the SDK's import is most of a
 run's time) and prints one JSON object; each test here reads its case.
@@ -141,6 +142,26 @@ def test_error_types_as_the_sdks_classes(runs: dict[str, Any], name: str, error:
     assert got["request_id"]  # the SDK's ``APIStatusError.request_id``
     if name == "rate_limit_error":
         assert got["retry_after"] == "7"
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "status", "kind", "named"),
+    [
+        ("wrong_path", "NotFoundError", 404, "not_found_error", "/v1/messages/batches/x"),
+        ("unserved_api", "NotFoundError", 404, "not_found_error", "GET /v1/files"),
+        ("wrong_method", "APIStatusError", 405, "invalid_request_error", "use POST"),
+        ("native_block_index", "BadRequestError", 400, "invalid_request_error", "'messages[0].content[1].text'"),
+        ("not_an_object", "BadRequestError", 400, "invalid_request_error", "'messages[1]' must be an object"),
+    ],
+)
+def test_refusals_before_any_work_in_anthropics_envelope(
+    runs: dict[str, Any], name: str, error: str, status: int, kind: str, named: str
+) -> None:
+    """A wrong path or method, a body the schema refuses: the SDK's own class, Anthropic's error type,
+    and a message naming the path or the field as the client sent it."""
+    got = case(runs, name, ok=False)
+    assert (got["error"], got["status"], got["type"]) == (error, status, kind), f"{got}{runs['_context']}"
+    assert got["envelope"] == "error" and named in got["message"], got
 
 
 def test_overloaded_after_the_target_cools_down(runs: dict[str, Any]) -> None:

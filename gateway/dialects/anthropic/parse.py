@@ -12,7 +12,8 @@ targets other than Anthropic, ignored.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from pydantic_core import to_json
@@ -20,7 +21,7 @@ from pydantic_core import to_json
 from gateway.core import caps
 from gateway.core.errors import InvalidRequest
 from gateway.core.request import ChatMessage, ChatOptions, Feature, InternalRequest, Operation, Sampling
-from gateway.dialects.anthropic.native import THOUGHT_BLOCKS, checked_copy
+from gateway.dialects.anthropic.native import THOUGHT_BLOCKS, Kept, checked_copy
 from gateway.dialects.anthropic.schema import (
     PLATFORM_FIELDS,
     Block,
@@ -35,10 +36,12 @@ from gateway.dialects.anthropic.schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.common import FeatureSet, check, plain_number, request_of, stop_list, validate
+from gateway.dialects.common import FeatureSet, check, plain_number, request_of, stop_list, validated
 from gateway.dialects.openai.schema import STREAM_FORMAT
 
 JSON = Any
+BlockAt = Callable[[int], str]  # a turn's block index in the copy → its path in the client's body
+SAME = Kept()  # a body nothing was taken out of
 
 # Betas whose effect the gateway gives on every target: prompt caching's marks are accepted (and kept
 # for Anthropic targets), tool arguments stream as the upstream writes them, tool definitions need no
@@ -151,12 +154,13 @@ def image_part(block: ImageBlock) -> dict[str, JSON]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _non_empty(blocks: Sequence[Block], where: str) -> None:
+def _non_empty(blocks: Sequence[Block], where: str, block_at: BlockAt) -> None:
     if not blocks:
         raise InvalidRequest(f"'{where}' must not be empty", param=where)
     for j, b in enumerate(blocks):
         if isinstance(b, TextBlock) and not b.text:
-            raise InvalidRequest(f"'{where}[{j}].text' must not be empty", param=f"{where}[{j}].text")
+            at = f"{block_at(j)}.text"
+            raise InvalidRequest(f"'{at}' must not be empty", param=at)
 
 
 def tool_message(block: ToolResultBlock) -> tuple[ChatMessage, list[dict[str, JSON]]]:
@@ -178,7 +182,7 @@ def tool_call(block: ToolUseBlock) -> dict[str, JSON]:
     return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
 
 
-def user_messages(blocks: Sequence[Block], where: str) -> list[ChatMessage]:
+def user_messages(blocks: Sequence[Block], block_at: BlockAt) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     parts: list[dict[str, JSON]] = []
     for j, b in enumerate(blocks):
@@ -191,7 +195,8 @@ def user_messages(blocks: Sequence[Block], where: str) -> list[ChatMessage]:
         elif isinstance(b, ImageBlock):
             parts.append(image_part(b))
         else:
-            raise InvalidRequest(f"'{where}[{j}]': a '{b.type}' block belongs to an assistant turn", param=where)
+            at = block_at(j)
+            raise InvalidRequest(f"'{at}': a '{b.type}' block belongs to an assistant turn", param=at)
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
         content = "\n\n".join(p["text"] for p in parts) if only_text else tuple(parts)
@@ -199,7 +204,7 @@ def user_messages(blocks: Sequence[Block], where: str) -> list[ChatMessage]:
     return out
 
 
-def assistant_message(blocks: Sequence[Block], where: str) -> ChatMessage:
+def assistant_message(blocks: Sequence[Block], block_at: BlockAt) -> ChatMessage:
     """An assistant turn: its text, its tool calls and its thinking as the turn's reasoning (redacted
     thinking is opaque: only Anthropic reads it, and vLLM passes over it too)."""
     texts: list[str] = []
@@ -213,7 +218,8 @@ def assistant_message(blocks: Sequence[Block], where: str) -> ChatMessage:
         elif isinstance(b, ThinkingBlock):
             thoughts.append(b.thinking)
         elif b.type in ("image", "tool_result"):
-            raise InvalidRequest(f"'{where}[{j}]': a '{b.type}' block belongs to a user turn", param=where)
+            at = block_at(j)
+            raise InvalidRequest(f"'{at}': a '{b.type}' block belongs to a user turn", param=at)
     return ChatMessage(
         role="assistant",
         content="".join(texts) or None,
@@ -222,7 +228,10 @@ def assistant_message(blocks: Sequence[Block], where: str) -> ChatMessage:
     )
 
 
-def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:
+def messages(
+    system: str | list[TextBlock] | None, params: Sequence[MessageParam], kept: Kept = SAME
+) -> tuple[ChatMessage, ...]:
+    """The turns as chat messages; an error names the block where ``kept`` says the client has it."""
     out: list[ChatMessage] = []
     if system:
         out.append(ChatMessage(role="system", content=system if isinstance(system, str) else text_of(system)))
@@ -231,22 +240,24 @@ def messages(system: str | list[TextBlock] | None, params: Sequence[MessageParam
             out.append(ChatMessage(role=m.role, content=text.text))  # a turn of one text: most turns
             continue
         where = f"messages[{i}].content"
-        _non_empty(m.content, where)
+        block_at: BlockAt = partial(kept.at, "messages", i, "content")
+        _non_empty(m.content, where, block_at)
         if m.role == "user":
-            out += user_messages(m.content, where)
+            out += user_messages(m.content, block_at)
         elif m.role == "system":
-            out.append(system_message(m.content, where))
+            out.append(system_message(m.content, block_at))
         else:
-            out.append(assistant_message(m.content, where))
+            out.append(assistant_message(m.content, block_at))
     return tuple(out)
 
 
-def system_message(blocks: Sequence[Block], where: str) -> ChatMessage:
+def system_message(blocks: Sequence[Block], block_at: BlockAt) -> ChatMessage:
     """A system turn mid-conversation: its text, in its place (a chat wire's system message)."""
     texts: list[TextBlock] = []
     for j, b in enumerate(blocks):
         if not isinstance(b, TextBlock):
-            raise InvalidRequest(f"'{where}[{j}]': a system turn holds only text blocks, not '{b.type}'", param=where)
+            at = block_at(j)
+            raise InvalidRequest(f"'{at}': a system turn holds only text blocks, not '{b.type}'", param=at)
         texts.append(b)
     return ChatMessage(role="system", content=text_of(texts))
 
@@ -399,7 +410,9 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     effort = effort_of(data.get("output_config"))
     platform_only(data, betas, effort, fs)
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
-    b = validate(MessagesBody, checked_copy(rest, MessagesBody.model_fields, fs))
+    check(rest)  # the client's body: the copy's lists lack the blocks taken out
+    copy, kept = checked_copy(rest, MessagesBody.model_fields, fs)
+    b = validated(MessagesBody, copy, kept.origin)
     top_k = b.top_k if b.top_k not in (None, -1) else None
     fs.use(Feature.TOP_K, "top_k", top_k is not None)
     stop = stop_list(b.stop_sequences, "stop_sequences", cap=None)
@@ -413,7 +426,7 @@ def parse_full(data: dict[str, JSON], betas: str = "") -> InternalRequest:
         fs,
         Operation.CHAT,
         b.model,
-        messages=messages(b.system, b.messages),
+        messages=messages(b.system, b.messages, kept),
         sampling=Sampling(max_tokens=b.max_tokens, temperature=b.temperature, top_p=b.top_p, top_k=top_k, stop=stop),
         chat=chat,
         stream=stream,
@@ -433,12 +446,14 @@ def parse_count(data: dict[str, JSON], betas: str = "") -> InternalRequest:
     every other target's count is the gateway's own, which no beta changes)."""
     fs = FeatureSet()
     rest = {k: v for k, v in data.items() if k not in PLATFORM_FIELDS}
-    b = validate(CountTokensBody, checked_copy(rest, CountTokensBody.model_fields, fs))
+    check(rest)
+    copy, kept = checked_copy(rest, CountTokensBody.model_fields, fs)
+    b = validated(CountTokensBody, copy, kept.origin)
     return request_of(
         fs,
         Operation.CHAT,
         b.model,
-        messages=messages(b.system, b.messages),
+        messages=messages(b.system, b.messages, kept),
         sampling=Sampling(max_tokens=1),
         chat=chat_options(b, fs),
         anthropic_beta=betas or None,

@@ -13,7 +13,7 @@ from typing import Any
 from gateway.core.errors import GatewayError, InvalidRequest
 from gateway.core.request import InternalRequest
 from gateway.dialects.base import ErrorReply, retry_headers
-from gateway.dialects.common import dumps
+from gateway.dialects.common import dumps, parts_of
 from gateway.dialects.openai.render import ChunkEncoder, Style
 
 JSON = Any
@@ -57,8 +57,9 @@ class SGPEncoder:
 
 def error_reply(err: GatewayError) -> ErrorReply:
     if isinstance(err, InvalidRequest):
-        # FastAPI's validation envelope, which SGP's backend uses (dialects.md §3.6)
-        loc = ["body", *(err.param or "").split(".")] if err.param else ["body"]
+        # FastAPI's validation envelope, which SGP's backend uses (dialects.md §3.6): ``loc`` is the
+        # field's path, a list's index as a number (``["body", "messages", 0, "content"]``)
+        loc = ["body", *parts_of(err.param)] if err.param else ["body"]
         detail = [{"loc": loc, "msg": err.message, "type": "value_error"}]
         return ErrorReply(422, {"detail": detail})
     status = err.status

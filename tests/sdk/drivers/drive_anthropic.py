@@ -23,6 +23,9 @@ WEATHER = {
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 
+# a block only an Anthropic target takes: the gateway's copy for the schema lacks it
+DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}}
+
 p = argparse.ArgumentParser()
 p.add_argument("--base-url", required=True)
 p.add_argument("--key", required=True)
@@ -131,6 +134,14 @@ CASES = {
     "rate_limit_error": lambda: create(messages=[{"role": "user", "content": "[[fault:status=429,retry_after=7]]"}]),
     "api_error": lambda: create(messages=[{"role": "user", "content": "[[fault:status=500]]"}]),
     "overloaded_error": overloaded,
+    # refusals before any route's work: a path or method no route takes, a body the schema refuses
+    "wrong_path": lambda: client().post("/v1/messages/batches/x", cast_to=object, body={}),
+    "unserved_api": lambda: {"ids": [f.id for f in client().beta.files.list()]},  # GET /v1/files: a shared path
+    "wrong_method": lambda: client().get("/v1/messages", cast_to=object),
+    "native_block_index": lambda: create(
+        messages=[{"role": "user", "content": [DOCUMENT, {"type": "text", "text": ""}]}]
+    ),
+    "not_an_object": lambda: create(messages=[{"role": "user", "content": PROMPT}, 7]),
 }
 
 
@@ -144,7 +155,8 @@ def run(fn):
         body = getattr(exc, "body", None)
         kind = body.get("error", {}).get("type") if isinstance(body, dict) else None
         message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-        return {"ok": False, "error": type(exc).__name__, "status": status, "type": kind,
+        envelope = body.get("type") if isinstance(body, dict) else None  # Anthropic's: "error"
+        return {"ok": False, "error": type(exc).__name__, "status": status, "type": kind, "envelope": envelope,
                 "retry_after": headers.get("retry-after"), "message": message,
                 "request_id": getattr(exc, "request_id", None)}
 

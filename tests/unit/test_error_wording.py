@@ -1,0 +1,83 @@
+"""A refusal's words are the client's: every dialect's parse, given a wrong value at any node of a rich
+valid body, names the field by its path in the body and its type in JSON's words, never one of our
+pydantic models (``MessageParam``, ``ChatMessageBody``, ``TextConfig``) nor pydantic's Python words
+(``a valid dictionary or instance of``, ``discriminator``, ``Input tag``).
+
+The leak was one class: pydantic's sentence for a model given a non-object names the model's class, and
+every dialect's envelope carries the sentence as it is. ``common.invalid_from`` chooses the words once,
+so every dialect is checked here, each value at each node: no sampling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic
+
+import gateway.dialects  # every dialect's models, so that their classes are subclasses below
+from gateway.core.errors import GatewayError
+from tests.support.rich_bodies import paths, replaced
+from tests.unit.test_parse_hostile_nodes import CASES
+
+JSON = Any
+VALUES: list[JSON] = [
+    None,
+    True,
+    0,
+    1.5,
+    "",
+    "x",
+    [],
+    {},
+    [None],
+    [[]],
+    ["x"],
+    [1],
+    {"a": 1},
+    {"type": 1},
+    {"type": {}},
+]
+PYTHON_WORDS = ("dictionary", "instance of", "discriminator", "Input tag", "extract fields")
+
+
+def subclasses(cls: type) -> Iterator[type]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+
+OURS = sorted(
+    {c.__name__ for c in subclasses(pydantic.BaseModel) if c.__module__.startswith(gateway.dialects.__name__)}
+)
+CLASS_NAME = re.compile(r"\b(?:" + "|".join(OURS) + r")\b")
+
+
+def refusals() -> Iterator[tuple[str, tuple[str | int, ...], JSON, str]]:
+    """(dialect, path, value, message) of every refusal with a value at a node."""
+    for dialect, operation, flavour, body in CASES:
+        for at in paths(body):
+            for value in VALUES:
+                try:
+                    dialect.parse(operation, replaced(body, at, value), flavour)
+                except GatewayError as exc:
+                    yield dialect.name, at, value, exc.message
+
+
+def test_the_models_checked_for_are_every_dialects() -> None:
+    assert {"MessageParam", "TextBlock", "ChatMessageBody", "TextConfig", "EmbeddingsBody"} <= set(OURS)
+
+
+def test_no_refusal_names_a_class_of_ours_or_speaks_python() -> None:
+    leaks = []
+    for name, at, value, message in refusals():
+        if CLASS_NAME.search(message) or any(w in message for w in PYTHON_WORDS):
+            leaks.append(f"{name} {at} = {value!r}: {message}")
+    assert not leaks, f"{len(leaks)} refusals, the first: " + "\n".join(leaks[:10])
+
+
+def test_a_non_object_where_an_object_goes_is_named_by_its_path() -> None:
+    seen = {(name, message) for name, at, value, message in refusals() if at == ("messages", 0) and value == 1.5}
+    assert ("anthropic", "'messages[0]' must be an object") in seen
+    assert ("openai", "'messages[0]' must be an object") in seen
