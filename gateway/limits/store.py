@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from random import getrandbits
 from typing import Any
 
@@ -273,7 +274,9 @@ class RedisLimiter:
             ADMITTED_AHEAD.n += 1  # a unit this replica holds was counted in the budget: it is not left unused
             return None
         elif again and refusal.check.kind == "bud" and (unused := reserves.ready.pop(plan.layout.keys, None)):
-            await self._give_back_all([unused])
+            # this limiter's task, not the request's: a client gone meanwhile (the request cancelled)
+            # would cancel the calls before they went out, and the units would wait for their TTL
+            await asyncio.shield(self._spawn(self._give_back_all([unused])))
             return await self._admit_budgets(plan, lease_ttl_ms, again=False)
         return refusal
 
@@ -351,10 +354,12 @@ class RedisLimiter:
         if self.reserves.ready:
             self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS / 2, self._give_back_stale)
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """``work`` run to its end whoever waits for it (``close`` awaits what is left)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _give_back_all(self, reserves: list[Reserve]) -> None:
         """One call each, sent together (one round trip through the channel)."""
