@@ -20,6 +20,7 @@ per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
 from gateway.limits.scripts import ONCE_HOLD_SECONDS
 from gateway.limits.store import Failed, RedisLimiter, call_error, unanswered
-from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
+from gateway.obs.metrics import LEASES_DROPPED, REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
 
@@ -261,6 +262,9 @@ class FailoverLimiter:
         except REDIS_FAILURES as exc:  # not a call's reply: none went out
             self.backlog.add(batch)
             return exc
+        except asyncio.CancelledError:
+            _cut(batch)
+            raise
         return self._keep(failed)
 
     async def _send_again(self) -> BaseException | None:
@@ -285,6 +289,9 @@ class FailoverLimiter:
             failed = await self.redis.settle_each([], True, calls)
         except REDIS_FAILURES as exc:
             failed = [(c, exc) for c in calls]
+        except asyncio.CancelledError:
+            _cut([s for c in calls for s in c.settled])
+            raise
         return self._keep(failed, whole=True)
 
     def _keep(self, failed: list[Failed], whole: bool = False) -> BaseException | None:
@@ -341,3 +348,13 @@ class FailoverLimiter:
             log.warning("%d held settlements were given up at shutdown", len(self.backlog))
             self.backlog.drop()
         await self.redis.close(give_back=self.up)
+
+
+def _cut(settled: list[Settlement]) -> None:
+    """A settlement round cut with its calls out (the settler stopped at shutdown): they may have run
+    or not, and no one is left to send them again; counted as of unknown fate, their leases as left to
+    expire, and said once."""
+    requests = sum(s.requests for s in settled)
+    USAGE_UNKNOWN.n += requests
+    LEASES_DROPPED.n += sum(1 for s in settled if s.plan.concurrency_keys)
+    log.warning("a settlement round was cut at shutdown: %d requests' usage may not be counted", requests)
