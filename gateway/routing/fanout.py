@@ -131,7 +131,6 @@ class FanOut:
         n = len(parts)
         queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-
         idle = set(range(n))  # parts that made no call, or whose call failed before any event: no usage
         reported: set[int] = set()  # parts whose usage came (a usage event)
 
@@ -165,21 +164,15 @@ class FanOut:
                     continue
                 if isinstance(item, BaseException):
                     raise item
-                seed = (parts[j][1].sampling.seeds or (None,))[0]
                 out: list[StreamEvent] = []
                 for ev in item.events:
-                    if isinstance(ev, StreamStart):
-                        if not started:
-                            started = True
-                            out.append(ev)
-                    elif isinstance(ev, Delta):
-                        out.append(dataclasses.replace(ev, index=self._index(ev.index, j, n)))
-                    elif isinstance(ev, Finish):
-                        out.append(Finish(self._index(ev.index, j, n), ev.reason, seed))
-                    elif isinstance(ev, UsageReport):
+                    if isinstance(ev, UsageReport):
                         reported.add(j)
                         prompt += ev.usage.prompt_tokens
                         completion += ev.usage.completion_tokens
+                    elif not isinstance(ev, StreamStart) or not started:
+                        started = started or isinstance(ev, StreamStart)
+                        out.extend(self._reindexed(ev, parts[j], n))
                 if out:
                     yield Batch(out)
             yield Batch([UsageReport(Usage(prompt, completion))], Then.END)  # the answer ends in the same send
@@ -189,21 +182,36 @@ class FanOut:
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-            call.progress.usage = _summed(
-                prompt,
-                completion,
-                [
-                    Usage() if j in idle else None if j in ended else c.progress.usage
-                    for j, c in enumerate(calls)
-                    if j not in reported
-                ],
-            )
+            call.progress.usage = _summed(prompt, completion, _unreported(calls, idle, ended, reported))
+
+    def _reindexed(self, ev: StreamEvent, part: tuple[int, InternalRequest], n: int) -> list[StreamEvent]:
+        """Part ``part``'s event as the merged stream sends it: its choice's index in the whole, and a
+        finish with the seed it was made with; none of the events the merge does not pass on."""
+        j, req = part
+        if isinstance(ev, StreamStart):
+            return [ev]
+        if isinstance(ev, Delta):
+            return [dataclasses.replace(ev, index=self._index(ev.index, j, n))]
+        if isinstance(ev, Finish):
+            return [Finish(self._index(ev.index, j, n), ev.reason, (req.sampling.seeds or (None,))[0])]
+        return []
 
     async def list_models(self) -> list[str]:
         return await self.inner.list_models()
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _unreported(calls: list[Call], idle: set[int], ended: set[int], reported: set[int]) -> list[Usage | None]:
+    """Of the parts that sent no usage, what each counts for: nothing for one that made no call or
+    failed before its first event, what it left as it went for one cut short, None (unknown) for one
+    that ended without it."""
+    return [
+        Usage() if j in idle else None if j in ended else c.progress.usage
+        for j, c in enumerate(calls)
+        if j not in reported
+    ]
 
 
 def _summed(prompt: int, completion: int, cut: list[Usage | None]) -> Usage | None:
