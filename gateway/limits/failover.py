@@ -109,6 +109,7 @@ class FailoverLimiter:
     to_adopt: dict[str, Plan] = field(default_factory=dict)  # of those, running and not yet in Redis
     backlog: Backlog = field(default_factory=Backlog)
     outage: Outage = field(default_factory=Outage)
+    adoption: asyncio.Task[None] | None = None  # the adoption under way (``_adopting``)
 
     # Some rate or concurrency limit fails open: this process's share of it is enforced here during an
     # outage, so what Redis admits for this process is mirrored here (``LocalLimiter.record``).
@@ -146,7 +147,7 @@ class FailoverLimiter:
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         up = self.up
         if up and self.to_adopt:
-            await self._adopt(lease_ttl_ms)
+            await self._adopting(lease_ttl_ms)
             up = self.up
         if up:
             try:
@@ -180,6 +181,14 @@ class FailoverLimiter:
             self.via_local.add(plan.lease)
             self.to_adopt[plan.lease] = plan
         return refusal
+
+    async def _adopting(self, lease_ttl_ms: int) -> None:
+        """``_adopt`` as this limiter's own task, awaited shielded: a request cancelled meanwhile (its
+        client gone) would cut it after the list was taken, and the requests after the one out would
+        never be adopted."""
+        if self.adoption is None or self.adoption.done():
+            self.adoption = asyncio.ensure_future(self._adopt(lease_ttl_ms))
+        await asyncio.shield(self.adoption)
 
     async def _adopt(self, lease_ttl_ms: int) -> None:
         """Adds the requests admitted here during an outage and still running to Redis, each once:
@@ -319,7 +328,7 @@ class FailoverLimiter:
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         if self.up and self.to_adopt:
-            await self._adopt(lease_ttl_ms)
+            await self._adopting(lease_ttl_ms)
         remote = [p for p in plans if p.lease not in self.via_local]
         # the mirrored leases of requests Redis admitted too (``record``): renewing one absent is a no-op
         await self.local.renew(
@@ -342,6 +351,8 @@ class FailoverLimiter:
             raise LimitsUnavailable("usage is unavailable while Redis is down") from None
 
     async def close(self) -> None:
+        if self.adoption is not None:
+            await asyncio.wait({self.adoption})  # bounded by its calls' timeouts; it raises nothing
         if self.backlog and self.up:  # a last chance for what is held
             await self.settle([], urgent=True)
         if self.backlog:
