@@ -175,7 +175,9 @@ class FanOut:
                         out.extend(self._reindexed(ev, parts[j], n))
                 if out:
                     yield Batch(out)
-            yield Batch([UsageReport(Usage(prompt, completion))], Then.END)  # the answer ends in the same send
+            # the answer ends in the same send; with no usage where a call sent none (settled by the
+            # stream's bounds), since a sum without it would count that call as free
+            yield Batch([UsageReport(Usage(prompt, completion))] if len(reported) == n else [], Then.END)
         finally:
             for task in tasks:
                 task.cancel()

@@ -183,3 +183,25 @@ async def test_a_stream_whose_call_failed_before_its_first_event_is_charged_the_
                 inner.go.set()
     # the failed call generated nothing: the others' usage, not the stream's bounds (None)
     assert call.progress.usage == Usage(6, 4)
+
+
+class Unreported(Scripted):
+    """Streams of a usage of 3 + 2 tokens each, but the seeds in ``silent``, which send none."""
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
+        self.calls += 1
+        events: list[StreamEvent] = [StreamStart("c", 0, "m"), Delta(0, text="t"), Finish(0, "stop")]
+        if (request.sampling.seeds or (0,))[0] not in self.silent:
+            events.append(UsageReport(Usage(3, 2)))
+        yield Batch(events)
+
+
+async def test_a_stream_with_a_call_that_sent_no_usage_is_not_counted_free() -> None:
+    three = dataclasses.replace(REQUEST, sampling=Sampling(n=3, seeds=SEEDS[:3]))
+    call = Call("r")
+    events = [
+        e async for batch in FanOut(Unreported(silent=frozenset({SEEDS[1]}))).stream(three, call) for e in batch.events
+    ]
+    assert not [e for e in events if isinstance(e, UsageReport)]  # settled by the stream's bounds
+    assert call.progress.usage is None
+    assert sorted(e.index for e in events if isinstance(e, Finish)) == [0, 1, 2]
