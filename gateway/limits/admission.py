@@ -32,11 +32,19 @@ from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.prices import PriceTable
 from gateway.obs.load import ModelLoad
-from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT
+from gateway.obs.metrics import (
+    ADMISSION_WAITS,
+    ADMITTED,
+    LEASES_DROPPED,
+    QUEUE_DEPTH,
+    RATE_LIMIT,
+    USAGE_DROPPED,
+)
 
 log = logging.getLogger("gateway.limits")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
 RESEND_SECONDS = 0.2  # settlements a store did not take are offered to it again this often
+SETTLE_SECONDS = 5.0  # at shutdown, for the settlements pending to go out, and again for the limiter to close
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +363,35 @@ class Admission:
         if any(s.plan.concurrency_keys for s in batch) or self.limiter.held() < held:
             self.waiters.wake_next()
 
+    async def stop(self, settler: asyncio.Task[None]) -> None:
+        """At shutdown: the settler ends once nothing is pending, or is cut after ``SETTLE_SECONDS``
+        (the round it had out is counted by the limiter as of unknown fate: its calls may have run);
+        then what requests released since its last round goes in one more, and what even that does not
+        take is counted as dropped, never lost unsaid."""
+        self.stopping = True
+        self.flush.set()
+        done, _ = await asyncio.wait({settler}, timeout=SETTLE_SECONDS)
+        if not done:
+            log.warning("settling at shutdown took over %g s: the round out was cut", SETTLE_SECONDS)
+            settler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await settler
+        if self.pending or self.usage:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settle_pending(), SETTLE_SECONDS)
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """What no round took, given up: its usage and leases counted, and said once."""
+        left = self.pending + [Settlement(plan, 0, p, c, n) for plan, (n, p, c, _) in self.usage.values()]
+        self.pending, self.usage = [], {}
+        if not left:
+            return
+        requests = sum(s.requests for s in left)
+        USAGE_DROPPED.n += requests
+        LEASES_DROPPED.n += sum(1 for s in left if s.plan.concurrency_keys)
+        log.warning("%d requests' settlements were dropped at shutdown: their usage is not counted", requests)
+
     async def keeper(self) -> None:
         """Renews the leases of running requests, so only a dead gateway's leases expire."""
         while True:
@@ -376,13 +413,8 @@ async def running(admission: Admission) -> AsyncIterator[None]:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
-        admission.stopping = True
-        admission.flush.set()
+        await admission.stop(settler)
         try:
-            await asyncio.wait_for(settler, 5)
-        except TimeoutError:
-            log.warning("settlements still pending at shutdown were dropped")
-        try:
-            await asyncio.wait_for(admission.limiter.close(), 5)
+            await asyncio.wait_for(admission.limiter.close(), SETTLE_SECONDS)
         except Exception:  # shutting down: what is held ahead expires by itself
             log.warning("admissions made ahead were not given back", exc_info=True)

@@ -20,6 +20,7 @@ per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
 from gateway.limits.scripts import ONCE_HOLD_SECONDS
 from gateway.limits.store import Failed, RedisLimiter, call_error, unanswered
-from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
+from gateway.obs.metrics import LEASES_DROPPED, REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
 
@@ -108,6 +109,7 @@ class FailoverLimiter:
     to_adopt: dict[str, Plan] = field(default_factory=dict)  # of those, running and not yet in Redis
     backlog: Backlog = field(default_factory=Backlog)
     outage: Outage = field(default_factory=Outage)
+    adoption: asyncio.Task[None] | None = None  # the adoption under way (``_adopting``)
 
     # Some rate or concurrency limit fails open: this process's share of it is enforced here during an
     # outage, so what Redis admits for this process is mirrored here (``LocalLimiter.record``).
@@ -145,7 +147,7 @@ class FailoverLimiter:
     async def admit(self, plan: Plan, lease_ttl_ms: int) -> Refusal | None:
         up = self.up
         if up and self.to_adopt:
-            await self._adopt(lease_ttl_ms)
+            await self._adopting(lease_ttl_ms)
             up = self.up
         if up:
             try:
@@ -179,6 +181,14 @@ class FailoverLimiter:
             self.via_local.add(plan.lease)
             self.to_adopt[plan.lease] = plan
         return refusal
+
+    async def _adopting(self, lease_ttl_ms: int) -> None:
+        """``_adopt`` as this limiter's own task, awaited shielded: a request cancelled meanwhile (its
+        client gone) would cut it after the list was taken, and the requests after the one out would
+        never be adopted."""
+        if self.adoption is None or self.adoption.done():
+            self.adoption = asyncio.ensure_future(self._adopt(lease_ttl_ms))
+        await asyncio.shield(self.adoption)
 
     async def _adopt(self, lease_ttl_ms: int) -> None:
         """Adds the requests admitted here during an outage and still running to Redis, each once:
@@ -261,6 +271,9 @@ class FailoverLimiter:
         except REDIS_FAILURES as exc:  # not a call's reply: none went out
             self.backlog.add(batch)
             return exc
+        except asyncio.CancelledError:
+            _cut(batch)
+            raise
         return self._keep(failed)
 
     async def _send_again(self) -> BaseException | None:
@@ -285,6 +298,9 @@ class FailoverLimiter:
             failed = await self.redis.settle_each([], True, calls)
         except REDIS_FAILURES as exc:
             failed = [(c, exc) for c in calls]
+        except asyncio.CancelledError:
+            _cut([s for c in calls for s in c.settled])
+            raise
         return self._keep(failed, whole=True)
 
     def _keep(self, failed: list[Failed], whole: bool = False) -> BaseException | None:
@@ -312,7 +328,7 @@ class FailoverLimiter:
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
         if self.up and self.to_adopt:
-            await self._adopt(lease_ttl_ms)
+            await self._adopting(lease_ttl_ms)
         remote = [p for p in plans if p.lease not in self.via_local]
         # the mirrored leases of requests Redis admitted too (``record``): renewing one absent is a no-op
         await self.local.renew(
@@ -335,9 +351,21 @@ class FailoverLimiter:
             raise LimitsUnavailable("usage is unavailable while Redis is down") from None
 
     async def close(self) -> None:
+        if self.adoption is not None:
+            await asyncio.wait({self.adoption})  # bounded by its calls' timeouts; it raises nothing
         if self.backlog and self.up:  # a last chance for what is held
             await self.settle([], urgent=True)
         if self.backlog:
             log.warning("%d held settlements were given up at shutdown", len(self.backlog))
             self.backlog.drop()
         await self.redis.close(give_back=self.up)
+
+
+def _cut(settled: list[Settlement]) -> None:
+    """A settlement round cut with its calls out (the settler stopped at shutdown): they may have run
+    or not, and no one is left to send them again; counted as of unknown fate, their leases as left to
+    expire, and said once."""
+    requests = sum(s.requests for s in settled)
+    USAGE_UNKNOWN.n += requests
+    LEASES_DROPPED.n += sum(1 for s in settled if s.plan.concurrency_keys)
+    log.warning("a settlement round was cut at shutdown: %d requests' usage may not be counted", requests)

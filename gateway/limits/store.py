@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from random import getrandbits
 from typing import Any
 
@@ -36,6 +37,7 @@ from gateway.obs.metrics import (
     SETTLES_RESENT_APPLIED,
     SETTLES_RESENT_DUPLICATE,
 )
+from gateway.runtime.internals import bulk
 from gateway.runtime.internals import evalsha_head as pack_head
 
 log = logging.getLogger("gateway.limits")
@@ -273,7 +275,9 @@ class RedisLimiter:
             ADMITTED_AHEAD.n += 1  # a unit this replica holds was counted in the budget: it is not left unused
             return None
         elif again and refusal.check.kind == "bud" and (unused := reserves.ready.pop(plan.layout.keys, None)):
-            await self._give_back_all([unused])
+            # this limiter's task, not the request's: a client gone meanwhile (the request cancelled)
+            # would cancel the calls before they went out, and the units would wait for their TTL
+            await asyncio.shield(self._spawn(self._give_back_all([unused])))
             return await self._admit_budgets(plan, lease_ttl_ms, again=False)
         return refusal
 
@@ -351,10 +355,12 @@ class RedisLimiter:
         if self.reserves.ready:
             self._sweep = asyncio.get_running_loop().call_later(RESERVE_SECONDS / 2, self._give_back_stale)
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """``work`` run to its end whoever waits for it (``close`` awaits what is left)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _give_back_all(self, reserves: list[Reserve]) -> None:
         """One call each, sent together (one round trip through the channel)."""
@@ -476,10 +482,30 @@ class RedisLimiter:
         await self._run(self._adopt, plan.layout.keys, _args(plan, lease_ttl_ms))
 
     async def renew(self, plans: list[Plan], lease_ttl_ms: int) -> None:
-        for plan in plans:
-            keys, members = plan.renewals()
-            if keys:
+        """One call per running request, sent together: one round trip through the channel (Redis
+        Cluster: one call each, its teams on different nodes). Raises the first call's error, if any."""
+        calls = [(keys, members) for keys, members in map(Plan.renewals, plans) if keys]
+        if self._channel is None:
+            for keys, members in calls:
                 await self._renew(keys=keys, args=[lease_ttl_ms, *members])
+            return
+        ttl, sha = bulk(b"%d" % lease_ttl_ms), self._renew.sha.encode()
+        # RENEW takes the TTL, then each member, as arguments: all but the last packed with the head
+        sent = [
+            self._channel.evalsha(_renew_head(sha, keys, ttl, members), members[-1].encode()) for keys, members in calls
+        ]
+        failure: Exception | None = None
+        for (keys, members), future in zip(calls, sent, strict=True):
+            try:  # every reply is awaited, so none is left unretrieved
+                result = await future
+                if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
+                    await self._renew(keys=keys, args=[lease_ttl_ms, *members])
+                elif isinstance(result, Exception):
+                    raise result
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def usage(self, keys: list[str]) -> list[dict[str, int]]:
         """Hashes of counters, in one round trip (a month of hourly buckets is hundreds of them)."""
@@ -488,6 +514,12 @@ class RedisLimiter:
                 pipe.hgetall(key)
             answers = await pipe.execute()
         return [{_text(k): int(v) for k, v in raw.items()} for raw in answers]
+
+
+def _renew_head(sha: bytes, keys: list[str], ttl: bytes, members: list[str]) -> bytes:
+    """RENEW's call on ``keys`` up to its last argument: the TTL (packed) and the members but the last."""
+    head = pack_head(sha, [k.encode() for k in keys], 1 + len(members))
+    return head + ttl + b"".join([bulk(m.encode()) for m in members[:-1]])
 
 
 def _text(value: bytes | str) -> str:

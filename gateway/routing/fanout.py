@@ -82,28 +82,48 @@ class FanOut:
         return prompt_index * n + j
 
     async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        """The calls' answers merged. A call that fails starts no more of them, lets those in flight
+        end and is raised; either way (a client gone, too) the calls that answered leave their usage
+        in ``call.progress`` (settled with the error: each call was billed)."""
         parts = self._parts(request)
-        n = len(parts)
+        answers: list[Completion | None] = [None] * len(parts)
+        try:
+            await self._answers(parts, call, answers)
+        finally:
+            call.progress.usage = _answered([a for a in answers if a is not None])
+        return self._merged(parts, [a for a in answers if a is not None])
+
+    async def _answers(
+        self, parts: list[tuple[int, InternalRequest]], call: Call, answers: list[Completion | None]
+    ) -> None:
+        """Fills in ``answers``; the first failure raised once no call is in flight."""
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+        failures: list[BaseException] = []
 
-        async def one(part: InternalRequest) -> Completion:
+        async def one(j: int, part: InternalRequest) -> None:
             async with gate:
-                return await self.inner.complete(part, call)
+                if failures:  # its answer would be billed and thrown away
+                    return
+                try:
+                    answers[j] = await self.inner.complete(part, call)
+                except Exception as exc:
+                    failures.append(exc)
 
-        answers = await asyncio.gather(*(one(part) for _, part in parts))
+        await asyncio.gather(*(one(j, part) for j, part in parts))
+        if failures:
+            raise failures[0]
+
+    def _merged(self, parts: list[tuple[int, InternalRequest]], answers: list[Completion]) -> Completion:
+        n = len(parts)
         choices = []
-        prompt = completion = 0
         for (j, part), answer in zip(parts, answers, strict=True):
             for choice in answer.choices:
                 choice.index = self._index(choice.index, j, n)
                 choice.seed = (part.sampling.seeds or (None,))[0]
                 choices.append(choice)
-            if answer.usage is not None:
-                prompt += answer.usage.prompt_tokens
-                completion += answer.usage.completion_tokens
         merged = answers[0]
         merged.choices = sorted(choices, key=lambda c: c.index)
-        merged.usage = Usage(prompt, completion)
+        merged.usage = _answered(answers)
         return merged
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
@@ -111,14 +131,21 @@ class FanOut:
         n = len(parts)
         queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+        idle = set(range(n))  # parts that made no call, or whose call failed before any event: no usage
+        reported: set[int] = set()  # parts whose usage came (a usage event)
 
         async def pump(j: int, part: InternalRequest, own: Call) -> None:
+            batches = 0
             try:
                 async with gate:  # a stream holds its place until it ends
+                    idle.discard(j)
                     async for batch in self.inner.stream(part, own):
+                        batches += 1
                         await queue.put((j, batch))
                 await queue.put((j, None))
             except BaseException as exc:  # handed to the consumer, which raises it
+                if isinstance(exc, Exception) and not batches and own.progress.usage is None:
+                    idle.add(j)  # refused or failed before its first event: nothing generated
                 await queue.put((j, exc))
                 raise
 
@@ -137,32 +164,39 @@ class FanOut:
                     continue
                 if isinstance(item, BaseException):
                     raise item
-                seed = (parts[j][1].sampling.seeds or (None,))[0]
                 out: list[StreamEvent] = []
                 for ev in item.events:
-                    if isinstance(ev, StreamStart):
-                        if not started:
-                            started = True
-                            out.append(ev)
-                    elif isinstance(ev, Delta):
-                        out.append(dataclasses.replace(ev, index=self._index(ev.index, j, n)))
-                    elif isinstance(ev, Finish):
-                        out.append(Finish(self._index(ev.index, j, n), ev.reason, seed))
-                    elif isinstance(ev, UsageReport):
+                    if isinstance(ev, UsageReport):
+                        reported.add(j)
                         prompt += ev.usage.prompt_tokens
                         completion += ev.usage.completion_tokens
+                    elif not isinstance(ev, StreamStart) or not started:
+                        started = started or isinstance(ev, StreamStart)
+                        out.extend(self._reindexed(ev, parts[j], n))
                 if out:
                     yield Batch(out)
-            yield Batch([UsageReport(Usage(prompt, completion))], Then.END)  # the answer ends in the same send
+            # the answer ends in the same send; with no usage where a call sent none (settled by the
+            # stream's bounds), since a sum without it would count that call as free
+            yield Batch([UsageReport(Usage(prompt, completion))] if len(reported) == n else [], Then.END)
         finally:
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-            call.progress.usage = _summed(
-                prompt, completion, [c.progress.usage for j, c in enumerate(calls) if j not in ended]
-            )
+            call.progress.usage = _summed(prompt, completion, _unreported(calls, idle, ended, reported))
+
+    def _reindexed(self, ev: StreamEvent, part: tuple[int, InternalRequest], n: int) -> list[StreamEvent]:
+        """Part ``part``'s event as the merged stream sends it: its choice's index in the whole, and a
+        finish with the seed it was made with; none of the events the merge does not pass on."""
+        j, req = part
+        if isinstance(ev, StreamStart):
+            return [ev]
+        if isinstance(ev, Delta):
+            return [dataclasses.replace(ev, index=self._index(ev.index, j, n))]
+        if isinstance(ev, Finish):
+            return [Finish(self._index(ev.index, j, n), ev.reason, (req.sampling.seeds or (None,))[0])]
+        return []
 
     async def list_models(self) -> list[str]:
         return await self.inner.list_models()
@@ -171,14 +205,47 @@ class FanOut:
         await self.inner.close()
 
 
+def _unreported(calls: list[Call], idle: set[int], ended: set[int], reported: set[int]) -> list[Usage | None]:
+    """Of the parts that sent no usage, what each counts for: nothing for one that made no call or
+    failed before its first event, what it left as it went for one cut short, None (unknown) for one
+    that ended without it."""
+    return [
+        Usage() if j in idle else None if j in ended else c.progress.usage
+        for j, c in enumerate(calls)
+        if j not in reported
+    ]
+
+
 def _summed(prompt: int, completion: int, cut: list[Usage | None]) -> Usage | None:
-    """A fanned-out stream's usage as of its end: what its ended parts reported (``prompt``,
-    ``completion``) and what each part cut short left as it went, every call having billed the
-    prompt; None (the stream's bounds settle it) where a cut part left none, since a sum without it
-    would count its prompt as free."""
+    """A fanned-out stream's usage as of its end: what its parts reported (``prompt``,
+    ``completion``) and, of those that did not, what each left as it went (a part cut short; one
+    that made no call or failed before its first event: nothing), every call having billed the
+    prompt; None (the stream's bounds settle it) where a part that ran left none (one ended without
+    a usage event, too), since a sum without it would count its prompt as free."""
     if any(u is None for u in cut):
         return None
     return Usage(
         prompt + sum(u.prompt_tokens for u in cut if u is not None),
         completion + sum(u.completion_tokens for u in cut if u is not None),
     )
+
+
+def _answered(answers: list[Completion]) -> Usage | None:
+    """The usage of the calls that answered, summed; None (the answer's bounds settle it) where one
+    reported none, since a sum without it would count that call as free."""
+    if any(a.usage is None for a in answers):
+        return None
+    usages = [a.usage for a in answers if a.usage is not None]
+    return Usage(
+        sum(u.prompt_tokens for u in usages),
+        sum(u.completion_tokens for u in usages),
+        _total([u.cached_tokens for u in usages]),
+        _total([u.reasoning_tokens for u in usages]),
+        _total([u.cache_write_tokens for u in usages]),
+    )
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """A count some calls may leave out, summed; None where none reported it."""
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None

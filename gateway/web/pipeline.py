@@ -293,8 +293,8 @@ async def call(ex: Exchange) -> web.StreamResponse:
         ttft=team.ttft if team is not None else None,
         resume=resume.wanted(headers.get(resume.HEADER)),
     )
+    log.progress = call.progress  # what its calls reported, should it end without an answer
     if ireq.stream:
-        log.progress = call.progress
         opened = await dispatch.open_stream(ex.gen.models, route, ireq, call, log.attempt)
         log.observe(opened[0].events)
         return await relay(ex, opened)

@@ -231,13 +231,19 @@ class RequestLog:
         count where the upstream reported one as it went, else its estimate; and the larger of the
         upstream's count so far and the most the texts can hold (never past the completion's worst
         case): an upstream's count may be its first event's (Anthropic's), and a chunk may carry
-        several tokens."""
-        if self.completion_tokens is not None or not (self.streamed or self.unreported):
+        several tokens. No answer and nothing streamed: what its calls reported before it failed
+        (a fan-out's calls that answered), else nothing."""
+        if self.completion_tokens is not None:
             return self.prompt_tokens, self.completion_tokens
+        seen = self.progress.usage if self.progress is not None else None
+        if not (self.streamed or self.unreported):
+            if seen is None:
+                return self.prompt_tokens, None
+            self.cached_tokens, self.cache_write_tokens = seen.cached_tokens, seen.cache_write_tokens
+            return seen.prompt_tokens, seen.completion_tokens
         worst = plan.estimate - plan.prompt_estimate  # max_tokens for every choice (0: not planned)
         most = self.counted()
         completion = max(self.streamed, min(most, worst) if worst > 0 else most)
-        seen = self.progress.usage if self.progress is not None else None
         if seen is not None and seen.prompt_tokens:
             if self.cached_tokens is None:
                 self.cached_tokens, self.cache_write_tokens = seen.cached_tokens, seen.cache_write_tokens

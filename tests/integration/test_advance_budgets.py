@@ -196,3 +196,37 @@ async def test_a_larger_request_is_not_refused_for_units_its_replica_is_being_gr
     await limiter.settle([Settlement(p, 0, p.prompt_estimate, 0) for p in [*small, large]], urgent=True)
     await limiter.close()
     assert await budget_sum(client, limits) == sum(p.prompt_estimate for p in [*small, large])
+
+
+async def test_units_given_back_for_a_request_whose_client_went_away_meanwhile_come_back(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request refused by a budget while its replica holds units it does not fit in has them given
+    back first; its client gone (the task cancelled) as that starts, they still go back at once, not
+    with their lease TTL (the give-back's calls were cancelled before they went out)."""
+    sized(monkeypatch, 8)
+    limits = one_layout(200)
+    limiter = RedisLimiter(client, advance=True)
+    small = [plan_in(limits, 4) for _ in range(2)]
+    for p in small:
+        assert await limiter.admit(p, TTL) is None
+    await reserve_ready(limiter)
+    large = plan_in(limits, 200 - 2 * small[0].estimate - small[0].prompt_estimate)  # fits with no unit held
+    giving = asyncio.Event()
+    give_back_all = limiter._give_back_all
+
+    async def spied(reserves: list[advance.Reserve]) -> None:
+        giving.set()
+        await give_back_all(reserves)
+
+    monkeypatch.setattr(limiter, "_give_back_all", spied)
+    admitting = asyncio.create_task(limiter.admit(large, TTL))
+    await giving.wait()
+    admitting.cancel()  # the client went away
+    with pytest.raises(asyncio.CancelledError):
+        await admitting
+    assert limiter.reserves is not None and not limiter.reserves.ready
+    await limiter.settle([Settlement(p, 0, p.prompt_estimate, 0) for p in small], urgent=True)
+    await limiter.close()
+    assert await budget_sum(client, limits) == 2 * small[0].prompt_estimate  # no unit left reserved
+    assert await client.zcard(f"{limits.keys[0]}:held") == 0

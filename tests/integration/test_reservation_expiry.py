@@ -187,3 +187,22 @@ async def test_a_killed_gateway_s_reservations_return_within_the_lease_ttl(
             return float(level) + (await redis_ms(redis) - float(ts)) * 600_000 / 60_000 >= 600_000
 
         await eventually(refilled, "the budget refilled")
+
+
+async def test_the_leases_of_every_running_request_are_renewed_in_one_round_trip(redis: aioredis.Redis) -> None:
+    """The lease keeper's round renews each request's leases and reservations, all sent together: one
+    round trip for every running request, not one each (a thousand running requests took a thousand
+    round trips, one after another, every ``lease_ttl / 3``)."""
+    limiter, team = RedisLimiter(redis), f"t-{uuid.uuid4().hex[:8]}"
+    running = [budget_plan(team, 10) for _ in range(5)]
+    for plan in running:
+        assert await limiter.admit(plan, 300) is None
+    held = f"{running[0].checks[0].key}:held"
+    before, trips = await redis.zrange(held, 0, -1, withscores=True), limiter.batches
+    await limiter.renew(running, 60_000)
+    assert limiter.batches - trips == 1
+    after = dict(await redis.zrange(held, 0, -1, withscores=True))
+    assert len(after) == 5 and all(after[member] > score + 30_000 for member, score in before)
+    await redis.script_flush()  # a Redis that lost its scripts (a restart): the renewal loads it again
+    await limiter.renew(running, 120_000)
+    assert all(score > after[member] for member, score in await redis.zrange(held, 0, -1, withscores=True))

@@ -193,3 +193,37 @@ async def test_a_fanned_out_stream_cut_by_its_client_is_charged_every_call_s_pro
     assert usage["prompt_tokens"] == 2 * whole["prompt_tokens"]  # 4 calls' prompts, as the whole one's
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
     assert await budget_spent(redis_server.url, team) == usage["spend"]
+
+
+async def test_a_fanned_out_answer_with_a_failed_call_is_charged_the_calls_that_answered(
+    gateway: GatewayFactory, upstream: Any, redis_server: RedisServer
+) -> None:
+    """Friendli's per-choice seeds fanned out to a vLLM target, not streamed: 4 calls, the first to
+    arrive answered 500. The client gets the error, and the 3 calls that answered are charged what
+    they reported (they were charged nothing: the merged usage was lost with the error)."""
+    server = await upstream("vllm")
+    team = f"t-{uuid.uuid4().hex[:8]}"
+    data = spend_config(server, redis_server.url, team, budget={"amount": "1"})
+    data["models"][0]["targets"] = [target(server, "vllm", name="up")]
+    gw = await gateway(parse_config(data))
+    body = {"model": "m", "prompt": "alpha beta gamma", "max_tokens": 20, "n": 4, "seed": [1, 2, 3, 4]}
+    async with gw.session.post(gw.url + "/serverless/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status == 200
+        whole = (await resp.json())["usage"]
+    await settled(redis_server.url, team, 1)
+    body["prompt"] = "alpha beta gamma [[fault:once:status=500]]"
+    async with gw.session.post(gw.url + "/serverless/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status >= 500
+    usage = await settled(redis_server.url, team, 2)
+    assert len(server.requests) == 8  # the second request's 4 calls, the one refused among them
+    assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
+
+    async def reserved_ahead_given_back() -> bool:  # back-to-back requests: units admitted ahead
+        return await budget_spent(redis_server.url, team) == usage["spend"]
+
+    await eventually(reserved_ahead_given_back, "the budget's sum down to what was settled")
+    async with gw.session.post(gw.url + "/serverless/v1/completions", json=body, headers=BEARER) as resp:
+        assert resp.status == 200  # the marker fired once: all 4 calls answer
+        again = (await resp.json())["usage"]
+    assert usage["prompt_tokens"] - whole["prompt_tokens"] == again["prompt_tokens"] // 4 * 3  # the 3 that answered
+    assert usage["completion_tokens"] > whole["completion_tokens"]
