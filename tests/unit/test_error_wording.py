@@ -38,8 +38,14 @@ VALUES: list[JSON] = [
     {"a": 1},
     {"type": 1},
     {"type": {}},
+    -1,
+    -2.5,
+    2**40,
+    "x" * 300,
 ]
 PYTHON_WORDS = ("dictionary", "instance of", "discriminator", "Input tag", "extract fields")
+# pydantic's stock phrases: a refusal says them in the gateway's words ("'max_tokens' must be an integer")
+PYDANTIC_WORDS = ("Input should", "should have", "valid dictionary", "after validation", "instance of", "valid ")
 
 
 def subclasses(cls: type) -> Iterator[type]:
@@ -72,7 +78,7 @@ def test_the_models_checked_for_are_every_dialects() -> None:
 def test_no_refusal_names_a_class_of_ours_or_speaks_python() -> None:
     leaks = []
     for name, at, value, message in refusals():
-        if CLASS_NAME.search(message) or any(w in message for w in PYTHON_WORDS):
+        if CLASS_NAME.search(message) or any(w in message for w in (*PYTHON_WORDS, *PYDANTIC_WORDS)):
             leaks.append(f"{name} {at} = {value!r}: {message}")
     assert not leaks, f"{len(leaks)} refusals, the first: " + "\n".join(leaks[:10])
 
@@ -81,3 +87,35 @@ def test_a_non_object_where_an_object_goes_is_named_by_its_path() -> None:
     seen = {(name, message) for name, at, value, message in refusals() if at == ("messages", 0) and value == 1.5}
     assert ("anthropic", "'messages[0]' must be an object") in seen
     assert ("openai", "'messages[0]' must be an object") in seen
+
+
+def test_pydantic_sentences_are_said_in_the_gateways_words() -> None:
+    seen = {(name, at, repr(value)): message for name, at, value, message in refusals()}
+    assert seen["openai", ("max_tokens",), "'x'"] == "'max_tokens' must be an integer"
+    assert seen["openai", ("max_tokens",), "-1"] == "'max_tokens' must be at least 1"
+    assert seen["openai", ("messages",), "[]"] == "'messages' must have at least 1 item"
+    assert seen["openai", ("model",), "0"] == "'model' must be a string"
+    assert (
+        seen["anthropic", ("messages", 0, "role"), "'x'"]
+        == "'messages[0].role' must be one of 'user', 'assistant', 'system'"
+    )
+
+
+def refusal_of(**fields: JSON) -> str:
+    """The refusal of OpenAI chat's plain body with ``fields`` added."""
+    dialect, operation, flavour, _ = CASES[0]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+    try:
+        dialect.parse(operation, body, flavour)
+    except GatewayError as exc:
+        return exc.message
+    raise AssertionError(f"{fields} was taken")
+
+
+def test_bounds_and_types_are_said_as_json_would() -> None:
+    assert refusal_of(temperature=-1) == "'temperature' must be at least 0"
+    assert refusal_of(temperature=2.5) == "'temperature' must be at most 2"
+    assert refusal_of(temperature="x") == "'temperature' must be a number"
+    assert refusal_of(stream=1) == "'stream' must be a boolean"
+    assert refusal_of(stop=1) == "'stop' must be a string or an array"
+    assert refusal_of(user="x" * 10_000).startswith("'user' must have at most ")
