@@ -292,6 +292,21 @@ def _sentence(errors: Sequence[ErrorDetails], data: JSON, err: ErrorDetails) -> 
     return f" {plain}" if plain.startswith("must ") else f": {plain}"
 
 
+def not_one_of(field: str, value: JSON, choices: Iterable[str]) -> InvalidRequest:
+    """A value outside a fixed set, in ``invalid_from``'s words for one: absent is "required"."""
+    if value is None:
+        return InvalidRequest(f"'{field}' is required", param=field)
+    return InvalidRequest(f"'{field}' must be one of {', '.join(repr(c) for c in choices)}", param=field)
+
+
+def part_type(part: JSON, at: str, choices: Iterable[str]) -> InvalidRequest:
+    """A content part at ``at`` whose ``type`` is not among ``choices``, named where it goes wrong:
+    the part itself when it is no object, else its ``type``."""
+    if not isinstance(part, dict):
+        return InvalidRequest(f"'{at}' must be an object", param=at)
+    return not_one_of(f"{at}.type", part.get("type"), choices)
+
+
 def without(body: M, name: str) -> M:
     """``body`` with the field ``name`` unset, copied only when it is set (a copy costs microseconds)."""
     return body if getattr(body, name) is None else body.model_copy(update={name: None})

@@ -44,6 +44,8 @@ VALUES: list[JSON] = [
     "x" * 300,
 ]
 PYTHON_WORDS = ("dictionary", "instance of", "discriminator", "Input tag", "extract fields")
+# a value or a list in Python's spelling ("None is not one of ['a', 'b']"), where JSON's is meant
+PYTHON_REPR = re.compile(r"\['|\{'|\bNone\b|\bTrue\b|\bFalse\b|is not one of")
 # pydantic's stock phrases: a refusal says them in the gateway's words ("'max_tokens' must be an integer")
 PYDANTIC_WORDS = ("Input should", "should have", "valid dictionary", "after validation", "instance of", "valid ")
 
@@ -119,3 +121,22 @@ def test_bounds_and_types_are_said_as_json_would() -> None:
     assert refusal_of(stream=1) == "'stream' must be a boolean"
     assert refusal_of(stop=1) == "'stop' must be a string or an array"
     assert refusal_of(user="x" * 10_000).startswith("'user' must have at most ")
+
+
+def test_no_refusal_prints_a_python_value() -> None:
+    leaks = [
+        f"{name} {at} = {value!r}: {message}" for name, at, value, message in refusals() if PYTHON_REPR.search(message)
+    ]
+    assert not leaks, f"{len(leaks)} refusals, the first: " + "\n".join(leaks[:10])
+
+
+def test_responses_lists_choices_as_the_other_dialects() -> None:
+    seen = {(name, at, repr(value)): message for name, at, value, message in refusals() if name == "responses"}
+    assert seen["responses", ("input", 0, "role"), "None"] == "'input[0].role' is required"
+    assert seen["responses", ("input", 0, "role"), "'x'"] == (
+        "'input[0].role' must be one of 'user', 'system', 'developer', 'assistant'"
+    )
+    assert seen["responses", ("text", "format", "type"), "[1]"] == (
+        "'text.format.type' must be one of 'text', 'json_object', 'json_schema'"
+    )
+    assert seen["responses", ("input", 1, "content", 0), "1.5"] == "'input[1].content[0]' must be an object"

@@ -29,7 +29,7 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, new_id, request_of, validate
+from gateway.dialects.common import FeatureSet, new_id, not_one_of, part_type, request_of, validate
 from gateway.dialects.responses.schema import ResponsesBody, TextConfig
 
 JSON = Any
@@ -43,6 +43,7 @@ REFUSED = {
 OPENAI_ONLY = ("max_tool_calls", "top_logprobs", "include", "context_management", "image", "access_programs")
 NATIVE = "served only by OpenAI's own /v1/responses"
 Native = list[tuple[str, str]]  # the fields only OpenAI serves, each with why
+ROLES = ("user", "system", "developer", "assistant")
 PLATFORM = (
     "service_tier",
     "safety_identifier",
@@ -74,6 +75,8 @@ class Turn:
 
 def _need(item: dict[str, JSON], key: str, kind: type | tuple[type, ...], at: str) -> Any:
     value = item.get(key)
+    if value is None:
+        raise InvalidRequest(f"'{at}.{key}' is required", param=f"{at}.{key}")
     if not isinstance(value, kind):
         what = "a string" if kind is str else "given"
         raise InvalidRequest(f"'{at}.{key}' must be {what}", param=f"{at}.{key}")
@@ -93,12 +96,11 @@ def _text_of(content: JSON, at: str, kinds: tuple[str, ...], first: int = 0) -> 
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidRequest(f"'{at}' must be a string or a list of content parts", param=at)
+        raise InvalidRequest(f"'{at}' must be a string or an array of content parts", param=at)
     texts = []
     for j, part in enumerate(content, first):
-        if not isinstance(part, dict) or part.get("type") not in kinds:
-            kind = part.get("type") if isinstance(part, dict) else None
-            raise InvalidRequest(f"'{at}[{j}].type' {kind!r} is not one of {list(kinds)}", param=f"{at}[{j}].type")
+        if _kind(part) not in kinds:
+            raise part_type(part, f"{at}[{j}]", kinds)
         texts.append(_need(part, "text" if part["type"] != "refusal" else "refusal", str, f"{at}[{j}]"))
     return "".join(texts)
 
@@ -117,6 +119,13 @@ def _call_output(output: JSON, at: str, native: Native) -> None:
             _text_of([part], at, TOOL_TEXT, j)
 
 
+def _untyped(part: JSON, at: str, kinds: tuple[str, ...]) -> InvalidRequest:
+    """A user part that names no type the gateway or OpenAI could read (a string one is OpenAI's)."""
+    if isinstance(part, dict) and part.get("type") is not None and not isinstance(part["type"], str):
+        return InvalidRequest(f"'{at}.type' must be a string naming the part's type", param=f"{at}.type")
+    return part_type(part, at, kinds)
+
+
 def _user_content(content: JSON, at: str, native: Native | None = None) -> str | tuple[JSON, ...]:
     """A user, system or developer message's content as chat content: text alone stays a string.
     ``native``: parts only OpenAI serves (files, audio, an image by file id) are named there and
@@ -124,7 +133,7 @@ def _user_content(content: JSON, at: str, native: Native | None = None) -> str |
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidRequest(f"'{at}' must be a string or a list of content parts", param=at)
+        raise InvalidRequest(f"'{at}' must be a string or an array of content parts", param=at)
     parts: list[JSON] = []
     for j, part in enumerate(content):
         here = f"{at}[{j}]"
@@ -146,10 +155,7 @@ def _user_content(content: JSON, at: str, native: Native | None = None) -> str |
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise InvalidRequest(
-                f"'{here}.type' {kind!r} is not supported by this gateway (input_text, input_image)",
-                param=f"{here}.type",
-            )
+            raise _untyped(part, here, ("input_text", "input_image"))
     if all(p["type"] == "text" for p in parts):  # (none, when every part is OpenAI's alone: "")
         return "".join(p["text"] for p in parts)
     return tuple(parts)
@@ -172,10 +178,8 @@ def normalize(raw: str | list[JSON], native: Native | None = None) -> list[JSON]
         out["type"] = kind
         if kind == "message":
             role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise InvalidRequest(
-                    f"'{at}.role' {role!r} is not one of user, system, developer, assistant", param=f"{at}.role"
-                )
+            if role not in ROLES:
+                raise not_one_of(f"{at}.role", role, ROLES)
             content = item.get("content")
             if role == "assistant":
                 _text_of(content, f"{at}.content", ("output_text", "refusal", "input_text"))
@@ -194,7 +198,7 @@ def normalize(raw: str | list[JSON], native: Native | None = None) -> list[JSON]
             out.setdefault("id", new_id("fco"))
         elif kind == "reasoning":
             if not isinstance(item.get("summary", []), list):
-                raise InvalidRequest(f"'{at}.summary' must be a list", param=f"{at}.summary")
+                raise InvalidRequest(f"'{at}.summary' must be an array", param=f"{at}.summary")
             out.setdefault("id", new_id("rs"))
         elif isinstance(kind, str) and kind:
             native.append((f"{at}.type", f"{kind!r} {NATIVE}"))
@@ -267,7 +271,7 @@ def _tools(tools: list[JSON] | None, native: Native) -> tuple[JSON, ...] | None:
 def _tool_choice(choice: str | dict[str, JSON] | None, native: Native) -> JSON:
     if choice is None or isinstance(choice, str):
         if choice not in (None, "auto", "none", "required"):
-            raise InvalidRequest(f"'tool_choice' {choice!r} is not one of auto, none, required", param="tool_choice")
+            raise not_one_of("tool_choice", choice, ("auto", "none", "required"))
         return choice
     kind = choice.get("type")
     if kind == "function":
@@ -306,9 +310,7 @@ def _format(text: TextConfig | None, fs: FeatureSet) -> StructuredOutput | None:
         return StructuredOutput("json_object")
     if kind == "text":
         return None
-    raise InvalidRequest(
-        f"'text.format.type' {kind!r} is not one of text, json_object, json_schema", param="text.format.type"
-    )
+    raise not_one_of("text.format.type", kind, ("text", "json_object", "json_schema"))
 
 
 def _refuse_unmodelled(b: ResponsesBody) -> None:
