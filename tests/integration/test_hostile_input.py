@@ -238,3 +238,31 @@ async def test_friendli_beam_search_is_answered_by_a_vllm_shaped_upstream(gw: An
     (sent,) = calls(gw)
     assert sent.body["use_beam_search"] is True and sent.body["n"] == 2
     assert len(reply["choices"]) == 1  # the best beam, as Friendli answered
+
+
+# --- a content part of no type a target takes -----------------------------------------------------
+
+OCTO = {**BY_NAME["octoai"].headers, "Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/v1/chat/completions", OPENAI),
+        ("/serverless/v1/chat/completions", FRIENDLI),
+        ("/v5/chat/completions", SGP),
+        ("/v1/chat/completions", OCTO),
+    ],
+    ids=["openai", "friendli", "sgp", "octoai"],
+)
+@pytest.mark.parametrize("part", [{"type": "bogus"}, {}], ids=["bogus", "untyped"])
+async def test_a_content_part_of_no_known_type_is_refused_naming_it(
+    gw: Any, path: str, headers: dict[str, str], part: dict[str, Any]
+) -> None:
+    """Passed on, it was answered 200 by an upstream that read it as nothing; OpenAI's API refuses
+    it with 400, param ``messages[0].content[0].type``."""
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": [part]}]}
+    status, reply = await post(gw, path, headers, body)
+    assert status in (400, 422) and names(reply, "messages"), reply
+    assert "messages[0].content[0].type" in json.dumps(reply), reply
+    assert calls(gw) == []

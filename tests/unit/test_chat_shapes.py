@@ -1,6 +1,7 @@
 """OpenAI chat's JSON-kept structures (content parts, tools, tool calls, a named tool choice) are
 checked where OpenAI defines their shape, in every dialect that takes OpenAI's chat messages; a
-server's own part types (vLLM's) go on for the target to judge."""
+content part's type is one a target takes (vLLM's own media parts go on for it to judge their shape),
+any other is refused naming it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ JSON = Any
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
-def chat(*content: JSON, **fields: JSON) -> dict[str, JSON]:
-    return {"model": "m", "messages": [{"role": "user", "content": list(content)}], **fields}
+def chat(*content: JSON, role: str = "user", **fields: JSON) -> dict[str, JSON]:
+    return {"model": "m", "messages": [{"role": role, "content": list(content)}], **fields}
 
 
 BAD = [
@@ -77,6 +78,8 @@ def test_a_misshapen_structure_is_refused_naming_its_field(parse: Any, body: JSO
         chat({"type": "image_embeds", "image_embeds": "..."}),
         chat({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}),
         chat({"type": "file", "file": {"file_data": "x", "filename": "a.pdf"}}),
+        chat({"type": "audio_url", "audio_url": {"url": "http://x/a.wav"}}),
+        chat({"type": "text", "text": "a"}, {"type": "refusal", "refusal": "no"}, role="assistant"),
         chat(
             {"type": "text", "text": "a"}, tools=[TOOL, {"type": "custom", "custom": {"name": "g"}}], tool_choice="auto"
         ),
@@ -101,7 +104,7 @@ NOT_STRINGS = st.one_of(
 def test_any_non_string_in_a_text_field_is_refused(kind: str, value: JSON, before: int) -> None:
     parts = [{"type": "text", "text": "ok"}] * before + [{"type": kind, kind: value}]
     with pytest.raises(InvalidRequest) as err:
-        parse_chat(chat(*parts))
+        parse_chat(chat(*parts, role="assistant"))
     assert err.value.param == f"messages[0].content[{before}].{kind}"
 
 
@@ -141,3 +144,24 @@ def test_a_type_that_is_not_a_string_is_refused_naming_it(dialect: str, where: s
     with pytest.raises(InvalidRequest) as err:
         CHAT_PARSERS[dialect](body)
     assert err.value.param == named and f"'{named}'" in err.value.message
+
+
+# A part of no type a target takes was passed on, and answered 200 by a server that read it as nothing;
+# OpenAI's API refuses it (400, param ``messages[0].content[0].type``).
+UNTYPED = [
+    ({"type": "bogus"}, "messages[0].content[0].type", "must be one of 'text', 'image_url', "),
+    ({}, "messages[0].content[0].type", "is required"),
+    ({"text": "a"}, "messages[0].content[0].type", "is required"),
+    ({"type": "refusal", "refusal": "no"}, "messages[0].content[0].type", "must be one of 'text', "),
+    ({"type": "image_pil"}, "messages[0].content[0].type", "must be one of"),
+]
+
+
+@pytest.mark.parametrize("dialect", sorted(CHAT_PARSERS))
+@pytest.mark.parametrize(("part", "named", "said"), UNTYPED)
+def test_a_part_of_no_type_a_target_takes_is_refused_naming_it(dialect: str, part: JSON, named: str, said: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        CHAT_PARSERS[dialect](chat(part))
+    assert err.value.param == named
+    assert err.value.message.startswith(f"'{named}' {said}")
+    assert "'refusal'" not in err.value.message  # an assistant's alone: not offered to a user

@@ -274,7 +274,7 @@ def parse_completion(data: dict[str, JSON], relay: str | None = None) -> Interna
 def messages(b: ChatBody) -> tuple[ChatMessage, ...]:
     for i, m in enumerate(b.messages):
         if isinstance(m.content, list):
-            shapes.check_content(m.content, f"messages[{i}].content")
+            shapes.check_content(m.content, f"messages[{i}].content", m.role)
         if m.tool_calls:
             shapes.check_tool_calls(m.tool_calls, f"messages[{i}].tool_calls")
     return tuple(

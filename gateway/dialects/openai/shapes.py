@@ -1,9 +1,9 @@
 """The OpenAI chat structures the schema keeps as JSON (content parts, tools, tool calls, a named
-tool choice), checked where OpenAI defines their shape: a part of a known type holds its fields with
-their types, a function tool a name, a tool call a name and string arguments; the ``type`` of a part,
-a tool or a call, where given, is a string on every server. What OpenAI does not define (a server's own
-part types, vLLM's ``video_url`` or ``image_embeds``, other tool types) is the target's to judge.
-Sans-IO: the errors name the field as the client wrote it.
+tool choice), checked where OpenAI defines their shape: a content part has a ``type`` the gateway's
+targets take (``PARTS``), and one of OpenAI's holds its fields with their types; a function tool a
+name, a tool call a name and string arguments; the ``type`` of a tool or a call, where given, is a
+string on every server. What OpenAI does not define (the shape of vLLM's own parts, other tool types)
+is the target's to judge. Sans-IO: the errors name the field as the client wrote it.
 """
 
 from __future__ import annotations
@@ -12,25 +12,40 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.core.errors import InvalidRequest
+from gateway.dialects.common import part_type
 
 JSON = Any
-# A part's type -> its field, and that field's string members (None: the field is a string itself;
-# a string image_url is vLLM's short form, taken too)
-PARTS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+Shape = tuple[str, tuple[str, ...] | None]
+# Every content part type a target of the gateway takes: any other, or none, is refused naming the
+# part's ``type``, as OpenAI's API refuses it (400, ``messages[0].content[0].type``); passed on, it
+# reached a server that read the part as nothing. Each of OpenAI's (API reference, Chat Completions,
+# "messages") -> its field and that field's string members (None: the field is a string itself; a
+# string image_url is vLLM's short form, taken too).
+PARTS: dict[str, Shape | None] = {
     "text": ("text", None),
-    "refusal": ("refusal", None),
+    "refusal": ("refusal", None),  # an assistant's alone (ASSISTANT_PARTS)
     "image_url": ("image_url", ("url",)),
     "input_audio": ("input_audio", ("data", "format")),
     "file": ("file", ()),
+    # vLLM 0.32's media parts (vllm/renderers/chat_utils.py, MM_PARSER_MAP): their shape is vLLM's to judge
+    "image_embeds": None,
+    "audio_url": None,
+    "audio_embeds": None,
+    "video_url": None,
+    "video_embeds": None,
 }
+ASSISTANT_PARTS = frozenset({"refusal"})
+ANY_ROLES_PARTS = tuple(kind for kind in PARTS if kind not in ASSISTANT_PARTS)
 
 
-def check_content(parts: Sequence[JSON], where: str) -> None:
-    """A message's content parts, at ``where`` (``messages[i].content``)."""
+def check_content(parts: Sequence[JSON], where: str, role: str) -> None:
+    """A message's content parts, at ``where`` (``messages[i].content``), in a message of ``role``."""
+    kinds = tuple(PARTS) if role == "assistant" else ANY_ROLES_PARTS
     for j, part in enumerate(parts):
         kind = part.get("type")
-        _name(kind, f"{where}[{j}].type")
-        shape = PARTS.get(kind) if kind is not None else None
+        if type(kind) is not str or kind not in kinds:
+            raise part_type(part, f"{where}[{j}]", kinds)
+        shape = PARTS[kind]
         if shape is None:
             continue
         name, members = shape
