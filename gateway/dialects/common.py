@@ -394,7 +394,7 @@ def _too_many(path: str, cap: int) -> InvalidRequest:
 
 
 def _not_finite(path: str) -> InvalidRequest:
-    return InvalidRequest(f"'{path}': numbers must be finite", param=path)
+    return InvalidRequest(f"'{path}' must be a finite number", param=path)
 
 
 TEXT_OR_IDS = frozenset({"prompt", "input"})

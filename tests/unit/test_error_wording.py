@@ -140,3 +140,8 @@ def test_responses_lists_choices_as_the_other_dialects() -> None:
         "'text.format.type' must be one of 'text', 'json_object', 'json_schema'"
     )
     assert seen["responses", ("input", 1, "content", 0), "1.5"] == "'input[1].content[0]' must be an object"
+
+
+def test_a_number_json_cannot_hold_is_said_as_the_schemas_are() -> None:
+    assert refusal_of(temperature=float("inf")) == "'temperature' must be a finite number"
+    assert refusal_of(logit_bias={"1": float("nan")}) == "'logit_bias.1' must be a finite number"
