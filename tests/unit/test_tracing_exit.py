@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,15 +17,23 @@ from gateway.runtime.config import TracingConfig
 
 @pytest.fixture
 async def silent_collector() -> AsyncIterator[tuple[str, asyncio.Event]]:
-    """Accepts, reads what it is sent, never answers until the test says so: (its URL, the spans
-    arrived)."""
+    """Accepts, reads what it is sent, never answers until the test ends: (its URL, the spans
+    arrived). Then it answers 200, and the test waits for the exporter's thread to end: cut off, the
+    exporter would retry for a minute in the background, drawing its jitter from the global ``random``,
+    which a Hypothesis test running then reports as its own flaw (a full unit run did, twice)."""
     arrived = asyncio.Event()
     release = asyncio.Event()
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)
+        head = await reader.readuntil(b"\r\n\r\n")
         arrived.set()
+        length = next(
+            int(v) for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")) if k.lower() == b"content-length"
+        )
+        await reader.readexactly(length)
         await release.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
@@ -33,6 +42,8 @@ async def silent_collector() -> AsyncIterator[tuple[str, asyncio.Event]]:
         yield f"http://127.0.0.1:{port}/v1/traces", arrived
     finally:
         release.set()
+        for thread in [t for t in threading.enumerate() if t.name == "tracing-shutdown"]:
+            await asyncio.to_thread(thread.join)
         server.close()
 
 
