@@ -40,8 +40,8 @@ from gateway.core.errors import (
 from gateway.core.request import Feature, InternalRequest
 from gateway.core.response import Accumulator, Batch, Completion, StreamEvent, StreamStart, Then, UsageReport
 from gateway.core.upstream import Call, Identity
-from gateway.dialects.common import invalid_from
 from gateway.dialects.openai.egress import VLLM_WIRE
+from gateway.dialects.refusals import invalid_from
 from gateway.runtime.config import ConfigError, Target
 
 log = logging.getLogger("gateway.vllm_engine")

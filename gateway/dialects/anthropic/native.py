@@ -28,7 +28,8 @@ from gateway.dialects.anthropic.schema import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from gateway.dialects.common import FeatureSet, written
+from gateway.dialects.common import FeatureSet
+from gateway.dialects.refusals import written
 
 JSON = Any
 BLOCKS: dict[str, type[BaseModel]] = {

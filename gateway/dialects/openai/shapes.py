@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.core.errors import InvalidRequest
-from gateway.dialects.common import part_type
+from gateway.dialects.refusals import part_type
 
 JSON = Any
 Shape = tuple[str, tuple[str, ...] | None]

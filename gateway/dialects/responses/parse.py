@@ -29,7 +29,8 @@ from gateway.core.request import (
     Sampling,
     StructuredOutput,
 )
-from gateway.dialects.common import FeatureSet, new_id, not_one_of, part_type, request_of, validate
+from gateway.dialects.common import FeatureSet, new_id, request_of, validate
+from gateway.dialects.refusals import not_one_of, part_type
 from gateway.dialects.responses.schema import ResponsesBody, TextConfig
 
 JSON = Any

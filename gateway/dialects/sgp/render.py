@@ -13,8 +13,9 @@ from typing import Any
 from gateway.core.errors import GatewayError, InvalidRequest
 from gateway.core.request import InternalRequest
 from gateway.dialects.base import ErrorReply, retry_headers
-from gateway.dialects.common import dumps, parts_of
+from gateway.dialects.common import dumps
 from gateway.dialects.openai.render import ChunkEncoder, Style
+from gateway.dialects.refusals import parts_of
 
 JSON = Any
 
