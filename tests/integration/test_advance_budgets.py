@@ -177,20 +177,28 @@ async def test_replicas_with_reserves_of_mixed_sizes_never_walk_past_a_hard_budg
     assert await client.zcard(f"{limits.keys[0]}:held") == 0
 
 
-async def test_a_larger_request_is_not_refused_for_units_its_replica_is_being_granted(
+async def two_small_then_large(
     client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the reserve asked for after the second small request is still out when the large one is
-    # admitted: Redis counts the reserve first (the same connection, in order) and refuses the large
-    # one; the reserve's answer came first too, so its replica gives those units back and asks again
+) -> tuple[Layout, RedisLimiter, list[Plan], Plan]:
+    """A 200-token budget with two small requests admitted (their replica asks for a reserve) and a
+    large one, not yet admitted, that fits only if no unit is held."""
     sized(monkeypatch, 8)
     limits = one_layout(200)
     limiter = RedisLimiter(client, advance=True)
     small = [plan_in(limits, 4) for _ in range(2)]
     for p in small:
         assert await limiter.admit(p, TTL) is None
+    return limits, limiter, small, plan_in(limits, 200 - 2 * small[0].estimate - small[0].prompt_estimate)
+
+
+async def test_a_larger_request_is_not_refused_for_units_its_replica_is_being_granted(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reserve asked for after the second small request is still out when the large one is
+    # admitted: Redis counts the reserve first (the same connection, in order) and refuses the large
+    # one; the reserve's answer came first too, so its replica gives those units back and asks again
+    limits, limiter, small, large = await two_small_then_large(client, monkeypatch)
     assert limiter.reserves is not None and limiter.reserves.asking  # not answered yet
-    large = plan_in(limits, 200 - 2 * small[0].estimate - small[0].prompt_estimate)
     assert large.estimate == 200 - 2 * small[0].estimate  # fits only if no unit is held
     assert await limiter.admit(large, TTL) is None and "." not in large.lease
     await limiter.settle([Settlement(p, 0, p.prompt_estimate, 0) for p in [*small, large]], urgent=True)
@@ -204,14 +212,8 @@ async def test_units_given_back_for_a_request_whose_client_went_away_meanwhile_c
     """A request refused by a budget while its replica holds units it does not fit in has them given
     back first; its client gone (the task cancelled) as that starts, they still go back at once, not
     with their lease TTL (the give-back's calls were cancelled before they went out)."""
-    sized(monkeypatch, 8)
-    limits = one_layout(200)
-    limiter = RedisLimiter(client, advance=True)
-    small = [plan_in(limits, 4) for _ in range(2)]
-    for p in small:
-        assert await limiter.admit(p, TTL) is None
+    limits, limiter, small, large = await two_small_then_large(client, monkeypatch)
     await reserve_ready(limiter)
-    large = plan_in(limits, 200 - 2 * small[0].estimate - small[0].prompt_estimate)  # fits with no unit held
     giving = asyncio.Event()
     give_back_all = limiter._give_back_all
 
