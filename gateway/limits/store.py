@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from random import getrandbits
 from typing import Any
 
@@ -266,7 +266,7 @@ class RedisLimiter:
                 return budget_answer(plan, await self._run(self._admit, keys, args))
             result = await self._send(self._admit, keys, args, heads=self._admit_heads)  # ``_run``'s, inline
             if isinstance(result, Exception):
-                result = await self._error_reply(self._admit, keys, args, result)
+                result = await self._error_reply(self._admit, keys, [args], result)
             return budget_answer(plan, result)
         refusal = budget_answer(plan, result)
         if refusal is None:
@@ -395,7 +395,7 @@ class RedisLimiter:
             return result
         result = await self._send(script, keys, args, heads=heads)
         if isinstance(result, Exception):  # rare: not awaited through ``_reply`` (a coroutine less each call)
-            return await self._error_reply(script, keys, args, result)
+            return await self._error_reply(script, keys, [args], result)
         return result
 
     def _send(
@@ -416,17 +416,18 @@ class RedisLimiter:
         return self._channel.evalsha(packed, args, defer)
 
     @classmethod
-    async def _reply(cls, script: Any, keys: tuple[str, ...], args: bytes, sent: asyncio.Future[Any]) -> Any:
+    async def _reply(cls, script: Any, keys: Sequence[str], args: list[Any], sent: asyncio.Future[Any]) -> Any:
+        """The reply to a call sent through the channel, ``args`` being the script's arguments."""
         result = await sent
         if isinstance(result, Exception):
             return await cls._error_reply(script, keys, args, result)
         return result
 
     @staticmethod
-    async def _error_reply(script: Any, keys: tuple[str, ...], args: bytes, error: Exception) -> Any:
+    async def _error_reply(script: Any, keys: Sequence[str], args: list[Any], error: Exception) -> Any:
         """A call Redis answered with an error: a script it lost is loaded by calling it again."""
         if isinstance(error, NoScriptError):  # Redis restarted or flushed: the call loads it
-            return await script(keys=keys, args=[args])
+            return await script(keys=keys, args=args)
         raise error
 
     async def settle(self, items: list[Settlement], urgent: bool = False) -> None:
@@ -455,7 +456,7 @@ class RedisLimiter:
         sent = [self._send(self._settle, c.keys, c.args, defer=not urgent) for c in calls]
         for i, (call, future) in enumerate(zip(calls, sent, strict=True)):
             try:  # every reply is awaited, so none is left unretrieved
-                _settled(await self._reply(self._settle, call.keys, call.args, future), i < resent)
+                _settled(await self._reply(self._settle, call.keys, [call.args], future), i < resent)
             except Exception as exc:
                 failed.append((call, exc))
         return failed
@@ -497,11 +498,7 @@ class RedisLimiter:
         failure: Exception | None = None
         for (keys, members), future in zip(calls, sent, strict=True):
             try:  # every reply is awaited, so none is left unretrieved
-                result = await future
-                if isinstance(result, NoScriptError):  # Redis restarted or flushed: the call loads it
-                    await self._renew(keys=keys, args=[lease_ttl_ms, *members])
-                elif isinstance(result, Exception):
-                    raise result
+                await self._reply(self._renew, keys, [lease_ttl_ms, *members], future)
             except Exception as exc:
                 failure = failure or exc
         if failure is not None:
