@@ -27,19 +27,13 @@ from gateway.core.records import record
 from gateway.core.request import InternalRequest
 from gateway.core.upstream import Upstream
 from gateway.limits import plan as planning
+from gateway.limits.backlog import given_up
 from gateway.limits.costs import Spend
 from gateway.limits.limiter import Limiter, Refusal, Settlement, tokens
 from gateway.limits.plan import Layout, LimitValues, Plan
 from gateway.limits.prices import PriceTable
 from gateway.obs.load import ModelLoad
-from gateway.obs.metrics import (
-    ADMISSION_WAITS,
-    ADMITTED,
-    LEASES_DROPPED,
-    QUEUE_DEPTH,
-    RATE_LIMIT,
-    USAGE_DROPPED,
-)
+from gateway.obs.metrics import ADMISSION_WAITS, ADMITTED, QUEUE_DEPTH, RATE_LIMIT, USAGE_DROPPED
 
 log = logging.getLogger("gateway.limits")
 POLL_SECONDS = 0.05  # slots freed by other replicas are noticed within this
@@ -343,15 +337,19 @@ class Admission:
                 await self.flush.wait()
             await self._settle_pending()
 
+    def _taken(self) -> list[Settlement]:
+        """What requests released since the last round, taken: their settlements, and the sums of
+        those with no limits to correct (one per team key, hour, model and target)."""
+        batch, self.pending = self.pending, []
+        summed, self.usage = self.usage, {}
+        return batch + [
+            Settlement(plan, 0, p, c, n, cost=cost, model=model, target=target)
+            for (_, _, model, target), (plan, (n, p, c, cost)) in summed.items()
+        ]
+
     async def _settle_pending(self) -> None:
         self.flush.clear()
-        batch, self.pending = self.pending, []
-        if self.usage:
-            summed, self.usage = self.usage, {}
-            batch += [
-                Settlement(plan, 0, p, c, n, cost=cost, model=model, target=target)
-                for (_, _, model, target), (plan, (n, p, c, cost)) in summed.items()
-            ]
+        batch = self._taken()
         if not batch and not self.limiter.held():
             return
         held = self.limiter.held()
@@ -383,13 +381,10 @@ class Admission:
 
     def _drop_pending(self) -> None:
         """What no round took, given up: its usage and leases counted, and said once."""
-        left = self.pending + [Settlement(plan, 0, p, c, n) for plan, (n, p, c, _) in self.usage.values()]
-        self.pending, self.usage = [], {}
+        left = self._taken()
         if not left:
             return
-        requests = sum(s.requests for s in left)
-        USAGE_DROPPED.n += requests
-        LEASES_DROPPED.n += sum(1 for s in left if s.plan.concurrency_keys)
+        requests = given_up(left, USAGE_DROPPED)
         log.warning("%d requests' settlements were dropped at shutdown: their usage is not counted", requests)
 
     async def keeper(self) -> None:

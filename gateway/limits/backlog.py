@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from gateway.limits.limiter import Group, SettleCall, Settlement
-from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED, USAGE_UNKNOWN
+from gateway.obs.metrics import LEASES_DROPPED, SETTLEMENTS_HELD, USAGE_DROPPED, USAGE_UNKNOWN, CountTally
 
 CAPACITY = 20_000  # settlements held; a long outage costs this much memory and no more
 
@@ -27,6 +27,19 @@ def lease_only(items: Iterable[Settlement]) -> list[Settlement]:
     """The same requests' lease releases, without usage or token correction (both idempotent to send
     again: a lease is removed once)."""
     return [Settlement(s.plan, 0, 0, 0, 0) for s in items if s.plan.concurrency_keys]
+
+
+def given_up(settled: Iterable[Settlement], usage: CountTally) -> int:
+    """Settlements no one will send: their requests counted in ``usage`` (``USAGE_DROPPED``, or
+    ``USAGE_UNKNOWN`` where their call may have run), their leases as left to expire by their TTL.
+    Answers the requests, for the caller's log line."""
+    requests = leases = 0
+    for s in settled:
+        requests += s.requests
+        leases += 1 if s.plan.concurrency_keys else 0
+    usage.n += requests
+    LEASES_DROPPED.n += leases
+    return requests
 
 
 class Backlog:
@@ -65,12 +78,8 @@ class Backlog:
     def drop(self) -> None:
         """Give up everything held (shutting down with Redis unavailable); a call that may have run,
         as usage whose fate is unknown."""
-        for call in self.take_calls():
-            USAGE_UNKNOWN.n += call.requests
-            LEASES_DROPPED.n += sum(1 for s in call.settled if s.plan.concurrency_keys)
-        for s in self.take():
-            USAGE_DROPPED.n += s.requests
-            LEASES_DROPPED.n += 1 if s.plan.concurrency_keys else 0
+        given_up([s for call in self.take_calls() for s in call.settled], USAGE_UNKNOWN)
+        given_up(self.take(), USAGE_DROPPED)
 
     def _fold(self) -> None:
         old = [self.items.popleft() for _ in range(len(self.items) - self.capacity // 2)]
@@ -87,8 +96,6 @@ class Backlog:
         folded = list(sums.values())
         over = len(folded) + len(self.items) - self.capacity
         if over > 0:  # more team keys than room, even summed: the oldest go
-            for s in folded[:over]:
-                USAGE_DROPPED.n += s.requests
-                LEASES_DROPPED.n += 1 if s.plan.concurrency_keys else 0
+            given_up(folded[:over], USAGE_DROPPED)
             folded = folded[over:]
         self.items.extendleft(reversed(folded))

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from gateway.limits.backlog import Backlog, lease_only
+from gateway.limits.backlog import Backlog, given_up, lease_only
 from gateway.limits.limiter import LimitsUnavailable, Refusal, SettleCall, Settlement
 from gateway.limits.local import LocalLimiter
 from gateway.limits.plan import Plan
 from gateway.limits.scripts import ONCE_HOLD_SECONDS
 from gateway.limits.store import Failed, RedisLimiter, call_error, unanswered
-from gateway.obs.metrics import LEASES_DROPPED, REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
+from gateway.obs.metrics import REDIS_STATE, USAGE_DROPPED, USAGE_UNKNOWN
 
 log = logging.getLogger("gateway.limits")
 
@@ -365,7 +365,5 @@ def _cut(settled: list[Settlement]) -> None:
     """A settlement round cut with its calls out (the settler stopped at shutdown): they may have run
     or not, and no one is left to send them again; counted as of unknown fate, their leases as left to
     expire, and said once."""
-    requests = sum(s.requests for s in settled)
-    USAGE_UNKNOWN.n += requests
-    LEASES_DROPPED.n += sum(1 for s in settled if s.plan.concurrency_keys)
+    requests = given_up(settled, USAGE_UNKNOWN)
     log.warning("a settlement round was cut at shutdown: %d requests' usage may not be counted", requests)
