@@ -3,7 +3,8 @@
 Friendli lets a client give one seed per choice (``seed: [s0, s1, ...]``, dialects.md §6.9); a target
 that honours a single seed gets ``len(seeds)`` calls with ``n = 1``. Choice ``j`` of prompt ``i`` keeps
 OpenAI's index rule, ``i * n + j`` (§6.10), and reports the seed it was made with. Streams are merged as
-their events arrive; usage is summed (each call really processed the prompt).
+their events arrive; usage is summed, cache and reasoning counts too (each call really processed the
+prompt).
 
 A seed list is at most ``MAX_CHOICES`` long (the dialects refuse longer ones) and at most
 ``FANOUT_CONCURRENCY`` of its calls are in flight at once, so one request cannot take every connection
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from gateway.core.caps import FANOUT_CONCURRENCY
 from gateway.core.request import Feature, InternalRequest
@@ -90,7 +91,7 @@ class FanOut:
         try:
             await self._answers(parts, call, answers)
         finally:
-            call.progress.usage = _answered([a for a in answers if a is not None])
+            call.progress.usage = _sum([a.usage for a in answers if a is not None])
         return self._merged(parts, [a for a in answers if a is not None])
 
     async def _answers(
@@ -119,11 +120,11 @@ class FanOut:
         for (j, part), answer in zip(parts, answers, strict=True):
             for choice in answer.choices:
                 choice.index = self._index(choice.index, j, n)
-                choice.seed = (part.sampling.seeds or (None,))[0]
+                choice.seed = _seed(part)
                 choices.append(choice)
         merged = answers[0]
         merged.choices = sorted(choices, key=lambda c: c.index)
-        merged.usage = _answered(answers)
+        merged.usage = _sum([a.usage for a in answers])
         return merged
 
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
@@ -132,7 +133,7 @@ class FanOut:
         queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
         gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
         idle = set(range(n))  # parts that made no call, or whose call failed before any event: no usage
-        reported: set[int] = set()  # parts whose usage came (a usage event)
+        reported: dict[int, list[Usage]] = {}  # each part's usage events, of the parts that sent one
 
         async def pump(j: int, part: InternalRequest, own: Call) -> None:
             batches = 0
@@ -152,14 +153,12 @@ class FanOut:
         # each part's own progress: a part cut short leaves its usage there (``StreamProgress``)
         calls = [dataclasses.replace(call, progress=StreamProgress()) for _ in parts]
         tasks = [asyncio.create_task(pump(j, part, calls[j])) for j, part in parts]
-        started, open_parts = False, n
-        prompt = completion = 0
+        started = False
         ended: set[int] = set()
         try:
-            while open_parts:
+            while len(ended) < n:
                 j, item = await queue.get()
                 if item is None:
-                    open_parts -= 1
                     ended.add(j)
                     continue
                 if isinstance(item, BaseException):
@@ -167,9 +166,7 @@ class FanOut:
                 out: list[StreamEvent] = []
                 for ev in item.events:
                     if isinstance(ev, UsageReport):
-                        reported.add(j)
-                        prompt += ev.usage.prompt_tokens
-                        completion += ev.usage.completion_tokens
+                        reported.setdefault(j, []).append(ev.usage)
                     elif not isinstance(ev, StreamStart) or not started:
                         started = started or isinstance(ev, StreamStart)
                         out.extend(self._reindexed(ev, parts[j], n))
@@ -177,14 +174,15 @@ class FanOut:
                     yield Batch(out)
             # the answer ends in the same send; with no usage where a call sent none (settled by the
             # stream's bounds), since a sum without it would count that call as free
-            yield Batch([UsageReport(Usage(prompt, completion))] if len(reported) == n else [], Then.END)
+            end: list[StreamEvent] = [UsageReport(_plus(_told(reported)))] if len(reported) == n else []
+            yield Batch(end, Then.END)
         finally:
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-            call.progress.usage = _summed(prompt, completion, _unreported(calls, idle, ended, reported))
+            call.progress.usage = _sum([*_told(reported), *_unreported(calls, idle, ended, reported)])
 
     def _reindexed(self, ev: StreamEvent, part: tuple[int, InternalRequest], n: int) -> list[StreamEvent]:
         """Part ``part``'s event as the merged stream sends it: its choice's index in the whole, and a
@@ -195,7 +193,7 @@ class FanOut:
         if isinstance(ev, Delta):
             return [dataclasses.replace(ev, index=self._index(ev.index, j, n))]
         if isinstance(ev, Finish):
-            return [Finish(self._index(ev.index, j, n), ev.reason, (req.sampling.seeds or (None,))[0])]
+            return [Finish(self._index(ev.index, j, n), ev.reason, _seed(req))]
         return []
 
     async def list_models(self) -> list[str]:
@@ -205,7 +203,18 @@ class FanOut:
         await self.inner.close()
 
 
-def _unreported(calls: list[Call], idle: set[int], ended: set[int], reported: set[int]) -> list[Usage | None]:
+def _seed(part: InternalRequest) -> int | None:
+    """The one seed a part's call is made with."""
+    return (part.sampling.seeds or (None,))[0]
+
+
+def _told(reported: dict[int, list[Usage]]) -> list[Usage]:
+    return [usage for told in reported.values() for usage in told]
+
+
+def _unreported(
+    calls: list[Call], idle: set[int], ended: set[int], reported: dict[int, list[Usage]]
+) -> list[Usage | None]:
     """Of the parts that sent no usage, what each counts for: nothing for one that made no call or
     failed before its first event, what it left as it went for one cut short, None (unknown) for one
     that ended without it."""
@@ -216,32 +225,22 @@ def _unreported(calls: list[Call], idle: set[int], ended: set[int], reported: se
     ]
 
 
-def _summed(prompt: int, completion: int, cut: list[Usage | None]) -> Usage | None:
-    """A fanned-out stream's usage as of its end: what its parts reported (``prompt``,
-    ``completion``) and, of those that did not, what each left as it went (a part cut short; one
-    that made no call or failed before its first event: nothing), every call having billed the
-    prompt; None (the stream's bounds settle it) where a part that ran left none (one ended without
-    a usage event, too), since a sum without it would count its prompt as free."""
-    if any(u is None for u in cut):
-        return None
-    return Usage(
-        prompt + sum(u.prompt_tokens for u in cut if u is not None),
-        completion + sum(u.completion_tokens for u in cut if u is not None),
-    )
+def _sum(usages: Sequence[Usage | None]) -> Usage | None:
+    """The calls' usage summed, every call having billed its prompt: for a fanned-out answer, those
+    that answered; for a stream as of its end, what its parts reported and, of those that did not,
+    what each counts for (``_unreported``). None (the bounds settle it) where one is unknown, since a
+    sum without it would count that call as free."""
+    known = [u for u in usages if u is not None]
+    return _plus(known) if len(known) == len(usages) else None
 
 
-def _answered(answers: list[Completion]) -> Usage | None:
-    """The usage of the calls that answered, summed; None (the answer's bounds settle it) where one
-    reported none, since a sum without it would count that call as free."""
-    if any(a.usage is None for a in answers):
-        return None
-    usages = [a.usage for a in answers if a.usage is not None]
+def _plus(known: Sequence[Usage]) -> Usage:
     return Usage(
-        sum(u.prompt_tokens for u in usages),
-        sum(u.completion_tokens for u in usages),
-        _total([u.cached_tokens for u in usages]),
-        _total([u.reasoning_tokens for u in usages]),
-        _total([u.cache_write_tokens for u in usages]),
+        sum(u.prompt_tokens for u in known),
+        sum(u.completion_tokens for u in known),
+        _total([u.cached_tokens for u in known]),
+        _total([u.reasoning_tokens for u in known]),
+        _total([u.cache_write_tokens for u in known]),
     )
 
 

@@ -205,3 +205,26 @@ async def test_a_stream_with_a_call_that_sent_no_usage_is_not_counted_free() -> 
     assert not [e for e in events if isinstance(e, UsageReport)]  # settled by the stream's bounds
     assert call.progress.usage is None
     assert sorted(e.index for e in events if isinstance(e, Finish)) == [0, 1, 2]
+
+
+class Cached(Scripted):
+    """Calls that each report 3 + 2 tokens, 1 of the prompt's read from a cache, whole or streamed."""
+
+    USAGE = Usage(3, 2, cached_tokens=1)
+
+    async def complete(self, request: InternalRequest, call: Call) -> Completion:
+        return Completion("c", 0, "m", [Choice(0, text="t")], self.USAGE)
+
+    async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
+        yield Batch([StreamStart("c", 0, "m"), Delta(0, text="t"), Finish(0, "stop"), UsageReport(self.USAGE)])
+
+
+async def test_a_stream_and_a_whole_answer_sum_the_same_usage_cache_counts_too() -> None:
+    """The streamed sum once kept prompt and completion alone: a cached prompt was priced in full."""
+    three = dataclasses.replace(REQUEST, sampling=Sampling(n=3, seeds=SEEDS[:3]))
+    whole, streamed = Call("w"), Call("s")
+    answer = await FanOut(Cached()).complete(three, whole)
+    events = [e async for batch in FanOut(Cached()).stream(three, streamed) for e in batch.events]
+    (report,) = [e for e in events if isinstance(e, UsageReport)]
+    assert answer.usage == report.usage == whole.progress.usage == streamed.progress.usage
+    assert report.usage == Usage(9, 6, cached_tokens=3)
