@@ -4,7 +4,7 @@ pydantic models (``MessageParam``, ``ChatMessageBody``, ``TextConfig``) nor pyda
 (``a valid dictionary or instance of``, ``discriminator``, ``Input tag``).
 
 The leak was one class: pydantic's sentence for a model given a non-object names the model's class, and
-every dialect's envelope carries the sentence as it is. ``common.invalid_from`` chooses the words once,
+every dialect's envelope carries the sentence as it is. ``refusals.invalid_from`` chooses the words once,
 so every dialect is checked here, each value at each node: no sampling.
 """
 
