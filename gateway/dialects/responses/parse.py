@@ -74,13 +74,13 @@ class Turn:
     final: dict[str, JSON] | None = None  # the response object, once rendered (whole, or at a stream's end)
 
 
-def _need(item: dict[str, JSON], key: str, kind: type | tuple[type, ...], at: str) -> Any:
+def _need(item: dict[str, JSON], key: str, at: str) -> str:
+    """``item``'s string ``key``, which it must hold (``at``: the item's path)."""
     value = item.get(key)
     if value is None:
         raise InvalidRequest(f"'{at}.{key}' is required", param=f"{at}.{key}")
-    if not isinstance(value, kind):
-        what = "a string" if kind is str else "given"
-        raise InvalidRequest(f"'{at}.{key}' must be {what}", param=f"{at}.{key}")
+    if not isinstance(value, str):
+        raise InvalidRequest(f"'{at}.{key}' must be a string", param=f"{at}.{key}")
     return value
 
 
@@ -102,7 +102,7 @@ def _text_of(content: JSON, at: str, kinds: tuple[str, ...], first: int = 0) -> 
     for j, part in enumerate(content, first):
         if _kind(part) not in kinds:
             raise part_type(part, f"{at}[{j}]", kinds)
-        texts.append(_need(part, "text" if part["type"] != "refusal" else "refusal", str, f"{at}[{j}]"))
+        texts.append(_need(part, "text" if part["type"] != "refusal" else "refusal", f"{at}[{j}]"))
     return "".join(texts)
 
 
@@ -138,20 +138,20 @@ def _user_content(content: JSON, at: str, native: Native | None = None) -> str |
     parts: list[JSON] = []
     for j, part in enumerate(content):
         here = f"{at}[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = _kind(part)
         if (
             native is not None
-            and isinstance(kind, str)
+            and kind is not None
             and ((kind != "input_text" and kind != "input_image") or part.get("file_id") is not None)
         ):
             native.append((f"{here}.type", f"{kind!r} {NATIVE}"))
             continue
         if kind == "input_text":
-            parts.append({"type": "text", "text": _need(part, "text", str, here)})
+            parts.append({"type": "text", "text": _need(part, "text", here)})
         elif kind == "input_image":
             if part.get("file_id") is not None:
                 raise InvalidRequest(f"'{here}.file_id': files are not served by this gateway", param=f"{here}.file_id")
-            image: dict[str, JSON] = {"url": _need(part, "image_url", str, here)}
+            image: dict[str, JSON] = {"url": _need(part, "image_url", here)}
             if part.get("detail") is not None:
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
@@ -191,10 +191,10 @@ def normalize(raw: str | list[JSON], native: Native | None = None) -> list[JSON]
             out.setdefault("id", new_id("msg"))
         elif kind == "function_call":
             for key in ("call_id", "name", "arguments"):
-                _need(item, key, str, at)
+                _need(item, key, at)
             out.setdefault("id", new_id("fc"))
         elif kind == "function_call_output":
-            _need(item, "call_id", str, at)
+            _need(item, "call_id", at)
             _call_output(item.get("output"), f"{at}.output", native)
             out.setdefault("id", new_id("fco"))
         elif kind == "reasoning":
@@ -261,7 +261,7 @@ def _tools(tools: list[JSON] | None, native: Native) -> tuple[JSON, ...] | None:
                 raise InvalidRequest(f"'{at}.type' must be a string naming the tool's type", param=f"{at}.type")
             native.append((f"{at}.type", f"hosted tool {kind!r}, {NATIVE}"))
             continue
-        function = {"name": _need(tool, "name", str, at)}
+        function = {"name": _need(tool, "name", at)}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
                 function[key] = tool[key]
@@ -276,7 +276,7 @@ def _tool_choice(choice: str | dict[str, JSON] | None, native: Native) -> JSON:
         return choice
     kind = choice.get("type")
     if kind == "function":
-        return {"type": "function", "function": {"name": _need(choice, "name", str, "tool_choice")}}
+        return {"type": "function", "function": {"name": _need(choice, "name", "tool_choice")}}
     if not isinstance(kind, str):
         raise InvalidRequest("'tool_choice.type' must be a string", param="tool_choice.type")
     native.append(("tool_choice.type", f"{kind!r} {NATIVE}"))
