@@ -15,13 +15,14 @@ import time
 from aiohttp import web
 
 from gateway.core.errors import GatewayError, ModelNotFound
-from gateway.dialects import ANTHROPIC, OPENAI
+from gateway.dialects import ANTHROPIC
 from gateway.dialects.anthropic import models as anthropic_models
 from gateway.dialects.base import Dialect, bearer_token, id_headers
 from gateway.dialects.common import dumps
 from gateway.dialects.openai import render as openai_render
 from gateway.policy.auth import Principal
 from gateway.web.pipeline import credentials, error_response, request_id
+from gateway.web.routes import OWNERS
 from gateway.web.state import GATEWAY, Gateway
 
 
@@ -36,7 +37,7 @@ def install(app: web.Application, bases: tuple[str, ...]) -> None:
 def _dialect(request: web.Request) -> Dialect:
     """Whose shapes the list and its errors take: Anthropic's when its SDK asks, else OpenAI's (on
     ``/v5`` too, whose list is OpenAI's shape)."""
-    return ANTHROPIC if "anthropic-version" in request.headers else OPENAI
+    return OWNERS.named(request.headers)
 
 
 async def _principal(gw: Gateway, dialect: Dialect, request: web.Request) -> Principal:

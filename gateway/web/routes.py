@@ -50,8 +50,8 @@ OWNERS = Owners(
         ("/v5", SGP_V5),
     ),
     # a shared path (``/v1/files``, ``/v1/models`` with a POST, a base URL set wrong): the SDK's own
-    # header, as ``web.models`` tells Anthropic's list from OpenAI's; then the default's ``select``
-    # (Friendli's and OctoAI's SDK headers)
+    # header (``web.models`` tells Anthropic's list from OpenAI's by it too); then the default's
+    # ``select`` (Friendli's and OctoAI's SDK headers)
     headers=(("anthropic-version", ANTHROPIC),),
     default=OPENAI,
 )

@@ -62,6 +62,11 @@ class Owners:
         for prefix, dialect in self.prefixes:
             if path == prefix or path.startswith(prefix + "/"):
                 return dialect
+        return self.named(headers)
+
+    def named(self, headers: Mapping[str, str]) -> Dialect:
+        """On a path several SDKs share: the dialect of the first of ``headers`` the request carries,
+        else ``default`` (``web.models`` tells Anthropic's model list from OpenAI's by it, too)."""
         return next((d for name, d in self.headers if name in headers), self.default)
 
 
