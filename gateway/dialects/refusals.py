@@ -189,9 +189,10 @@ def _plain(msg: str) -> str:
 
 
 def invalid_from(exc: pydantic.ValidationError, data: JSON = None, origin: Origin | None = None) -> InvalidRequest:
-    """The first validation error, as one sentence naming the field (in the client's body: ``origin``);
-    without the ``data`` validated (another library's models), union tags are told by their look:
-    brackets or a capital."""
+    """The validation error to answer with (``_judged``: the first, or the deepest in the union member
+    the value took), as one sentence naming the field (in the client's body: ``origin``); without the
+    ``data`` validated (another library's models), union tags are told by their look: brackets or a
+    capital."""
     errors = exc.errors(include_url=False)
     err = _judged(errors, data)
     kind = err["type"]

@@ -88,7 +88,8 @@ def check_tools(tools: Sequence[JSON] | None, choice: JSON) -> None:
 
 
 def _name(kind: JSON, here: str) -> None:
-    """A part's, tool's or call's ``type``, where given: a string on every server (it is looked up)."""
+    """A tool's or a call's ``type``, where given: a string on every server (it is looked up); a
+    content part's is checked against ``PARTS`` instead."""
     if kind is not None:
         _string(kind, here)
 
