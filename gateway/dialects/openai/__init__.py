@@ -2,8 +2,8 @@
 
 The bodies are in ``schema``, their parsing in ``parse``, answers and errors in ``render`` (with
 ``relay``: upstream chunks passed through, retouched in bytes), the upstream side (the same shapes,
-read and written by the OpenAI-compatible upstream adapter) in ``egress``; this module builds the
-dialect from them.
+read and written by the OpenAI-compatible upstream adapter) in ``egress``, its streams' chunks read in
+``chunks``; this module builds the dialect from them.
 
 ``/v1/completions`` and ``/v1/chat/completions`` are shared with friendli-client, the Friendli
 container SDK and both OctoAI SDKs; ``select`` recognises them by their body keys and SDK headers

@@ -27,9 +27,7 @@ from gateway.core.response import (
     UsageReport,
 )
 from gateway.dialects.common import logprobs_from, usage_from
-from gateway.dialects.openai.vllm_fields import (
-    forced_end,
-)
+from gateway.dialects.openai.vllm_fields import forced_end
 
 JSON = Any
 

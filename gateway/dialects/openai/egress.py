@@ -13,10 +13,7 @@ from typing import Any
 
 from gateway.core.errors import UpstreamMalformed
 from gateway.core.request import Feature, InternalRequest, Operation
-from gateway.core.response import (
-    Choice,
-    Completion,
-)
+from gateway.core.response import Choice, Completion
 from gateway.dialects.common import logprobs_from, openai_headers, usage_from
 from gateway.dialects.end_user import openai_user
 from gateway.dialects.openai import embeddings
