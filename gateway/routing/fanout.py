@@ -130,59 +130,34 @@ class FanOut:
     async def stream(self, request: InternalRequest, call: Call) -> AsyncIterator[Batch]:
         parts = self._parts(request)
         n = len(parts)
-        queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
-        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-        idle = set(range(n))  # parts that made no call, or whose call failed before any event: no usage
-        reported: dict[int, list[Usage]] = {}  # each part's usage events, of the parts that sent one
-
-        async def pump(j: int, part: InternalRequest, own: Call) -> None:
-            batches = 0
-            try:
-                async with gate:  # a stream holds its place until it ends
-                    idle.discard(j)
-                    async for batch in self.inner.stream(part, own):
-                        batches += 1
-                        await queue.put((j, batch))
-                await queue.put((j, None))
-            except BaseException as exc:  # handed to the consumer, which raises it
-                if isinstance(exc, Exception) and not batches and own.progress.usage is None:
-                    idle.add(j)  # refused or failed before its first event: nothing generated
-                await queue.put((j, exc))
-                raise
-
-        # each part's own progress: a part cut short leaves its usage there (``StreamProgress``)
-        calls = [dataclasses.replace(call, progress=StreamProgress()) for _ in parts]
-        tasks = [asyncio.create_task(pump(j, part, calls[j])) for j, part in parts]
+        run = _Run(self.inner, [dataclasses.replace(call, progress=StreamProgress()) for _ in parts])
+        tasks = [asyncio.create_task(run.pump(j, part)) for j, part in parts]
         started = False
-        ended: set[int] = set()
         try:
-            while len(ended) < n:
-                j, item = await queue.get()
+            while len(run.ended) < n:
+                j, item = await run.queue.get()
                 if item is None:
-                    ended.add(j)
+                    run.ended.add(j)
                     continue
                 if isinstance(item, BaseException):
                     raise item
                 out: list[StreamEvent] = []
                 for ev in item.events:
                     if isinstance(ev, UsageReport):
-                        reported.setdefault(j, []).append(ev.usage)
+                        run.reported.setdefault(j, []).append(ev.usage)
                     elif not isinstance(ev, StreamStart) or not started:
                         started = started or isinstance(ev, StreamStart)
                         out.extend(self._reindexed(ev, parts[j], n))
                 if out:
                     yield Batch(out)
-            # the answer ends in the same send; with no usage where a call sent none (settled by the
-            # stream's bounds), since a sum without it would count that call as free
-            end: list[StreamEvent] = [UsageReport(_plus(_told(reported)))] if len(reported) == n else []
-            yield Batch(end, Then.END)
+            yield Batch(run.report(), Then.END)  # the answer ends in the same send
         finally:
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-            call.progress.usage = _sum([*_told(reported), *_unreported(calls, idle, ended, reported)])
+            call.progress.usage = run.usage()
 
     def _reindexed(self, ev: StreamEvent, part: tuple[int, InternalRequest], n: int) -> list[StreamEvent]:
         """Part ``part``'s event as the merged stream sends it: its choice's index in the whole, and a
@@ -208,27 +183,62 @@ def _seed(part: InternalRequest) -> int | None:
     return (part.sampling.seeds or (None,))[0]
 
 
-def _told(reported: dict[int, list[Usage]]) -> list[Usage]:
-    return [usage for told in reported.values() for usage in told]
+class _Run:
+    """A fanned-out stream's parts as they run: each part's batches onto one queue (at most
+    ``FANOUT_CONCURRENCY`` parts at once), and what each leaves for the merged stream's usage."""
 
+    def __init__(self, inner: Upstream, calls: list[Call]) -> None:
+        self.inner = inner
+        self.calls = calls  # each part's own: a part cut short leaves its usage there (``StreamProgress``)
+        self.queue: asyncio.Queue[tuple[int, Batch | BaseException | None]] = asyncio.Queue()
+        self.gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+        self.idle = set(range(len(calls)))  # parts that made no call, or failed before any event: no usage
+        self.reported: dict[int, list[Usage]] = {}  # each part's usage events, of the parts that sent one
+        self.ended: set[int] = set()  # parts whose stream ended
 
-def _unreported(
-    calls: list[Call], idle: set[int], ended: set[int], reported: dict[int, list[Usage]]
-) -> list[Usage | None]:
-    """Of the parts that sent no usage, what each counts for: nothing for one that made no call or
-    failed before its first event, what it left as it went for one cut short, None (unknown) for one
-    that ended without it."""
-    return [
-        Usage() if j in idle else None if j in ended else c.progress.usage
-        for j, c in enumerate(calls)
-        if j not in reported
-    ]
+    async def pump(self, j: int, part: InternalRequest) -> None:
+        """Part ``j``'s batches onto the queue, then None; its error instead, for the consumer to raise."""
+        batches = 0
+        try:
+            async with self.gate:  # a stream holds its place until it ends
+                self.idle.discard(j)
+                async for batch in self.inner.stream(part, self.calls[j]):
+                    batches += 1
+                    await self.queue.put((j, batch))
+            await self.queue.put((j, None))
+        except BaseException as exc:
+            if isinstance(exc, Exception) and not batches and self.calls[j].progress.usage is None:
+                self.idle.add(j)  # refused or failed before its first event: nothing generated
+            await self.queue.put((j, exc))
+            raise
+
+    def report(self) -> list[StreamEvent]:
+        """The merged stream's usage event: none where a call sent none (the stream's bounds settle
+        it), since a sum without it would count that call as free."""
+        if len(self.reported) < len(self.calls):
+            return []
+        return [UsageReport(_plus(self._told()))]
+
+    def usage(self) -> Usage | None:
+        """The stream's usage as of its end, for settlement: what the parts reported and, of those
+        that did not, what each counts for: nothing for one that made no call or failed before its
+        first event, what it left as it went for one cut short, None (unknown) for one that ended
+        without it."""
+        unreported = [
+            Usage() if j in self.idle else None if j in self.ended else c.progress.usage
+            for j, c in enumerate(self.calls)
+            if j not in self.reported
+        ]
+        return _sum([*self._told(), *unreported])
+
+    def _told(self) -> list[Usage]:
+        return [usage for told in self.reported.values() for usage in told]
 
 
 def _sum(usages: Sequence[Usage | None]) -> Usage | None:
     """The calls' usage summed, every call having billed its prompt: for a fanned-out answer, those
     that answered; for a stream as of its end, what its parts reported and, of those that did not,
-    what each counts for (``_unreported``). None (the bounds settle it) where one is unknown, since a
+    what each counts for (``_Run.usage``). None (the bounds settle it) where one is unknown, since a
     sum without it would count that call as free."""
     known = [u for u in usages if u is not None]
     return _plus(known) if len(known) == len(usages) else None
