@@ -31,9 +31,9 @@ async def test_requests_in_flight_at_sigterm_are_settled_before_the_gateway_exit
     gw = await serve(["--config", str(cfg), "--drain-seconds", "2"], {})
     async with aiohttp.ClientSession() as session:
 
-        async def stream(words: int, started: asyncio.Event) -> bytes:
-            prompt = "drain " * words + "[[fault:slow=0.1]]"  # a word a token, a tenth of a second each
-            body = {"model": "m", "prompt": prompt, "max_tokens": words, "ignore_eos": True, "stream": True}
+        async def stream(fault: str, started: asyncio.Event) -> bytes:
+            prompt = "drain " * 200 + f"[[fault:{fault}]]"
+            body = {"model": "m", "prompt": prompt, "max_tokens": 200, "ignore_eos": True, "stream": True}
             async with session.post(gw.url + "/v1/completions", json=body, headers=BEARER) as resp:
                 assert resp.status == 200
                 first = await resp.content.readline()
@@ -41,14 +41,15 @@ async def test_requests_in_flight_at_sigterm_are_settled_before_the_gateway_exit
                 return first + await resp.content.read()
 
         began = [asyncio.Event(), asyncio.Event()]
-        short = asyncio.create_task(stream(5, began[0]))  # ends within the drain
-        long = asyncio.create_task(stream(200, began[1]))  # 20 s: cut at its end
+        short = asyncio.create_task(stream("hold_after=1", began[0]))  # goes on when released: within the drain
+        long = asyncio.create_task(stream("stall_after=1", began[1]))  # never ends: cut at the drain's end
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in began)), 30)
         gw.proc.send_signal(signal.SIGTERM)
+        server.release()
         bodies = await asyncio.wait_for(asyncio.gather(short, long), 30)
     assert b"[DONE]" in bodies[0] and b"shutting down" in bodies[1]
     assert await asyncio.to_thread(gw.proc.wait, 30) == 0
     usage = await settled(redis_server.url, team, 2)  # both, before the process exited
-    assert usage["requests"] == 2 and usage["completion_tokens"] >= 5
+    assert usage["requests"] == 2 and usage["completion_tokens"] >= 200
     assert usage["spend"] == cost(usage["prompt_tokens"], usage["completion_tokens"])
     assert await budget_spent(redis_server.url, team) == usage["spend"]  # no worst case left reserved

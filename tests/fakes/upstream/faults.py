@@ -9,6 +9,8 @@ the fake to misbehave, so faults work through the gateway from any client. Sever
 * ``error_after=2`` streams two token chunks, then vLLM's in-stream error event (after the 200).
 * ``stall_after=2`` streams two token chunks, then sends nothing more until the client hangs up (a
   stalled or SIGSTOPped server: the connection stays open).
+* ``hold_after=2`` streams two token chunks, then holds the rest until the test opens the fake's gate
+  (``Upstream.release()``) or the client hangs up: a stream that ends when the test says.
 * ``ping_after=2`` streams two token chunks, then only keep-alives (an SSE comment; Anthropic's
   ``ping`` event on its wire) every ``PING_SECONDS`` until the client hangs up: an engine stuck
   mid-answer behind something that keeps its connection alive, so no read waits long.
@@ -53,7 +55,7 @@ FAULT_RE: Final = re.compile(r"\[\[fault:(once:)?([^\]]*)\]\]")
 FAULT_KEYS: Final = frozenset(
     {"status", "retry_after", "reset_before", "reset_after", "error_after", "hang_before", "hang_between", "slow"}
     | {"burst", "id", "cached", "cache_write", "tool", "tool_arg", "stall_after", "first_token", "truncate"}
-    | {"probes_hang", "end_after", "dense", "dense_answer", "ping_after"}
+    | {"probes_hang", "end_after", "dense", "dense_answer", "ping_after", "hold_after"}
 )
 
 
@@ -73,6 +75,7 @@ class Faults:
     tool_arg: str | None = None
     stall_after: int | None = None
     ping_after: int | None = None
+    hold_after: int | None = None
     first_token: float = 0.0
     truncate: str | None = None  # "length" (a Content-Length the body falls short of) or "chunked"
     probes_hang: bool = False
@@ -114,6 +117,7 @@ def parse_faults(text: str, fired: set[str]) -> Faults:
             tool_arg=fields.get("tool_arg"),
             stall_after=int(fields["stall_after"]) if "stall_after" in fields else None,
             ping_after=int(fields["ping_after"]) if "ping_after" in fields else None,
+            hold_after=int(fields["hold_after"]) if "hold_after" in fields else None,
             first_token=float(fields.get("first_token") or 0),
             truncate=(fields["truncate"] or "length") if "truncate" in fields else None,
             probes_hang="probes_hang" in fields,

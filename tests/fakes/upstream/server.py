@@ -4,6 +4,7 @@ vLLM's side routes (models, tokenize, detokenize, the load gauges a router scrap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import time
@@ -57,6 +58,7 @@ class UpstreamState:
     kv_usage: float = 0.0  # and as its KV cache in use (vllm:kv_cache_usage_perc, 0-1)
     fired_once: set[str] = field(default_factory=set)
     stored: dict[str, Any] = field(default_factory=dict)  # /v1/responses kept for previous_response_id
+    gate: asyncio.Event = field(default_factory=asyncio.Event)  # opened by the test: ``hold_after`` goes on
 
     def respond(self, exc: ApiError) -> web.Response:
         text = self.wire.dumps(self.wire.error(exc))
@@ -82,6 +84,16 @@ async def pause(request: web.Request, seconds: float) -> None:
             return
         await asyncio.sleep(min(left, POLL_SECONDS))  # deliberate: the hang or pace a fault asked for
     raise ClientGone
+
+
+async def wait_gate(request: web.Request) -> None:
+    """Wait for the test to open the gate, noticing a client that hangs up meanwhile."""
+    gate = request.app[STATE].gate
+    while not gate.is_set():
+        if gone(request):
+            raise ClientGone
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gate.wait(), POLL_SECONDS)
 
 
 def abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
@@ -182,6 +194,8 @@ async def stream(
                 break
             if faults.stall_after is not None and tokens_sent >= faults.stall_after:
                 await pause(request, STALL_SECONDS)  # until the client hangs up
+            if faults.hold_after is not None and tokens_sent == faults.hold_after:
+                await wait_gate(request)
             if faults.ping_after is not None and tokens_sent >= faults.ping_after:
                 await keep_alive(request, response, wire.error_event)
         if faults.reset_after is not None:
@@ -414,6 +428,10 @@ class Upstream:
     @property
     def active(self) -> int:
         return self.state.active
+
+    def release(self) -> None:
+        """Open the gate: every stream held by ``hold_after`` goes on to its end."""
+        self.state.gate.set()
 
     async def close(self) -> None:
         await self._runner.cleanup()
