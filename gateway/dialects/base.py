@@ -7,7 +7,7 @@ The web layer only ever talks to this protocol; it never branches on a vendor na
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -176,6 +176,17 @@ class Dialect(Protocol):
     def encoder(self, request: InternalRequest) -> StreamEncoder: ...
 
     def error(self, err: GatewayError) -> ErrorReply: ...
+
+
+class ModelShapes(Protocol):
+    """A dialect's answers to ``GET .../models`` and ``GET .../models/{id}``, given the names the caller
+    may see; ``canonical`` is a configured alias's model name (a vendor may list by model id)."""
+
+    def listing(
+        self, names: Sequence[str], canonical: Callable[[str], str], now: int, query: Iterable[tuple[str, str]]
+    ) -> JSON: ...
+
+    def card(self, name: str, canonical: Callable[[str], str], now: int) -> JSON: ...
 
 
 def id_headers(dialect: Dialect, rid: str) -> dict[str, str]:

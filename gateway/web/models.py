@@ -11,13 +11,14 @@ Not here: what a generation checks (``pipeline``), the probes that learn what ta
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from aiohttp import web
 
 from gateway.core.errors import GatewayError, ModelNotFound
 from gateway.dialects import ANTHROPIC
 from gateway.dialects.anthropic import models as anthropic_models
-from gateway.dialects.base import Dialect, bearer_token, id_headers
+from gateway.dialects.base import Dialect, ModelShapes, bearer_token, id_headers
 from gateway.dialects.common import dumps
 from gateway.dialects.openai import render as openai_render
 from gateway.policy.auth import Principal
@@ -32,6 +33,14 @@ def install(app: web.Application, bases: tuple[str, ...]) -> None:
     for base in bases:
         app.router.add_get(base, list_models)
         app.router.add_get(base + "/{model_id:.+}", get_model)
+
+
+# whose list and card shapes differ from OpenAI's, which every other dialect's clients read
+SHAPES: dict[str, ModelShapes] = {ANTHROPIC.name: anthropic_models.SHAPES}
+
+
+def _shapes(dialect: Dialect) -> ModelShapes:
+    return SHAPES.get(dialect.name, openai_render.MODEL_SHAPES)
 
 
 def _dialect(request: web.Request) -> Dialect:
@@ -73,22 +82,14 @@ def _json(body: object, dialect: Dialect, rid: str) -> web.Response:
     return web.Response(body=dumps(body), content_type="application/json", headers=id_headers(dialect, rid))
 
 
-def _created_at(now: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-
-
 async def list_models(request: web.Request) -> web.Response:
     gw, rid, dialect = request.app[GATEWAY], request_id(request.headers), _dialect(request)
     try:
         names = visible(gw, await _principal(gw, dialect, request))
-        now = int(time.time())
-        if dialect is ANTHROPIC:
-            query = anthropic_models.page_query(request.query.items())
-            names = [n for n in names if _canonical(gw, n) == n]
-            return _json(anthropic_models.model_list(names, _created_at(now), query), dialect, rid)
+        body = _shapes(dialect).listing(names, partial(_canonical, gw), int(time.time()), request.query.items())
     except GatewayError as err:
         return error_response(dialect, err, rid)
-    return _json(openai_render.model_list(names, now), dialect, rid)
+    return _json(body, dialect, rid)
 
 
 async def get_model(request: web.Request) -> web.Response:
@@ -99,14 +100,10 @@ async def get_model(request: web.Request) -> web.Response:
             raise ModelNotFound(f"model {name!r} does not exist or your team may not use it", param="model")
     except GatewayError as err:
         return error_response(dialect, err, rid)
-    now = int(time.time())
-    if dialect is ANTHROPIC:
-        return _json(anthropic_models.model_card(_canonical(gw, name), _created_at(now)), dialect, rid)
-    return _json(openai_render.model_card(name, now), dialect, rid)
+    return _json(_shapes(dialect).card(name, partial(_canonical, gw), int(time.time())), dialect, rid)
 
 
 def _canonical(gw: Gateway, name: str) -> str:
-    """A configured alias's model name. Anthropic's list holds models' ids, not their aliases, and its
-    retrieve takes an alias and answers with the model's id; OpenAI's echoes the name asked for."""
+    """A configured alias's model name; any other name as it is."""
     route = gw.models.routes.get(name)
     return route.public if route is not None else name

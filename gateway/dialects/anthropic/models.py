@@ -10,7 +10,8 @@ in what order, is decided there, not here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,3 +104,25 @@ def model_list(names: Sequence[str], created: str, query: PageQuery) -> dict[str
         "first_id": chosen[0] if chosen else None,
         "last_id": chosen[-1] if chosen else None,
     }
+
+
+def created_at(now: int) -> str:
+    """A card's ``created_at``: RFC 3339 in UTC, as Anthropic writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+class Shapes:
+    """Anthropic's list holds models' ids, not their aliases; its retrieve takes an alias and answers
+    with the model's id (``canonical``)."""
+
+    def listing(
+        self, names: Sequence[str], canonical: Callable[[str], str], now: int, query: Iterable[tuple[str, str]]
+    ) -> dict[str, JSON]:
+        pages = page_query(query)
+        return model_list([n for n in names if canonical(n) == n], created_at(now), pages)
+
+    def card(self, name: str, canonical: Callable[[str], str], now: int) -> dict[str, JSON]:
+        return model_card(canonical(name), created_at(now))
+
+
+SHAPES = Shapes()

@@ -8,7 +8,7 @@ its codec, so the shape is written once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -325,5 +325,21 @@ def model_card(name: str, created: int) -> dict[str, JSON]:
     return {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway"}
 
 
-def model_list(names: list[str], created: int) -> dict[str, JSON]:
+def model_list(names: Sequence[str], created: int) -> dict[str, JSON]:
     return {"object": "list", "data": [model_card(n, created) for n in names]}
+
+
+class ModelShapes:
+    """OpenAI's list is every name the caller may use, aliases too, unpaged; a card echoes the name
+    asked for."""
+
+    def listing(
+        self, names: Sequence[str], canonical: Callable[[str], str], now: int, query: Iterable[tuple[str, str]]
+    ) -> dict[str, JSON]:
+        return model_list(names, now)
+
+    def card(self, name: str, canonical: Callable[[str], str], now: int) -> dict[str, JSON]:
+        return model_card(name, now)
+
+
+MODEL_SHAPES = ModelShapes()
