@@ -91,8 +91,9 @@ def shared_load(count: int, extra: float, batch: float) -> float:
 
 def stable_hash(text: str) -> int:
     """The same across processes (``hash()`` is salted per process); sessions must agree across replicas
-    of the gateway."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+    of the gateway. ``surrogatepass``: a session header's bytes that are not UTF-8 arrive as lone
+    surrogates (aiohttp's ``surrogateescape``), and hash as any other session's."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
 def prompt_text(request: InternalRequest) -> str | None:

@@ -37,15 +37,27 @@ that starts it) goes in ``hint``: the request's log line and ``/status`` show it
 from __future__ import annotations
 
 
+def utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it. A header's bytes that are not UTF-8 reach the gateway as lone
+    surrogates (aiohttp decodes header values with ``surrogateescape``), which no JSON encoder writes:
+    an error quoting one could be neither answered nor logged. They are written as escapes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
 class GatewayError(Exception):
     status: int = 500
     code: str = "internal_error"
     retryable: bool = False
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
+        message = utf8(message)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = utf8(param) if param is not None else None
         self.hint = ""  # for operators only: the log line and /status, never the client's answer
         self.headers: dict[str, str] = {}  # extra response headers (rate-limit state)
 
