@@ -149,7 +149,8 @@ SEEN = 16384  # the head's first bytes kept: a request line is at most 8190 (aio
 TAIL = 4096  # of a read that ended a head: the next head may begin in it
 # A request line's start: the method (even a bad one), the path up to its query, and the target
 REQUEST_LINE = re.compile(rb"(?:^|\n)[^ :\r\n]{1,32} ((/[^ ?#\r\n]{0,2048})[^ \r\n]{0,100})")
-QUOTED = re.compile(r"""b?'[^']*'?|b?"[^"]*"?""")
+# a quoted part (the client's bytes, or a name): a quote opening a word, not an apostrophe within one
+QUOTED = re.compile(r"""(?<![A-Za-z])(?:b?'[^']*'?|b?"[^"]*"?)""")
 HEADER_NAME = re.compile(r"""b["']([!#$%&*+.^_`|~0-9A-Za-z-]{1,64}):""")
 Answer = Callable[[str | None, int, str], web.StreamResponse]
 
@@ -174,8 +175,10 @@ def describe(exc: HttpProcessingError, target: bytes) -> tuple[int, str]:
         return 431, f"a header line is longer than {limit} bytes"
     text = exc.message if isinstance(exc.message, str) else ""
     text = text.removeprefix("Bad status line:").strip()
-    reason = re.split(r"[:\n]", text, maxsplit=1)[0]
-    reason = " ".join(QUOTED.sub(" ", reason).split()).rstrip(".")  # a quoted part is the client's
+    # llhttp's reason ends where a colon and a line break lead to the client's bytes; a colon within
+    # it is its own ("Data after `Connection: close`")
+    reason = re.split(r":?\n", text, maxsplit=1)[0]
+    reason = " ".join(QUOTED.sub(" ", reason).split()).rstrip(".:")  # a quoted part is the client's
     if not reason or not reason.isprintable() or "b'" in reason or 'b"' in reason or "\\" in reason or len(reason) > 80:
         reason = "malformed request"
     if reason.startswith("Too many headers"):

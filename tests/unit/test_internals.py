@@ -326,6 +326,22 @@ def test_the_request_handler_has_every_private_name_parse_errors_relies_on() -> 
         (aiohttp.http_exceptions.BadStatusLine("zqx"), b"", 400, "bad status line"),
         (aiohttp.http_exceptions.BadHttpMessage("Duplicate 'zqx' header found."), b"", 400, "duplicate header found"),
         (aiohttp.http_exceptions.BadHttpMessage("zqx\\x00: b'zqx'"), b"", 400, "malformed request"),
+        # llhttp's reasons whole, an apostrophe or a colon within them (they were cut there)
+        (
+            aiohttp.http_exceptions.BadHttpMessage(
+                "Transfer-Encoding can't be present with Content-Length:\n\n  b'Transfer-Encoding: zqx'\n  ^"
+            ),
+            b"",
+            400,
+            "malformed: transfer-encoding can't be present with content-length",
+        ),
+        (
+            aiohttp.http_exceptions.BadHttpMessage("Data after `Connection: close`:\n\n  b'zqx'\n     ^"),
+            b"",
+            400,
+            "malformed: data after `connection: close`",
+        ),
+        (aiohttp.http_exceptions.InvalidHeader(b"X-A zqx"), b"", 400, "malformed: invalid http header"),
     ],
 )
 def test_a_parser_error_is_described_without_the_clients_bytes(
