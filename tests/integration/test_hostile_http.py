@@ -209,6 +209,34 @@ async def test_header_bytes_that_are_not_utf8_are_served_or_refused_in_the_diale
     await still_serving(gw)
 
 
+# the bytes HTTP lets a header value hold (RFC 9110 §5.5: visible ASCII, space, tab, and obs-text)
+VALUE_BYTES = st.sampled_from([0x09, *range(0x20, 0x7F), *range(0x80, 0x100)])
+header_values = st.lists(VALUE_BYTES, min_size=1, max_size=40).map(lambda b: bytes(b).strip(b" \t") or b"x")
+
+
+async def test_header_values_of_any_bytes_http_allows_are_served_or_refused_in_the_dialect(gw: Gateway) -> None:
+    """Hypothesis over paths, the headers the gateway reads and their values, in a worker thread while
+    the gateway keeps this test's event loop."""
+    loop = asyncio.get_running_loop()
+
+    @settings(max_examples=300, deadline=timedelta(seconds=BOUND), database=None)
+    @given(
+        p=st.sampled_from(PATHS), header=st.sampled_from(READ_HEADERS), value=header_values, model=st.sampled_from("mp")
+    )
+    def fuzz(p: Path, header: str, value: bytes, model: str) -> None:
+        headers: dict[str, str | bytes] = {"Content-Type": "application/json", **p.headers, header: value}
+        raw = request("POST", p.path, headers, body_of(p, model))
+        reply = asyncio.run_coroutine_threadsafe(exchange(gw, raw), loop).result(BOUND)
+        if reply.status != 200:
+            dialect, shared = SELECTS.get(header, (p.dialect, ()))
+            refused(
+                Path(p.path, dialect, p.headers, p.body) if p.path in shared and p.dialect != "anthropic" else p, reply
+            )
+
+    await asyncio.to_thread(fuzz)
+    await still_serving(gw)
+
+
 # --- content types, encodings and framings ---------------------------------------------------------
 
 JSON_TYPE = {"Content-Type": "application/json"}
