@@ -160,6 +160,20 @@ def test_a_plain_chat_body_takes_the_plain_path(monkeypatch: pytest.MonkeyPatch)
     assert len(taken) == 1
 
 
+@pytest.mark.parametrize(
+    "change",
+    [{"messages": [{"role": "user", "content": "q"}] * 2049}, {"temperature": float("nan")}, {"top_p": float("inf")}],
+    ids=["past-the-cap", "nan", "inf"],
+)
+def test_a_plain_chat_body_check_refuses_is_refused_as_the_full_parse_refuses_it(change: dict[str, Any]) -> None:
+    body = {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "q"}], **change}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(oai, "typed_plain_chat", lambda *_: None)
+        full = outcome(oai.parse_chat, body)
+    assert outcome(oai.parse_chat, body) == full
+    assert full[0] is InvalidRequest  # type: ignore[index]
+
+
 def test_a_plain_chat_body_skips_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     schema: list[object] = []
     validated = oai.validated

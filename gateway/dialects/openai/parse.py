@@ -349,8 +349,9 @@ def plain_chat(
 
 
 def _typed_messages(msgs: JSON) -> tuple[ChatMessage, ...] | None:
-    """Messages of a role and a text only, as the schema would take them; None for any other shape."""
-    if type(msgs) is not list or not msgs:
+    """Messages of a role and a text only, as the schema would take them; None for any other shape
+    (or more of them than ``check`` lets through)."""
+    if type(msgs) is not list or not msgs or len(msgs) > caps.MAX_ITEMS:
         return None
     out = []
     for m in msgs:
@@ -365,9 +366,10 @@ def _typed_messages(msgs: JSON) -> tuple[ChatMessage, ...] | None:
 
 def typed_plain_chat(data: dict[str, JSON], relay: str | None) -> InternalRequest | None:
     """A plain chat body (a model, messages of a role and a text, a length, temperature, top_p, a
-    stream and its usage option) read by type checks alone, once ``check`` has passed it: the schema's
-    validation costs more than the rest of the parse (docs/performance.md). None for any value the
-    schema might coerce, refuse or read otherwise: the full parse then judges it.
+    stream and its usage option) read by type checks alone: the schema's validation costs more than the
+    rest of the parse (docs/performance.md). What it takes, ``check`` passes (no float but a bounded
+    one, no list past its cap, no token ids), so a plain body is not walked by it. None for any value
+    the schema might coerce, refuse or read otherwise: ``check`` and the full parse then judge it.
     tests/unit/test_plain_parse.py holds both to the same request or error."""
     model, max_tokens = data.get("model"), data.get("max_tokens")
     if not data.keys() <= PLAIN_CHAT_FIELDS or type(model) is not str or len(model) > caps.MAX_NAME:
@@ -399,10 +401,10 @@ def typed_plain_chat(data: dict[str, JSON], relay: str | None) -> InternalReques
 
 
 def parse_chat(data: dict[str, JSON], relay: str | None = None) -> InternalRequest:
-    check(data)
     typed = typed_plain_chat(data, relay)
     if typed is not None:
         return typed
+    check(data)
     b = validated(OpenAIChatBody, data)
     if is_plain_chat(b):
         stream = bool(b.stream)
