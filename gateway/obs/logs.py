@@ -166,6 +166,7 @@ def bounded(value: Any, depth: int = 0) -> Any:
 
 
 _PLAIN = frozenset({int, float, bool, type(None)})
+_FLAT = _PLAIN | {str}  # a line of these types and ``MAX_FIELD`` characters at most is bounded as it is
 
 
 def bounded_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +306,13 @@ class LogWriter:
         if isinstance(item, logging.LogRecord):
             fields = record_fields(item)
         elif isinstance(item, dict):  # a request line, whole: formatting it is this thread's only work
+            if _FLAT.issuperset(map(type, item.values())):
+                item["pid"] = self.pid
+                line = self.line(item)
+                # either format writes every string whole, so none in a short line needs its bound:
+                # ``bound_in_place``'s walk, a third of a request line's cost, is left out
+                if len(line) <= MAX_FIELD:
+                    return line
             fields = bound_in_place(item)
         else:
             raise TypeError(f"not a log line: {type(item).__name__}")

@@ -136,3 +136,12 @@ def test_a_request_line_bounded_in_place_reads_as_one_bounded_apart(fields: dict
     assert logs.bound_in_place(line) is line
     assert logs.json_line(line) == logs.json_line(expected)
     assert [type(v) for v in line.values()] == [type(v) for v in expected.values()]
+
+
+@given(st.dictionaries(st.text(max_size=5), values, max_size=6), st.sampled_from(logs.FORMATS))
+def test_a_request_line_written_unbounded_when_short_reads_as_one_bounded(fields: dict[str, object], fmt: str) -> None:
+    """The writer leaves a short line of plain values unbounded: it must read as the bounded one."""
+    writer = logs.LogWriter(logs.LogSink(), io.StringIO(), fmt)
+    fields = {**fields, "ts": 1.5}  # a line without a time of its own is stamped now: not twice alike
+    expected = {**logs.bounded_fields(fields), "pid": writer.pid}
+    assert writer._line(dict(fields)) == writer.line(expected)
