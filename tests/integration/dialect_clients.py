@@ -4,10 +4,13 @@ for tests that need exact bytes (the SDK tier runs the real SDKs separately)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+
+from gateway.dialects.refusals import parts_of, written
 
 JSON = Any
 KEY = "gw-key-0123456789"
@@ -230,3 +233,55 @@ def completion_tokens(usage: JSON) -> int | None:
         if name in usage:
             return int(usage[name])
     return None
+
+
+def openai(body: JSON) -> str:
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    message: str = body["error"]["message"]
+    return message
+
+
+def anthropic(body: JSON) -> str:
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    assert set(body["error"]) == {"type", "message"}, body
+    message: str = body["error"]["message"]
+    return message
+
+
+def friendli(body: JSON) -> str:
+    """Friendli's: its top-level ``message`` (third-party clients read it) over OpenAI's ``error``."""
+    assert set(body) == {"message", "error"} and body["message"] == body["error"]["message"], body
+    message: str = body["message"]
+    return message
+
+
+def sgp(body: JSON, quoted: bool = True) -> str:
+    """FastAPI's ``detail``: a string (the field an error names beside it, ``param``), or a 422's
+    list of ``{loc, msg, type}`` whose message quotes the field (``quoted``)."""
+    detail = body["detail"]
+    if isinstance(detail, str):
+        assert set(body) <= {"detail", "param"}, body
+        return detail
+    assert set(body) == {"detail"}, body
+    for d in detail:  # FastAPI's: the field's path from "body" on, a list's index as a number
+        assert set(d) == {"loc", "msg", "type"} and d["loc"][0] == "body", body
+        field = written(d["loc"][1:])  # "" where the body as a whole is refused
+        assert d["loc"] == ["body", *parts_of(field)] and (not quoted or not field or f"'{field}" in d["msg"]), body
+    return " ".join(d["msg"] for d in detail)
+
+
+def octoai(body: JSON) -> str:
+    assert body.get("object") == "error", body
+    assert set(body) == {"object", "type", "message", "code", "param", "validation_errors"}, body
+    message: str = body["message"]
+    return message
+
+
+# each dialect's error envelope, checked whole: its message
+ENVELOPES: dict[str, Callable[[JSON], str]] = {
+    "openai": openai,
+    "anthropic": anthropic,
+    "friendli": friendli,
+    "sgp": sgp,
+    "octoai": octoai,
+}

@@ -11,15 +11,13 @@ What does not belong here: the errors of a request that reaches an upstream (``t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from gateway.dialects.refusals import parts_of, written
 from gateway.runtime.config import hash_key, parse_config
 from tests.integration.conftest import Gateway, GatewayFactory
-from tests.integration.dialect_clients import KEY
+from tests.integration.dialect_clients import ENVELOPES, KEY
 
 JSON = Any
 TEAM = "team1"
@@ -34,53 +32,6 @@ HEADERS = {  # what each vendor's SDK sends (tests/sdk/drivers)
 # words a client must never read: pydantic's Python words and class names (ours end in these)
 LEAKS = ("dictionary", "instance of", "discriminator", "Input tag", "Body", "Param", "Block", "Config")
 
-
-def openai(body: JSON) -> str:
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    message: str = body["error"]["message"]
-    return message
-
-
-def anthropic(body: JSON) -> str:
-    assert set(body) == {"type", "error"} and body["type"] == "error", body
-    assert set(body["error"]) == {"type", "message"}, body
-    message: str = body["error"]["message"]
-    return message
-
-
-def friendli(body: JSON) -> str:
-    """Friendli's: its top-level ``message`` (third-party clients read it) over OpenAI's ``error``."""
-    assert set(body) == {"message", "error"} and body["message"] == body["error"]["message"], body
-    message: str = body["message"]
-    return message
-
-
-def sgp(body: JSON) -> str:
-    """FastAPI's ``detail``: a string, or a 422's list of ``{loc, msg, type}``."""
-    assert set(body) == {"detail"}, body
-    detail = body["detail"]
-    if isinstance(detail, str):
-        return detail
-    for d in detail:  # FastAPI's: the field's path from "body" on, a list's index as a number
-        assert set(d) == {"loc", "msg", "type"} and d["loc"][0] == "body", body
-        assert d["loc"] == ["body", *parts_of(written(d["loc"][1:]))] and f"'{written(d['loc'][1:])}" in d["msg"], body
-    return " ".join(d["msg"] for d in detail)
-
-
-def octoai(body: JSON) -> str:
-    assert body.get("object") == "error", body
-    assert set(body) == {"object", "type", "message", "code", "param", "validation_errors"}, body
-    message: str = body["message"]
-    return message
-
-
-ENVELOPES: dict[str, Callable[[JSON], str]] = {
-    "openai": openai,
-    "anthropic": anthropic,
-    "friendli": friendli,
-    "sgp": sgp,
-    "octoai": octoai,
-}
 
 # (the client's SDK, method, path, the methods the path allows: None where no route has it); the
 # client's headers are its SDK's, so a shared path is told apart by them as a real client's would be
